@@ -1,0 +1,33 @@
+# Two commands set everything up on a fresh machine: `make check` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PIP := $(BIN)/python -m pip
+
+.PHONY: check test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch is pinned through constraints.txt in every install step, so no dependency can pull a CUDA build.
+$(STAMP): $(BIN)/python pyproject.toml constraints.txt
+	$(PIP) install --quiet -c constraints.txt torch==2.13.0
+	$(PIP) install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+check: $(STAMP)
+	$(BIN)/attention-conformance check
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/catalogue_timing.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

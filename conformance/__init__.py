@@ -1,0 +1,67 @@
+"""attention-conformance: property-based conformance checks for attention layers.
+
+Declare an implementation, then run the catalogue on it::
+
+    import conformance
+
+    @conformance.implementation("my-mha", call="self",
+                                weights=conformance.SeparateProjections("q", "k", "v", "o"))
+    def my_mha(config: conformance.Config):
+        return MyMultiHeadAttention(config.d_model, config.num_heads)
+
+    for result in conformance.check(my_mha):
+        print(result.check, result.status.value, result.reason)
+"""
+
+from conformance.adapter import ImplementationError, Inputs, Instance, Subject
+from conformance.catalogue import CHECK_NAMES, Runner, check
+from conformance.registry import ResolveError, implementation, register, registered, resolve
+from conformance.results import CheckResult, Status
+from conformance.spec import (
+    Capabilities,
+    Config,
+    Implementation,
+    MaskConvention,
+    MaskKind,
+    MaskLayout,
+)
+from conformance.weights import (
+    FusedProjection,
+    HeadWeights,
+    PackedInProjection,
+    PerHeadModules,
+    SeparateProjections,
+    WeightLayout,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CHECK_NAMES",
+    "Capabilities",
+    "CheckResult",
+    "Config",
+    "FusedProjection",
+    "HeadWeights",
+    "Implementation",
+    "ImplementationError",
+    "Inputs",
+    "Instance",
+    "MaskConvention",
+    "MaskKind",
+    "MaskLayout",
+    "PackedInProjection",
+    "PerHeadModules",
+    "ResolveError",
+    "Runner",
+    "SeparateProjections",
+    "Status",
+    "Subject",
+    "WeightLayout",
+    "__version__",
+    "check",
+    "implementation",
+    "register",
+    "registered",
+    "resolve",
+]

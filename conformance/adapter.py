@@ -1,0 +1,244 @@
+"""The boundary between the invariants and an implementation under test.
+
+The invariants see only :class:`Subject` (what an implementation declares, and a way to build it)
+and :class:`Instance` (one built implementation: run it forward, take input gradients, read and
+write its projections in the canonical form). Everything that crosses is a tensor or plain data,
+so an implementation can run in this process (:class:`InProcessSubject`) or, for untrusted code,
+behind the same interface in another process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from conformance.masks import encode_mask
+from conformance.spec import Capabilities, Config, Implementation
+from conformance.weights import HeadWeights, WeightLayoutError
+
+
+class ImplementationError(Exception):
+    """The implementation raised, or returned something that is not a tensor."""
+
+
+class CapabilityError(Exception):
+    """A check asked for something the implementation does not declare (a suite bug)."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """One call's inputs: ``query`` (B, Lq, D), ``key``/``value`` (B, Lk, D), ``keep`` (B, Lk).
+
+    For self-attention ``query``, ``key`` and ``value`` are the same tensor ``x``.
+    """
+
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    keep: torch.Tensor | None = None
+    causal: bool = False
+
+    @classmethod
+    def self_attention(cls, x: torch.Tensor, keep: torch.Tensor | None = None,
+                       causal: bool = False) -> Inputs:
+        return cls(query=x, key=x, value=x, keep=keep, causal=causal)
+
+    @property
+    def is_self(self) -> bool:
+        return self.query is self.key and self.key is self.value
+
+    def with_mask(self, keep: torch.Tensor | None) -> Inputs:
+        return replace(self, keep=keep)
+
+
+class Instance(ABC):
+    """One implementation built for one :class:`Config`."""
+
+    config: Config
+
+    @abstractmethod
+    def forward(self, inputs: Inputs, *, training: bool = False,
+                seed: int | None = None) -> torch.Tensor:
+        """The implementation's output for ``inputs``, without autograd.
+
+        ``training`` selects train mode (dropout active); ``seed`` fixes its randomness.
+        """
+
+    @abstractmethod
+    def input_gradients(self, inputs: Inputs,
+                        cotangent: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Output, and the gradient of ``sum(output * cotangent)`` with respect to each input.
+
+        Keys are ``"x"`` for self-attention, else ``"query"``, ``"key"``, ``"value"``; an input the
+        output does not depend on gets zeros.
+        """
+
+    @abstractmethod
+    def read_weights(self) -> HeadWeights:
+        """Current projections in the canonical per-head form."""
+
+    @abstractmethod
+    def write_weights(self, weights: HeadWeights) -> None:
+        """Replace the projections with ``weights`` (canonical form)."""
+
+    @property
+    @abstractmethod
+    def stdout(self) -> str:
+        """Everything the implementation printed so far."""
+
+
+class Subject(ABC):
+    """An implementation under test as the invariants see it."""
+
+    name: str
+    capabilities: Capabilities
+    expected_failures: Mapping[str, str]
+
+    @abstractmethod
+    def instantiate(self, config: Config, seed: int) -> Instance:
+        """Build the implementation for ``config``; ``seed`` fixes its parameter initialisation."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """One line: what it declares, for report headers."""
+
+
+class InProcessSubject(Subject):
+    """A registered :class:`Implementation` run in this process."""
+
+    def __init__(self, implementation: Implementation) -> None:
+        self.implementation = implementation
+        self.name = implementation.name
+        self.capabilities = implementation.capabilities
+        self.expected_failures = dict(implementation.expected_failures)
+
+    def instantiate(self, config: Config, seed: int) -> Instance:
+        return ModuleInstance(self.implementation, config, seed)
+
+    def describe(self) -> str:
+        text = self.capabilities.describe()
+        if self.implementation.weight_layout is not None:
+            text += f"; {self.implementation.weight_layout.describe()}"
+        return text
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+class ModuleInstance(Instance):
+    """An implementation built in this process; its module lives here."""
+
+    def __init__(self, implementation: Implementation, config: Config, seed: int) -> None:
+        self.config = config
+        self._implementation = implementation
+        self._capabilities = implementation.capabilities
+        self._printed = io.StringIO()
+        try:
+            with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(self._printed):
+                torch.manual_seed(seed)
+                module = implementation.factory(config)
+        except Exception as error:
+            raise ImplementationError(f"constructing it raised {_one_line(error)}") from error
+        if isinstance(module, nn.Module):
+            module = module.to(device=config.device, dtype=config.dtype).eval()
+        elif not callable(module):
+            raise ImplementationError(
+                f"its factory returned {type(module).__name__}, not an nn.Module or callable")
+        self.module = module
+
+    @property
+    def stdout(self) -> str:
+        return self._printed.getvalue()
+
+    def _call(self, inputs: Inputs, training: bool) -> torch.Tensor:
+        caps = self._capabilities
+        args: list[object] = [inputs.query] if caps.call == "self" else [
+            inputs.query, inputs.key, inputs.value]
+        kwargs: dict[str, object] = {}
+        if inputs.keep is not None:
+            if caps.mask is None:
+                raise CapabilityError(f"{self._implementation.name} declares no mask")
+            mask = encode_mask(inputs.keep, caps.mask, num_heads=self.config.num_heads,
+                               q_len=inputs.query.shape[1], dtype=inputs.query.dtype)
+            if caps.mask.argument:
+                kwargs[caps.mask.argument] = mask
+            else:
+                args.append(mask)
+        if inputs.causal:
+            if caps.causal == "never":
+                raise CapabilityError(f"{self._implementation.name} is not causal")
+            if caps.causal == "optional":
+                kwargs[caps.causal_argument] = True
+        if isinstance(self.module, nn.Module):
+            self.module.train(training)
+        try:
+            with contextlib.redirect_stdout(self._printed):
+                output = self.module(*args, **kwargs)
+        except Exception as error:
+            raise ImplementationError(f"forward raised {_one_line(error)}") from error
+        if not isinstance(output, torch.Tensor):
+            raise ImplementationError(
+                f"forward returned {type(output).__name__}, not a tensor")
+        return output
+
+    def forward(self, inputs: Inputs, *, training: bool = False,
+                seed: int | None = None) -> torch.Tensor:
+        with torch.random.fork_rng(devices=_rng_devices(self.config.device)), torch.no_grad():
+            if seed is not None:
+                torch.manual_seed(seed)
+            return self._call(inputs, training)
+
+    def input_gradients(self, inputs: Inputs,
+                        cotangent: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        if inputs.is_self:
+            leaves = {"x": inputs.query.detach().clone().requires_grad_(True)}
+            call_inputs = Inputs.self_attention(leaves["x"], inputs.keep, inputs.causal)
+        else:
+            leaves = {name: getattr(inputs, name).detach().clone().requires_grad_(True)
+                      for name in ("query", "key", "value")}
+            call_inputs = Inputs(leaves["query"], leaves["key"], leaves["value"],
+                                 inputs.keep, inputs.causal)
+        with torch.enable_grad():
+            output = self._call(call_inputs, training=False)
+            if not output.requires_grad:
+                raise ImplementationError("the output does not require grad: is autograd cut?")
+            try:
+                output.backward(cotangent)
+            except Exception as error:
+                raise ImplementationError(f"backward raised {_one_line(error)}") from error
+        grads = {name: leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+                 for name, leaf in leaves.items()}
+        return output.detach(), grads
+
+    def _layout(self):
+        layout = self._implementation.weight_layout
+        if layout is None or not isinstance(self.module, nn.Module):
+            raise CapabilityError(f"{self._implementation.name} declares no weight access")
+        return layout
+
+    def read_weights(self) -> HeadWeights:
+        try:
+            return self._layout().read(self.module, self.config.num_heads)
+        except WeightLayoutError as error:
+            raise ImplementationError(f"reading its weights failed: {error}") from error
+
+    def write_weights(self, weights: HeadWeights) -> None:
+        try:
+            self._layout().write(self.module, weights)
+        except WeightLayoutError as error:
+            raise ImplementationError(f"writing its weights failed: {error}") from error
+
+
+def _rng_devices(device: str) -> list[int]:
+    if device.startswith("cuda"):
+        index = torch.device(device).index
+        return [torch.cuda.current_device() if index is None else index]
+    return []

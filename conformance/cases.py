@@ -1,0 +1,107 @@
+"""A generated test case: a few integers that fully determine a configuration and its tensors.
+
+Hypothesis draws and shrinks these integers, never raw float arrays, so a counterexample is a line
+a user can paste: ``Case(batch=2, q_len=2, kv_len=2, num_heads=2, head_dim=1, seed=0, ...)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from conformance.adapter import Inputs
+from conformance.reference import allowed_keys
+from conformance.spec import CallConvention, Config
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One generated case.
+
+    ``kept[b]`` is how many keys batch element ``b`` keeps (0 = every key masked); ``None`` means
+    no mask. With ``mask_seed`` None the kept keys are the first ones (right padding); otherwise
+    ``mask_seed`` scatters them. ``seed`` fixes the inputs and the parameter initialisation.
+    """
+
+    batch: int
+    q_len: int
+    kv_len: int
+    num_heads: int
+    head_dim: int
+    dtype: str = "float32"
+    device: str = "cpu"
+    seed: int = 0
+    kept: tuple[int, ...] | None = None
+    mask_seed: int | None = None
+    causal: bool = False
+    dropout: float = 0.0
+
+    def __repr__(self) -> str:
+        defaults = {f.name: f.default for f in fields(self)}
+        always = ("batch", "q_len", "kv_len", "num_heads", "head_dim", "dtype", "seed")
+        shown = [f"{name}={getattr(self, name)!r}" for name in defaults
+                 if name in always or getattr(self, name) != defaults[name]]
+        return f"Case({', '.join(shown)})"
+
+    @property
+    def config(self) -> Config:
+        return Config(batch=self.batch, q_len=self.q_len, kv_len=self.kv_len,
+                      d_model=self.num_heads * self.head_dim, num_heads=self.num_heads,
+                      dropout=self.dropout, dtype=DTYPES[self.dtype], device=self.device)
+
+    @property
+    def d_model(self) -> int:
+        return self.num_heads * self.head_dim
+
+    def keep(self) -> torch.Tensor | None:
+        """(B, Lk) bool on the case's device, or None."""
+        if self.kept is None:
+            return None
+        keep = torch.zeros(self.batch, self.kv_len, dtype=torch.bool)
+        generator = None
+        if self.mask_seed is not None:
+            generator = torch.Generator().manual_seed(self.mask_seed)
+        for b, count in enumerate(self.kept):
+            if generator is None:
+                keep[b, :count] = True
+            else:
+                keep[b, torch.randperm(self.kv_len, generator=generator)[:count]] = True
+        return keep.to(self.device)
+
+    def attendable_rows(self) -> torch.Tensor:
+        """(B, Lq) bool on the CPU: rows with at least one key to attend to (mask and causality)."""
+        keep = self.keep()
+        allowed = allowed_keys(self.batch, self.q_len, self.kv_len,
+                               None if keep is None else keep.cpu(), self.causal)
+        return allowed.any(dim=-1)[:, 0]
+
+    def tensor(self, *shape: int, stream: int = 0, scale: float = 1.0) -> torch.Tensor:
+        """A standard-normal tensor from (seed, stream), in the case's dtype and device."""
+        generator = torch.Generator().manual_seed(self.seed * 1009 + stream)
+        values = torch.randn(*shape, generator=generator, dtype=torch.float64) * scale
+        return values.to(DTYPES[self.dtype]).to(self.device)
+
+    def inputs(self, call: CallConvention, *, keep: torch.Tensor | None = None,
+               use_mask: bool = True) -> Inputs:
+        """The case's inputs in the given call convention, with its mask unless told otherwise."""
+        mask = keep if keep is not None else (self.keep() if use_mask else None)
+        if call == "self":
+            return Inputs.self_attention(self.tensor(self.batch, self.q_len, self.d_model),
+                                         mask, self.causal)
+        return Inputs(
+            query=self.tensor(self.batch, self.q_len, self.d_model, stream=0),
+            key=self.tensor(self.batch, self.kv_len, self.d_model, stream=1),
+            value=self.tensor(self.batch, self.kv_len, self.d_model, stream=2),
+            keep=mask, causal=self.causal)

@@ -1,0 +1,157 @@
+"""The catalogue of named checks, and the one function every runner consumes: :func:`check`.
+
+The CLI, the pytest plugin and the grader all call into :class:`Runner`; nothing checks twice.
+The gate runs first on each device; a failed basic call blocks the other checks, a failed
+declared feature is reported once and the other checks run without it.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Iterable, Sequence
+
+from conformance.adapter import InProcessSubject, Subject
+from conformance.invariants.base import Check, CheckContext, CheckFailed, Violation
+from conformance.invariants.causal import Causal
+from conformance.invariants.gate import Gate, GateOutcome
+from conformance.invariants.head_split import HeadSplit
+from conformance.invariants.padding import Padding
+from conformance.invariants.row_stochastic import RowStochastic
+from conformance.profiles import profile_settings
+from conformance.registry import resolve
+from conformance.results import CheckResult, Status
+from conformance.spec import Implementation
+from conformance.strategies import available_devices
+
+GATE = Gate()
+CATALOGUE: tuple[Check, ...] = (Padding(), RowStochastic(), HeadSplit(), Causal())
+"""The checks after the gate, in report order."""
+
+CHECK_NAMES: tuple[str, ...] = (GATE.name, *(c.name for c in CATALOGUE))
+
+
+def as_subject(impl: Implementation | Subject | str) -> Subject:
+    """A Subject for a registered name / IMPL string, an Implementation, or a Subject."""
+    if isinstance(impl, Subject):
+        return impl
+    if isinstance(impl, str):
+        (impl,) = resolve(impl)
+    return InProcessSubject(impl)
+
+
+class Runner:
+    """Runs checks with one profile, remembering each (implementation, device) gate."""
+
+    def __init__(self, profile: str = "quick", seed: int | None = None) -> None:
+        self.profile = profile
+        self.settings = profile_settings(profile)
+        self.seed = seed
+        self._gates: dict[tuple[str, str], tuple[CheckResult, GateOutcome]] = {}
+
+    def _context(self, subject: Subject, capabilities, device: str) -> CheckContext:
+        return CheckContext(subject=subject, capabilities=capabilities, device=device,
+                            settings=self.settings, seed=self.seed)
+
+    def gate(self, subject: Subject, device: str) -> tuple[CheckResult, GateOutcome]:
+        key = (subject.name, device)
+        if key not in self._gates:
+            start = time.perf_counter()
+            outcome = GATE.evaluate(self._context(subject, subject.capabilities, device))
+            result = CheckResult(subject.name, GATE.name, device, Status.PASSED)
+            if outcome.problems:
+                result.status = Status.FAILED
+                result.reason = outcome.problems[0]
+                result.details = outcome.problems[1:]
+                if outcome.blocked:
+                    result.details.append("every other check is blocked")
+            result.seconds = time.perf_counter() - start
+            self._gates[key] = (self._expectations(subject, result), outcome)
+        return self._gates[key]
+
+    def run_check(self, subject: Subject, name: str, device: str) -> CheckResult:
+        """One check's verdict on one device (the gate's, when ``name`` is "gate")."""
+        if device not in available_devices():
+            return CheckResult(subject.name, name, device, Status.SKIPPED,
+                               reason=f"{device} is not available on this machine")
+        gate_result, outcome = self.gate(subject, device)
+        if name == GATE.name:
+            return gate_result
+        check = _by_name(name)
+        if outcome.blocked:
+            return CheckResult(subject.name, name, device, Status.SKIPPED,
+                               reason=f"blocked: the gate failed ({gate_result.reason})")
+        skip = check.skip_reason(outcome.effective)
+        if skip is not None:
+            if check.skip_reason(subject.capabilities) is None:
+                skip = f"{skip} (the declared feature failed at the gate)"
+            return CheckResult(subject.name, name, device, Status.SKIPPED, reason=skip)
+        context = self._context(subject, outcome.effective, device)
+        start = time.perf_counter()
+        result = _verdict(check, context, subject.name, device)
+        result.seconds = time.perf_counter() - start
+        return self._expectations(subject, result)
+
+    def run(self, subject: Subject, *, devices: Sequence[str] | None = None,
+            checks: Iterable[str] | None = None) -> list[CheckResult]:
+        names = list(checks) if checks is not None else list(CHECK_NAMES)
+        unknown = [n for n in names if n not in CHECK_NAMES]
+        if unknown:
+            raise ValueError(f"unknown check(s) {unknown}: choose from {', '.join(CHECK_NAMES)}")
+        return [self.run_check(subject, name, device)
+                for device in (devices or available_devices()) for name in names]
+
+    @staticmethod
+    def _expectations(subject: Subject, result: CheckResult) -> CheckResult:
+        expected = subject.expected_failures.get(result.check)
+        if expected is None:
+            return result
+        if result.status is Status.FAILED:
+            result.status = Status.EXPECTED_FAILURE
+            result.details.append(f"expected: {expected}")
+        elif result.status is Status.PASSED:
+            result.status = Status.FAILED
+            result.reason = f"expected to fail ({expected}) but passed"
+        return result
+
+
+def _by_name(name: str) -> Check:
+    for check in CATALOGUE:
+        if check.name == name:
+            return check
+    raise ValueError(f"unknown check {name!r}: choose from {', '.join(CHECK_NAMES)}")
+
+
+def _verdict(check: Check, context: CheckContext, implementation: str, device: str) -> CheckResult:
+    try:
+        check.run(context)
+    except CheckFailed as failure:
+        error = failure.error
+        result = CheckResult(implementation, check.name, device, Status.FAILED,
+                             reason=str(error).splitlines()[0] if str(error) else repr(error),
+                             counterexample=repr(failure.case) if failure.case else None)
+        if isinstance(error, Violation):
+            result.details = error.details
+            result.hint = error.hint
+        else:
+            result.reason = f"the implementation failed: {result.reason}"
+        return result
+    except Exception as error:  # a defect in the suite itself: report it loudly, keep going
+        return CheckResult(implementation, check.name, device, Status.FAILED,
+                           reason=f"the check itself crashed ({type(error).__name__}: {error}); "
+                                  "please report this",
+                           details=traceback.format_exc().splitlines()[-6:])
+    return CheckResult(implementation, check.name, device, Status.PASSED,
+                       observations=list(context.observations))
+
+
+def check(impl: Implementation | Subject | str, *, profile: str = "quick",
+          devices: Sequence[str] | None = None, checks: Iterable[str] | None = None,
+          seed: int | None = None) -> list[CheckResult]:
+    """Run the catalogue on one implementation; one result per (check, device).
+
+    ``impl`` is an :class:`Implementation`, a :class:`Subject`, a registered name or an IMPL
+    string. ``devices`` defaults to every available one; ``checks`` to the whole catalogue.
+    Expected failures declared by the implementation come back as ``expected-failure``.
+    """
+    return Runner(profile, seed).run(as_subject(impl), devices=devices, checks=checks)

@@ -1,0 +1,130 @@
+"""``attention-conformance``: run the catalogue on implementations and print the verdicts.
+
+Exit status: 0 when every failure is an expected one, 1 otherwise, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from conformance.adapter import ImplementationError, InProcessSubject, Subject
+from conformance.catalogue import CHECK_NAMES, Runner
+from conformance.invariants.gate import _base_case
+from conformance.profiles import PROFILE_NAMES
+from conformance.registry import ResolveError, registered, resolve
+from conformance.report import render_json, render_text
+from conformance.strategies import available_devices
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="attention-conformance",
+        description="Property-based conformance checks for attention layers.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    check = commands.add_parser("check", help="run the catalogue and print the verdicts")
+    check.add_argument("impls", nargs="*", metavar="IMPL",
+                       help="registered name, package.module:Attr or path/to/file.py::Attr "
+                            "(default: every registered implementation)")
+    check.add_argument("--profile", choices=PROFILE_NAMES, default="quick",
+                       help="hypothesis settings: quick (default, reproducible) or thorough")
+    check.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    check.add_argument("--device", action="append", dest="devices", metavar="DEVICE",
+                       help="cpu, cuda or mps (repeatable; default: every available one)")
+    check.add_argument("--check", action="append", dest="checks", choices=CHECK_NAMES,
+                       metavar="NAME", help=f"only these checks (repeatable): {', '.join(CHECK_NAMES)}")
+    check.add_argument("--seed", type=int, help="hypothesis seed (fixes the thorough profile)")
+    check.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
+
+    commands.add_parser("list", help="list the registered implementations")
+    return parser
+
+
+def _subjects(specs: Sequence[str]) -> list[Subject]:
+    try:
+        implementations = ([impl for spec in specs for impl in resolve(spec)] if specs
+                           else list(registered().values()))
+    except ResolveError as error:
+        raise UsageError(str(error)) from error
+    if not implementations:
+        raise UsageError("no implementation to check: name one, or register one")
+    subjects = [InProcessSubject(impl) for impl in implementations]
+    for subject in subjects:
+        _preflight(subject)
+    return subjects
+
+
+def _preflight(subject: Subject) -> None:
+    """A constructor that raises is bad input, said once, instead of every check failing."""
+    case = _base_case(subject.capabilities, subject.capabilities.dtypes[0], "cpu")
+    try:
+        subject.instantiate(case.config, case.seed)
+    except ImplementationError as error:
+        where = ""
+        cause = error.__cause__
+        if cause is not None and cause.__traceback__ is not None:
+            frame = traceback.extract_tb(cause.__traceback__)[-1]
+            where = f" ({frame.filename}:{frame.lineno})"
+        raise UsageError(f"{subject.name}: {error}{where}") from error
+
+
+def _unavailable(devices: Sequence[str]) -> list[str]:
+    candidates = ["cuda", "mps"] if sys.platform == "darwin" else ["cuda"]
+    present = available_devices()
+    return [d for d in candidates if d not in present and d not in devices] + [
+        d for d in devices if d not in present]
+
+
+def _check(args: argparse.Namespace) -> int:
+    subjects = _subjects(args.impls)
+    devices = args.devices or available_devices()
+    checks = args.checks or list(CHECK_NAMES)
+    runner = Runner(args.profile, args.seed)
+    start = time.perf_counter()
+    results = [result for subject in subjects
+               for result in runner.run(subject, devices=devices, checks=checks)]
+    seconds = time.perf_counter() - start
+    shown_devices = [d for d in devices if d in available_devices()] or devices
+    print(render_text(results, checks=checks, profile=args.profile, devices=shown_devices,
+                      unavailable=_unavailable(devices), seconds=seconds))
+    if args.json:
+        payload = render_json(results, subjects=subjects, profile=args.profile,
+                              devices=shown_devices, unavailable=_unavailable(devices),
+                              seconds=seconds)
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    return EXIT_FAILED if any(r.is_failure for r in results) else EXIT_OK
+
+
+def _list() -> int:
+    implementations = registered()
+    width = max(map(len, implementations), default=0) + 2
+    for name, impl in implementations.items():
+        print(f"{name.ljust(width)}{impl.description}")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _check(args) if args.command == "check" else _list()
+    except UsageError as error:
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        print(f"attention-conformance: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

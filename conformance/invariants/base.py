@@ -1,0 +1,128 @@
+"""What every check shares: the context it runs in, how it explores cases, how it fails."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from hypothesis import given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+
+from conformance.adapter import ImplementationError, Inputs, Instance, Subject
+from conformance.cases import Case
+from conformance.spec import Capabilities
+
+
+class Violation(AssertionError):
+    """The property does not hold: ``summary`` in one line, then evidence and a likely cause."""
+
+    def __init__(self, summary: str, *, details: Sequence[str] = (), hint: str | None = None):
+        super().__init__(summary)
+        self.summary = summary
+        self.details = list(details)
+        self.hint = hint
+
+
+class CheckFailed(Exception):
+    """A check failed; carries the violation (or implementation error) and the minimal case."""
+
+    def __init__(self, error: BaseException, case: Case | None):
+        super().__init__(str(error))
+        self.error = error
+        self.case = case
+
+
+@dataclass
+class CheckContext:
+    """Everything a check may use: the subject, its effective capabilities, the device, settings."""
+
+    subject: Subject
+    capabilities: Capabilities
+    device: str
+    settings: settings
+    seed: int | None = None
+    observations: list[str] = field(default_factory=list)
+
+    def observe(self, note: str) -> None:
+        if note not in self.observations:
+            self.observations.append(note)
+
+    def explore(self, strategy: st.SearchStrategy[Case],
+                verify: Callable[[Case], str | None]) -> None:
+        """Run ``verify`` over generated cases; on failure raise CheckFailed with the shrunk case.
+
+        ``verify`` raises Violation (or ImplementationError) when the property fails, and may
+        return a note on behaviour worth reporting.
+        """
+        last: dict[str, Case] = {}
+
+        def property_holds(case: Case) -> None:
+            last["case"] = case
+            note = verify(case)
+            if note:
+                self.observe(note)
+
+        test = settings(self.settings)(given(strategy)(property_holds))
+        if self.seed is not None:
+            test = hypothesis_seed(self.seed)(test)
+        try:
+            test()
+        except (Violation, ImplementationError) as error:
+            # Hypothesis replays the minimal example last, so `last` holds the shrunk case.
+            raise CheckFailed(error, last.get("case")) from error
+
+    # Helpers shared by the invariants: building, calling, validating.
+
+    def build(self, case: Case) -> Instance:
+        return self.subject.instantiate(case.config, case.seed)
+
+    def run(self, instance: Instance, inputs: Inputs, case: Case) -> torch.Tensor:
+        """Forward, with the output's shape, dtype and device validated."""
+        output = instance.forward(inputs)
+        expect_output(output, case, inputs)
+        return output
+
+
+def expect_output(output: torch.Tensor, case: Case, inputs: Inputs) -> None:
+    """Raise Violation unless ``output`` is (B, Lq, d_model) in the case's dtype and device."""
+    expected = (inputs.query.shape[0], inputs.query.shape[1], case.d_model)
+    if tuple(output.shape) != expected:
+        raise Violation(f"output has shape {tuple(output.shape)}, expected {expected} "
+                        "(batch, q_len, d_model)")
+    if output.dtype != inputs.query.dtype:
+        raise Violation(f"output dtype is {output.dtype}, inputs are {inputs.query.dtype}")
+    if output.device.type != torch.device(case.device).type:
+        raise Violation(f"output is on {output.device}, inputs are on {case.device}")
+
+
+def expect_finite_rows(output: torch.Tensor, rows: torch.Tensor, *,
+                       hint: str | None = None) -> None:
+    """Raise Violation if an output row in ``rows`` (B, Lq) bool, a row with keys to attend to,
+    holds NaN or inf."""
+    bad = ~torch.isfinite(output.detach()).all(dim=-1).cpu() & rows.cpu()
+    if bool(bad.any()):
+        b, row = (int(i) for i in torch.nonzero(bad)[0])
+        raise Violation(f"output row {row} of batch {b} is NaN or inf, though the row has keys "
+                        "to attend to", hint=hint)
+
+
+class Check(ABC):
+    """One named check of the catalogue. Its docstring states the property it checks."""
+
+    name: str
+    title: str
+
+    def skip_reason(self, capabilities: Capabilities) -> str | None:
+        """Why this check does not apply to an implementation declaring ``capabilities``."""
+        return None
+
+    @abstractmethod
+    def run(self, context: CheckContext) -> None:
+        """Check the property; raise CheckFailed when it does not hold."""
+
+
+def fmt(value: float) -> str:
+    return f"{value:.3g}"

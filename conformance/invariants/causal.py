@@ -1,0 +1,140 @@
+"""Causal: no position sees the future, and none is hidden from its own past.
+
+Property: for a causal implementation (q_len == kv_len), output row t is unchanged when any
+input at a position > t changes, and the gradient of rows <= t with respect to every input at a
+position > t is exactly zero; and nothing is over-masked: every row t gives positive attention
+weight to every position s <= t (measured with the attention-matrix probe, or, without weight
+access, as a non-zero gradient of row t with respect to each position s <= t).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.adapter import Inputs
+from conformance.cases import Case
+from conformance.invariants.base import (
+    Check,
+    CheckContext,
+    Violation,
+    expect_finite_rows,
+    fmt,
+)
+from conformance.probes import measure_attention
+from conformance.spec import Capabilities
+from conformance.strategies import cases
+from conformance.tolerance import abs_error, eps, unchanged_tolerance, worst_index
+
+
+def _perturb_after(inputs: Inputs, cut: int, case: Case) -> Inputs:
+    """Every input at positions > cut replaced with fresh noise."""
+    def replaced(tensor: torch.Tensor, stream: int) -> torch.Tensor:
+        noise = case.tensor(*tensor.shape, stream=stream, scale=3.0)
+        future = torch.zeros(tensor.shape[1], dtype=torch.bool, device=tensor.device)
+        future[cut + 1:] = True
+        return torch.where(future[None, :, None], noise, tensor)
+
+    if inputs.is_self:
+        return Inputs.self_attention(replaced(inputs.query, 21), causal=True)
+    return Inputs(replaced(inputs.query, 21), replaced(inputs.key, 22),
+                  replaced(inputs.value, 23), causal=True)
+
+
+class Causal(Check):
+    """Rows never see later positions and always see earlier ones."""
+
+    name = "causal"
+    title = "no row sees a later position; every row sees itself and earlier ones"
+
+    def skip_reason(self, capabilities: Capabilities) -> str | None:
+        if capabilities.causal == "never":
+            return "declares non-causal attention"
+        return None
+
+    def run(self, context: CheckContext) -> None:
+        caps = context.capabilities
+        context.explore(cases(caps, context.device, causal=True, min_len=2),
+                        lambda case: self.future_invisible(context, case))
+        if caps.weights:
+            context.explore(cases(caps, context.device, causal=True, probe=True),
+                            lambda case: self.weights_causal(context, case))
+        else:
+            context.explore(cases(caps, context.device, causal=True),
+                            lambda case: self.past_visible(context, case))
+
+    def future_invisible(self, context: CheckContext, case: Case) -> None:
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        cut = case.seed % (case.q_len - 1)
+        before = context.run(instance, inputs, case)
+        expect_finite_rows(before, case.attendable_rows(),
+                           hint="does the causal mask hide the current token, leaving row 0 with "
+                                "nothing to attend to?")
+        after = context.run(instance, _perturb_after(inputs, cut, case), case)
+        diff = abs_error(after, before)[:, : cut + 1]
+        tolerance = unchanged_tolerance(before.dtype, before)
+        if float(diff.max()) > tolerance:
+            b, row, _ = worst_index(diff)
+            raise Violation(
+                f"changing inputs after position {cut} changed output row {row} of batch {b} "
+                f"by {fmt(float(diff[b, row].max()))} (tolerance {fmt(tolerance)})",
+                hint="does the causal mask let a row see the next position (triu diagonal off "
+                     "by one)?" if row == cut else None)
+
+        cotangent = torch.zeros_like(before)
+        cotangent[:, : cut + 1] = case.tensor(case.batch, cut + 1, before.shape[-1], stream=31)
+        _, gradients = instance.input_gradients(inputs, cotangent)
+        for name, gradient in gradients.items():
+            future = gradient[:, cut + 1:].abs().to(torch.float64).cpu()
+            if future.numel() and float(future.max()) != 0.0:
+                b, position, _ = worst_index(future)
+                raise Violation(
+                    f"the gradient of rows <= {cut} with respect to {name} at later position "
+                    f"{cut + 1 + position} (batch {b}) is {fmt(float(future[b, position].max()))},"
+                    " not exactly 0")
+
+    def weights_causal(self, context: CheckContext, case: Case) -> None:
+        attention = measure_attention(context.build(case), case, context.capabilities.call,
+                                      causal=True)
+        length = case.q_len
+        later = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)
+        if bool(torch.isnan(attention).any()):
+            b, h, row, _ = (int(i) for i in torch.nonzero(torch.isnan(attention))[0])
+            raise Violation(
+                f"batch {b}, head {h}, row {row} has NaN attention weights",
+                hint="every key of that row is masked: does the causal mask hide the current "
+                     "token?" if row == 0 else None)
+        future = attention * later
+        if float(future.max()) > eps(case.config.dtype):
+            b, h, row, key = worst_index(future)
+            raise Violation(
+                f"batch {b}, head {h}, row {row} gives later position {key} attention weight "
+                f"{fmt(float(attention[b, h, row, key]))}, not 0",
+                hint="does the causal mask show the next token (triu diagonal off by one)?"
+                if key == row + 1 else None)
+        past = attention.masked_fill(later, float("inf"))
+        if float(past.min()) <= 0.0:
+            b, h, row, key = worst_index(-past)
+            raise Violation(
+                f"batch {b}, head {h}, row {row} gives position {key} <= {row} attention weight "
+                f"{fmt(float(attention[b, h, row, key]))}: over-masked",
+                hint="the causal mask hides the current token (diagonal off by one)?"
+                if key == row else None)
+
+    def past_visible(self, context: CheckContext, case: Case) -> None:
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        row = case.seed % case.q_len
+        output = context.run(instance, inputs, case)
+        cotangent = torch.zeros_like(output)
+        cotangent[:, row] = case.tensor(case.batch, output.shape[-1], stream=32)
+        _, gradients = instance.input_gradients(inputs, cotangent)
+        gradient = gradients["x"] if "x" in gradients else gradients["value"]
+        reach = gradient[:, : row + 1].abs().to(torch.float64).cpu().amax(dim=-1)
+        if float(reach.min()) == 0.0:
+            b, position = worst_index(-reach)
+            raise Violation(
+                f"output row {row} of batch {b} does not depend on position {position} <= {row}:"
+                " over-masked",
+                hint="the causal mask hides the current token (diagonal off by one)?"
+                if position == row else None)

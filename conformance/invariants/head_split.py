@@ -1,0 +1,107 @@
+"""Head split: multi-head attention is H single-head attentions, concatenated, then projected.
+
+Property: the output equals ``concat_h(attention_h) W_o^T + b_o``, where ``attention_h`` is
+single-head attention computed in float64 from the per-head slices ``W_q[h], b_q[h], W_k[h],
+b_k[h], W_v[h], b_v[h]`` of the implementation's own projections (within the tolerance rule of
+:mod:`conformance.tolerance`); and relabelling the heads consistently (permuting the head blocks
+of W_q, W_k, W_v and the matching column blocks of W_o) leaves the output unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.cases import Case
+from conformance.invariants.base import (
+    Check,
+    CheckContext,
+    Violation,
+    expect_finite_rows,
+    fmt,
+)
+from conformance.reference import reference_attention
+from conformance.spec import Capabilities
+from conformance.strategies import cases
+from conformance.tolerance import abs_error, agreement, only_rows, worst_index
+from conformance.weights import HeadWeights
+
+
+def concatenated_heads(weights: HeadWeights, inputs, *, causal: bool) -> torch.Tensor:
+    """float64 ``concat_h(single-head attention h) W_o^T + b_o`` from per-head weight slices."""
+    per_head = [
+        reference_attention(weights.head(h), inputs.query, inputs.key, inputs.value,
+                            keep=inputs.keep, causal=causal).output
+        for h in range(weights.num_heads)
+    ]
+    concat = torch.cat(per_head, dim=-1)
+    if weights.w_o is None:
+        return concat
+    return concat @ weights.w_o.to(torch.float64).T + weights.b_o.to(torch.float64)
+
+
+def _relabelling(num_heads: int, seed: int) -> list[int]:
+    """A head permutation that moves at least one head."""
+    order = torch.randperm(num_heads, generator=torch.Generator().manual_seed(seed)).tolist()
+    if order == sorted(order):
+        order = order[1:] + order[:1]
+    return order
+
+
+class HeadSplit(Check):
+    """Output = concatenated single-head attentions; relabelling heads changes nothing."""
+
+    name = "head_split"
+    title = "output = concat of per-head attentions; relabelling heads changes nothing"
+
+    def skip_reason(self, capabilities: Capabilities) -> str | None:
+        if not capabilities.weights:
+            return "needs canonical weight access for the per-head projections"
+        if capabilities.heads == 1:
+            return "single-head implementation: no heads to split"
+        return None
+
+    def run(self, context: CheckContext) -> None:
+        caps = context.capabilities
+        masks = "kept" if caps.mask is not None else "none"
+        context.explore(cases(caps, context.device, masks=masks,
+                              causal=caps.causal == "always", min_heads=2),
+                        lambda case: self.verify(context, case))
+
+    def verify(self, context: CheckContext, case: Case) -> None:
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        output = context.run(instance, inputs, case)
+        rows = case.attendable_rows()
+        expect_finite_rows(output, rows)
+        weights = instance.read_weights()
+        expected = concatenated_heads(weights, inputs, causal=case.causal)
+        baseline = reference_attention(weights, inputs.query, inputs.key, inputs.value,
+                                       keep=inputs.keep, causal=case.causal,
+                                       dtype=case.config.dtype).output
+        seen = agreement(output, expected, baseline, case.config.dtype, rows)
+        if not seen.ok:
+            b, row, feature = seen.worst
+            raise Violation(
+                f"output differs from the concatenated per-head attentions by "
+                f"{fmt(seen.max_error)} at batch {b}, row {row}, feature {feature} "
+                f"(allowed {fmt(seen.allowed)})",
+                details=[f"implementation {fmt(float(output[b, row, feature]))}, per-head "
+                         f"reference {fmt(float(expected[b, row, feature]))}; mean error "
+                         f"{fmt(seen.mean_error)}; same-dtype baseline error "
+                         f"{fmt(seen.baseline_error)}"])
+
+        order = _relabelling(case.num_heads, case.seed)
+        instance.write_weights(weights.permute_heads(order))
+        relabelled = context.run(instance, inputs, case)
+        if weights.w_o is None:
+            # No output projection to absorb the relabelling: the output's head blocks move.
+            blocks = output.reshape(*output.shape[:2], case.num_heads, -1)
+            output = blocks[:, :, order].reshape(output.shape)
+        diff = only_rows(abs_error(relabelled, output), rows)
+        allowed = 2 * seen.allowed
+        if float(diff.max()) > allowed:
+            b, row, feature = worst_index(diff)
+            raise Violation(
+                f"relabelling heads as {order} changed output row {row} of batch {b} by "
+                f"{fmt(float(diff[b, row, feature]))} (allowed {fmt(allowed)})",
+                hint="do the heads of q, k and v come from different slices of the projections?")

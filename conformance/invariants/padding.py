@@ -1,0 +1,165 @@
+"""Padding: masked keys are invisible.
+
+Property: under a key-padding mask that keeps at least one key in every batch element, replacing
+the key/value inputs at masked positions leaves every output row unchanged (for self-attention,
+every row whose own position is kept), and every query row gives every masked key attention
+weight 0. Rows where every key is masked: their behaviour (NaN, zeros, uniform, other) is
+reported; it must be the same for every such row, and must not spill into other batch elements.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.adapter import Inputs
+from conformance.cases import Case
+from conformance.invariants.base import (
+    Check,
+    CheckContext,
+    Violation,
+    expect_finite_rows,
+    fmt,
+)
+from conformance.probes import measure_attention
+from conformance.spec import Capabilities
+from conformance.strategies import cases
+from conformance.tolerance import abs_error, eps, only_rows, unchanged_tolerance, worst_index
+
+NOISE_SCALE = 10.0
+"""Replacement inputs at masked positions are this much larger than the originals, so any leak
+shows up far above rounding."""
+
+
+def _replace_positions(inputs: Inputs, positions: torch.Tensor, case: Case) -> Inputs:
+    """Inputs with key/value (self-attention: x) replaced by large noise where ``positions``."""
+    where = positions[:, :, None]
+    if inputs.is_self:
+        noise = case.tensor(*inputs.query.shape, stream=11, scale=NOISE_SCALE)
+        return Inputs.self_attention(torch.where(where, noise, inputs.query), inputs.keep,
+                                     inputs.causal)
+    noise_k = case.tensor(*inputs.key.shape, stream=11, scale=NOISE_SCALE)
+    noise_v = case.tensor(*inputs.value.shape, stream=12, scale=NOISE_SCALE)
+    return Inputs(inputs.query, torch.where(where, noise_k, inputs.key),
+                  torch.where(where, noise_v, inputs.value), inputs.keep, inputs.causal)
+
+
+def _positions(row: torch.Tensor) -> list[int]:
+    return [int(i) for i in torch.nonzero(row).flatten()]
+
+
+def _classify_row(weights: torch.Tensor, dtype: torch.dtype) -> str:
+    """What a fully masked row's attention weights look like."""
+    if bool(torch.isnan(weights).any()):
+        return "NaN"
+    if float(weights.abs().max()) <= eps(dtype):
+        return "zeros"
+    uniform = 1.0 / weights.numel()
+    if float((weights - uniform).abs().max()) <= 16 * eps(dtype):
+        return "uniform over all keys"
+    return "other (weights " + ", ".join(fmt(float(w)) for w in weights[:6]) + ")"
+
+
+class Padding(Check):
+    """Masked keys have no influence, and their attention weight is 0."""
+
+    name = "padding"
+    title = "masked keys are invisible; fully masked rows behave one way and stay contained"
+
+    def skip_reason(self, capabilities: Capabilities) -> str | None:
+        if capabilities.mask is None:
+            return "declares no padding mask"
+        return None
+
+    def run(self, context: CheckContext) -> None:
+        caps = context.capabilities
+        context.explore(cases(caps, context.device, masks="partly_masked"),
+                        lambda case: self.no_influence(context, case))
+        if caps.weights:
+            context.explore(cases(caps, context.device, masks="partly_masked", probe=True),
+                            lambda case: self.zero_weight(context, case))
+        context.explore(cases(caps, context.device, masks="fully_masked", probe=caps.weights),
+                        lambda case: self.fully_masked_rows(context, case))
+
+    def no_influence(self, context: CheckContext, case: Case) -> None:
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        keep = inputs.keep
+        rows = case.attendable_rows()
+        if inputs.is_self:
+            rows = rows & keep.cpu()  # a masked position's own query changes too
+        before = context.run(instance, inputs, case)
+        expect_finite_rows(before, rows)
+        after = context.run(instance, _replace_positions(inputs, ~keep, case), case)
+        diff = only_rows(abs_error(after, before), rows)
+        tolerance = unchanged_tolerance(before.dtype, before)
+        if float(diff.max()) <= tolerance:
+            return
+        b, row, feature = worst_index(diff)
+        hint = None
+        if not inputs.is_self:
+            kept_changed = context.run(instance, _replace_positions(inputs, keep, case), case)
+            if float(only_rows(abs_error(kept_changed, before), rows).max()) <= tolerance:
+                hint = "output is independent of the kept keys: is the mask inverted?"
+        raise Violation(
+            f"changing key/value inputs at masked positions changed output row {row} of batch "
+            f"{b} by {fmt(float(diff[b, row, feature]))} (tolerance {fmt(tolerance)})",
+            details=[f"batch {b} keeps keys {_positions(keep[b])}, masks "
+                     f"{_positions(~keep[b])}; largest change at feature {feature}"],
+            hint=hint)
+
+    def zero_weight(self, context: CheckContext, case: Case) -> None:
+        instance = context.build(case)
+        keep = case.keep()
+        attention = measure_attention(instance, case, context.capabilities.call, keep=keep)
+        masked = (~keep).cpu()[:, None, None, :] & case.attendable_rows()[:, None, :, None]
+        leaked = torch.where(masked, torch.nan_to_num(attention.abs(), nan=float("inf")), 0.0)
+        if float(leaked.max()) <= eps(case.config.dtype):
+            return
+        b, h, row, key = worst_index(leaked)
+        raise Violation(
+            f"batch {b}, head {h}, row {row} gives masked key {key} attention weight "
+            f"{fmt(float(attention[b, h, row, key]))}, not 0",
+            details=[f"batch {b} keeps keys {_positions(keep[b])}",
+                     "weights of that row: " + ", ".join(
+                         fmt(float(w)) for w in attention[b, h, row])],
+            hint="is the mask applied after the softmax, or to the wrong axis?")
+
+    def fully_masked_rows(self, context: CheckContext, case: Case) -> str:
+        caps = context.capabilities
+        instance = context.build(case)
+        inputs = case.inputs(caps.call)
+        keep = inputs.keep
+        empty = [b for b, count in enumerate(case.kept) if count == 0]
+        rows = case.attendable_rows()
+        output = context.run(instance, inputs, case)
+        control_keep = keep.clone()
+        control_keep[empty] = True
+        control = context.run(instance, inputs.with_mask(control_keep), case)
+        # Rows with keys to attend to must not notice other elements' fully masked rows.
+        diff = only_rows(abs_error(output, control), rows)
+        tolerance = unchanged_tolerance(output.dtype, control)
+        if float(diff.max()) > tolerance:
+            b, row, _ = worst_index(diff)
+            raise Violation(
+                f"batch element {b} changed (row {row}, by {fmt(float(diff[b, row].max()))}) "
+                f"when batch element(s) {empty} had every key masked: fully masked rows spill "
+                "into other batch elements",
+                hint="does a NaN from a fully masked row propagate through a shared reduction?")
+        fully_masked = [(b, row) for b, row in torch.nonzero(~rows).tolist()]
+
+        if caps.weights:
+            attention = measure_attention(context.build(case), case, caps.call, keep=keep)
+            seen = {(b, h, row): _classify_row(attention[b, h, row], case.config.dtype)
+                    for b, row in fully_masked for h in range(case.num_heads)}
+        else:
+            seen = {(b, 0, row): "NaN" if bool(torch.isnan(output[b, row]).any()) else "finite"
+                    for b, row in fully_masked}
+        behaviours = sorted(set(seen.values()))
+        if len(behaviours) > 1:
+            examples = []
+            for behaviour in behaviours:
+                where = next(k for k, v in seen.items() if v == behaviour)
+                examples.append(f"batch {where[0]}, head {where[1]}, row {where[2]}: {behaviour}")
+            raise Violation("rows with every key masked do not all behave the same way: "
+                            + "; ".join(examples))
+        return f"rows with every key masked give {behaviours[0]}"

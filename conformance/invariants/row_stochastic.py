@@ -1,0 +1,77 @@
+"""Row-stochastic softmax: every attention row is a probability distribution over the keys.
+
+Property: in eval mode, every attention weight A[b, h, i, j] >= 0, and every query row with at
+least one key to attend to sums to 1 over the keys: sum_j A[b, h, i, j] = 1 (within
+2 (Lk + 2) eps). A is measured on the implementation's own forward through the attention-matrix
+probe (:mod:`conformance.probes`), whether it calls ``torch.softmax``, a hand-written exp/sum or
+SDPA.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.cases import Case
+from conformance.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.probes import measure_attention
+from conformance.spec import Capabilities
+from conformance.strategies import cases
+from conformance.tolerance import eps, worst_index
+
+
+class RowStochastic(Check):
+    """Attention weights are >= 0 and each row sums to 1."""
+
+    name = "row_stochastic"
+    title = "attention weights are >= 0 and every row sums to 1"
+
+    def skip_reason(self, capabilities: Capabilities) -> str | None:
+        if not capabilities.weights:
+            return "needs canonical weight access to measure the attention matrix"
+        return None
+
+    def run(self, context: CheckContext) -> None:
+        caps = context.capabilities
+        masks = "kept" if caps.mask is not None else "none"
+        context.explore(cases(caps, context.device, masks=masks,
+                              causal=caps.causal == "always", probe=True),
+                        lambda case: self.verify(context, case))
+
+    def verify(self, context: CheckContext, case: Case) -> None:
+        keep = case.keep()
+        attention = measure_attention(context.build(case), case, context.capabilities.call,
+                                      keep=keep, causal=case.causal)
+        # Rows with no key to attend to are the padding check's business.
+        attention = attention.masked_fill(~case.attendable_rows()[:, None, :, None], 0.0)
+        rows_sum = case.attendable_rows()[:, None, :].expand(attention.shape[:3])
+        nan = torch.isnan(attention)
+        if bool(nan.any()):
+            b, h, row, key = (int(i) for i in torch.nonzero(nan)[0])
+            hint = None
+            if keep is not None and not bool((nan & keep.cpu()[:, None, None, :]).any()):
+                hint = ("weights are NaN only at masked keys: is the softmax taken over the query "
+                        "axis, leaving a fully masked column with nothing to normalise?")
+            raise Violation(f"batch {b}, head {h}, row {row} has NaN attention weights (key "
+                            f"{key}), though the row has keys to attend to", hint=hint)
+        tolerance = 2 * (case.kv_len + 2) * eps(case.config.dtype)
+        negative = (-attention).clamp(min=0)
+        if float(negative.max()) > tolerance:
+            b, h, row, key = worst_index(negative)
+            raise Violation(f"batch {b}, head {h}, row {row} gives key {key} a negative weight "
+                            f"{fmt(float(attention[b, h, row, key]))}",
+                            hint="are the logits exponentiated (softmax) at all?")
+        sums = attention.sum(dim=-1)
+        off = torch.where(rows_sum, (sums - 1).abs(), 0.0)
+        if float(off.max()) <= tolerance:
+            return
+        b, h, row = worst_index(off)
+        hint = None
+        query_sums = attention.sum(dim=-2)
+        if case.q_len > 1 and float((query_sums - 1).abs().max()) <= tolerance:
+            hint = "rows sum to 1 along the query axis: softmax over the wrong dimension?"
+        raise Violation(
+            f"batch {b}, head {h}, row {row} sums to {fmt(float(sums[b, h, row]))}, not 1 "
+            f"(tolerance {fmt(tolerance)})",
+            details=["weights of that row: " + ", ".join(
+                fmt(float(w)) for w in attention[b, h, row])],
+            hint=hint)

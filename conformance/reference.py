@@ -1,0 +1,86 @@
+"""The float64 reference: multi-head attention computed from canonical per-head weights.
+
+Policy for a query row with no key to attend to (every key masked, or masked by causality):
+``"zeros"`` (the default) gives that row zero attention weights, so its attention output is 0 and
+the layer output is ``b_o`` (what ``F.scaled_dot_product_attention`` does since PyTorch 2.5);
+``"nan"`` gives NaN; ``"uniform"`` spreads the weight evenly over all keys (what a finite fill
+value such as -1e9 gives).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from conformance.weights import HeadWeights
+
+FullyMaskedPolicy = Literal["zeros", "nan", "uniform"]
+
+
+@dataclass(frozen=True)
+class ReferenceResult:
+    """``output`` (B, Lq, D_out) and ``attention`` weights (B, H, Lq, Lk)."""
+
+    output: torch.Tensor
+    attention: torch.Tensor
+
+
+def allowed_keys(batch: int, q_len: int, kv_len: int, keep: torch.Tensor | None, causal: bool,
+                 device: torch.device | str = "cpu") -> torch.Tensor:
+    """(B, 1, Lq, Lk) bool: which key each query row may attend to (causal is top-left aligned)."""
+    allowed = torch.ones(batch, 1, q_len, kv_len, dtype=torch.bool, device=device)
+    if keep is not None:
+        allowed = allowed & keep.to(device)[:, None, None, :]
+    if causal:
+        rows = torch.arange(q_len, device=device)[:, None]
+        cols = torch.arange(kv_len, device=device)[None, :]
+        allowed = allowed & (cols <= rows)
+    return allowed
+
+
+def reference_attention(
+    weights: HeadWeights,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    keep: torch.Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    fully_masked: FullyMaskedPolicy = "zeros",
+    dtype: torch.dtype = torch.float64,
+) -> ReferenceResult:
+    """Multi-head attention, computed in ``dtype`` (float64 for the reference).
+
+    ``query`` (B, Lq, D_in), ``key``/``value`` (B, Lk, D_in); ``keep`` (B, Lk) bool. ``scale``
+    defaults to 1/sqrt(head_dim). Passing the case's own dtype gives the suite's plain same-dtype
+    attention, the baseline that tolerances are measured against.
+    """
+    w = weights.map(lambda t: t.to(dtype))
+    q_in, k_in, v_in = (t.to(dtype) for t in (query, key, value))
+    # (B, L, D) x (H, Dh, D) -> (B, H, L, Dh)
+    q = torch.einsum("bld,hed->bhle", q_in, w.w_q) + w.b_q[None, :, None, :]
+    k = torch.einsum("bld,hed->bhle", k_in, w.w_k) + w.b_k[None, :, None, :]
+    v = torch.einsum("bld,hed->bhle", v_in, w.w_v) + w.b_v[None, :, None, :]
+    scale = 1.0 / math.sqrt(weights.head_dim) if scale is None else scale
+    logits = (q @ k.transpose(-1, -2)) * scale
+
+    batch, q_len, kv_len = q_in.shape[0], q_in.shape[1], k_in.shape[1]
+    allowed = allowed_keys(batch, q_len, kv_len, keep, causal, q_in.device)
+    logits = logits.masked_fill(~allowed, float("-inf"))
+    empty_rows = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, Lq, 1)
+    # Softmax of a row of -inf is NaN; give those rows finite logits and apply the policy after.
+    attention = torch.softmax(logits.masked_fill(empty_rows, 0.0), dim=-1)
+    if fully_masked == "zeros":
+        attention = attention.masked_fill(empty_rows, 0.0)
+    elif fully_masked == "nan":
+        attention = attention.masked_fill(empty_rows, float("nan"))
+    # "uniform": softmax of equal (zero) logits already spreads evenly over every key.
+
+    heads = attention @ v  # (B, H, Lq, Dv)
+    concat = heads.transpose(1, 2).reshape(batch, q_len, -1)
+    output = concat if w.w_o is None else concat @ w.w_o.T + w.b_o
+    return ReferenceResult(output=output, attention=attention)

@@ -1,0 +1,177 @@
+"""Registering implementations, discovering other packages' through entry points, resolving IMPL.
+
+An IMPL string is a registered name (``seed002-MultiHeadAttention``), ``package.module:Attr`` or
+``path/to/file.py::Attr``, where ``Attr`` is an :class:`Implementation` or a list of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import torch
+
+from conformance.spec import (
+    DEFAULT_DTYPES,
+    CallConvention,
+    Capabilities,
+    Causality,
+    Config,
+    Implementation,
+    MaskConvention,
+)
+from conformance.weights import WeightLayout
+
+ENTRY_POINT_GROUP = "attention_conformance.implementations"
+
+_registry: dict[str, Implementation] = {}
+_entry_points_loaded = False
+
+
+class ResolveError(Exception):
+    """An IMPL argument that names nothing checkable; the message is one line for the user."""
+
+
+def register(impl: Implementation) -> Implementation:
+    """Add ``impl`` to the registry under its name; a different object under a taken name fails."""
+    existing = _registry.get(impl.name)
+    if existing is not None and existing is not impl:
+        raise ValueError(f"an implementation named {impl.name!r} is already registered")
+    _registry[impl.name] = impl
+    return impl
+
+
+def implementation(
+    name: str,
+    *,
+    call: CallConvention = "self",
+    mask: MaskConvention | None = None,
+    causal: Causality = "never",
+    causal_argument: str | None = None,
+    cross_attention: bool = False,
+    max_len: int | None = None,
+    heads: int | None = None,
+    dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES,
+    weights: WeightLayout | None = None,
+    expected_failures: Mapping[str, str] | None = None,
+    description: str = "",
+) -> Callable[[Callable[[Config], object]], Implementation]:
+    """Decorator: declare and register the factory below it as an implementation under test.
+
+    Example::
+
+        @implementation("my-mha", call="qkv", cross_attention=True,
+                        mask=MaskConvention(MaskKind.KEEP_BOOL, MaskLayout.BROADCAST),
+                        weights=SeparateProjections(q="q", k="k", v="v", o="out"))
+        def my_mha(config: Config) -> nn.Module:
+            return MyMultiHeadAttention(config.d_model, config.num_heads)
+    """
+    capabilities = Capabilities(call=call, mask=mask, causal=causal,
+                                causal_argument=causal_argument, cross_attention=cross_attention,
+                                max_len=max_len, heads=heads, dtypes=tuple(dtypes),
+                                weights=weights is not None)
+
+    def declare(factory: Callable[[Config], object]) -> Implementation:
+        return register(Implementation(
+            name=name, factory=factory, capabilities=capabilities, weight_layout=weights,
+            expected_failures=dict(expected_failures or {}),
+            description=description or (factory.__doc__ or "").strip().split("\n")[0]))
+
+    return declare
+
+
+def _as_implementations(obj: object, origin: str) -> list[Implementation]:
+    if isinstance(obj, Implementation):
+        return [obj]
+    if isinstance(obj, Iterable) and not isinstance(obj, (str, bytes)):
+        items = list(obj)
+        if items and all(isinstance(item, Implementation) for item in items):
+            return items
+    if callable(obj):  # an nn.Module class, a module instance or a plain function
+        raise ResolveError(
+            f"{origin} is {getattr(obj, '__name__', type(obj).__name__)}, which has no "
+            "declaration: wrap its construction with @conformance.implementation(...) "
+            "(see the README, 'Register your implementation')")
+    raise ResolveError(
+        f"{origin} is a {type(obj).__name__}, not an nn.Module, callable or Implementation")
+
+
+def load_entry_points() -> None:
+    """Register what every installed package declares under the entry-point group (once)."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        obj = entry.load()
+        if callable(obj) and not isinstance(obj, Implementation):
+            obj = obj()
+        for impl in _as_implementations(obj, f"entry point {entry.name!r}"):
+            register(impl)
+
+
+def registered() -> dict[str, Implementation]:
+    """Every registered implementation by name, entry points included."""
+    load_entry_points()
+    return dict(_registry)
+
+
+def _load_file(path_text: str) -> object:
+    path = Path(path_text)
+    if not path.is_file():
+        raise ResolveError(f"no file {path_text}")
+    module_name = f"_attention_conformance_user_{abs(hash(path.resolve()))}"
+    if module_name in sys.modules:  # loaded before: its implementations are registered already
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ResolveError(f"cannot load {path_text} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as error:
+        raise ResolveError(f"syntax error in {path_text}, line {error.lineno}: {error.msg}") from error
+    except Exception as error:
+        raise ResolveError(f"importing {path_text} raised {type(error).__name__}: {error}") from error
+    return module
+
+
+def _load_module(name: str) -> object:
+    try:
+        return importlib.import_module(name)
+    except SyntaxError as error:
+        raise ResolveError(
+            f"syntax error in module {name} ({error.filename}, line {error.lineno}): {error.msg}"
+        ) from error
+    except ImportError as error:
+        raise ResolveError(f"cannot import module {name}: {error}") from error
+    except Exception as error:
+        raise ResolveError(f"importing module {name} raised {type(error).__name__}: {error}") from error
+
+
+def resolve(spec: str) -> list[Implementation]:
+    """The implementations an IMPL argument names. Raises ResolveError with a one-line reason."""
+    if "::" in spec:
+        location, _, attribute = spec.partition("::")
+        container = _load_file(location)
+    elif ":" in spec:
+        location, _, attribute = spec.partition(":")
+        container = _load_module(location)
+    else:
+        known = registered()
+        if spec in known:
+            return [known[spec]]
+        raise ResolveError(f"no implementation named {spec!r} (see `attention-conformance list`; "
+                           "or give package.module:Attr or path/to/file.py::Attr)")
+    if not attribute:
+        raise ResolveError(f"{spec}: name the attribute after the colon")
+    try:
+        obj = getattr(container, attribute)
+    except AttributeError:
+        raise ResolveError(f"{location} has no attribute {attribute!r}") from None
+    return _as_implementations(obj, f"{location}:{attribute}")

@@ -1,0 +1,121 @@
+"""Render verdicts: the implementation x check matrix, failure blocks, a summary; or JSON."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Sequence
+
+import torch
+
+from conformance.adapter import Subject
+from conformance.results import CheckResult, Status
+
+LABELS = {
+    Status.PASSED: "PASS",
+    Status.FAILED: "FAIL",
+    Status.SKIPPED: "SKIP",
+    Status.EXPECTED_FAILURE: "XFAIL",
+}
+
+
+def _row_label(result: CheckResult, devices: Sequence[str]) -> str:
+    return result.implementation if len(devices) == 1 else f"{result.implementation} [{result.device}]"
+
+
+def header(profile: str, devices: Sequence[str], unavailable: Sequence[str]) -> str:
+    from conformance import __version__
+
+    missing = "".join(f"; {d}: not available, skipped" for d in unavailable)
+    return (f"attention-conformance {__version__} · torch {torch.__version__} · "
+            f"python {platform.python_version()} · profile {profile} · devices: "
+            f"{', '.join(devices)}{missing}")
+
+
+def matrix(results: Sequence[CheckResult], checks: Sequence[str], devices: Sequence[str]) -> str:
+    rows: dict[str, dict[str, CheckResult]] = {}
+    for result in results:
+        rows.setdefault(_row_label(result, devices), {})[result.check] = result
+    name_width = max([len("implementation"), *map(len, rows)]) + 2
+    widths = [max(len(c), 5) + 2 for c in checks]
+
+    def line(label: str, cells: Sequence[str]) -> str:
+        return label.ljust(name_width) + "".join(
+            cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
+
+    lines = [line("implementation", checks)]
+    for label, by_check in rows.items():
+        lines.append(line(label, [LABELS[by_check[c].status] if c in by_check else "-"
+                                  for c in checks]))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _skips(results: Sequence[CheckResult], devices: Sequence[str]) -> list[str]:
+    by_row: dict[str, list[str]] = {}
+    for result in results:
+        if result.status is Status.SKIPPED:
+            by_row.setdefault(_row_label(result, devices), []).append(
+                f"{result.check} ({result.reason})")
+    return [f"  {row}: " + "; ".join(items) for row, items in by_row.items()]
+
+
+def _observations(results: Sequence[CheckResult], devices: Sequence[str]) -> list[str]:
+    return [f"  {_row_label(r, devices)} · {r.check}: {note}"
+            for r in results for note in r.observations]
+
+
+def failure_block(result: CheckResult) -> str:
+    label = "FAIL " if result.status is Status.FAILED else "XFAIL"
+    lines = [f"{label} {result.implementation} · {result.check} [{result.device}]",
+             f"  {result.reason}"]
+    if result.hint:
+        lines.append(f"  likely bug: {result.hint}")
+    if result.counterexample:
+        lines.append(f"  minimal case: {result.counterexample}")
+    lines.extend(f"  {detail}" for detail in result.details)
+    return "\n".join(lines)
+
+
+def summary(results: Sequence[CheckResult], seconds: float) -> str:
+    counts = {status: sum(r.status is status for r in results) for status in Status}
+    implementations = len({r.implementation for r in results})
+    text = (f"{implementations} implementation(s): {counts[Status.PASSED]} passed, "
+            f"{counts[Status.FAILED]} failed, {counts[Status.SKIPPED]} skipped, "
+            f"{counts[Status.EXPECTED_FAILURE]} expected failure(s) in {seconds:.1f} s")
+    verdict = ("OK: no unexpected failure" if not counts[Status.FAILED]
+               else f"FAILED: {counts[Status.FAILED]} unexpected failure(s)")
+    return f"{text}\n{verdict}"
+
+
+def render_text(results: Sequence[CheckResult], *, checks: Sequence[str], profile: str,
+                devices: Sequence[str], unavailable: Sequence[str], seconds: float) -> str:
+    parts = [header(profile, devices, unavailable), "", matrix(results, checks, devices)]
+    skips = _skips(results, devices)
+    if skips:
+        parts += ["", "Skipped:", *skips]
+    observations = _observations(results, devices)
+    if observations:
+        parts += ["", "Observed:", *observations]
+    failures = [r for r in results if r.status in (Status.FAILED, Status.EXPECTED_FAILURE)]
+    for result in sorted(failures, key=lambda r: r.status is Status.FAILED):
+        parts += ["", failure_block(result)]
+    parts += ["", summary(results, seconds)]
+    return "\n".join(parts)
+
+
+def render_json(results: Sequence[CheckResult], *, subjects: Sequence[Subject], profile: str,
+                devices: Sequence[str], unavailable: Sequence[str], seconds: float) -> dict:
+    from conformance import __version__
+
+    counts = {status.value: sum(r.status is status for r in results) for status in Status}
+    return {
+        "tool": "attention-conformance",
+        "version": __version__,
+        "torch": torch.__version__,
+        "profile": profile,
+        "devices": list(devices),
+        "unavailable_devices": list(unavailable),
+        "implementations": [{"name": s.name, "declares": s.describe()} for s in subjects],
+        "results": [r.to_dict() for r in results],
+        "summary": {**counts, "seconds": round(seconds, 3),
+                    "ok": counts[Status.FAILED.value] == 0},
+    }

@@ -1,0 +1,47 @@
+"""Verdicts: one :class:`CheckResult` per (implementation, check, device)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+
+class Status(str, Enum):
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    EXPECTED_FAILURE = "expected-failure"
+
+
+@dataclass
+class CheckResult:
+    """The verdict of one check on one implementation and device.
+
+    Attributes:
+        reason: one line: why it failed or was skipped, what was expected.
+        counterexample: the minimal failing case (hypothesis-shrunk), pasteable.
+        details: further lines of evidence: numbers seen and where.
+        hint: the likely bug in words, where the failure matches a known signature.
+        observations: behaviour worth reporting even on a pass (e.g. fully masked rows).
+    """
+
+    implementation: str
+    check: str
+    device: str
+    status: Status
+    reason: str = ""
+    counterexample: str | None = None
+    details: list[str] = field(default_factory=list)
+    hint: str | None = None
+    observations: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def is_failure(self) -> bool:
+        """A failure that was not expected: this is what makes a run fail."""
+        return self.status is Status.FAILED
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["status"] = self.status.value
+        return data

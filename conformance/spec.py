@@ -1,0 +1,176 @@
+"""What an implementation under test declares about itself, and the configuration it is built from.
+
+These are plain data: they cross the boundary to an implementation unchanged, whether it runs in
+this process or in another one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import TYPE_CHECKING, Literal
+
+import torch
+
+if TYPE_CHECKING:
+    from conformance.weights import WeightLayout
+
+CallConvention = Literal["self", "qkv"]
+"""``"self"``: ``f(x[, mask])``; ``"qkv"``: ``f(query, key, value[, mask])``."""
+
+Causality = Literal["never", "always", "optional"]
+"""Whether the implementation masks the future: never, always, or when asked through an argument."""
+
+
+class MaskKind(str, Enum):
+    """How mask values are read."""
+
+    KEEP_INT = "keep_int"
+    """Integer tensor, 1 = attend, 0 = masked (``masked_fill(mask == 0, ...)``)."""
+    KEEP_BOOL = "keep_bool"
+    """Boolean tensor, True = attend (``F.scaled_dot_product_attention``'s ``attn_mask``)."""
+    IGNORE_BOOL = "ignore_bool"
+    """Boolean tensor, True = masked (``nn.MultiheadAttention``'s ``key_padding_mask``)."""
+    ADDITIVE = "additive"
+    """Float tensor added to the logits: 0 = attend, -inf = masked."""
+
+
+class MaskLayout(str, Enum):
+    """The shape the mask argument is given in."""
+
+    KEY_PADDING = "key_padding"
+    """(batch, kv_len)."""
+    BROADCAST = "broadcast"
+    """(batch, 1, 1, kv_len), broadcast over heads and query rows."""
+    PER_QUERY = "per_query"
+    """(batch, q_len, kv_len)."""
+    PER_HEAD = "per_head"
+    """(batch, num_heads, q_len, kv_len)."""
+
+
+@dataclass(frozen=True)
+class MaskConvention:
+    """How the implementation takes a padding mask.
+
+    ``argument`` names the keyword it is passed as; ``None`` passes it positionally after the
+    inputs.
+    """
+
+    kind: MaskKind
+    layout: MaskLayout
+    argument: str | None = None
+
+    def describe(self) -> str:
+        meaning = {
+            MaskKind.KEEP_INT: "int mask, 0 = masked",
+            MaskKind.KEEP_BOOL: "bool mask, True = attend",
+            MaskKind.IGNORE_BOOL: "bool mask, True = ignore",
+            MaskKind.ADDITIVE: "additive float mask, -inf = masked",
+        }[self.kind]
+        shape = {
+            MaskLayout.KEY_PADDING: "(B, Lk)",
+            MaskLayout.BROADCAST: "(B, 1, 1, Lk)",
+            MaskLayout.PER_QUERY: "(B, Lq, Lk)",
+            MaskLayout.PER_HEAD: "(B, H, Lq, Lk)",
+        }[self.layout]
+        return f"{meaning}, shape {shape}"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One generated configuration an implementation is built for and called with.
+
+    ``d_model`` is both the input and the output width; ``head_dim = d_model // num_heads``.
+    """
+
+    batch: int
+    q_len: int
+    kv_len: int
+    d_model: int
+    num_heads: int
+    dropout: float = 0.0
+    dtype: torch.dtype = torch.float32
+    device: str = "cpu"
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+
+DEFAULT_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an implementation declares it can do; checks needing more SKIP with the reason.
+
+    Attributes:
+        call: the call convention.
+        mask: how it takes a padding mask, or ``None`` when it takes none.
+        causal: whether it masks the future.
+        causal_argument: keyword that turns causality on, when ``causal == "optional"``.
+        cross_attention: whether ``kv_len != q_len`` is supported (``"qkv"`` only).
+        max_len: the longest sequence it accepts (a ``block_size`` buffer, say).
+        heads: a fixed number of heads (1 for single-head modules), or ``None`` for any.
+        dtypes: the floating dtypes it supports.
+        weights: whether its projections are readable and writable in the canonical form.
+    """
+
+    call: CallConvention = "self"
+    mask: MaskConvention | None = None
+    causal: Causality = "never"
+    causal_argument: str | None = None
+    cross_attention: bool = False
+    max_len: int | None = None
+    heads: int | None = None
+    dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES
+    weights: bool = False
+
+    def describe(self) -> str:
+        call = "self-attention f(x[, mask])" if self.call == "self" else "f(q, k, v[, mask])"
+        parts = [call, self.mask.describe() if self.mask else "no mask"]
+        parts.append({"never": "not causal", "always": "always causal",
+                      "optional": f"causal when {self.causal_argument}=True"}[self.causal])
+        if self.cross_attention:
+            parts.append("cross-attention")
+        if self.heads is not None:
+            parts.append(f"{self.heads} head(s)")
+        if self.max_len is not None:
+            parts.append(f"max length {self.max_len}")
+        parts.append("canonical weights" if self.weights else "no weight access")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """An attention implementation under test: how to build it and what it declares.
+
+    Attributes:
+        name: unique name used in reports and test ids.
+        factory: builds the module (or any callable) for a generated :class:`Config`.
+        capabilities: what it declares; checks it cannot take part in SKIP.
+        weight_layout: where its projections live, for access in the canonical per-head form.
+        expected_failures: ``{check_name: reason}`` for known failures; they don't fail a run.
+        description: one line shown in listings.
+    """
+
+    name: str
+    factory: Callable[[Config], Callable[..., torch.Tensor]]
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    weight_layout: WeightLayout | None = None
+    expected_failures: Mapping[str, str] = field(default_factory=dict)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.capabilities.weights != (self.weight_layout is not None):
+            # The declaration follows the layout: one source of truth for weight access.
+            object.__setattr__(
+                self, "capabilities",
+                replace(self.capabilities, weights=self.weight_layout is not None),
+            )
+        if self.capabilities.call == "self" and self.capabilities.cross_attention:
+            raise ValueError(f"{self.name}: cross-attention needs the 'qkv' call convention")
+        if self.capabilities.causal == "optional" and not self.capabilities.causal_argument:
+            raise ValueError(f"{self.name}: causal='optional' needs causal_argument")
+

@@ -1,0 +1,94 @@
+"""Hypothesis strategies for cases, shaped by what an implementation declares.
+
+Shapes: batch 1..4; lengths 1..33 (capped by a declared ``max_len``), with ``q_len == batch``
+drawn often because ``B == L`` hides no transposition bug the way unequal sizes do, and
+``kv_len != q_len`` only where cross-attention is declared; heads 1..8 with more than one head
+the common case; head_dim 1..16. Masks keep at least one key per batch element, or separately
+mask every key of some elements.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from hypothesis import strategies as st
+
+from conformance.cases import Case, dtype_name
+from conformance.spec import Capabilities
+
+MAX_LEN = 33
+MAX_HEAD_DIM = 16
+SEEDS = st.integers(0, 2**16 - 1)
+# Shrinks towards 2 heads: a counterexample with several heads says more than one with one.
+HEAD_COUNTS = (2, 3, 4, 1, 5, 6, 7, 8)
+
+MaskStyle = Literal["none", "kept", "partly_masked", "fully_masked"]
+"""``kept``: at least one kept key per batch element; ``partly_masked``: additionally at least one
+masked key in each; ``fully_masked``: batch >= 2 and some elements with every key masked."""
+
+
+def available_devices() -> list[str]:
+    """Every device this machine can run on: cpu, and cuda / mps when present."""
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        devices.append("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        devices.append("mps")
+    return devices
+
+
+def _heads(caps: Capabilities, min_heads: int) -> st.SearchStrategy[int]:
+    if caps.heads is not None:
+        return st.just(caps.heads)
+    return st.sampled_from([h for h in HEAD_COUNTS if h >= min_heads])
+
+
+@st.composite
+def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
+          causal: bool = False, cross: bool = True, min_heads: int = 1, min_len: int = 1,
+          probe: bool = False) -> Case:
+    """A case the implementation can take.
+
+    ``probe``: shapes where the attention-matrix probe fits (``kv_len <= head_dim`` and
+    ``d_model > kv_len``, see :mod:`conformance.probes`). ``causal``: the case asks for causal
+    attention, with ``q_len == kv_len``.
+    """
+    causal = causal or caps.causal == "always"  # the case must say what the implementation does
+    max_len = min(MAX_LEN, caps.max_len or MAX_LEN)
+    if probe:
+        max_len = min(max_len, MAX_HEAD_DIM - 1)
+    if masks == "partly_masked":
+        min_len = max(min_len, 2)
+    batch = draw(st.integers(2 if masks == "fully_masked" else 1, 4))
+    q_len = draw(st.one_of(st.just(max(min(batch, max_len), min_len)),
+                           st.integers(min_len, max_len)))
+    kv_len = q_len
+    if cross and caps.cross_attention and not causal:
+        kv_len = draw(st.one_of(st.just(q_len), st.integers(min_len, max_len)))
+    num_heads = draw(_heads(caps, min_heads))
+    if probe:
+        # One-hot values need head_dim >= kv_len; the content channel needs d_model > kv_len.
+        low = max(kv_len, 1 if num_heads > 1 else kv_len + 1)
+        head_dim = draw(st.integers(low, max(low, MAX_HEAD_DIM)))
+    else:
+        head_dim = draw(st.integers(1, MAX_HEAD_DIM))
+    dtype = draw(st.sampled_from([dtype_name(d) for d in caps.dtypes]))
+
+    kept = None
+    mask_seed = None
+    if masks != "none":
+        # Drawn as a count of masked keys, so examples shrink towards masking as little as possible.
+        fewest = 1 if masks == "partly_masked" else 0
+        kept_list = [kv_len - draw(st.integers(fewest, kv_len - 1)) for _ in range(batch)]
+        if masks == "fully_masked":
+            empty = draw(st.lists(st.integers(0, batch - 1), min_size=1, max_size=batch - 1,
+                                  unique=True))
+            for b in empty:
+                kept_list[b] = 0
+        kept = tuple(kept_list)
+        mask_seed = draw(st.one_of(st.none(), SEEDS))
+    return Case(batch=batch, q_len=q_len, kv_len=kv_len, num_heads=num_heads,
+                head_dim=head_dim, dtype=dtype, device=device, seed=draw(SEEDS), kept=kept,
+                mask_seed=mask_seed, causal=causal)

@@ -1,0 +1,316 @@
+"""Projection weights in the canonical per-head form, and layouts that read and write them.
+
+The canonical form (all tensors in the module's dtype and device):
+
+    w_q: (H, Dh, D_in)   b_q: (H, Dh)
+    w_k: (H, Dh, D_in)   b_k: (H, Dh)
+    w_v: (H, Dv, D_in)   b_v: (H, Dv)
+    w_o: (D_out, H * Dv) or None (no output projection: the output is the concatenated heads)
+    b_o: (D_out,) or None
+
+Head ``h`` computes ``softmax((x w_q[h]^T + b_q[h]) (x w_k[h]^T + b_k[h])^T / sqrt(Dh))
+(x w_v[h]^T + b_v[h])``; the heads are concatenated in order and projected by ``w_o``, ``b_o``.
+A missing bias reads as zeros; writing a non-zero bias where the module has none is an error.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+
+class WeightLayoutError(Exception):
+    """The module's parameters don't match the declared layout."""
+
+
+@dataclass(frozen=True)
+class HeadWeights:
+    """Projection weights in the canonical per-head form (see the module docstring)."""
+
+    w_q: torch.Tensor
+    b_q: torch.Tensor
+    w_k: torch.Tensor
+    b_k: torch.Tensor
+    w_v: torch.Tensor
+    b_v: torch.Tensor
+    w_o: torch.Tensor | None = None
+    b_o: torch.Tensor | None = None
+
+    @property
+    def num_heads(self) -> int:
+        return self.w_q.shape[0]
+
+    @property
+    def head_dim(self) -> int:
+        return self.w_q.shape[1]
+
+    @property
+    def value_dim(self) -> int:
+        return self.w_v.shape[1]
+
+    @property
+    def d_in(self) -> int:
+        return self.w_q.shape[2]
+
+    @property
+    def d_out(self) -> int:
+        return self.num_heads * self.value_dim if self.w_o is None else self.w_o.shape[0]
+
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> HeadWeights:
+        """Apply ``fn`` to every tensor (``None`` stays ``None``)."""
+        return HeadWeights(**{
+            name: None if value is None else fn(value) for name, value in self._fields()
+        })
+
+    def permute_heads(self, order: Sequence[int]) -> HeadWeights:
+        """Relabel heads: new head ``i`` is old head ``order[i]``; ``w_o``'s column blocks follow."""
+        index = torch.as_tensor(list(order), device=self.w_q.device)
+        moved = {
+            name: getattr(self, name)[index]
+            for name in ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v")
+        }
+        w_o = self.w_o
+        if w_o is not None:
+            blocks = w_o.reshape(w_o.shape[0], self.num_heads, self.value_dim)
+            w_o = blocks[:, index].reshape(w_o.shape[0], -1)
+        return replace(self, w_o=w_o, **moved)
+
+    def head(self, h: int) -> HeadWeights:
+        """Head ``h`` alone, as a one-head module with no output projection."""
+        return HeadWeights(
+            w_q=self.w_q[h : h + 1], b_q=self.b_q[h : h + 1],
+            w_k=self.w_k[h : h + 1], b_k=self.b_k[h : h + 1],
+            w_v=self.w_v[h : h + 1], b_v=self.b_v[h : h + 1],
+        )
+
+    def _fields(self) -> list[tuple[str, torch.Tensor | None]]:
+        return [(name, getattr(self, name))
+                for name in ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o")]
+
+
+class WeightLayout(ABC):
+    """Where a module keeps its projections; reads and writes them in the canonical form."""
+
+    @abstractmethod
+    def read(self, module: nn.Module, num_heads: int) -> HeadWeights:
+        """The module's current weights, canonical form, detached copies."""
+
+    @abstractmethod
+    def write(self, module: nn.Module, weights: HeadWeights) -> None:
+        """Load ``weights`` into the module's own parameters, in place."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """One line naming the submodules, for reports."""
+
+
+def _get(module: nn.Module, path: str) -> nn.Module:
+    try:
+        return module.get_submodule(path)
+    except AttributeError as error:
+        raise WeightLayoutError(f"no submodule {path!r} in {type(module).__name__}") from error
+
+
+def _linear_parts(linear: nn.Module, path: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    weight = getattr(linear, "weight", None)
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise WeightLayoutError(f"{path!r} has no 2-D weight (is it an nn.Linear?)")
+    bias = getattr(linear, "bias", None)
+    return weight, bias if isinstance(bias, torch.Tensor) else None
+
+
+def _split_heads(matrix: torch.Tensor, bias: torch.Tensor | None, heads: int, path: str):
+    """(H * Dh, D_in) weight and (H * Dh,) bias -> (H, Dh, D_in), (H, Dh); heads are row blocks."""
+    rows, d_in = matrix.shape
+    if rows % heads:
+        raise WeightLayoutError(f"{path!r} has {rows} output rows, not divisible by {heads} heads")
+    w = matrix.detach().reshape(heads, rows // heads, d_in).clone()
+    b = (torch.zeros(rows, dtype=matrix.dtype, device=matrix.device)
+         if bias is None else bias.detach().clone())
+    return w, b.reshape(heads, rows // heads)
+
+
+def _copy_into(param: torch.Tensor | None, value: torch.Tensor | None, path: str) -> None:
+    if param is None:
+        if value is not None and bool(torch.any(value != 0)):
+            raise WeightLayoutError(f"{path!r} has no bias, cannot set a non-zero one")
+        return
+    if value is None:
+        raise WeightLayoutError(f"{path!r} needs a value")
+    with torch.no_grad():
+        param.copy_(value.reshape(param.shape))
+
+
+def _split_packed(weight: torch.Tensor, bias: torch.Tensor | None, heads: int, path: str):
+    """[q; k; v] stacked rows -> the canonical q, k, v parts."""
+    if weight.shape[0] % 3:
+        raise WeightLayoutError(f"{path!r} has {weight.shape[0]} rows, not 3 equal parts")
+    rows = weight.shape[0] // 3
+    parts = {}
+    for i, role in enumerate("qkv"):
+        part_bias = None if bias is None else bias[i * rows : (i + 1) * rows]
+        parts[f"w_{role}"], parts[f"b_{role}"] = _split_heads(
+            weight[i * rows : (i + 1) * rows], part_bias, heads, path)
+    return parts
+
+
+def _write_packed(weight: torch.Tensor, bias: torch.Tensor | None, weights: HeadWeights,
+                  path: str) -> None:
+    d_in = weights.d_in
+    _copy_into(weight, torch.cat([weights.w_q.reshape(-1, d_in), weights.w_k.reshape(-1, d_in),
+                                  weights.w_v.reshape(-1, d_in)]), path)
+    _copy_into(bias, torch.cat([weights.b_q.reshape(-1), weights.b_k.reshape(-1),
+                                weights.b_v.reshape(-1)]), path)
+
+
+def _read_output(linear: nn.Module, path: str) -> dict[str, torch.Tensor]:
+    weight, bias = _linear_parts(linear, path)
+    zeros = torch.zeros(weight.shape[0], dtype=weight.dtype, device=weight.device)
+    return {"w_o": weight.detach().clone(),
+            "b_o": zeros if bias is None else bias.detach().clone()}
+
+
+def _write_output(linear: nn.Module, weights: HeadWeights, path: str) -> None:
+    weight, bias = _linear_parts(linear, path)
+    _copy_into(weight, weights.w_o, path)
+    _copy_into(bias, weights.b_o, path)
+
+
+@dataclass(frozen=True)
+class SeparateProjections(WeightLayout):
+    """Separate ``nn.Linear`` layers for q, k, v (and optionally the output), heads as row blocks.
+
+    This is the layout of ``view(B, L, H, Dh).transpose(1, 2)`` implementations: head ``h`` owns
+    rows ``h * Dh : (h + 1) * Dh`` of each projection.
+    """
+
+    q: str
+    k: str
+    v: str
+    o: str | None = None
+
+    def read(self, module: nn.Module, num_heads: int) -> HeadWeights:
+        parts = {}
+        for role in ("q", "k", "v"):
+            path = getattr(self, role)
+            weight, bias = _linear_parts(_get(module, path), path)
+            parts[f"w_{role}"], parts[f"b_{role}"] = _split_heads(weight, bias, num_heads, path)
+        if self.o is not None:
+            parts.update(_read_output(_get(module, self.o), self.o))
+        return HeadWeights(**parts)
+
+    def write(self, module: nn.Module, weights: HeadWeights) -> None:
+        for role in ("q", "k", "v"):
+            path = getattr(self, role)
+            weight, bias = _linear_parts(_get(module, path), path)
+            _copy_into(weight, getattr(weights, f"w_{role}"), path)
+            _copy_into(bias, getattr(weights, f"b_{role}").reshape(-1), path)
+        if self.o is not None:
+            _write_output(_get(module, self.o), weights, self.o)
+
+    def describe(self) -> str:
+        names = [self.q, self.k, self.v] + ([self.o] if self.o else [])
+        return "weights from " + "/".join(names) + ("" if self.o else ", no output projection")
+
+
+@dataclass(frozen=True)
+class FusedProjection(WeightLayout):
+    """One ``nn.Linear`` producing q, k and v stacked along its output rows ([q; k; v])."""
+
+    qkv: str
+    o: str | None = None
+
+    def read(self, module: nn.Module, num_heads: int) -> HeadWeights:
+        weight, bias = _linear_parts(_get(module, self.qkv), self.qkv)
+        parts = _split_packed(weight, bias, num_heads, self.qkv)
+        if self.o is not None:
+            parts.update(_read_output(_get(module, self.o), self.o))
+        return HeadWeights(**parts)
+
+    def write(self, module: nn.Module, weights: HeadWeights) -> None:
+        weight, bias = _linear_parts(_get(module, self.qkv), self.qkv)
+        _write_packed(weight, bias, weights, self.qkv)
+        if self.o is not None:
+            _write_output(_get(module, self.o), weights, self.o)
+
+    def describe(self) -> str:
+        return f"fused q/k/v weights from {self.qkv}" + (
+            f", output projection {self.o}" if self.o else ", no output projection")
+
+
+@dataclass(frozen=True)
+class PerHeadModules(WeightLayout):
+    """A ``ModuleList`` of single-head modules, each with its own q/k/v linears; heads in order."""
+
+    heads: str
+    q: str
+    k: str
+    v: str
+    o: str | None = None
+
+    def read(self, module: nn.Module, num_heads: int) -> HeadWeights:
+        head_list = list(_get(module, self.heads))
+        if len(head_list) != num_heads:
+            raise WeightLayoutError(f"{self.heads!r} holds {len(head_list)} heads, expected {num_heads}")
+        parts: dict[str, list[torch.Tensor]] = {}
+        for head in head_list:
+            for role in ("q", "k", "v"):
+                path = f"{self.heads}[*].{getattr(self, role)}"
+                weight, bias = _linear_parts(_get(head, getattr(self, role)), path)
+                w, b = _split_heads(weight, bias, 1, path)
+                parts.setdefault(f"w_{role}", []).append(w[0])
+                parts.setdefault(f"b_{role}", []).append(b[0])
+        stacked = {name: torch.stack(values) for name, values in parts.items()}
+        if self.o is not None:
+            stacked.update(_read_output(_get(module, self.o), self.o))
+        return HeadWeights(**stacked)
+
+    def write(self, module: nn.Module, weights: HeadWeights) -> None:
+        for h, head in enumerate(_get(module, self.heads)):
+            for role in ("q", "k", "v"):
+                path = f"{self.heads}[{h}].{getattr(self, role)}"
+                weight, bias = _linear_parts(_get(head, getattr(self, role)), path)
+                _copy_into(weight, getattr(weights, f"w_{role}")[h], path)
+                _copy_into(bias, getattr(weights, f"b_{role}")[h], path)
+        if self.o is not None:
+            _write_output(_get(module, self.o), weights, self.o)
+
+    def describe(self) -> str:
+        return (f"per-head weights from {self.heads}[h].{self.q}/{self.k}/{self.v}"
+                + (f", output projection {self.o}" if self.o else ", heads concatenated"))
+
+
+@dataclass(frozen=True)
+class PackedInProjection(WeightLayout):
+    """``torch.nn.MultiheadAttention``'s packed ``in_proj_weight`` ([q; k; v]) and ``out_proj``.
+
+    ``path`` names the ``nn.MultiheadAttention`` submodule ("" for the module itself).
+    """
+
+    path: str = ""
+
+    def _mha(self, module: nn.Module) -> nn.Module:
+        mha = _get(module, self.path) if self.path else module
+        if getattr(mha, "in_proj_weight", None) is None:
+            raise WeightLayoutError(
+                f"{self.path or type(module).__name__!r} has no packed in_proj_weight")
+        return mha
+
+    def read(self, module: nn.Module, num_heads: int) -> HeadWeights:
+        mha = self._mha(module)
+        parts = _split_packed(mha.in_proj_weight, mha.in_proj_bias, num_heads, "in_proj_weight")
+        parts.update(_read_output(mha.out_proj, "out_proj"))
+        return HeadWeights(**parts)
+
+    def write(self, module: nn.Module, weights: HeadWeights) -> None:
+        mha = self._mha(module)
+        _write_packed(mha.in_proj_weight, mha.in_proj_bias, weights, "in_proj_weight")
+        _write_output(mha.out_proj, weights, "out_proj")
+
+    def describe(self) -> str:
+        prefix = f"{self.path}." if self.path else ""
+        return f"weights from {prefix}in_proj_weight/{prefix}out_proj"
