@@ -198,7 +198,7 @@ class ModuleInstance(Instance):
 
     def input_gradients(self, inputs: Inputs,
                         cotangent: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        if inputs.is_self:
+        if self._capabilities.call == "self":
             leaves = {"x": inputs.query.detach().clone().requires_grad_(True)}
             call_inputs = Inputs.self_attention(leaves["x"], inputs.keep, inputs.causal)
         else:

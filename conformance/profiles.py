@@ -24,7 +24,7 @@ _COMMON = dict(
 
 PROFILES: dict[str, settings] = {
     # Reproducible: the same examples on every run and machine.
-    "quick": settings(settings.get_profile("default"), max_examples=12, derandomize=True,
+    "quick": settings(settings.get_profile("default"), max_examples=25, derandomize=True,
                       **_COMMON),
     # Explores: fresh examples each run (fix them with a seed).
     "thorough": settings(settings.get_profile("default"), max_examples=150, derandomize=False,

@@ -70,7 +70,7 @@ def failure_block(result: CheckResult) -> str:
     if result.hint:
         lines.append(f"  likely bug: {result.hint}")
     if result.counterexample:
-        lines.append(f"  minimal case: {result.counterexample}")
+        lines.append(f"  falsifying example (hypothesis-shrunk): {result.counterexample}")
     lines.extend(f"  {detail}" for detail in result.details)
     return "\n".join(lines)
 

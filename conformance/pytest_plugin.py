@@ -1,0 +1,117 @@
+"""pytest plugin: the catalogue as ordinary tests.
+
+``pytest --pyargs conformance --attention-impl IMPL`` collects ``conformance/test_conformance.py``:
+one test per check, parametrized over implementations (and devices other than the CPU), with ids
+such as ``test_padding[seed002-MultiHeadAttention]``. Verdicts come from the same
+:class:`~conformance.catalogue.Runner` the CLI uses; an expected failure is an xfail, a check the
+implementation can't take part in is a skip, a device that is absent is a clean skip.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conformance.adapter import InProcessSubject, Subject
+from conformance.catalogue import Runner
+from conformance.profiles import PROFILE_NAMES
+from conformance.registry import ResolveError, registered, resolve
+from conformance.report import failure_block
+from conformance.results import CheckResult, Status
+from conformance.strategies import available_devices
+
+_SUBJECTS = pytest.StashKey[list[Subject]]()
+_RUNNER = pytest.StashKey[Runner]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("attention-conformance")
+    group.addoption("--attention-impl", action="append", default=[], metavar="IMPL",
+                    help="implementation to check: registered name, package.module:Attr or "
+                         "path/to/file.py::Attr (repeatable; default: every registered one)")
+    group.addoption("--attention-profile", choices=PROFILE_NAMES, default=None,
+                    help="the suite's hypothesis profile (default quick; "
+                         "--hypothesis-profile attention-conformance-NAME also selects it)")
+    group.addoption("--attention-device", action="append", default=[], metavar="DEVICE",
+                    help="devices to test on (repeatable; default cpu and cuda, absent ones skip)")
+
+
+def _profile(config: pytest.Config) -> str:
+    chosen = config.getoption("attention_profile")
+    if chosen:
+        return chosen
+    hypothesis_profile = config.getoption("hypothesis_profile", default=None) or ""
+    prefix = "attention-conformance-"
+    if hypothesis_profile.startswith(prefix) and hypothesis_profile[len(prefix):] in PROFILE_NAMES:
+        return hypothesis_profile[len(prefix):]
+    return "quick"
+
+
+def _devices(config: pytest.Config) -> list[str]:
+    chosen = config.getoption("attention_device")
+    if chosen:
+        return list(chosen)
+    return ["cpu", "cuda", "mps"] if sys.platform == "darwin" else ["cpu", "cuda"]
+
+
+def _subjects(config: pytest.Config) -> list[Subject]:
+    if _SUBJECTS not in config.stash:
+        specs = config.getoption("attention_impl")
+        try:
+            implementations = ([impl for spec in specs for impl in resolve(spec)] if specs
+                               else list(registered().values()))
+        except ResolveError as error:
+            raise pytest.UsageError(f"--attention-impl: {error}") from error
+        config.stash[_SUBJECTS] = [InProcessSubject(impl) for impl in implementations]
+    return config.stash[_SUBJECTS]
+
+
+def _wanted(config: pytest.Config) -> bool:
+    """Whether this run is about the catalogue (so the header is worth printing)."""
+    return bool(config.getoption("attention_impl")) or any(
+        arg == "conformance" or arg.startswith("conformance/") or "test_conformance" in arg
+        for arg in config.args)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_RUNNER] = Runner(_profile(config))
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    if not _wanted(config):
+        return None
+    present = available_devices()
+    devices = ", ".join(d if d in present else f"{d} (not available: skipped)"
+                        for d in _devices(config))
+    names = ", ".join(s.name for s in _subjects(config))
+    return [f"attention-conformance: profile {_profile(config)}; devices {devices}",
+            f"attention-conformance: implementations under test: {names}"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "attention_target" not in metafunc.fixturenames:
+        return
+    params = [
+        pytest.param((subject, device),
+                     id=subject.name if device == "cpu" else f"{subject.name}-{device}")
+        for subject in _subjects(metafunc.config)
+        for device in _devices(metafunc.config)
+    ]
+    metafunc.parametrize("attention_target", params)
+
+
+@pytest.fixture(scope="session")
+def attention_runner(request: pytest.FixtureRequest) -> Runner:
+    """The session's Runner: one gate per (implementation, device), shared by every test."""
+    return request.config.stash[_RUNNER]
+
+
+def enforce(result: CheckResult) -> None:
+    """Turn a verdict into the pytest outcome: pass, skip, xfail or a failure that explains itself."""
+    if result.status is Status.SKIPPED:
+        pytest.skip(result.reason)
+    if result.status is Status.EXPECTED_FAILURE:
+        pytest.xfail(f"{result.reason} ({'; '.join(result.details[-1:])})")
+    if result.status is Status.FAILED:
+        pytest.fail(failure_block(result), pytrace=False)

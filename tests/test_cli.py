@@ -1,0 +1,85 @@
+"""The command line: matrix, JSON, exit codes, and one clear line for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+USER = f"{FIXTURES / 'user_impls.py'}::"
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_matrix_failure_block_and_summary(capsys):
+    code, out, _ = run(capsys, "check", "seed004-MultiHeadAttention", "mutant-mask-after-softmax")
+    assert code == 0  # every failure is an expected one
+    lines = out.splitlines()
+    assert lines[2].split() == ["implementation", "gate", "padding", "row_stochastic",
+                                "head_split", "causal"]
+    assert lines[3].split() == ["seed004-MultiHeadAttention", "XFAIL", "PASS", "PASS", "PASS",
+                                "SKIP"]
+    assert "cuda: not available, skipped" in lines[0] or "cuda" in lines[0]
+    assert "XFAIL mutant-mask-after-softmax · padding [cpu]" in out
+    assert "falsifying example (hypothesis-shrunk): Case(" in out
+    assert "OK: no unexpected failure" in out
+
+
+def test_unexpected_failure_exits_1_and_json_matches(capsys, tmp_path):
+    report = tmp_path / "r.json"
+    code, out, _ = run(capsys, "check", USER + "wrong_scale", "--json", str(report))
+    assert code == 1
+    assert "FAIL  user-wrong-scale · head_split [cpu]" in out
+    data = json.loads(report.read_text())
+    statuses = {r["check"]: r["status"] for r in data["results"]}
+    assert statuses["head_split"] == "failed" and statuses["gate"] == "passed"
+    assert data["summary"]["ok"] is False and data["profile"] == "quick"
+    assert data["implementations"][0]["declares"].startswith("self-attention")
+
+
+def test_module_attr_form(capsys):
+    code, out, _ = run(capsys, "check", "tests.fixtures.user_impls:plain", "--check", "gate")
+    assert code == 0 and "user-plain" in out
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("no-such-impl", "no implementation named 'no-such-impl'"),
+    ("no_such_pkg.mod:Thing", "cannot import module no_such_pkg.mod"),
+    (f"{FIXTURES / 'missing.py'}::X", "no file"),
+    (f"{FIXTURES / 'syntax_error.py'}::X", "syntax error in"),
+    (USER + "nope", "has no attribute 'nope'"),
+    (USER + "not_checkable", "is a int, not an nn.Module, callable or Implementation"),
+    (USER + "undeclared_class", "PlainAttention, which has no declaration"),
+    (USER + "bad_constructor", "user-bad-constructor: constructing it raised TypeError"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, spec, message):
+    code, out, err = run(capsys, "check", spec)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_bad_constructor_says_where(capsys):
+    _, _, err = run(capsys, "check", USER + "bad_constructor")
+    assert "user_impls.py:" in err
+
+
+def test_debug_shows_the_traceback(capsys):
+    code, _, err = run(capsys, "check", "--debug", USER + "bad_constructor")
+    assert code == 2 and "Traceback" in err
+
+
+def test_python_dash_m_and_list():
+    listing = subprocess.run([sys.executable, "-m", "conformance", "list"], capture_output=True,
+                             text=True, check=True).stdout
+    assert "seed002-MultiHeadAttention" in listing and "reference-sdpa" in listing

@@ -1,0 +1,101 @@
+"""The runner: verdicts, skips, the gate's blocking, expected failures, misbehaving code."""
+
+from __future__ import annotations
+
+import torch
+
+import conformance
+from conformance import Status
+from conformance.cases import Case
+from conformance.probes import measure_attention
+from conformance.reference import reference_attention
+from tests.fixtures import user_impls
+
+
+def by_check(results):
+    return {r.check: r for r in results}
+
+
+def test_a_correct_user_implementation_passes():
+    results = by_check(conformance.check(user_impls.plain, devices=["cpu"]))
+    assert {c: r.status for c, r in results.items()} == {
+        "gate": Status.PASSED, "padding": Status.PASSED, "row_stochastic": Status.PASSED,
+        "head_split": Status.PASSED, "causal": Status.SKIPPED}
+    assert results["causal"].reason == "declares non-causal attention"
+    assert results["padding"].observations == ["rows with every key masked give NaN"]
+
+
+def test_a_wrong_scale_fails_head_split_with_numbers_location_and_case():
+    result = by_check(conformance.check(user_impls.wrong_scale, devices=["cpu"]))["head_split"]
+    assert result.status is Status.FAILED
+    assert "differs from the concatenated per-head attentions" in result.reason
+    assert "at batch" in result.reason and "row" in result.reason
+    case = eval(result.counterexample, {"Case": Case})  # noqa: S307
+    assert case.num_heads >= 2
+
+
+def test_expected_failures_are_reported_as_such_and_an_unexpected_pass_fails():
+    failing = by_check(conformance.check(user_impls.wrong_scale_expected, devices=["cpu"]))
+    assert failing["head_split"].status is Status.EXPECTED_FAILURE
+    assert "expected: divides by sqrt(d_model)" in failing["head_split"].details
+    passing = by_check(conformance.check(user_impls.plain_expected_to_fail, devices=["cpu"]))
+    assert passing["padding"].status is Status.FAILED
+    assert passing["padding"].reason.startswith("expected to fail")
+
+
+def test_forward_that_raises_fails_the_gate_once_and_blocks_the_rest():
+    results = by_check(conformance.check(user_impls.raises, devices=["cpu"]))
+    assert results["gate"].status is Status.FAILED
+    assert "RuntimeError: kaboom in forward" in results["gate"].reason
+    for name in ("padding", "row_stochastic", "head_split"):
+        assert results[name].status is Status.SKIPPED
+        assert results[name].reason.startswith("blocked: the gate failed")
+
+
+def test_non_tensor_and_wrong_shape_outputs_fail_the_gate_with_what_was_seen():
+    gate = by_check(conformance.check(user_impls.returns_tuple, devices=["cpu"]))["gate"]
+    assert "returned tuple, not a tensor" in gate.reason
+    gate = by_check(conformance.check(user_impls.wrong_shape, devices=["cpu"]))["gate"]
+    assert "output has shape (2, 1, 8), expected (2, 5, 8)" in gate.reason
+
+
+def test_a_declared_feature_that_breaks_is_reported_at_the_gate_and_dropped():
+    results = by_check(conformance.check(user_impls.raises_on_mask, devices=["cpu"]))
+    assert results["gate"].status is Status.FAILED
+    assert results["gate"].reason.startswith("declared mask")
+    assert results["padding"].status is Status.SKIPPED
+    assert "failed at the gate" in results["padding"].reason
+    assert results["head_split"].status is Status.PASSED
+
+
+def test_absent_devices_skip_cleanly():
+    if torch.cuda.is_available():
+        return
+    results = conformance.check(user_impls.plain, devices=["cuda"])
+    assert {r.status for r in results} == {Status.SKIPPED}
+    assert results[0].reason == "cuda is not available on this machine"
+
+
+def test_quick_profile_is_deterministic():
+    first = [r.to_dict() for r in conformance.check("mutant-heads-view-no-transpose")]
+    second = [r.to_dict() for r in conformance.check("mutant-heads-view-no-transpose")]
+    for result in (*first, *second):
+        result.pop("seconds")
+    assert first == second
+
+
+def test_probe_measures_the_attention_matrix_an_implementation_computes():
+    subject = conformance.catalogue.as_subject("reference-sdpa")
+    case = Case(batch=2, q_len=3, kv_len=4, num_heads=2, head_dim=5, seed=1, kept=(4, 2))
+    instance = subject.instantiate(case.config, case.seed)
+    attention = measure_attention(instance, case, "qkv", keep=case.keep())
+    # The probe loaded its own weights; the reference with those weights must agree.
+    weights = instance.read_weights()
+    g = torch.Generator().manual_seed(0)
+    assert attention.shape == (2, 2, 3, 4)
+    assert torch.all(attention[1, :, :, 2:] == 0)
+    torch.testing.assert_close(attention.sum(-1), torch.ones(2, 2, 3, dtype=torch.float64))
+    x = torch.randn(2, 4, 10, generator=g)
+    expected = reference_attention(weights, x[:, :3], x, x, keep=case.keep()).output
+    torch.testing.assert_close(instance.forward(
+        conformance.Inputs(x[:, :3], x, x, case.keep())).double(), expected, rtol=1e-5, atol=1e-5)
