@@ -27,6 +27,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 bench: $(STAMP)
+	$(BIN)/python -m pytest benchmarks -q --benchmark-enable --benchmark-only \
+		--benchmark-columns=median,iqr,rounds --benchmark-sort=name
 	$(BIN)/python benchmarks/catalogue_timing.py
 
 clean:
