@@ -1,7 +1,8 @@
 """How fast each bundled implementation is: forward (eval, no grad) and forward + backward.
 
 Run with ``make bench``. ``make test`` runs each benchmark once with timing disabled, so the
-fixtures can't rot. Shape: batch 4, length 32, d_model 64, 4 heads (single-head modules: one head of 64), float32.
+fixtures can't rot. Shape: batch 4, length 32, d_model 64, 4 heads (single-head modules: one
+head of 64), float32.
 """
 
 from __future__ import annotations
@@ -43,5 +44,5 @@ def test_forward(benchmark, impl):
 def test_forward_backward(benchmark, impl):
     instance, inputs = _ready(impl)
     cotangent = torch.ones(CASE.batch, CASE.q_len, CASE.d_model)
-    output, grads = benchmark(instance.input_gradients, inputs, cotangent)
+    _, grads = benchmark(instance.input_gradients, inputs, cotangent)
     assert all(torch.isfinite(g).all() for g in grads.values())

@@ -41,7 +41,7 @@ def test_kinds():
 def test_case_repr_pastes_back():
     case = Case(batch=2, q_len=3, kv_len=4, num_heads=2, head_dim=3, seed=7, kept=(4, 1),
                 mask_seed=3)
-    assert eval(repr(case)) == case  # noqa: S307 - the repr is meant to be pasted
+    assert eval(repr(case)) == case
 
 
 def test_case_tensors_and_masks_are_deterministic():

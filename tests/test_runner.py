@@ -30,7 +30,7 @@ def test_a_wrong_scale_fails_head_split_with_numbers_location_and_case():
     assert result.status is Status.FAILED
     assert "differs from the concatenated per-head attentions" in result.reason
     assert "at batch" in result.reason and "row" in result.reason
-    case = eval(result.counterexample, {"Case": Case})  # noqa: S307
+    case = eval(result.counterexample, {"Case": Case})
     assert case.num_heads >= 2
 
 
