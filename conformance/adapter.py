@@ -17,9 +17,10 @@ from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
+from torch.autograd.gradcheck import GradcheckError
 
 from conformance.masks import encode_mask
-from conformance.spec import Capabilities, Config, Implementation
+from conformance.spec import Capabilities, Config, Implementation, MaskConvention
 from conformance.weights import HeadWeights, WeightLayoutError
 
 
@@ -43,6 +44,10 @@ class Inputs:
     value: torch.Tensor
     keep: torch.Tensor | None = None
     causal: bool = False
+    mask_convention: MaskConvention | None = None
+    """Encode ``keep`` in this declared alternative format instead of the primary one."""
+    options: tuple[tuple[str, object], ...] = ()
+    """Extra keyword arguments for forward (a declared path such as ``need_weights=True``)."""
 
     @classmethod
     def self_attention(cls, x: torch.Tensor, keep: torch.Tensor | None = None,
@@ -56,6 +61,25 @@ class Inputs:
     def with_mask(self, keep: torch.Tensor | None) -> Inputs:
         return replace(self, keep=keep)
 
+    def with_tensors(self, query: torch.Tensor, key: torch.Tensor | None = None,
+                     value: torch.Tensor | None = None) -> Inputs:
+        """The same call with other tensors (self-attention: one tensor ``query``)."""
+        if self.is_self:
+            return replace(self, query=query, key=query, value=query)
+        return replace(self, query=query, key=key, value=value)
+
+
+@dataclass(frozen=True)
+class Gradients:
+    """What one backward pass gave: the output, and the gradient of ``sum(output * cotangent)``
+    with respect to each input (``"x"`` for self-attention, else ``"query"``, ``"key"``,
+    ``"value"``; zeros where the output does not depend on it) and each parameter (``None`` where
+    autograd gave none)."""
+
+    output: torch.Tensor
+    inputs: dict[str, torch.Tensor]
+    parameters: dict[str, torch.Tensor | None]
+
 
 class Instance(ABC):
     """One implementation built for one :class:`Config`."""
@@ -63,21 +87,22 @@ class Instance(ABC):
     config: Config
 
     @abstractmethod
-    def forward(self, inputs: Inputs, *, training: bool = False,
-                seed: int | None = None) -> torch.Tensor:
-        """The implementation's output for ``inputs``, without autograd.
+    def forward(self, inputs: Inputs, *, training: bool = False, seed: int | None = None,
+                autograd: bool = False) -> torch.Tensor:
+        """The implementation's output for ``inputs``, detached.
 
-        ``training`` selects train mode (dropout active); ``seed`` fixes its randomness.
+        ``training`` selects train mode (dropout active); ``seed`` fixes its randomness;
+        ``autograd`` runs with autograd enabled instead of under ``torch.no_grad()`` (some
+        implementations take another code path then).
         """
 
     @abstractmethod
-    def input_gradients(self, inputs: Inputs,
-                        cotangent: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Output, and the gradient of ``sum(output * cotangent)`` with respect to each input.
+    def gradients(self, inputs: Inputs, cotangent: torch.Tensor) -> Gradients:
+        """One backward pass of ``sum(output * cotangent)`` in eval mode."""
 
-        Keys are ``"x"`` for self-attention, else ``"query"``, ``"key"``, ``"value"``; an input the
-        output does not depend on gets zeros.
-        """
+    @abstractmethod
+    def gradcheck(self, inputs: Inputs) -> str | None:
+        """``torch.autograd.gradcheck`` of forward at ``inputs`` (float64): None, or what failed."""
 
     @abstractmethod
     def read_weights(self) -> HeadWeights:
@@ -162,14 +187,15 @@ class ModuleInstance(Instance):
         caps = self._capabilities
         args: list[object] = [inputs.query] if caps.call == "self" else [
             inputs.query, inputs.key, inputs.value]
-        kwargs: dict[str, object] = {}
+        kwargs: dict[str, object] = dict(inputs.options)
         if inputs.keep is not None:
-            if caps.mask is None:
+            convention = inputs.mask_convention or caps.mask
+            if convention is None:
                 raise CapabilityError(f"{self._implementation.name} declares no mask")
-            mask = encode_mask(inputs.keep, caps.mask, num_heads=self.config.num_heads,
+            mask = encode_mask(inputs.keep, convention, num_heads=self.config.num_heads,
                                q_len=inputs.query.shape[1], dtype=inputs.query.dtype)
-            if caps.mask.argument:
-                kwargs[caps.mask.argument] = mask
+            if convention.argument:
+                kwargs[convention.argument] = mask
             else:
                 args.append(mask)
         if inputs.causal:
@@ -189,23 +215,34 @@ class ModuleInstance(Instance):
                 f"forward returned {type(output).__name__}, not a tensor")
         return output
 
-    def forward(self, inputs: Inputs, *, training: bool = False,
-                seed: int | None = None) -> torch.Tensor:
-        with torch.random.fork_rng(devices=_rng_devices(self.config.device)), torch.no_grad():
+    def forward(self, inputs: Inputs, *, training: bool = False, seed: int | None = None,
+                autograd: bool = False) -> torch.Tensor:
+        with torch.random.fork_rng(devices=_rng_devices(self.config.device)), \
+                torch.set_grad_enabled(autograd):
             if seed is not None:
                 torch.manual_seed(seed)
-            return self._call(inputs, training)
+            return self._call(inputs, training).detach()
 
-    def input_gradients(self, inputs: Inputs,
-                        cotangent: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _leaves(self, inputs: Inputs) -> tuple[dict[str, torch.Tensor], Inputs]:
+        """Fresh leaf tensors requiring grad, and the inputs rebuilt from them."""
         if self._capabilities.call == "self":
             leaves = {"x": inputs.query.detach().clone().requires_grad_(True)}
-            call_inputs = Inputs.self_attention(leaves["x"], inputs.keep, inputs.causal)
-        else:
-            leaves = {name: getattr(inputs, name).detach().clone().requires_grad_(True)
-                      for name in ("query", "key", "value")}
-            call_inputs = Inputs(leaves["query"], leaves["key"], leaves["value"],
-                                 inputs.keep, inputs.causal)
+            return leaves, inputs.with_tensors(leaves["x"])
+        leaves = {name: getattr(inputs, name).detach().clone().requires_grad_(True)
+                  for name in ("query", "key", "value")}
+        return leaves, replace(inputs, query=leaves["query"], key=leaves["key"],
+                               value=leaves["value"])
+
+    def _parameters(self) -> dict[str, torch.Tensor]:
+        if not isinstance(self.module, nn.Module):
+            return {}
+        return {name: p for name, p in self.module.named_parameters() if p.requires_grad}
+
+    def gradients(self, inputs: Inputs, cotangent: torch.Tensor) -> Gradients:
+        leaves, call_inputs = self._leaves(inputs)
+        parameters = self._parameters()
+        for parameter in parameters.values():
+            parameter.grad = None
         with torch.enable_grad():
             output = self._call(call_inputs, training=False)
             if not output.requires_grad:
@@ -216,7 +253,28 @@ class ModuleInstance(Instance):
                 raise ImplementationError(f"backward raised {_one_line(error)}") from error
         grads = {name: leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
                  for name, leaf in leaves.items()}
-        return output.detach(), grads
+        params = {name: None if p.grad is None else p.grad.detach().clone()
+                  for name, p in parameters.items()}
+        return Gradients(output.detach(), grads, params)
+
+    def gradcheck(self, inputs: Inputs) -> str | None:
+        leaves, _ = self._leaves(inputs)
+        names = list(leaves)
+
+        def function(*tensors: torch.Tensor) -> torch.Tensor:
+            rebuilt = (inputs.with_tensors(*tensors) if len(tensors) == 1
+                       else replace(inputs, query=tensors[0], key=tensors[1], value=tensors[2]))
+            return self._call(rebuilt, training=False)
+
+        try:
+            with torch.enable_grad():
+                torch.autograd.gradcheck(function, tuple(leaves[n] for n in names), eps=1e-6,
+                                         atol=1e-5, rtol=1e-4)
+        except GradcheckError as error:
+            return str(error).strip().splitlines()[0]
+        except ImplementationError as error:
+            return str(error)
+        return None
 
     def _layout(self):
         layout = self._implementation.weight_layout

@@ -12,12 +12,25 @@ import traceback
 from collections.abc import Iterable, Sequence
 
 from conformance.adapter import InProcessSubject, Subject
+from conformance.invariants.autograd import Autograd
 from conformance.invariants.base import Check, CheckContext, CheckFailed, Violation
+from conformance.invariants.batch_independence import BatchIndependence
 from conformance.invariants.causal import Causal
+from conformance.invariants.contract import Contract
+from conformance.invariants.determinism import Determinism
+from conformance.invariants.dropout import Dropout
+from conformance.invariants.fully_masked import FullyMasked
 from conformance.invariants.gate import Gate, GateOutcome
 from conformance.invariants.head_split import HeadSplit
+from conformance.invariants.low_precision import LowPrecision
+from conformance.invariants.mask_formats import MaskFormats
 from conformance.invariants.padding import Padding
+from conformance.invariants.path_agreement import PathAgreement
+from conformance.invariants.permutation import Permutation
+from conformance.invariants.reference_agreement import ReferenceAgreement
 from conformance.invariants.row_stochastic import RowStochastic
+from conformance.invariants.scale import Scale
+from conformance.invariants.stability import Stability
 from conformance.profiles import profile_settings
 from conformance.registry import resolve
 from conformance.results import CheckResult, Status
@@ -25,7 +38,11 @@ from conformance.spec import Implementation
 from conformance.strategies import available_devices
 
 GATE = Gate()
-CATALOGUE: tuple[Check, ...] = (Padding(), RowStochastic(), HeadSplit(), Causal())
+CATALOGUE: tuple[Check, ...] = (
+    Contract(), Padding(), FullyMasked(), RowStochastic(), HeadSplit(), Causal(),
+    ReferenceAgreement(), Scale(), MaskFormats(), Permutation(), BatchIndependence(),
+    Stability(), LowPrecision(), Dropout(), Autograd(), Determinism(), PathAgreement(),
+)
 """The checks after the gate, in report order."""
 
 CHECK_NAMES: tuple[str, ...] = (GATE.name, *(c.name for c in CATALOGUE))
@@ -59,12 +76,12 @@ class Runner:
             start = time.perf_counter()
             outcome = GATE.evaluate(self._context(subject, subject.capabilities, device))
             result = CheckResult(subject.name, GATE.name, device, Status.PASSED)
-            if outcome.problems:
+            if outcome.blocked:
                 result.status = Status.FAILED
-                result.reason = outcome.problems[0]
-                result.details = outcome.problems[1:]
-                if outcome.blocked:
-                    result.details.append("every other check is blocked")
+                result.reason = outcome.blocking
+                result.details = ["every other check is blocked"]
+            result.observations = [f"{problem}; the other checks run without it"
+                                   for problem in outcome.broken.values()]
             result.seconds = time.perf_counter() - start
             self._gates[key] = (self._expectations(subject, result), outcome)
         return self._gates[key]
@@ -81,12 +98,13 @@ class Runner:
         if outcome.blocked:
             return CheckResult(subject.name, name, device, Status.SKIPPED,
                                reason=f"blocked: the gate failed ({gate_result.reason})")
-        skip = check.skip_reason(outcome.effective)
+        skip = check.device_skip_reason(device) or check.skip_reason(outcome.effective)
         if skip is not None:
             if check.skip_reason(subject.capabilities) is None:
                 skip = f"{skip} (the declared feature failed at the gate)"
             return CheckResult(subject.name, name, device, Status.SKIPPED, reason=skip)
         context = self._context(subject, outcome.effective, device)
+        context.broken = dict(outcome.broken)
         start = time.perf_counter()
         result = _verdict(check, context, subject.name, device)
         result.seconds = time.perf_counter() - start

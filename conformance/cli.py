@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conformance.adapter import ImplementationError, InProcessSubject, Subject
 from conformance.catalogue import CHECK_NAMES, Runner
-from conformance.invariants.gate import _base_case
+from conformance.invariants.gate import base_case
 from conformance.profiles import PROFILE_NAMES
 from conformance.registry import ResolveError, registered, resolve
 from conformance.report import render_json, render_text
@@ -68,7 +68,7 @@ def _subjects(specs: Sequence[str]) -> list[Subject]:
 
 def _preflight(subject: Subject) -> None:
     """A constructor that raises is bad input, said once, instead of every check failing."""
-    case = _base_case(subject.capabilities, subject.capabilities.dtypes[0], "cpu")
+    case = base_case(subject.capabilities, subject.capabilities.dtypes[0], "cpu")
     try:
         subject.instantiate(case.config, case.seed)
     except ImplementationError as error:

@@ -12,6 +12,8 @@ and the output projection (if any) is square.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from conformance.adapter import ImplementationError, Inputs, Instance
@@ -56,6 +58,15 @@ def _probe_weights(original: HeadWeights, kv_len: int, generator: torch.Generato
     return probe.map(lambda t: t.to(dtype=original.w_q.dtype, device=original.w_q.device))
 
 
+@dataclass(frozen=True)
+class Probe:
+    """``attention`` (B, H, Lq, Lk) as measured, and the unscaled ``logits`` q_i . k_j the probe's
+    weights and inputs give (float64), so a scale can be fitted."""
+
+    attention: torch.Tensor
+    logits: torch.Tensor
+
+
 def measure_attention(instance: Instance, case: Case, call: str, *,
                       keep: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
     """The implementation's attention weights (B, H, Lq, Lk) for ``case``'s shapes, in float64.
@@ -63,13 +74,20 @@ def measure_attention(instance: Instance, case: Case, call: str, *,
     Loads probe weights into ``instance`` (its own weights are replaced). Raises
     ImplementationError when the output shows the probe did not reach it as declared.
     """
+    return probe(instance, case, call, keep=keep, causal=causal).attention
+
+
+def probe(instance: Instance, case: Case, call: str, *, keep: torch.Tensor | None = None,
+          causal: bool = False) -> Probe:
+    """Measure the attention matrix (see :func:`measure_attention`), with the probe's logits."""
     original = instance.read_weights()
     kv_len = case.kv_len
     reason = probe_unfit_reason(original, kv_len)
     if reason is not None:
         raise ValueError(f"probe does not fit: {reason}")
     generator = torch.Generator().manual_seed(case.seed + 7919)
-    instance.write_weights(_probe_weights(original, kv_len, generator))
+    weights = _probe_weights(original, kv_len, generator)
+    instance.write_weights(weights)
 
     d_in = original.d_in
     content = d_in - kv_len
@@ -82,12 +100,15 @@ def measure_attention(instance: Instance, case: Case, call: str, *,
 
     kv = content_inputs(kv_len)
     kv[:, torch.arange(kv_len), torch.arange(kv_len)] = 1.0
+    q_in = kv if call == "self" else content_inputs(case.q_len)
     to_case = dict(dtype=original.w_q.dtype, device=original.w_q.device)
-    if call == "self":
-        inputs = Inputs.self_attention(kv.to(**to_case), keep, causal)
-    else:
-        kv_case = kv.to(**to_case)
-        inputs = Inputs(content_inputs(case.q_len).to(**to_case), kv_case, kv_case, keep, causal)
+    kv_case = kv.to(**to_case)
+    q_case = kv_case if call == "self" else q_in.to(**to_case)
+    inputs = (Inputs.self_attention(kv_case, keep, causal) if call == "self"
+              else Inputs(q_case, kv_case, kv_case, keep, causal))
+    w64 = weights.map(lambda t: t.to(torch.float64).cpu())
+    q = torch.einsum("bld,hed->bhle", q_case.to(torch.float64).cpu(), w64.w_q)
+    k = torch.einsum("bld,hed->bhle", kv_case.to(torch.float64).cpu(), w64.w_k)
 
     output = instance.forward(inputs).to(torch.float64).cpu()
     heads, value_dim = original.num_heads, original.value_dim
@@ -101,4 +122,4 @@ def measure_attention(instance: Instance, case: Case, call: str, *,
         raise ImplementationError(
             "with one-hot values and identity projections, output features past kv_len are "
             f"{float(stray.max()):.3g}, not 0: forward does not use its projections as declared")
-    return blocks[..., :kv_len]
+    return Probe(attention=blocks[..., :kv_len], logits=q @ k.transpose(-1, -2))

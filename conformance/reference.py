@@ -52,12 +52,16 @@ def reference_attention(
     scale: float | None = None,
     fully_masked: FullyMaskedPolicy = "zeros",
     dtype: torch.dtype = torch.float64,
+    softmax_over: Literal["keys", "queries"] = "keys",
+    scale_first: bool = True,
 ) -> ReferenceResult:
     """Multi-head attention, computed in ``dtype`` (float64 for the reference).
 
     ``query`` (B, Lq, D_in), ``key``/``value`` (B, Lk, D_in); ``keep`` (B, Lk) bool. ``scale``
     defaults to 1/sqrt(head_dim). Passing the case's own dtype gives the suite's plain same-dtype
-    attention, the baseline that tolerances are measured against.
+    attention, the baseline that tolerances are measured against. ``softmax_over="queries"``
+    computes a known mistake, for diagnosis only. ``scale_first=False`` scales the product
+    instead of q (another rounding path; the same in exact arithmetic).
     """
     w = weights.map(lambda t: t.to(dtype))
     q_in, k_in, v_in = (t.to(dtype) for t in (query, key, value))
@@ -66,14 +70,16 @@ def reference_attention(
     k = torch.einsum("bld,hed->bhle", k_in, w.w_k) + w.b_k[None, :, None, :]
     v = torch.einsum("bld,hed->bhle", v_in, w.w_v) + w.b_v[None, :, None, :]
     scale = 1.0 / math.sqrt(weights.head_dim) if scale is None else scale
-    logits = (q @ k.transpose(-1, -2)) * scale
+    # Scale q before the product, as SDPA does: in float16 the unscaled product can overflow.
+    logits = (q * scale) @ k.transpose(-1, -2) if scale_first else (q @ k.transpose(-1, -2)) * scale
 
     batch, q_len, kv_len = q_in.shape[0], q_in.shape[1], k_in.shape[1]
     allowed = allowed_keys(batch, q_len, kv_len, keep, causal, q_in.device)
     logits = logits.masked_fill(~allowed, float("-inf"))
     empty_rows = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, Lq, 1)
     # Softmax of a row of -inf is NaN; give those rows finite logits and apply the policy after.
-    attention = torch.softmax(logits.masked_fill(empty_rows, 0.0), dim=-1)
+    attention = torch.softmax(logits.masked_fill(empty_rows, 0.0),
+                              dim=-1 if softmax_over == "keys" else -2)
     if fully_masked == "zeros":
         attention = attention.masked_fill(empty_rows, 0.0)
     elif fully_masked == "nan":
@@ -84,3 +90,12 @@ def reference_attention(
     concat = heads.transpose(1, 2).reshape(batch, q_len, -1)
     output = concat if w.w_o is None else concat @ w.w_o.T + w.b_o
     return ReferenceResult(output=output, attention=attention)
+
+
+def plain_attention(weights: HeadWeights, query: torch.Tensor, key: torch.Tensor,
+                    value: torch.Tensor, *, keep: torch.Tensor | None, causal: bool,
+                    dtype: torch.dtype) -> list[torch.Tensor]:
+    """The suite's plain attention in ``dtype``, in both textbook orders (scale q first, scale
+    the product): the baselines a same-dtype implementation is measured against."""
+    return [reference_attention(weights, query, key, value, keep=keep, causal=causal,
+                                dtype=dtype, scale_first=first).output for first in (True, False)]

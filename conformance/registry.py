@@ -21,6 +21,7 @@ from conformance.spec import (
     Capabilities,
     Causality,
     Config,
+    FullyMaskedPolicy,
     Implementation,
     MaskConvention,
 )
@@ -57,6 +58,7 @@ def implementation(
     heads: int | None = None,
     dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES,
     weights: WeightLayout | None = None,
+    fully_masked: FullyMaskedPolicy = "report",
     expected_failures: Mapping[str, str] | None = None,
     description: str = "",
 ) -> Callable[[Callable[[Config], object]], Implementation]:
@@ -73,7 +75,7 @@ def implementation(
     capabilities = Capabilities(call=call, mask=mask, causal=causal,
                                 causal_argument=causal_argument, cross_attention=cross_attention,
                                 max_len=max_len, heads=heads, dtypes=tuple(dtypes),
-                                weights=weights is not None)
+                                weights=weights is not None, fully_masked=fully_masked)
 
     def declare(factory: Callable[[Config], object]) -> Implementation:
         return register(Implementation(

@@ -22,6 +22,13 @@ CallConvention = Literal["self", "qkv"]
 Causality = Literal["never", "always", "optional"]
 """Whether the implementation masks the future: never, always, or when asked through an argument."""
 
+DropoutKind = Literal["none", "config"] | float
+"""No dropout; the rate given by ``Config.dropout``; or a rate the module hard-codes."""
+
+FullyMaskedPolicy = Literal["zeros", "nan", "uniform", "report"]
+"""What a row with every key masked gives: zero weights (output = output bias), NaN, uniform
+weights over all keys, or whatever it gives (``report``: only reported)."""
+
 
 class MaskKind(str, Enum):
     """How mask values are read."""
@@ -115,6 +122,13 @@ class Capabilities:
         heads: a fixed number of heads (1 for single-head modules), or ``None`` for any.
         dtypes: the floating dtypes it supports.
         weights: whether its projections are readable and writable in the canonical form.
+        fully_masked: what a row with every key masked gives (see FullyMaskedPolicy).
+        dropout: ``"none"``; ``"config"`` when the factory honours ``Config.dropout``; or the
+            fixed rate of a module that hard-codes one.
+        mask_formats: other mask formats it accepts besides ``mask``; all must agree.
+        paths: other ways to call it that must give the same output, as
+            ``(name, ((keyword, value), ...))`` pairs, e.g. ``("need_weights", (("need_weights",
+            True),))``.
     """
 
     call: CallConvention = "self"
@@ -126,6 +140,10 @@ class Capabilities:
     heads: int | None = None
     dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES
     weights: bool = False
+    fully_masked: FullyMaskedPolicy = "report"
+    dropout: DropoutKind = "none"
+    mask_formats: tuple[MaskConvention, ...] = ()
+    paths: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
 
     def describe(self) -> str:
         call = "self-attention f(x[, mask])" if self.call == "self" else "f(q, k, v[, mask])"

@@ -39,42 +39,45 @@ def available_devices() -> list[str]:
     return devices
 
 
-def _heads(caps: Capabilities, min_heads: int) -> st.SearchStrategy[int]:
+def _heads(caps: Capabilities, min_heads: int, max_heads: int) -> st.SearchStrategy[int]:
     if caps.heads is not None:
         return st.just(caps.heads)
-    return st.sampled_from([h for h in HEAD_COUNTS if h >= min_heads])
+    return st.sampled_from([h for h in HEAD_COUNTS if min_heads <= h <= max_heads])
 
 
 @st.composite
 def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
           causal: bool = False, cross: bool = True, min_heads: int = 1, min_len: int = 1,
-          probe: bool = False) -> Case:
+          probe: bool = False, min_batch: int = 1, dtypes: tuple[torch.dtype, ...] | None = None,
+          max_len: int = MAX_LEN, max_batch: int = 4, max_heads: int = 8,
+          max_head_dim: int = MAX_HEAD_DIM) -> Case:
     """A case the implementation can take.
 
     ``probe``: shapes where the attention-matrix probe fits (``kv_len <= head_dim`` and
     ``d_model > kv_len``, see :mod:`conformance.probes`). ``causal``: the case asks for causal
-    attention, with ``q_len == kv_len``.
+    attention, with ``q_len == kv_len``. ``dtypes`` narrows the declared dtypes.
     """
     causal = causal or caps.causal == "always"  # the case must say what the implementation does
-    max_len = min(MAX_LEN, caps.max_len or MAX_LEN)
+    max_len = min(max_len, caps.max_len or MAX_LEN)
     if probe:
         max_len = min(max_len, MAX_HEAD_DIM - 1)
     if masks == "partly_masked":
         min_len = max(min_len, 2)
-    batch = draw(st.integers(2 if masks == "fully_masked" else 1, 4))
+    batch = draw(st.integers(max(min_batch, 2 if masks == "fully_masked" else 1), max_batch))
     q_len = draw(st.one_of(st.just(max(min(batch, max_len), min_len)),
                            st.integers(min_len, max_len)))
     kv_len = q_len
     if cross and caps.cross_attention and not causal:
         kv_len = draw(st.one_of(st.just(q_len), st.integers(min_len, max_len)))
-    num_heads = draw(_heads(caps, min_heads))
+    num_heads = draw(_heads(caps, min_heads, max_heads))
     if probe:
         # One-hot values need head_dim >= kv_len; the content channel needs d_model > kv_len.
         low = max(kv_len, 1 if num_heads > 1 else kv_len + 1)
-        head_dim = draw(st.integers(low, max(low, MAX_HEAD_DIM)))
+        head_dim = draw(st.integers(low, max(low, max_head_dim)))
     else:
-        head_dim = draw(st.integers(1, MAX_HEAD_DIM))
-    dtype = draw(st.sampled_from([dtype_name(d) for d in caps.dtypes]))
+        head_dim = draw(st.integers(1, max_head_dim))
+    allowed = [d for d in caps.dtypes if dtypes is None or d in dtypes]
+    dtype = draw(st.sampled_from([dtype_name(d) for d in allowed]))
 
     kept = None
     mask_seed = None
@@ -92,3 +95,11 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
     return Case(batch=batch, q_len=q_len, kv_len=kv_len, num_heads=num_heads,
                 head_dim=head_dim, dtype=dtype, device=device, seed=draw(SEEDS), kept=kept,
                 mask_seed=mask_seed, causal=causal)
+
+
+def distinct_sizes(case: Case) -> bool:
+    """Batch, lengths, heads and head_dim pairwise distinct: no shape coincidence hides a mix-up."""
+    sizes = [case.batch, case.q_len, case.num_heads, case.head_dim]
+    if case.kv_len != case.q_len:
+        sizes.append(case.kv_len)
+    return len(set(sizes)) == len(sizes)

@@ -12,6 +12,7 @@ floor covers examples where the baseline happens to be nearly exact.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +28,13 @@ FLOORS: dict[torch.dtype, float] = {
     torch.bfloat16: 1.6e-2,
 }
 """Absolute error always allowed, relative to max(1, |reference|max): about 80 ulps at 1.0."""
+
+K_MEAN = 4.0
+"""Allowed multiple of the baseline's mean error. The mean catches a systematic bias (every
+element off by a little) that stays under the max rule."""
+
+MEAN_FLOOR_FRACTION = 0.1
+"""The mean rule's floor, as a fraction of the max rule's floor."""
 
 UNCHANGED_ULPS = 4.0
 
@@ -45,10 +53,25 @@ def unchanged_tolerance(dtype: torch.dtype, reference: torch.Tensor) -> float:
     return UNCHANGED_ULPS * eps(dtype) * magnitude(reference)
 
 
-def abs_error(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
-    """|actual - expected| in float64, with NaN or inf where only one side is finite read as inf."""
-    diff = (actual.detach().to(torch.float64).cpu() - expected.detach().to(torch.float64).cpu()).abs()
-    return torch.nan_to_num(diff, nan=float("inf"))
+def reordering_tolerance(dtype: torch.dtype, reference: torch.Tensor) -> float:
+    """Largest difference allowed between two computations of the same value that differ only in
+    summation order or kernel (permuted tokens, a non-contiguous layout, a different batch size)."""
+    return FLOORS.get(dtype, 1e-5) * magnitude(reference)
+
+
+def abs_error(actual: torch.Tensor, expected: torch.Tensor, *, nan_equal: bool = False) -> torch.Tensor:
+    """|actual - expected| in float64; NaN or inf where only one side is finite reads as inf.
+
+    ``nan_equal``: NaN on both sides (or the same infinity) reads as 0, for comparing two runs of
+    what should be the same computation.
+    """
+    a = actual.detach().to(torch.float64).cpu()
+    e = expected.detach().to(torch.float64).cpu()
+    diff = torch.nan_to_num((a - e).abs(), nan=float("inf"))
+    if nan_equal:
+        same = (torch.isnan(a) & torch.isnan(e)) | (torch.isinf(a) & (a == e))
+        diff = torch.where(same, torch.zeros((), dtype=diff.dtype), diff)
+    return diff
 
 
 def worst_index(error: torch.Tensor) -> tuple[int, ...]:
@@ -65,11 +88,19 @@ class Agreement:
     allowed: float
     baseline_error: float
     mean_error: float
+    mean_allowed: float
     worst: tuple[int, ...]
 
     @property
     def ok(self) -> bool:
-        return self.max_error <= self.allowed
+        return self.max_error <= self.allowed and self.mean_error <= self.mean_allowed
+
+    def describe(self) -> str:
+        """What failed, in numbers."""
+        if self.max_error > self.allowed:
+            return f"max error {self.max_error:.3g} (allowed {self.allowed:.3g})"
+        return (f"mean error {self.mean_error:.3g} (allowed {self.mean_allowed:.3g}): a "
+                "systematic bias")
 
 
 def only_rows(error: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
@@ -80,19 +111,38 @@ def only_rows(error: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
     return torch.where(shaped, error, torch.zeros((), dtype=error.dtype))
 
 
-def agreement(actual: torch.Tensor, reference: torch.Tensor, baseline: torch.Tensor,
-              dtype: torch.dtype, rows: torch.Tensor | None = None) -> Agreement:
+def logit_rounding(dtype: torch.dtype, largest_logit: float, reference: torch.Tensor) -> float:
+    """Error a correct softmax may make when its logits are as large as ``largest_logit``.
+
+    Rounding a logit of magnitude L costs about eps * L in absolute terms, which is a relative
+    error of eps * L in its weight; the output moves by that times the values' magnitude. With
+    L = 1e4 in float32 this is about 1e-3 relative: loose next to the usual floor, and nothing
+    next to the inf and NaN a softmax without max subtraction gives there.
+    """
+    return 8 * eps(dtype) * largest_logit * magnitude(reference)
+
+
+def agreement(actual: torch.Tensor, reference: torch.Tensor,
+              baseline: torch.Tensor | Sequence[torch.Tensor], dtype: torch.dtype,
+              rows: torch.Tensor | None = None, extra: float = 0.0) -> Agreement:
     """Compare ``actual`` with the float64 ``reference``, allowing K_MAX x the ``baseline``'s error.
 
-    ``rows`` (B, L) bool restricts the comparison to those rows (rows with a key to attend to).
+    ``baseline`` may be several same-dtype computations (different rounding paths): each
+    element's baseline error is the largest of theirs. ``rows`` (B, L) bool restricts the
+    comparison to those rows (rows with a key to attend to). ``extra`` is added to both limits
+    (see :func:`logit_rounding`).
     """
     error = only_rows(abs_error(actual, reference), rows)
-    baseline_error = (float(only_rows(abs_error(baseline, reference), rows).max())
-                      if error.numel() else 0.0)
-    allowed = K_MAX * baseline_error + FLOORS.get(dtype, 1e-5) * magnitude(
-        only_rows(reference.detach().to(torch.float64).cpu(), rows))
     if not error.numel():
-        return Agreement(0.0, allowed, baseline_error, 0.0, ())
-    return Agreement(max_error=float(error.max()), allowed=allowed,
-                     baseline_error=baseline_error, mean_error=float(error.mean()),
-                     worst=worst_index(error))
+        return Agreement(0.0, 0.0, 0.0, 0.0, 0.0, ())
+    baselines = [baseline] if isinstance(baseline, torch.Tensor) else list(baseline)
+    baseline = only_rows(torch.stack([abs_error(b, reference) for b in baselines]).amax(0), rows)
+    count = error.numel() if rows is None else max(
+        1, int(rows.sum()) * (error.numel() // rows.numel()))
+    floor = FLOORS.get(dtype, 1e-5) * magnitude(
+        only_rows(reference.detach().to(torch.float64).cpu(), rows))
+    return Agreement(
+        max_error=float(error.max()), allowed=K_MAX * float(baseline.max()) + floor + extra,
+        baseline_error=float(baseline.max()), mean_error=float(error.sum()) / count,
+        mean_allowed=K_MEAN * float(baseline.sum()) / count + MEAN_FLOOR_FRACTION * floor + extra,
+        worst=worst_index(error))

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
@@ -45,17 +45,20 @@ class CheckContext:
     settings: settings
     seed: int | None = None
     observations: list[str] = field(default_factory=list)
+    broken: dict[str, str] = field(default_factory=dict)
+    """Declared features the gate saw fail, ``{feature: problem}`` (see GateOutcome)."""
 
     def observe(self, note: str) -> None:
         if note not in self.observations:
             self.observations.append(note)
 
-    def explore(self, strategy: st.SearchStrategy[Case],
-                verify: Callable[[Case], str | None]) -> None:
+    def explore(self, strategy: st.SearchStrategy[Case], verify: Callable[[Case], str | None],
+                examples: Sequence[Case] = (), max_examples: int | None = None) -> None:
         """Run ``verify`` over generated cases; on failure raise CheckFailed with the shrunk case.
 
         ``verify`` raises Violation (or ImplementationError) when the property fails, and may
-        return a note on behaviour worth reporting.
+        return a note on behaviour worth reporting. ``examples`` are always tried first;
+        ``max_examples`` caps the profile's count for expensive properties.
         """
         last: dict[str, Case] = {}
 
@@ -65,7 +68,13 @@ class CheckContext:
             if note:
                 self.observe(note)
 
-        test = settings(self.settings)(given(strategy)(property_holds))
+        test = given(strategy)(property_holds)
+        for case in examples:
+            test = example(case)(test)
+        chosen = self.settings
+        if max_examples is not None:
+            chosen = settings(chosen, max_examples=min(chosen.max_examples, max_examples))
+        test = settings(chosen)(test)
         if self.seed is not None:
             test = hypothesis_seed(self.seed)(test)
         try:
@@ -105,8 +114,9 @@ def expect_finite_rows(output: torch.Tensor, rows: torch.Tensor, *,
     bad = ~torch.isfinite(output.detach()).all(dim=-1).cpu() & rows.cpu()
     if bool(bad.any()):
         b, row = (int(i) for i in torch.nonzero(bad)[0])
-        raise Violation(f"output row {row} of batch {b} is NaN or inf, though the row has keys "
-                        "to attend to", hint=hint)
+        kind = "NaN" if bool(torch.isnan(output[b, row]).any()) else "infinite"
+        raise Violation(f"output row {row} of batch {b} is {kind}, though the row has keys to "
+                        "attend to", hint=hint)
 
 
 class Check(ABC):
@@ -117,6 +127,10 @@ class Check(ABC):
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         """Why this check does not apply to an implementation declaring ``capabilities``."""
+        return None
+
+    def device_skip_reason(self, device: str) -> str | None:
+        """Why this check does not run on ``device``."""
         return None
 
     @abstractmethod

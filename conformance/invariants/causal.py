@@ -83,7 +83,7 @@ class Causal(Check):
 
         cotangent = torch.zeros_like(before)
         cotangent[:, : cut + 1] = case.tensor(case.batch, cut + 1, before.shape[-1], stream=31)
-        _, gradients = instance.input_gradients(inputs, cotangent)
+        gradients = instance.gradients(inputs, cotangent).inputs
         for name, gradient in gradients.items():
             future = gradient[:, cut + 1:].abs().to(torch.float64).cpu()
             if future.numel() and float(future.max()) != 0.0:
@@ -128,7 +128,7 @@ class Causal(Check):
         output = context.run(instance, inputs, case)
         cotangent = torch.zeros_like(output)
         cotangent[:, row] = case.tensor(case.batch, output.shape[-1], stream=32)
-        _, gradients = instance.input_gradients(inputs, cotangent)
+        gradients = instance.gradients(inputs, cotangent).inputs
         gradient = gradients["x"] if "x" in gradients else gradients["value"]
         reach = gradient[:, : row + 1].abs().to(torch.float64).cpu().amax(dim=-1)
         if float(reach.min()) == 0.0:

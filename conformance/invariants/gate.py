@@ -1,13 +1,13 @@
-"""The gate: the basic contract, checked first so a broken one is reported once.
+"""The gate: the basic call, checked first so a broken one is reported once.
 
 Property: the implementation constructs for a small configuration, and its forward returns a
-tensor of shape (batch, q_len, d_model) in the input's dtype and on its device, for every
-declared dtype, with a mask where one is declared, with kv_len != q_len where cross-attention is
-declared, with causality switched on where it is optional; declared weight access reads the
-canonical shapes and writing them back changes nothing.
+tensor of shape (batch, q_len, d_model) in the input's dtype and on its device (first declared
+dtype, no mask, q_len == kv_len, batch == length too).
 
-A failing basic call (first declared dtype, no mask) blocks every other check. A failing
-declared feature is reported here, and the other checks run without it.
+The gate also tries every declared feature once (each dtype, with and without the mask;
+kv_len != q_len; optional causality; weight access). A feature that breaks is dropped for the
+other checks and reported once, by the check that owns it: ``contract`` for the declared
+conventions, ``low_precision`` for float16 / bfloat16.
 """
 
 from __future__ import annotations
@@ -21,32 +21,42 @@ from conformance.cases import Case, dtype_name
 from conformance.invariants.base import CheckContext, Violation, expect_output
 from conformance.spec import Capabilities
 
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
 
 @dataclass
 class GateOutcome:
-    """What the gate found: problems in words, the capabilities the other checks may rely on."""
+    """What the gate found.
+
+    ``blocking``: why the basic call fails (every other check is then skipped).
+    ``broken``: declared features that failed, ``{feature: problem}``; features are "mask",
+    "cross_attention", "causal", "weights" and dtype names.
+    ``effective``: the capabilities the other checks may rely on.
+    """
 
     effective: Capabilities
-    blocked: bool = False
-    problems: list[str] = field(default_factory=list)
+    blocking: str | None = None
+    broken: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def blocked(self) -> bool:
+        return self.blocking is not None
 
 
-def _base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) -> Case:
-    heads = caps.heads or 2
-    case = Case(batch=2, q_len=5, kv_len=5, num_heads=heads, head_dim=4,
+def base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) -> Case:
+    """The gate's small configuration: batch 2, length 5, 2 heads of 4 (or the fixed count)."""
+    length = min(5, caps.max_len or 5)
+    case = Case(batch=2, q_len=length, kv_len=length, num_heads=caps.heads or 2, head_dim=4,
                 dtype=dtype_name(dtype), device=device, seed=0)
-    if caps.max_len is not None:
-        case = replace(case, q_len=min(5, caps.max_len), kv_len=min(5, caps.max_len))
     return replace(case, **changes)
 
 
-def _try_call(context: CheckContext, case: Case) -> str | None:
+def try_call(context: CheckContext, case: Case) -> str | None:
     """Build and call once; the problem in words, or None."""
     try:
         instance = context.build(case)
         inputs = case.inputs(context.capabilities.call)
-        output = instance.forward(inputs)
-        expect_output(output, case, inputs)
+        expect_output(instance.forward(inputs), case, inputs)
     except (ImplementationError, Violation) as error:
         return str(error)
     return None
@@ -72,54 +82,55 @@ def _weights_problem(context: CheckContext, case: Case) -> str | None:
 
 
 class Gate:
-    """Constructs; forward returns the right shape, dtype and device for each declared feature."""
+    """Constructs; the basic forward returns the right shape, dtype and device."""
 
     name = "gate"
-    title = "constructs; forward runs; output shape, dtype and device right"
+    title = "constructs; the basic forward returns the right shape, dtype and device"
 
     def evaluate(self, context: CheckContext) -> GateOutcome:
         caps = context.capabilities
+        device = context.device
         outcome = GateOutcome(effective=caps)
         first, *others = caps.dtypes
-        problem = _try_call(context, _base_case(caps, first, context.device))
+        problem = try_call(context, base_case(caps, first, device))
+        if problem is None:
+            problem = try_call(context, base_case(caps, first, device, batch=3, q_len=3, kv_len=3))
         if problem is not None:
-            outcome.blocked = True
-            outcome.problems.append(f"basic call ({dtype_name(first)}, no mask): {problem}")
+            outcome.blocking = f"basic call ({dtype_name(first)}, no mask): {problem}"
             return outcome
 
-        batch_eq_len = _base_case(caps, first, context.device, batch=3, q_len=3, kv_len=3)
-        problem = _try_call(context, batch_eq_len)
-        if problem is not None:
-            outcome.problems.append(f"batch == length (3 x 3): {problem}")
-
+        broken = outcome.broken
+        if caps.mask is not None:
+            problem = try_call(context, base_case(caps, first, device, kept=(3, 5)))
+            if problem is not None:
+                broken["mask"] = f"declared mask ({caps.mask.describe()}): {problem}"
         kept_dtypes = [first]
         for dtype in others:
-            problem = _try_call(context, _base_case(caps, dtype, context.device))
+            problem = try_call(context, base_case(caps, dtype, device))
+            if problem is None and caps.mask is not None and "mask" not in broken:
+                problem = try_call(context, base_case(caps, dtype, device, kept=(3, 5)))
             if problem is None:
                 kept_dtypes.append(dtype)
             else:
-                outcome.problems.append(f"declared dtype {dtype_name(dtype)}: {problem}")
-        effective = replace(caps, dtypes=tuple(kept_dtypes))
-
-        if caps.mask is not None:
-            problem = _try_call(context, _base_case(caps, first, context.device, kept=(3, 5)))
-            if problem is not None:
-                outcome.problems.append(f"declared mask ({caps.mask.describe()}): {problem}")
-                effective = replace(effective, mask=None)
+                broken[dtype_name(dtype)] = f"declared dtype {dtype_name(dtype)}: {problem}"
         if caps.cross_attention:
-            problem = _try_call(context, _base_case(caps, first, context.device, kv_len=3))
+            problem = try_call(context, base_case(caps, first, device, kv_len=3))
             if problem is not None:
-                outcome.problems.append(f"declared cross-attention (kv_len 3 != q_len 5): {problem}")
-                effective = replace(effective, cross_attention=False)
+                broken["cross_attention"] = (
+                    f"declared cross-attention (kv_len 3 != q_len 5): {problem}")
         if caps.causal == "optional":
-            problem = _try_call(context, _base_case(caps, first, context.device, causal=True))
+            problem = try_call(context, base_case(caps, first, device, causal=True))
             if problem is not None:
-                outcome.problems.append(f"declared {caps.causal_argument}=True: {problem}")
-                effective = replace(effective, causal="never")
+                broken["causal"] = f"declared {caps.causal_argument}=True: {problem}"
         if caps.weights:
-            problem = _weights_problem(context, _base_case(caps, first, context.device))
+            problem = _weights_problem(context, base_case(caps, first, device))
             if problem is not None:
-                outcome.problems.append(f"declared weight access: {problem}")
-                effective = replace(effective, weights=False)
-        outcome.effective = effective
+                broken["weights"] = f"declared weight access: {problem}"
+
+        outcome.effective = replace(
+            caps, dtypes=tuple(kept_dtypes),
+            mask=None if "mask" in broken else caps.mask,
+            cross_attention=caps.cross_attention and "cross_attention" not in broken,
+            causal="never" if "causal" in broken else caps.causal,
+            weights=caps.weights and "weights" not in broken)
         return outcome

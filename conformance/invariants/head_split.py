@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from conformance.cases import Case
+from conformance.diagnosis import explain
 from conformance.invariants.base import (
     Check,
     CheckContext,
@@ -19,7 +20,7 @@ from conformance.invariants.base import (
     expect_finite_rows,
     fmt,
 )
-from conformance.reference import reference_attention
+from conformance.reference import plain_attention, reference_attention
 from conformance.spec import Capabilities
 from conformance.strategies import cases
 from conformance.tolerance import abs_error, agreement, only_rows, worst_index
@@ -75,20 +76,19 @@ class HeadSplit(Check):
         expect_finite_rows(output, rows)
         weights = instance.read_weights()
         expected = concatenated_heads(weights, inputs, causal=case.causal)
-        baseline = reference_attention(weights, inputs.query, inputs.key, inputs.value,
-                                       keep=inputs.keep, causal=case.causal,
-                                       dtype=case.config.dtype).output
+        baseline = plain_attention(weights, inputs.query, inputs.key, inputs.value,
+                                   keep=inputs.keep, causal=case.causal, dtype=case.config.dtype)
         seen = agreement(output, expected, baseline, case.config.dtype, rows)
         if not seen.ok:
             b, row, feature = seen.worst
             raise Violation(
-                f"output differs from the concatenated per-head attentions by "
-                f"{fmt(seen.max_error)} at batch {b}, row {row}, feature {feature} "
-                f"(allowed {fmt(seen.allowed)})",
+                f"output differs from the concatenated per-head attentions: {seen.describe()}; "
+                f"largest at batch {b}, row {row}, feature {feature}",
                 details=[f"implementation {fmt(float(output[b, row, feature]))}, per-head "
                          f"reference {fmt(float(expected[b, row, feature]))}; mean error "
                          f"{fmt(seen.mean_error)}; same-dtype baseline error "
-                         f"{fmt(seen.baseline_error)}"])
+                         f"{fmt(seen.baseline_error)}"],
+                hint=explain(output, weights, inputs, causal=case.causal, rows=rows))
 
         order = _relabelling(case.num_heads, case.seed)
         instance.write_weights(weights.permute_heads(order))

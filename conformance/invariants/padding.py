@@ -1,10 +1,9 @@
 """Padding: masked keys are invisible.
 
 Property: under a key-padding mask that keeps at least one key in every batch element, replacing
-the key/value inputs at masked positions leaves every output row unchanged (for self-attention,
-every row whose own position is kept), and every query row gives every masked key attention
-weight 0. Rows where every key is masked: their behaviour (NaN, zeros, uniform, other) is
-reported; it must be the same for every such row, and must not spill into other batch elements.
+the key/value inputs at masked positions leaves every output row with a key to attend to unchanged
+(for self-attention, every such row whose own position is kept), and every such row gives every
+masked key attention weight 0. Rows where every key is masked are the ``fully_masked`` check's.
 """
 
 from __future__ import annotations
@@ -47,23 +46,11 @@ def _positions(row: torch.Tensor) -> list[int]:
     return [int(i) for i in torch.nonzero(row).flatten()]
 
 
-def _classify_row(weights: torch.Tensor, dtype: torch.dtype) -> str:
-    """What a fully masked row's attention weights look like."""
-    if bool(torch.isnan(weights).any()):
-        return "NaN"
-    if float(weights.abs().max()) <= eps(dtype):
-        return "zeros"
-    uniform = 1.0 / weights.numel()
-    if float((weights - uniform).abs().max()) <= 16 * eps(dtype):
-        return "uniform over all keys"
-    return "other (weights " + ", ".join(fmt(float(w)) for w in weights[:6]) + ")"
-
-
 class Padding(Check):
     """Masked keys have no influence, and their attention weight is 0."""
 
     name = "padding"
-    title = "masked keys are invisible; fully masked rows behave one way and stay contained"
+    title = "masked keys have no influence and attention weight 0"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if capabilities.mask is None:
@@ -77,8 +64,6 @@ class Padding(Check):
         if caps.weights:
             context.explore(cases(caps, context.device, masks="partly_masked", probe=True),
                             lambda case: self.zero_weight(context, case))
-        context.explore(cases(caps, context.device, masks="fully_masked", probe=caps.weights),
-                        lambda case: self.fully_masked_rows(context, case))
 
     def no_influence(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)
@@ -123,43 +108,3 @@ class Padding(Check):
                      "weights of that row: " + ", ".join(
                          fmt(float(w)) for w in attention[b, h, row])],
             hint="is the mask applied after the softmax, or to the wrong axis?")
-
-    def fully_masked_rows(self, context: CheckContext, case: Case) -> str:
-        caps = context.capabilities
-        instance = context.build(case)
-        inputs = case.inputs(caps.call)
-        keep = inputs.keep
-        empty = [b for b, count in enumerate(case.kept) if count == 0]
-        rows = case.attendable_rows()
-        output = context.run(instance, inputs, case)
-        control_keep = keep.clone()
-        control_keep[empty] = True
-        control = context.run(instance, inputs.with_mask(control_keep), case)
-        # Rows with keys to attend to must not notice other elements' fully masked rows.
-        diff = only_rows(abs_error(output, control), rows)
-        tolerance = unchanged_tolerance(output.dtype, control)
-        if float(diff.max()) > tolerance:
-            b, row, _ = worst_index(diff)
-            raise Violation(
-                f"batch element {b} changed (row {row}, by {fmt(float(diff[b, row].max()))}) "
-                f"when batch element(s) {empty} had every key masked: fully masked rows spill "
-                "into other batch elements",
-                hint="does a NaN from a fully masked row propagate through a shared reduction?")
-        fully_masked = [(b, row) for b, row in torch.nonzero(~rows).tolist()]
-
-        if caps.weights:
-            attention = measure_attention(context.build(case), case, caps.call, keep=keep)
-            seen = {(b, h, row): _classify_row(attention[b, h, row], case.config.dtype)
-                    for b, row in fully_masked for h in range(case.num_heads)}
-        else:
-            seen = {(b, 0, row): "NaN" if bool(torch.isnan(output[b, row]).any()) else "finite"
-                    for b, row in fully_masked}
-        behaviours = sorted(set(seen.values()))
-        if len(behaviours) > 1:
-            examples = []
-            for behaviour in behaviours:
-                where = next(k for k, v in seen.items() if v == behaviour)
-                examples.append(f"batch {where[0]}, head {where[1]}, row {where[2]}: {behaviour}")
-            raise Violation("rows with every key masked do not all behave the same way: "
-                            + "; ".join(examples))
-        return f"rows with every key masked give {behaviours[0]}"

@@ -1,0 +1,68 @@
+"""Recognise known bugs: when an output disagrees with the reference, does it match a known
+mistake computed from the same weights? One sentence naming the likely bug, or None."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+import torch
+
+from conformance.adapter import Inputs
+from conformance.reference import reference_attention
+from conformance.tolerance import abs_error, only_rows
+from conformance.weights import HeadWeights
+
+MATCH = 1e-3
+"""Relative closeness that counts as "matches this mistake": far looser than the correctness
+tolerance (the mistake is computed in float64, the implementation is not), far tighter than the
+distance between two different mistakes."""
+
+
+def scale_candidates(head_dim: int, num_heads: int) -> dict[str, float]:
+    """Recognisable scales other than 1/sqrt(head_dim), each with the likely bug in words."""
+    d_model = head_dim * num_heads
+    candidates = {
+        f"1/sqrt(d_model) = 1/sqrt({d_model}): did you divide by sqrt(hidden_dim) instead of "
+        "sqrt(head_dim)?": 1 / math.sqrt(d_model),
+        "1 (no scaling): is the 1/sqrt(head_dim) factor missing?": 1.0,
+        f"1/head_dim = 1/{head_dim}: is 1/sqrt(head_dim) applied twice?": 1 / head_dim,
+        f"1/sqrt(num_heads) = 1/sqrt({num_heads}): divided by the head count?": 1 / math.sqrt(
+            num_heads),
+        f"sqrt(head_dim) = sqrt({head_dim}): multiplied instead of divided?": math.sqrt(head_dim),
+    }
+    correct = 1 / math.sqrt(head_dim)
+    # A candidate equal to the correct scale (head_dim 1, one head) names no bug.
+    return {words: s for words, s in candidates.items() if not math.isclose(s, correct)}
+
+
+def _matches(output: torch.Tensor, variant: torch.Tensor, rows: torch.Tensor | None) -> bool:
+    scale = max(1.0, float(variant.abs().max()))
+    return float(only_rows(abs_error(output, variant), rows).max()) <= MATCH * scale
+
+
+def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causal: bool,
+            rows: torch.Tensor | None = None) -> str | None:
+    """The likely bug behind ``output``, when it matches a known mistake."""
+    def ref(w: HeadWeights = weights, **options) -> torch.Tensor:
+        return reference_attention(w, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
+                                   causal=causal, **options).output
+
+    variants: list[tuple[str, Callable[[], torch.Tensor]]] = [
+        (f"matches the reference at scale {words}", lambda s=s: ref(scale=s))
+        for words, s in scale_candidates(weights.head_dim, weights.num_heads).items()
+    ]
+    variants.append(("rows sum to 1 along the query axis: softmax over the wrong dimension?",
+                     lambda: ref(softmax_over="queries")))
+    if weights.w_o is not None:
+        variants.append(("matches the reference without its output projection: is W_o skipped?",
+                         lambda: ref(replace(weights, w_o=None, b_o=None))))
+    if weights.w_v.shape == weights.w_k.shape:
+        variants.append(("matches the reference with the key projection used for the values: "
+                         "is k_proj applied to v?",
+                         lambda: ref(replace(weights, w_v=weights.w_k, b_v=weights.b_k))))
+    for words, compute in variants:
+        if _matches(output, compute(), rows):
+            return words
+    return None

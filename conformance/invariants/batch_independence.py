@@ -1,0 +1,78 @@
+"""Batch independence: batch elements never see each other.
+
+Property: changing the inputs of one batch element leaves every other element's output
+bit-for-bit unchanged, and each element's output equals the output of that element run alone
+(within the reordering tolerance). Cases use pairwise-distinct batch size, lengths, head count
+and head_dim, so no shape coincidence hides a mix-up of dimensions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.adapter import Inputs
+from conformance.cases import Case
+from conformance.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.strategies import cases, distinct_sizes
+from conformance.tolerance import abs_error, only_rows, reordering_tolerance, worst_index
+
+
+def _element(inputs: Inputs, b: int) -> Inputs:
+    keep = None if inputs.keep is None else inputs.keep[b : b + 1]
+    single = inputs.with_tensors(inputs.query[b : b + 1], inputs.key[b : b + 1],
+                                 inputs.value[b : b + 1])
+    return single.with_mask(keep)
+
+
+def _replace_element(inputs: Inputs, b: int, case: Case) -> Inputs:
+    def replaced(tensor: torch.Tensor, stream: int) -> torch.Tensor:
+        changed = tensor.clone()
+        changed[b] = case.tensor(*tensor.shape[1:], stream=stream, scale=3.0)
+        return changed
+
+    if inputs.is_self:
+        return inputs.with_tensors(replaced(inputs.query, 61))
+    return inputs.with_tensors(replaced(inputs.query, 61), replaced(inputs.key, 62),
+                               replaced(inputs.value, 63))
+
+
+class BatchIndependence(Check):
+    """Batch elements never influence each other; batched equals one at a time."""
+
+    name = "batch_independence"
+    title = "batch elements never influence each other; batched equals one at a time"
+
+    def run(self, context: CheckContext) -> None:
+        caps = context.capabilities
+        strategy = cases(caps, context.device, min_batch=2,
+                         masks="kept" if caps.mask is not None else "none").filter(distinct_sizes)
+        context.explore(strategy, lambda case: self.verify(context, case))
+
+    def verify(self, context: CheckContext, case: Case) -> None:
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        output = context.run(instance, inputs, case)
+        changed = case.seed % case.batch
+        others = [b for b in range(case.batch) if b != changed]
+        after = context.run(instance, _replace_element(inputs, changed, case), case)
+        diff = abs_error(after[others], output[others], nan_equal=True)
+        if float(diff.max()) > 0.0:
+            i, row, _ = worst_index(diff)
+            raise Violation(
+                f"changing batch element {changed} changed element {others[i]} (row {row}, by "
+                f"{fmt(float(diff[i, row].max()))})",
+                hint="does a reshape mix the batch and head dimensions (view(H, B, ...), "
+                     "transpose(0, 1)), or a reduction run over the whole batch?")
+
+        rows = case.attendable_rows()
+        tolerance = reordering_tolerance(case.config.dtype, output)
+        for b in range(case.batch):
+            alone = context.run(instance, _element(inputs, b), case)
+            diff = only_rows(abs_error(alone[0:1], output[b : b + 1], nan_equal=True),
+                             rows[b : b + 1])
+            if float(diff.max()) > tolerance:
+                _, row, _ = worst_index(diff)
+                raise Violation(
+                    f"batch element {b} run alone differs from the batched run (row {row}, by "
+                    f"{fmt(float(diff.max()))}, allowed {fmt(tolerance)})",
+                    hint="does the computation depend on the batch size?")

@@ -1,0 +1,98 @@
+"""Contract: the implementation keeps the promises of its declared convention.
+
+Property: every declared feature works (the mask, kv_len != q_len, optional causality, weight
+access, float64); for every generated case forward returns a tensor of shape (B, Lq, d_model) in
+the input's dtype and on its device, leaves its inputs unmodified, gives the same output for
+non-contiguous inputs (a transposed memory layout, a slice of a wider tensor) as for contiguous
+ones, works at length 1, and writes nothing to stdout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from conformance.adapter import Inputs
+from conformance.cases import Case, dtype_name
+from conformance.invariants.base import Check, CheckContext, CheckFailed, Violation, fmt
+from conformance.invariants.gate import LOW_PRECISION, base_case
+from conformance.strategies import cases
+from conformance.tolerance import abs_error, only_rows, reordering_tolerance, worst_index
+
+LOW_PRECISION_NAMES = {dtype_name(d) for d in LOW_PRECISION}
+
+
+def _transposed_layout(tensor: torch.Tensor) -> torch.Tensor:
+    """Same values, (B, D, L)-major memory: non-contiguous."""
+    return tensor.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def _slice_of_wider(tensor: torch.Tensor) -> torch.Tensor:
+    """Same values, the first half of a tensor twice as wide: non-contiguous rows."""
+    return torch.cat([tensor, torch.zeros_like(tensor)], dim=-1)[..., : tensor.shape[-1]]
+
+
+def _restrided(inputs: Inputs, layout) -> Inputs:
+    if inputs.is_self:
+        return Inputs.self_attention(layout(inputs.query), inputs.keep, inputs.causal)
+    return Inputs(layout(inputs.query), layout(inputs.key), layout(inputs.value), inputs.keep,
+                  inputs.causal)
+
+
+class Contract(Check):
+    """Declared features work; shapes, dtypes, devices right; inputs untouched; layouts irrelevant;
+    length 1 works; nothing printed."""
+
+    name = "contract"
+    title = "declared features work; inputs untouched; any memory layout; length 1; no prints"
+
+    def run(self, context: CheckContext) -> None:
+        problems = [p for feature, p in context.broken.items() if feature not in LOW_PRECISION_NAMES]
+        if problems:
+            raise CheckFailed(Violation(problems[0], details=problems[1:]), None)
+        caps = context.capabilities
+        first = caps.dtypes[0]
+        single = [base_case(caps, first, context.device, q_len=1, kv_len=1)]
+        if caps.cross_attention:
+            single += [replace(single[0], kv_len=3), replace(single[0], q_len=3, kv_len=1)]
+        context.explore(cases(caps, context.device,
+                              masks="kept" if caps.mask is not None else "none"),
+                        lambda case: self.verify(context, case), examples=single)
+
+    def verify(self, context: CheckContext, case: Case) -> None:
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        named = {"x": inputs.query} if inputs.is_self else {
+            "query": inputs.query, "key": inputs.key, "value": inputs.value}
+        originals = {name: tensor.clone() for name, tensor in named.items()}
+        output = context.run(instance, inputs, case)
+        for name, tensor in named.items():
+            if not torch.allclose(tensor, originals[name], rtol=0, atol=0, equal_nan=True):
+                change = abs_error(tensor, originals[name])
+                b, position, _ = worst_index(change)
+                raise Violation(
+                    f"forward modified its input {name} in place (batch {b}, position {position} "
+                    f"changed by {fmt(float(change.max()))})",
+                    hint="an in-place op (mul_, masked_fill_, +=) on an argument: use the "
+                         "out-of-place form")
+
+        tolerance = reordering_tolerance(case.config.dtype, output)
+        rows = case.attendable_rows()  # fully masked rows are the fully_masked check's
+        for label, layout in (("transposed memory layout", _transposed_layout),
+                              ("slice of a wider tensor", _slice_of_wider)):
+            other = context.run(instance, _restrided(inputs, layout), case)
+            diff = only_rows(abs_error(other, output, nan_equal=True), rows)
+            if float(diff.max()) > tolerance:
+                b, row, feature = worst_index(diff)
+                raise Violation(
+                    f"non-contiguous inputs ({label}) change output row {row} of batch {b} by "
+                    f"{fmt(float(diff[b, row, feature]))} (allowed {fmt(tolerance)})",
+                    hint="does forward reinterpret memory (view/as_strided) instead of reshaping?")
+
+        printed = instance.stdout
+        if printed:
+            first_line = printed.strip().splitlines()[0] if printed.strip() else printed
+            raise Violation(
+                f"forward wrote {len(printed)} characters to stdout, starting {first_line[:60]!r}",
+                hint="debugging prints left in forward: they slow every call and flood logs")

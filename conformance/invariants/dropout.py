@@ -1,0 +1,150 @@
+"""Dropout: off in eval mode, unbiased in train mode, and never a way around a mask.
+
+Property: in eval mode the output is deterministic and, where the rate is configurable, equals
+the output at p = 0; train mode at p = 0 equals eval mode; in train mode at p > 0 the mean output
+over N independent draws approaches the eval output (each element within z standard errors, z
+Bonferroni-corrected for a family-wise false alarm rate of 1e-6, fixed seeds); and in train mode,
+with the same random draws, masked keys stay invisible and no row sees a later position.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import torch
+
+from conformance.adapter import Inputs
+from conformance.cases import Case
+from conformance.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.spec import Capabilities
+from conformance.strategies import cases
+from conformance.tolerance import abs_error, only_rows, reordering_tolerance, worst_index
+
+DRAWS = 256
+FAMILY_ALPHA = 1e-6
+CONFIGURED_RATE = 0.3
+"""The rate used where it is configurable: high enough that bias shows in a few hundred draws."""
+
+
+def z_bound(elements: int) -> float:
+    """Two-sided Bonferroni z for ``elements`` simultaneous tests at FAMILY_ALPHA."""
+    tail = FAMILY_ALPHA / (2 * max(elements, 1))
+    return float(torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(1 - tail,
+                                                                         dtype=torch.float64)))
+
+
+def _replaced(inputs: Inputs, positions: torch.Tensor, case: Case) -> Inputs:
+    """Key/value (self-attention: x) inputs replaced with noise where ``positions`` (B, L)."""
+    where = positions.to(inputs.key.device)[:, :, None]
+    if inputs.is_self:
+        return inputs.with_tensors(torch.where(where, case.tensor(*inputs.query.shape, stream=81,
+                                                                  scale=10.0), inputs.query))
+    return inputs.with_tensors(
+        inputs.query,
+        torch.where(where, case.tensor(*inputs.key.shape, stream=81, scale=10.0), inputs.key),
+        torch.where(where, case.tensor(*inputs.value.shape, stream=82, scale=10.0), inputs.value))
+
+
+class Dropout(Check):
+    """Eval mode is dropout-free; train mode is unbiased and respects masks and causality."""
+
+    name = "dropout"
+    title = "eval is deterministic and dropout-free; train is unbiased and respects masks"
+
+    def skip_reason(self, capabilities: Capabilities) -> str | None:
+        if capabilities.dropout == "none":
+            return "declares no dropout"
+        return None
+
+    def _rate(self, context: CheckContext) -> float:
+        dropout = context.capabilities.dropout
+        return CONFIGURED_RATE if dropout == "config" else float(dropout)
+
+    def run(self, context: CheckContext) -> None:
+        caps = context.capabilities
+        masks = "partly_masked" if caps.mask is not None else "none"
+        # Float32 and float64 only: the mean of many draws is a statement about exact arithmetic.
+        strategy = cases(caps, context.device, masks=masks, max_len=12,
+                         dtypes=(torch.float32, torch.float64)).map(
+            lambda case: replace(case, dropout=self._rate(context)))
+        context.explore(strategy, lambda case: self.eval_mode(context, case))
+        context.explore(strategy, lambda case: self.unbiased(context, case), max_examples=4)
+        if caps.mask is not None or caps.causal != "never":
+            context.explore(strategy, lambda case: self.train_mode_masks(context, case))
+
+    def eval_mode(self, context: CheckContext, case: Case) -> None:
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        rows = case.attendable_rows()
+        output = context.run(instance, inputs, case)
+        again = context.run(instance, inputs, case)
+        if float(abs_error(again, output, nan_equal=True).max()) > 0.0:
+            raise Violation("two eval-mode calls differ: dropout is active in eval mode",
+                            hint="F.dropout(x, p) defaults to training=True: pass "
+                                 "training=self.training, or use nn.Dropout")
+        if context.capabilities.dropout != "config":
+            return
+        plain = context.build(replace(case, dropout=0.0))
+        without = context.run(plain, inputs, case)
+        diff = only_rows(abs_error(without, output, nan_equal=True), rows)
+        if float(diff.max()) > 0.0:
+            raise Violation(f"eval mode at p = {case.dropout} differs from p = 0 by "
+                            f"{fmt(float(diff.max()))}: dropout acts in eval mode")
+        trained = plain.forward(inputs, training=True, seed=1)
+        diff = only_rows(abs_error(trained, without, nan_equal=True), rows)
+        tolerance = reordering_tolerance(case.config.dtype, without)
+        if float(diff.max()) > tolerance:
+            b, row, _ = worst_index(diff)
+            raise Violation(f"train mode at p = 0 differs from eval mode (row {row} of batch {b}, "
+                            f"by {fmt(float(diff.max()))})")
+
+    def unbiased(self, context: CheckContext, case: Case) -> None:
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        rows = case.attendable_rows()
+        expected = context.run(instance, inputs, case).to(torch.float64).cpu()
+        draws = torch.stack([instance.forward(inputs, training=True, seed=1000 + k)
+                             .to(torch.float64).cpu() for k in range(DRAWS)])
+        mean = draws.mean(0)
+        standard_error = draws.std(0) / math.sqrt(DRAWS)
+        bound = z_bound(int(rows.sum()) * case.d_model)
+        allowed = bound * standard_error + reordering_tolerance(case.config.dtype, expected)
+        excess = only_rows(((mean - expected).abs() - allowed).clamp_min(0), rows)
+        if float(excess.max()) > 0.0:
+            b, row, feature = worst_index(excess)
+            raise Violation(
+                f"in train mode (p = {case.dropout}) the mean of {DRAWS} draws is "
+                f"{fmt(float(mean[b, row, feature]))} where eval mode gives "
+                f"{fmt(float(expected[b, row, feature]))} (batch {b}, row {row}, feature "
+                f"{feature}; {fmt(bound)} standard errors = {fmt(float(allowed[b, row, feature]))})",
+                hint="is dropout applied to the logits, or without the 1/(1 - p) rescaling?")
+
+    def train_mode_masks(self, context: CheckContext, case: Case) -> None:
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        rows = case.attendable_rows()
+        before = instance.forward(inputs, training=True, seed=7)
+        if inputs.keep is not None:
+            masked = ~inputs.keep.cpu()
+            compared = rows & inputs.keep.cpu() if inputs.is_self else rows
+            after = instance.forward(_replaced(inputs, masked, case), training=True, seed=7)
+            diff = only_rows(abs_error(after, before, nan_equal=True), compared)
+            if float(diff.max()) > 0.0:
+                b, row, _ = worst_index(diff)
+                raise Violation(
+                    f"in train mode, changing masked key/value inputs changed output row {row} of "
+                    f"batch {b} by {fmt(float(diff[b, row].max()))}",
+                    hint="dropout on the logits turns a masked -inf/-1e20 into 0: apply dropout "
+                         "to the weights after the softmax")
+        if case.causal and case.q_len >= 2:
+            cut = case.seed % (case.q_len - 1)
+            later = torch.zeros(case.batch, case.kv_len, dtype=torch.bool)
+            later[:, cut + 1:] = True
+            after = instance.forward(_replaced(inputs, later, case), training=True, seed=7)
+            diff = only_rows(abs_error(after, before, nan_equal=True)[:, : cut + 1],
+                             rows[:, : cut + 1])
+            if float(diff.max()) > 0.0:
+                raise Violation(f"in train mode, changing inputs after position {cut} changed an "
+                                "earlier output row", hint="dropout on the logits undoes the "
+                                                           "causal mask")

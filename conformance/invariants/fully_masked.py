@@ -1,0 +1,144 @@
+"""Fully masked rows: a row with no key to attend to behaves one declared way, and stays contained.
+
+Property: rows whose every key is masked (by padding, and causality where it applies) all behave
+the same way, and that way is the declared policy: ``zeros`` (attention weights 0, so the layer
+output is the output bias, as F.scaled_dot_product_attention does since PyTorch 2.5), ``nan``, or
+``uniform`` (weight 1/Lk on every key, what a finite fill such as -1e9 gives); with ``report``
+the behaviour is only reported. In every policy, rows with a key to attend to are unchanged by
+another element's fully masked rows and match the float64 reference (where weights are
+accessible), and the input gradients of every batch element without a fully masked row stay
+finite. (Within an element that has one, a NaN row poisons the gradient of its inputs whatever
+else is right; that is reported, not failed: it is what the ``nan`` policy means for training.)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.cases import Case
+from conformance.invariants.base import Check, CheckContext, Violation, expect_finite_rows, fmt
+from conformance.probes import measure_attention
+from conformance.reference import plain_attention, reference_attention
+from conformance.spec import Capabilities
+from conformance.strategies import cases
+from conformance.tolerance import abs_error, agreement, eps, only_rows, unchanged_tolerance, worst_index
+
+POLICY_WORDS = {"zeros": "zeros", "nan": "NaN", "uniform": "uniform over all keys"}
+
+
+def classify_row(weights: torch.Tensor, dtype: torch.dtype) -> str:
+    """What a fully masked row's attention weights look like."""
+    if bool(torch.isnan(weights).any()):
+        return "NaN"
+    if float(weights.abs().max()) <= eps(dtype):
+        return "zeros"
+    uniform = 1.0 / weights.numel()
+    if float((weights - uniform).abs().max()) <= 16 * eps(dtype):
+        return "uniform over all keys"
+    return "other (weights " + ", ".join(fmt(float(w)) for w in weights[:6]) + ")"
+
+
+class FullyMasked(Check):
+    """Rows with every key masked follow the declared policy and don't spill."""
+
+    name = "fully_masked"
+    title = "rows with every key masked follow the declared policy and stay contained"
+
+    def skip_reason(self, capabilities: Capabilities) -> str | None:
+        if capabilities.mask is None:
+            return "declares no padding mask"
+        return None
+
+    def run(self, context: CheckContext) -> None:
+        caps = context.capabilities
+        context.explore(cases(caps, context.device, masks="fully_masked", probe=caps.weights),
+                        lambda case: self.verify(context, case))
+
+    def verify(self, context: CheckContext, case: Case) -> str:
+        caps = context.capabilities
+        instance = context.build(case)
+        inputs = case.inputs(caps.call)
+        keep = inputs.keep
+        empty = [b for b, count in enumerate(case.kept) if count == 0]
+        rows = case.attendable_rows()
+        output = context.run(instance, inputs, case)
+        expect_finite_rows(output, rows)
+        control_keep = keep.clone()
+        control_keep[empty] = True
+        control = context.run(instance, inputs.with_mask(control_keep), case)
+        diff = only_rows(abs_error(output, control), rows)
+        tolerance = unchanged_tolerance(output.dtype, control)
+        if float(diff.max()) > tolerance:
+            b, row, _ = worst_index(diff)
+            raise Violation(
+                f"batch element {b} changed (row {row}, by {fmt(float(diff[b, row].max()))}) "
+                f"when batch element(s) {empty} had every key masked: fully masked rows spill "
+                "into other batch elements",
+                hint="a reduction over the whole batch (a norm or mean without dim=) carries one "
+                     "element's NaN into the others?")
+
+        if caps.weights:
+            weights = instance.read_weights()
+            reference = reference_attention(weights, inputs.query, inputs.key, inputs.value,
+                                            keep=keep, causal=case.causal)
+            baseline = plain_attention(weights, inputs.query, inputs.key, inputs.value,
+                                       keep=keep, causal=case.causal, dtype=case.config.dtype)
+            seen = agreement(output, reference.output, baseline, case.config.dtype, rows)
+            if not seen.ok:
+                b, row, _ = seen.worst
+                raise Violation(
+                    f"with batch element(s) {empty} fully masked, row {row} of batch {b} differs "
+                    f"from the float64 reference: {seen.describe()}")
+
+        cotangent = torch.where(rows.to(output.device)[:, :, None],
+                                case.tensor(*output.shape, stream=41), 0.0)
+        gradients = instance.gradients(inputs, cotangent).inputs
+        whole = rows.all(dim=-1).tolist()
+        clean = [b for b in range(case.batch) if whole[b]]
+        notes = []
+        for name, gradient in gradients.items():
+            bad = ~torch.isfinite(gradient[clean])
+            if bool(bad.any()):
+                i, position, _ = (int(v) for v in torch.nonzero(bad)[0])
+                raise Violation(
+                    f"the gradient with respect to {name} of batch element {clean[i]} "
+                    f"(position {position}) is not finite when batch element(s) {empty} are fully "
+                    "masked", hint="a NaN from the fully masked rows flows back through a shared "
+                                   "reduction")
+            if not bool(torch.isfinite(gradient).all()):
+                notes.append(name)
+
+        behaviour = self._behaviour(context, case, rows)
+        declared = caps.fully_masked
+        if declared != "report" and behaviour != POLICY_WORDS[declared]:
+            raise Violation(f"rows with every key masked give {behaviour}; the declared policy "
+                            f"is {POLICY_WORDS[declared]}")
+        if notes:
+            self_note = (f"gradients of the inputs of an element with a fully masked row are not "
+                         f"finite ({', '.join(notes)}): such a batch poisons training")
+            context.observe(self_note)
+        return f"rows with every key masked give {behaviour}"
+
+    @staticmethod
+    def _behaviour(context: CheckContext, case: Case, rows: torch.Tensor) -> str:
+        """The one behaviour of every fully masked row; a Violation if they differ."""
+        caps = context.capabilities
+        fully_masked = torch.nonzero(~rows).tolist()
+        if caps.weights:
+            attention = measure_attention(context.build(case), case, caps.call, keep=case.keep(),
+                                          causal=case.causal)
+            seen = {(b, h, row): classify_row(attention[b, h, row], case.config.dtype)
+                    for b, row in fully_masked for h in range(case.num_heads)}
+        else:
+            output = context.run(context.build(case), case.inputs(caps.call), case)
+            seen = {(b, 0, row): "NaN" if bool(torch.isnan(output[b, row]).any()) else "finite"
+                    for b, row in fully_masked}
+        behaviours = sorted(set(seen.values()))
+        if len(behaviours) > 1:
+            examples = []
+            for behaviour in behaviours:
+                b, h, row = next(k for k, v in seen.items() if v == behaviour)
+                examples.append(f"batch {b}, head {h}, row {row}: {behaviour}")
+            raise Violation("rows with every key masked do not all behave the same way: "
+                            + "; ".join(examples))
+        return behaviours[0]

@@ -1,0 +1,96 @@
+"""Reference agreement: output and input gradients match the float64 reference.
+
+Property: the output, and the gradient of ``sum(output * c)`` with respect to every input for a
+random cotangent ``c``, agree with the float64 reference computed from the implementation's own
+weights: max error <= K_MAX x the max error of the suite's plain attention in the same dtype
++ the dtype's floor, and mean error <= K_MEAN x that baseline's mean error + a tenth of the floor
+(see :mod:`conformance.tolerance`). Rows with no key to attend to are the fully_masked check's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.adapter import Inputs
+from conformance.cases import Case
+from conformance.diagnosis import explain
+from conformance.invariants.base import Check, CheckContext, Violation, expect_finite_rows, fmt
+from conformance.reference import plain_attention, reference_attention
+from conformance.spec import Capabilities
+from conformance.strategies import cases
+from conformance.tolerance import agreement
+from conformance.weights import HeadWeights
+
+
+def reference_gradients(weights: HeadWeights, inputs: Inputs, cotangent: torch.Tensor, *,
+                        causal: bool, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Input gradients of the reference computed in ``dtype``, keyed as Instance.gradients."""
+    if inputs.is_self:
+        x = inputs.query.detach().to(dtype).requires_grad_(True)
+        leaves, (q, k, v) = {"x": x}, (x, x, x)
+    else:
+        leaves = {name: getattr(inputs, name).detach().to(dtype).requires_grad_(True)
+                  for name in ("query", "key", "value")}
+        q, k, v = leaves["query"], leaves["key"], leaves["value"]
+    with torch.enable_grad():
+        output = reference_attention(weights, q, k, v, keep=inputs.keep, causal=causal,
+                                     dtype=dtype).output
+        (output * cotangent.to(dtype)).sum().backward()
+    return {name: leaf.grad for name, leaf in leaves.items()}
+
+
+class ReferenceAgreement(Check):
+    """Output and input gradients agree with the float64 reference."""
+
+    name = "reference"
+    title = "output and input gradients agree with the float64 reference (per-example tolerance)"
+
+    def skip_reason(self, capabilities: Capabilities) -> str | None:
+        if not capabilities.weights:
+            return "needs canonical weight access to build the reference"
+        return None
+
+    def run(self, context: CheckContext) -> None:
+        caps = context.capabilities
+        context.explore(cases(caps, context.device,
+                              masks="kept" if caps.mask is not None else "none"),
+                        lambda case: self.verify(context, case))
+
+    def verify(self, context: CheckContext, case: Case) -> None:
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        output = context.run(instance, inputs, case)
+        rows = case.attendable_rows()
+        expect_finite_rows(output, rows)
+        weights = instance.read_weights()
+        dtype = case.config.dtype
+        reference = reference_attention(weights, inputs.query, inputs.key, inputs.value,
+                                        keep=inputs.keep, causal=case.causal).output
+        baseline = plain_attention(weights, inputs.query, inputs.key, inputs.value,
+                                   keep=inputs.keep, causal=case.causal, dtype=dtype)
+        seen = agreement(output, reference, baseline, dtype, rows)
+        if not seen.ok:
+            b, row, feature = seen.worst
+            raise Violation(
+                f"output differs from the float64 reference: {seen.describe()}; largest at "
+                f"batch {b}, row {row}, feature {feature}",
+                details=[f"implementation {fmt(float(output[b, row, feature]))}, reference "
+                         f"{fmt(float(reference[b, row, feature]))}; same-dtype baseline error "
+                         f"{fmt(seen.baseline_error)}"],
+                hint=explain(output, weights, inputs, causal=case.causal, rows=rows))
+        if not bool(rows.all()):
+            return  # a fully masked row's gradient is the fully_masked check's business
+        cotangent = case.tensor(*output.shape, stream=51)
+        actual = instance.gradients(inputs, cotangent).inputs
+        expected = reference_gradients(weights, inputs, cotangent, causal=case.causal,
+                                       dtype=torch.float64)
+        plain = reference_gradients(weights, inputs, cotangent, causal=case.causal, dtype=dtype)
+        for name, gradient in actual.items():
+            seen = agreement(gradient, expected[name], plain[name], dtype)
+            if not seen.ok:
+                b, position, feature = seen.worst
+                raise Violation(
+                    f"the gradient with respect to {name} differs from the float64 reference's: "
+                    f"{seen.describe()}; largest at batch {b}, position {position}, feature "
+                    f"{feature}",
+                    hint="does backward go through a detached or in-place-modified tensor?")

@@ -1,0 +1,85 @@
+"""Scale: the logits are scaled by 1/sqrt(head_dim).
+
+Property: the measured attention weights are softmax(s * q_i . k_j) over the keys, and the scale
+fitted from them (log A_ij - log A_ik = s (q_i . k_j - q_i . k_k), least squares over every row)
+is 1/sqrt(head_dim) within 1% (5% in float16 / bfloat16). When the fitted scale is another
+recognisable one (1/sqrt(d_model), 1, 1/head_dim, 1/sqrt(num_heads), sqrt(head_dim)), the report
+says which.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from conformance.cases import Case
+from conformance.diagnosis import scale_candidates
+from conformance.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.invariants.gate import LOW_PRECISION
+from conformance.probes import probe
+from conformance.spec import Capabilities
+from conformance.strategies import cases
+
+
+def fit_scale(attention: torch.Tensor, logits: torch.Tensor,
+              rows: torch.Tensor) -> tuple[float, float]:
+    """Least-squares s in log A = s * logits + c(row), over rows (B, Lq) and positive weights.
+
+    Returns (s, largest residual of log A): a large residual means the weights are not a softmax
+    of scaled dot products at all.
+    """
+    usable = (attention > 0) & rows[:, None, :, None] & torch.isfinite(attention)
+    log_a = torch.where(usable, attention.clamp_min(1e-300).log(), 0.0)
+    count = usable.sum(-1, keepdim=True).clamp_min(1)
+    x_mean = (logits * usable).sum(-1, keepdim=True) / count
+    y_mean = (log_a * usable).sum(-1, keepdim=True) / count
+    dx = (logits - x_mean) * usable
+    dy = (log_a - y_mean) * usable
+    denominator = float((dx * dx).sum())
+    if denominator == 0.0:
+        return float("nan"), 0.0
+    s = float((dx * dy).sum()) / denominator
+    residual = float(((dy - s * dx) * usable).abs().max())
+    return s, residual
+
+
+class Scale(Check):
+    """The logit scale fitted from the measured attention is 1/sqrt(head_dim)."""
+
+    name = "scale"
+    title = "logits are scaled by 1/sqrt(head_dim)"
+
+    def skip_reason(self, capabilities: Capabilities) -> str | None:
+        if not capabilities.weights:
+            return "needs canonical weight access to measure the attention matrix"
+        return None
+
+    def run(self, context: CheckContext) -> None:
+        caps = context.capabilities
+        # Sizes where the recognisable scales are all different from each other.
+        strategy = cases(caps, context.device, probe=True, min_heads=2, min_len=2).filter(
+            lambda c: c.head_dim >= 2 and c.head_dim != c.num_heads)
+        context.explore(strategy, lambda case: self.verify(context, case))
+
+    def verify(self, context: CheckContext, case: Case) -> None:
+        measured = probe(context.build(case), case, context.capabilities.call,
+                         causal=case.causal)
+        rows = case.attendable_rows()
+        fitted, residual = fit_scale(measured.attention, measured.logits, rows)
+        expected = 1 / math.sqrt(case.head_dim)
+        low = case.config.dtype in LOW_PRECISION
+        tolerance = 0.05 if low else 0.01
+        if residual > (0.5 if low else 0.05) or math.isnan(fitted):
+            raise Violation(
+                "the attention weights are not softmax(s * q.k) over the keys for any single "
+                f"scale s (log-weight residual {fmt(residual)})",
+                hint="is the softmax taken over the wrong axis, or the mask applied after it?")
+        if abs(fitted - expected) <= tolerance * expected:
+            return
+        hint = None
+        for words, candidate in scale_candidates(case.head_dim, case.num_heads).items():
+            if abs(fitted - candidate) <= tolerance * candidate:
+                hint = f"matches scale {words}"
+        raise Violation(f"the fitted logit scale is {fmt(fitted)}, expected 1/sqrt(head_dim) = "
+                        f"1/sqrt({case.head_dim}) = {fmt(expected)}", hint=hint)
