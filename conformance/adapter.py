@@ -117,6 +117,14 @@ class Instance(ABC):
     def stdout(self) -> str:
         """Everything the implementation printed so far."""
 
+    @property
+    @abstractmethod
+    def input_writes(self) -> list[str]:
+        """Inputs the implementation modified in place so far ("query", "key", "value", "x").
+
+        The implementation works on copies, so such writes never reach the caller's tensors.
+        """
+
 
 class Subject(ABC):
     """An implementation under test as the invariants see it."""
@@ -166,6 +174,7 @@ class ModuleInstance(Instance):
         self._implementation = implementation
         self._capabilities = implementation.capabilities
         self._printed = io.StringIO()
+        self._input_writes: list[str] = []
         try:
             with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(self._printed):
                 torch.manual_seed(seed)
@@ -183,10 +192,17 @@ class ModuleInstance(Instance):
     def stdout(self) -> str:
         return self._printed.getvalue()
 
+    @property
+    def input_writes(self) -> list[str]:
+        return list(self._input_writes)
+
     def _call(self, inputs: Inputs, training: bool) -> torch.Tensor:
         caps = self._capabilities
-        args: list[object] = [inputs.query] if caps.call == "self" else [
-            inputs.query, inputs.key, inputs.value]
+        # The implementation gets copies: an in-place write is recorded, never propagated.
+        named = ({"x": inputs.query} if caps.call == "self" else
+                 {"query": inputs.query, "key": inputs.key, "value": inputs.value})
+        copies = {name: tensor.clone() for name, tensor in named.items()}
+        args: list[object] = list(copies.values())
         kwargs: dict[str, object] = dict(inputs.options)
         if inputs.keep is not None:
             convention = inputs.mask_convention or caps.mask
@@ -210,6 +226,11 @@ class ModuleInstance(Instance):
                 output = self.module(*args, **kwargs)
         except Exception as error:
             raise ImplementationError(f"forward raised {_one_line(error)}") from error
+        for name, tensor in named.items():
+            written = not torch.equal(torch.nan_to_num(copies[name].detach()),
+                                      torch.nan_to_num(tensor.detach()))
+            if written and name not in self._input_writes:
+                self._input_writes.append(name)
         if not isinstance(output, torch.Tensor):
             raise ImplementationError(
                 f"forward returned {type(output).__name__}, not a tensor")
@@ -217,10 +238,12 @@ class ModuleInstance(Instance):
 
     def forward(self, inputs: Inputs, *, training: bool = False, seed: int | None = None,
                 autograd: bool = False) -> torch.Tensor:
+        if seed is None:  # free-running randomness: forking would replay it and hide it
+            with torch.set_grad_enabled(autograd):
+                return self._call(inputs, training).detach()
         with torch.random.fork_rng(devices=_rng_devices(self.config.device)), \
                 torch.set_grad_enabled(autograd):
-            if seed is not None:
-                torch.manual_seed(seed)
+            torch.manual_seed(seed)
             return self._call(inputs, training).detach()
 
     def _leaves(self, inputs: Inputs) -> tuple[dict[str, torch.Tensor], Inputs]:

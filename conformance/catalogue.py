@@ -99,9 +99,10 @@ class Runner:
             return CheckResult(subject.name, name, device, Status.SKIPPED,
                                reason=f"blocked: the gate failed ({gate_result.reason})")
         skip = check.device_skip_reason(device) or check.skip_reason(outcome.effective)
-        if skip is not None:
+        reports_broken = any(feature in outcome.broken for feature in check.owns)
+        if skip is not None and not reports_broken:
             if check.skip_reason(subject.capabilities) is None:
-                skip = f"{skip} (the declared feature failed at the gate)"
+                skip = f"{skip} (the declared feature failed at the gate; see contract)"
             return CheckResult(subject.name, name, device, Status.SKIPPED, reason=skip)
         context = self._context(subject, outcome.effective, device)
         context.broken = dict(outcome.broken)

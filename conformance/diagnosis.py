@@ -10,7 +10,7 @@ from dataclasses import replace
 import torch
 
 from conformance.adapter import Inputs
-from conformance.reference import reference_attention
+from conformance.reference import allowed_keys, reference_attention
 from conformance.tolerance import abs_error, only_rows
 from conformance.weights import HeadWeights
 
@@ -35,6 +35,33 @@ def scale_candidates(head_dim: int, num_heads: int) -> dict[str, float]:
     correct = 1 / math.sqrt(head_dim)
     # A candidate equal to the correct scale (head_dim 1, one head) names no bug.
     return {words: s for words, s in candidates.items() if not math.isclose(s, correct)}
+
+
+def _misshaped(weights: HeadWeights, inputs: Inputs, *, causal: bool, split_transposed: bool,
+               merge_transposed: bool) -> torch.Tensor:
+    """float64 attention with a head split or merge done by reshape alone (no transpose)."""
+    w = weights.map(lambda t: t.to(torch.float64).cpu())
+    heads, head_dim = w.num_heads, w.head_dim
+
+    def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        flat = x.to(torch.float64).cpu() @ weight.reshape(-1, weight.shape[-1]).T + bias.reshape(-1)
+        batch, length, _ = flat.shape
+        if split_transposed:
+            return flat.view(batch, length, heads, -1).transpose(1, 2)
+        return flat.reshape(batch, heads, length, -1)
+
+    q = project(inputs.query, w.w_q, w.b_q)
+    k = project(inputs.key, w.w_k, w.b_k)
+    v = project(inputs.value, w.w_v, w.b_v)
+    logits = (q / math.sqrt(head_dim)) @ k.transpose(-1, -2)
+    allowed = allowed_keys(q.shape[0], q.shape[2], k.shape[2],
+                           None if inputs.keep is None else inputs.keep.cpu(), causal)
+    attention = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
+    out = attention @ v
+    batch, _, length, _ = out.shape
+    merged = (out.transpose(1, 2).reshape(batch, length, -1) if merge_transposed
+              else out.reshape(batch, length, -1))
+    return merged if w.w_o is None else merged @ w.w_o.T + w.b_o
 
 
 def _matches(output: torch.Tensor, variant: torch.Tensor, rows: torch.Tensor | None) -> bool:
@@ -62,6 +89,12 @@ def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causa
         variants.append(("matches the reference with the key projection used for the values: "
                          "is k_proj applied to v?",
                          lambda: ref(replace(weights, w_v=weights.w_k, b_v=weights.b_k))))
+    variants.append(("matches heads split with view(B, H, L, Dh) and no transpose",
+                     lambda: _misshaped(weights, inputs, causal=causal, split_transposed=False,
+                                        merge_transposed=True)))
+    variants.append(("matches heads merged with reshape(B, L, H * Dh) and no transpose back",
+                     lambda: _misshaped(weights, inputs, causal=causal, split_transposed=True,
+                                        merge_transposed=False)))
     for words, compute in variants:
         if _matches(output, compute(), rows):
             return words

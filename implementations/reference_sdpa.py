@@ -1,7 +1,8 @@
 """A correct multi-head attention built on ``F.scaled_dot_product_attention`` (a reference).
 
-Boolean mask with True = attend, shape (batch, 1, 1, kv_len); causal when ``is_causal=True``;
-cross-attention; dropout only in training.
+Boolean mask with True = attend, or an additive float mask, shape (batch, 1, 1, kv_len) or
+(batch, heads, q_len, kv_len); causal when ``is_causal=True``; cross-attention; dropout only in
+training. A row with every key masked gives zero weights (SDPA's behaviour since PyTorch 2.5).
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ class SDPAAttention(nn.Module):
             self.v_proj(value))
         if is_causal and mask is not None:
             # SDPA takes either an explicit mask or is_causal: fold causality into the mask.
-            causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool,
-                                device=q.device).tril()
-            mask, is_causal = mask & causal, False
+            future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool,
+                                device=q.device).triu(diagonal=1)
+            mask = (mask & ~future if mask.dtype == torch.bool
+                    else mask.masked_fill(future, float("-inf")))
+            is_causal = False
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
                                              dropout_p=self.dropout if self.training else 0.0)
         batch, _, length, _ = out.shape
@@ -56,8 +59,12 @@ IMPLEMENTATION = Implementation(
     "reference-sdpa",
     lambda c: SDPAAttention(c.d_model, c.num_heads, c.dropout),
     Capabilities(call="qkv", mask=MaskConvention(MaskKind.KEEP_BOOL, MaskLayout.BROADCAST),
+                 mask_formats=(MaskConvention(MaskKind.ADDITIVE, MaskLayout.BROADCAST),
+                               MaskConvention(MaskKind.KEEP_BOOL, MaskLayout.PER_HEAD),
+                               MaskConvention(MaskKind.ADDITIVE, MaskLayout.PER_HEAD)),
                  causal="optional", causal_argument="is_causal", cross_attention=True,
-                 dtypes=(torch.float32, torch.float64, torch.float16, torch.bfloat16)),
+                 dtypes=(torch.float32, torch.float64, torch.float16, torch.bfloat16),
+                 dropout="config", fully_masked="zeros"),
     SeparateProjections(q="q_proj", k="k_proj", v="v_proj", o="out_proj"),
     description="correct reference: F.scaled_dot_product_attention with q/k/v/out projections",
 )

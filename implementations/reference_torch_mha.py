@@ -1,7 +1,8 @@
 """A correct multi-head attention wrapping ``torch.nn.MultiheadAttention(batch_first=True)``.
 
-Its ``key_padding_mask`` is boolean with True = ignore, shape (batch, kv_len); causal through a
-boolean ``attn_mask`` when ``is_causal=True``; its tuple output is reduced to the attention output.
+Its ``key_padding_mask`` is boolean with True = ignore (or additive float), shape (batch, kv_len);
+causal through a boolean ``attn_mask`` when ``is_causal=True``; ``need_weights`` selects the slow
+path that also computes the weights; the tuple output is reduced to the attention output.
 """
 
 from __future__ import annotations
@@ -26,14 +27,14 @@ class TorchMultiheadAttention(nn.Module):
                                                batch_first=True)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                key_padding_mask: torch.Tensor | None = None,
-                is_causal: bool = False) -> torch.Tensor:
+                key_padding_mask: torch.Tensor | None = None, is_causal: bool = False,
+                need_weights: bool = False) -> torch.Tensor:
         attn_mask = None
         if is_causal:
             attn_mask = torch.ones(query.shape[1], key.shape[1], dtype=torch.bool,
                                    device=query.device).triu(diagonal=1)
         output, _ = self.attention(query, key, value, key_padding_mask=key_padding_mask,
-                                   attn_mask=attn_mask, need_weights=False)
+                                   attn_mask=attn_mask, need_weights=need_weights)
         return output
 
 
@@ -43,8 +44,11 @@ IMPLEMENTATION = Implementation(
     Capabilities(call="qkv",
                  mask=MaskConvention(MaskKind.IGNORE_BOOL, MaskLayout.KEY_PADDING,
                                      argument="key_padding_mask"),
+                 mask_formats=(MaskConvention(MaskKind.ADDITIVE, MaskLayout.KEY_PADDING,
+                                              argument="key_padding_mask"),),
                  causal="optional", causal_argument="is_causal", cross_attention=True,
-                 dtypes=(torch.float32, torch.float64, torch.float16, torch.bfloat16)),
+                 dtypes=(torch.float32, torch.float64, torch.float16, torch.bfloat16),
+                 dropout="config", paths=(("need_weights=True", (("need_weights", True),)),)),
     PackedInProjection("attention"),
     description="correct reference: torch.nn.MultiheadAttention(batch_first=True)",
 )

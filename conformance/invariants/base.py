@@ -124,6 +124,8 @@ class Check(ABC):
 
     name: str
     title: str
+    owns: tuple[str, ...] = ()
+    """Declared features this check reports when the gate saw them break (see GateOutcome)."""
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         """Why this check does not apply to an implementation declaring ``capabilities``."""

@@ -1,13 +1,17 @@
 """Determinism: on the CPU, the same call twice gives the same output, bit for bit.
 
 Property: calling forward twice in eval mode with the same inputs (and a freshly built copy from
-the same seed once more) gives bit-identical outputs.
+the same seed once more) gives bit-identical outputs. Where the dropout rate is configurable it
+is set above zero, as users build the module: eval mode must still be deterministic.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from conformance.cases import Case
 from conformance.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.invariants.dropout import CONFIGURED_RATE
 from conformance.strategies import cases
 from conformance.tolerance import abs_error, worst_index
 
@@ -25,8 +29,10 @@ class Determinism(Check):
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
+        rate = CONFIGURED_RATE if caps.dropout == "config" else 0.0
         context.explore(cases(caps, context.device,
-                              masks="kept" if caps.mask is not None else "none"),
+                              masks="kept" if caps.mask is not None else "none").map(
+                            lambda case: replace(case, dropout=rate)),
                         lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:

@@ -16,7 +16,7 @@ import torch
 
 from conformance.adapter import Inputs
 from conformance.cases import Case
-from conformance.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.invariants.base import Check, CheckContext, Violation, expect_finite_rows, fmt
 from conformance.spec import Capabilities
 from conformance.strategies import cases
 from conformance.tolerance import abs_error, only_rows, reordering_tolerance, worst_index
@@ -104,13 +104,16 @@ class Dropout(Check):
         inputs = case.inputs(context.capabilities.call)
         rows = case.attendable_rows()
         expected = context.run(instance, inputs, case).to(torch.float64).cpu()
+        expect_finite_rows(expected, rows)
         draws = torch.stack([instance.forward(inputs, training=True, seed=1000 + k)
                              .to(torch.float64).cpu() for k in range(DRAWS)])
         mean = draws.mean(0)
         standard_error = draws.std(0) / math.sqrt(DRAWS)
         bound = z_bound(int(rows.sum()) * case.d_model)
         allowed = bound * standard_error + reordering_tolerance(case.config.dtype, expected)
-        excess = only_rows(((mean - expected).abs() - allowed).clamp_min(0), rows)
+        # NaN (a draw that produced one) must fail, not compare false.
+        excess = only_rows(torch.nan_to_num(((mean - expected).abs() - allowed).clamp_min(0),
+                                            nan=float("inf")), rows)
         if float(excess.max()) > 0.0:
             b, row, feature = worst_index(excess)
             raise Violation(
@@ -125,6 +128,8 @@ class Dropout(Check):
         inputs = case.inputs(context.capabilities.call)
         rows = case.attendable_rows()
         before = instance.forward(inputs, training=True, seed=7)
+        expect_finite_rows(before, rows, hint="dropout on the logits turns a masked -inf into "
+                                              "NaN (-inf * 0): apply dropout after the softmax")
         if inputs.keep is not None:
             masked = ~inputs.keep.cpu()
             compared = rows & inputs.keep.cpu() if inputs.is_self else rows

@@ -39,6 +39,7 @@ class LowPrecision(Check):
 
     name = "low_precision"
     title = "float16 / bfloat16 run where declared and agree with the reference"
+    owns = tuple(dtype_name(d) for d in LOW_PRECISION)
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if not any(d in LOW_PRECISION for d in capabilities.dtypes):

@@ -28,6 +28,8 @@ ROW_SHIFT = 1e3
 FLOAT16_STD = 80.0
 
 HINT = "is exp taken without subtracting the row maximum (softmax written by hand)?"
+FLOAT16_HINT = ("does q @ k^T overflow float16 (largest finite 65504) before the 1/sqrt(head_dim) "
+                "scaling? Scale q first, or compute the logits in float32")
 
 
 def _projections(weights: HeadWeights, inputs, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,13 +66,17 @@ class Stability(Check):
                             lambda case: self.float16_large(context, case))
 
     def _agrees(self, context: CheckContext, case: Case, weights: HeadWeights, what: str,
-                largest_logit: float, reference_weights: HeadWeights | None = None) -> None:
+                largest_logit: float, reference_weights: HeadWeights | None = None,
+                hint: str = HINT) -> None:
         instance = context.build(case)
         instance.write_weights(weights)
         inputs = case.inputs(context.capabilities.call)
         output = context.run(instance, inputs, case)
         rows = case.attendable_rows()
-        expect_finite_rows(output, rows, hint=HINT)
+        try:
+            expect_finite_rows(output, rows, hint=hint)
+        except Violation as violation:
+            raise Violation(f"{what}: {violation.summary}", hint=hint) from violation
         expected = reference_attention(reference_weights or weights, inputs.query, inputs.key,
                                        inputs.value, keep=inputs.keep, causal=case.causal).output
         baseline = plain_attention(weights, inputs.query, inputs.key, inputs.value,
@@ -80,7 +86,7 @@ class Stability(Check):
         if not seen.ok:
             b, row, _ = seen.worst
             raise Violation(f"{what}: the output differs from the reference ({seen.describe()}, "
-                            f"row {row} of batch {b})", hint=HINT)
+                            f"row {row} of batch {b})", hint=hint)
 
     def large_and_shifted(self, context: CheckContext, case: Case) -> None:
         weights = context.build(case).read_weights()
@@ -112,10 +118,11 @@ class Stability(Check):
         weights = context.build(case).read_weights()
         inputs = case.inputs(context.capabilities.call)
         q, k = _projections(weights, inputs, case)
-        q_gain = FLOAT16_STD / max(float(q.std()), 1e-12)
-        k_gain = FLOAT16_STD / max(float(k.std()), 1e-12)
+        # Root mean square, not std(): a single element has no std but has a magnitude.
+        q_gain = FLOAT16_STD / max(float(q.pow(2).mean().sqrt()), 1e-12)
+        k_gain = FLOAT16_STD / max(float(k.pow(2).mean().sqrt()), 1e-12)
         big = replace(weights, w_q=weights.w_q * q_gain, b_q=weights.b_q * q_gain,
                       w_k=weights.w_k * k_gain, b_k=weights.b_k * k_gain)
         largest = float(((q * q_gain) @ (k * k_gain).transpose(-1, -2)).abs().max())
         self._agrees(context, case, big, f"in float16 with q and k of std {FLOAT16_STD:g}",
-                     largest / case.head_dim**0.5)
+                     largest / case.head_dim**0.5, hint=FLOAT16_HINT)

@@ -13,9 +13,8 @@ CATCHES = "head_split"
 
 
 class ViewWithoutTranspose(TextbookAttention):
-    def split_heads(self, x):
-        batch, length, _ = x.shape
-        return x.view(batch, self.num_heads, length, self.head_dim)
+    def split_heads(self, x, length):
+        return x.view(x.shape[0], self.num_heads, length, self.head_dim)
 
 
 IMPLEMENTATION = declare("mutant-heads-view-no-transpose", ViewWithoutTranspose,
