@@ -17,7 +17,7 @@ $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	touch $(STAMP)
 
 check: $(STAMP)
-	$(BIN)/attention-conformance check
+	$(BIN)/attention-conformance check --jobs 0
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -7,9 +7,13 @@ declared feature is reported once and the other checks run without it.
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 import traceback
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+import torch
 
 from conformance.adapter import InProcessSubject, Subject
 from conformance.invariants.autograd import Autograd
@@ -162,6 +166,35 @@ def _verdict(check: Check, context: CheckContext, implementation: str, device: s
                            details=traceback.format_exc().splitlines()[-6:])
     return CheckResult(implementation, check.name, device, Status.PASSED,
                        observations=list(context.observations))
+
+
+def _check_in_worker(spec: str, name: str, profile: str, seed: int | None,
+                     devices: Sequence[str] | None,
+                     checks: Sequence[str] | None) -> list[CheckResult]:
+    """One implementation's verdicts, in a worker process: resolved again there by its IMPL."""
+    torch.set_num_threads(1)  # the workers share the cores between them
+    (impl,) = [i for i in resolve(spec) if i.name == name]
+    return Runner(profile, seed).run(InProcessSubject(impl), devices=devices, checks=checks)
+
+
+def check_many(targets: Sequence[tuple[str, Implementation]], *, profile: str = "quick",
+               devices: Sequence[str] | None = None, checks: Sequence[str] | None = None,
+               seed: int | None = None, jobs: int = 1) -> list[CheckResult]:
+    """Verdicts for several implementations, ``jobs`` at a time; results in input order.
+
+    ``targets`` pairs each implementation with the IMPL string that resolves to it, so a worker
+    process can find it again. The verdicts don't depend on ``jobs``.
+    """
+    if jobs <= 1 or len(targets) <= 1:
+        runner = Runner(profile, seed)
+        return [result for _, impl in targets
+                for result in runner.run(InProcessSubject(impl), devices=devices, checks=checks)]
+    # Spawned, not forked: torch's thread pools don't survive a fork.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context) as pool:
+        futures = [pool.submit(_check_in_worker, spec, impl.name, profile, seed, devices, checks)
+                   for spec, impl in targets]
+        return [result for future in futures for result in future.result()]
 
 
 def check(impl: Implementation | Subject | str, *, profile: str = "quick",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
@@ -14,11 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from conformance.adapter import ImplementationError, InProcessSubject, Subject
-from conformance.catalogue import CHECK_NAMES, Runner
+from conformance.catalogue import CHECK_NAMES, check_many
 from conformance.invariants.gate import base_case
 from conformance.profiles import PROFILE_NAMES
 from conformance.registry import ResolveError, registered, resolve
 from conformance.report import render_json, render_text
+from conformance.spec import Implementation
 from conformance.strategies import available_devices
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -46,24 +48,27 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--check", action="append", dest="checks", choices=CHECK_NAMES,
                        metavar="NAME", help=f"only these checks (repeatable): {', '.join(CHECK_NAMES)}")
     check.add_argument("--seed", type=int, help="hypothesis seed (fixes the thorough profile)")
+    check.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                       help="check N implementations at a time in worker processes "
+                            "(0: one per CPU core); verdicts don't depend on it")
     check.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
 
     commands.add_parser("list", help="list the registered implementations")
     return parser
 
 
-def _subjects(specs: Sequence[str]) -> list[Subject]:
+def _targets(specs: Sequence[str]) -> list[tuple[str, Implementation]]:
+    """Each implementation to check, with the IMPL string that resolves to it."""
     try:
-        implementations = ([impl for spec in specs for impl in resolve(spec)] if specs
-                           else list(registered().values()))
+        targets = ([(spec, impl) for spec in specs for impl in resolve(spec)] if specs
+                   else [(name, impl) for name, impl in registered().items()])
     except ResolveError as error:
         raise UsageError(str(error)) from error
-    if not implementations:
+    if not targets:
         raise UsageError("no implementation to check: name one, or register one")
-    subjects = [InProcessSubject(impl) for impl in implementations]
-    for subject in subjects:
-        _preflight(subject)
-    return subjects
+    for _, impl in targets:
+        _preflight(InProcessSubject(impl))
+    return targets
 
 
 def _preflight(subject: Subject) -> None:
@@ -88,13 +93,13 @@ def _unavailable(devices: Sequence[str]) -> list[str]:
 
 
 def _check(args: argparse.Namespace) -> int:
-    subjects = _subjects(args.impls)
+    targets = _targets(args.impls)
+    subjects = [InProcessSubject(impl) for _, impl in targets]
     devices = args.devices or available_devices()
     checks = args.checks or list(CHECK_NAMES)
-    runner = Runner(args.profile, args.seed)
     start = time.perf_counter()
-    results = [result for subject in subjects
-               for result in runner.run(subject, devices=devices, checks=checks)]
+    results = check_many(targets, profile=args.profile, devices=devices, checks=checks,
+                         seed=args.seed, jobs=args.jobs or os.cpu_count() or 1)
     seconds = time.perf_counter() - start
     shown_devices = [d for d in devices if d in available_devices()] or devices
     print(render_text(results, checks=checks, profile=args.profile, devices=shown_devices,

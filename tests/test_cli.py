@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance import CHECK_NAMES
 from conformance.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -25,11 +26,13 @@ def test_matrix_failure_block_and_summary(capsys):
     code, out, _ = run(capsys, "check", "seed004-MultiHeadAttention", "mutant-mask-after-softmax")
     assert code == 0  # every failure is an expected one
     lines = out.splitlines()
-    assert lines[2].split() == ["implementation", "gate", "padding", "row_stochastic",
-                                "head_split", "causal"]
-    assert lines[3].split() == ["seed004-MultiHeadAttention", "XFAIL", "PASS", "PASS", "PASS",
-                                "SKIP"]
-    assert "cuda: not available, skipped" in lines[0] or "cuda" in lines[0]
+    assert lines[2].split() == ["implementation", *CHECK_NAMES]
+    row = lines[3].split()
+    assert row[0] == "seed004-MultiHeadAttention"
+    verdicts = dict(zip(CHECK_NAMES, row[1:], strict=True))
+    assert verdicts["gate"] == "PASS" and verdicts["contract"] == "XFAIL"
+    assert verdicts["causal"] == "SKIP" and verdicts["padding"] == "PASS"
+    assert "cuda: not available, skipped" in lines[0]
     assert "XFAIL mutant-mask-after-softmax · padding [cpu]" in out
     assert "falsifying example (hypothesis-shrunk): Case(" in out
     assert "OK: no unexpected failure" in out
@@ -37,12 +40,13 @@ def test_matrix_failure_block_and_summary(capsys):
 
 def test_unexpected_failure_exits_1_and_json_matches(capsys, tmp_path):
     report = tmp_path / "r.json"
-    code, out, _ = run(capsys, "check", USER + "wrong_scale", "--json", str(report))
+    code, out, _ = run(capsys, "check", USER + "wrong_scale", "--json", str(report),
+                       "--check", "gate", "--check", "head_split", "--check", "scale")
     assert code == 1
     assert "FAIL  user-wrong-scale · head_split [cpu]" in out
     data = json.loads(report.read_text())
     statuses = {r["check"]: r["status"] for r in data["results"]}
-    assert statuses["head_split"] == "failed" and statuses["gate"] == "passed"
+    assert statuses == {"gate": "passed", "head_split": "failed", "scale": "failed"}
     assert data["summary"]["ok"] is False and data["profile"] == "quick"
     assert data["implementations"][0]["declares"].startswith("self-attention")
 

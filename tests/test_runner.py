@@ -16,17 +16,23 @@ def by_check(results):
     return {r.check: r for r in results}
 
 
-def test_a_correct_user_implementation_passes():
+def test_a_correct_user_implementation_passes_everything_it_can_take():
     results = by_check(conformance.check(user_impls.plain, devices=["cpu"]))
-    assert {c: r.status for c, r in results.items()} == {
-        "gate": Status.PASSED, "padding": Status.PASSED, "row_stochastic": Status.PASSED,
-        "head_split": Status.PASSED, "causal": Status.SKIPPED}
-    assert results["causal"].reason == "declares non-causal attention"
-    assert results["padding"].observations == ["rows with every key masked give NaN"]
+    assert set(results) == set(conformance.CHECK_NAMES)
+    skipped = {c: r.reason for c, r in results.items() if r.status is Status.SKIPPED}
+    assert skipped == {
+        "causal": "declares non-causal attention",
+        "mask_formats": "declares one mask format",
+        "low_precision": "declares no float16 or bfloat16",
+        "dropout": "declares no dropout",
+    }
+    assert all(r.status is Status.PASSED for c, r in results.items() if c not in skipped)
+    assert "rows with every key masked give NaN" in results["fully_masked"].observations
 
 
 def test_a_wrong_scale_fails_head_split_with_numbers_location_and_case():
-    result = by_check(conformance.check(user_impls.wrong_scale, devices=["cpu"]))["head_split"]
+    result = by_check(conformance.check(user_impls.wrong_scale, devices=["cpu"],
+                                        checks=["gate", "head_split"]))["head_split"]
     assert result.status is Status.FAILED
     assert "differs from the concatenated per-head attentions" in result.reason
     assert "at batch" in result.reason and "row" in result.reason
@@ -35,10 +41,12 @@ def test_a_wrong_scale_fails_head_split_with_numbers_location_and_case():
 
 
 def test_expected_failures_are_reported_as_such_and_an_unexpected_pass_fails():
-    failing = by_check(conformance.check(user_impls.wrong_scale_expected, devices=["cpu"]))
+    failing = by_check(conformance.check(user_impls.wrong_scale_expected,
+                                         checks=["gate", "head_split"]))
     assert failing["head_split"].status is Status.EXPECTED_FAILURE
     assert "expected: divides by sqrt(d_model)" in failing["head_split"].details
-    passing = by_check(conformance.check(user_impls.plain_expected_to_fail, devices=["cpu"]))
+    passing = by_check(conformance.check(user_impls.plain_expected_to_fail,
+                                         checks=["gate", "padding"]))
     assert passing["padding"].status is Status.FAILED
     assert passing["padding"].reason.startswith("expected to fail")
 
@@ -47,24 +55,28 @@ def test_forward_that_raises_fails_the_gate_once_and_blocks_the_rest():
     results = by_check(conformance.check(user_impls.raises, devices=["cpu"]))
     assert results["gate"].status is Status.FAILED
     assert "RuntimeError: kaboom in forward" in results["gate"].reason
-    for name in ("padding", "row_stochastic", "head_split"):
+    for name in set(conformance.CHECK_NAMES) - {"gate"}:
         assert results[name].status is Status.SKIPPED
         assert results[name].reason.startswith("blocked: the gate failed")
 
 
 def test_non_tensor_and_wrong_shape_outputs_fail_the_gate_with_what_was_seen():
-    gate = by_check(conformance.check(user_impls.returns_tuple, devices=["cpu"]))["gate"]
+    gate = by_check(conformance.check(user_impls.returns_tuple, checks=["gate"]))["gate"]
     assert "returned tuple, not a tensor" in gate.reason
-    gate = by_check(conformance.check(user_impls.wrong_shape, devices=["cpu"]))["gate"]
+    gate = by_check(conformance.check(user_impls.wrong_shape, checks=["gate"]))["gate"]
     assert "output has shape (2, 1, 8), expected (2, 5, 8)" in gate.reason
 
 
-def test_a_declared_feature_that_breaks_is_reported_at_the_gate_and_dropped():
-    results = by_check(conformance.check(user_impls.raises_on_mask, devices=["cpu"]))
-    assert results["gate"].status is Status.FAILED
-    assert results["gate"].reason.startswith("declared mask")
+def test_a_broken_declared_feature_is_reported_once_by_its_owner_and_dropped():
+    results = by_check(conformance.check(user_impls.raises_on_mask,
+                                         checks=["gate", "contract", "padding", "head_split"]))
+    assert results["gate"].status is Status.PASSED
+    assert "the other checks run without it" in results["gate"].observations[0]
+    assert results["contract"].status is Status.FAILED
+    assert results["contract"].reason.startswith("declared mask")
+    assert "ValueError: masks are not supported after all" in results["contract"].reason
     assert results["padding"].status is Status.SKIPPED
-    assert "failed at the gate" in results["padding"].reason
+    assert "failed at the gate; see contract" in results["padding"].reason
     assert results["head_split"].status is Status.PASSED
 
 
@@ -77,8 +89,10 @@ def test_absent_devices_skip_cleanly():
 
 
 def test_quick_profile_is_deterministic():
-    first = [r.to_dict() for r in conformance.check("mutant-heads-view-no-transpose")]
-    second = [r.to_dict() for r in conformance.check("mutant-heads-view-no-transpose")]
+    checks = ["gate", "padding", "head_split", "scale"]
+    first = [r.to_dict() for r in conformance.check("mutant-heads-view-no-transpose", checks=checks)]
+    second = [r.to_dict() for r in conformance.check("mutant-heads-view-no-transpose",
+                                                     checks=checks)]
     for result in (*first, *second):
         result.pop("seconds")
     assert first == second
