@@ -36,14 +36,15 @@ def probe_unfit_reason(weights: HeadWeights, kv_len: int) -> str | None:
     return None
 
 
-def _probe_weights(original: HeadWeights, kv_len: int, generator: torch.Generator) -> HeadWeights:
+def _probe_weights(original: HeadWeights, kv_len: int, generator: torch.Generator,
+                   gain: float) -> HeadWeights:
     heads, head_dim, d_in = original.num_heads, original.head_dim, original.d_in
     content = d_in - kv_len
 
     def content_reader() -> torch.Tensor:
         w = torch.zeros(heads, head_dim, d_in, dtype=torch.float64)
         w[:, :, kv_len:] = torch.randn(heads, head_dim, content, generator=generator,
-                                       dtype=torch.float64) * (QK_GAIN / content**0.5)
+                                       dtype=torch.float64) * (gain / content**0.5)
         return w
 
     w_v = torch.zeros(heads, original.value_dim, d_in, dtype=torch.float64)
@@ -68,17 +69,20 @@ class Probe:
 
 
 def measure_attention(instance: Instance, case: Case, call: str, *,
-                      keep: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
+                      keep: torch.Tensor | None = None, causal: bool = False,
+                      gain: float = QK_GAIN) -> torch.Tensor:
     """The implementation's attention weights (B, H, Lq, Lk) for ``case``'s shapes, in float64.
 
-    Loads probe weights into ``instance`` (its own weights are replaced). Raises
-    ImplementationError when the output shows the probe did not reach it as declared.
+    Loads probe weights into ``instance`` (its own weights are replaced). ``gain`` sets the
+    logits' spread; 0 makes every logit 0, so each row spreads its weight evenly over the keys it
+    may see (no weight can underflow, even in float16). Raises ImplementationError when the
+    output shows the probe did not reach it as declared.
     """
-    return probe(instance, case, call, keep=keep, causal=causal).attention
+    return probe(instance, case, call, keep=keep, causal=causal, gain=gain).attention
 
 
 def probe(instance: Instance, case: Case, call: str, *, keep: torch.Tensor | None = None,
-          causal: bool = False) -> Probe:
+          causal: bool = False, gain: float = QK_GAIN) -> Probe:
     """Measure the attention matrix (see :func:`measure_attention`), with the probe's logits."""
     original = instance.read_weights()
     kv_len = case.kv_len
@@ -86,7 +90,7 @@ def probe(instance: Instance, case: Case, call: str, *, keep: torch.Tensor | Non
     if reason is not None:
         raise ValueError(f"probe does not fit: {reason}")
     generator = torch.Generator().manual_seed(case.seed + 7919)
-    weights = _probe_weights(original, kv_len, generator)
+    weights = _probe_weights(original, kv_len, generator, gain)
     instance.write_weights(weights)
 
     d_in = original.d_in

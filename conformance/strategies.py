@@ -23,9 +23,10 @@ SEEDS = st.integers(0, 2**16 - 1)
 # Shrinks towards 2 heads: a counterexample with several heads says more than one with one.
 HEAD_COUNTS = (2, 3, 4, 1, 5, 6, 7, 8)
 
-MaskStyle = Literal["none", "kept", "partly_masked", "fully_masked"]
-"""``kept``: at least one kept key per batch element; ``partly_masked``: additionally at least one
-masked key in each; ``fully_masked``: batch >= 2 and some elements with every key masked."""
+MaskStyle = Literal["none", "auto", "kept", "partly_masked", "fully_masked"]
+"""``kept``: at least one kept key per batch element; ``auto``: ``kept`` where a mask is declared,
+else none; ``partly_masked``: additionally at least one masked key in each; ``fully_masked``:
+batch >= 2 and some elements with every key masked."""
 
 
 def available_devices() -> list[str]:
@@ -58,6 +59,8 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
     attention, with ``q_len == kv_len``. ``dtypes`` narrows the declared dtypes.
     """
     causal = causal or caps.causal == "always"  # the case must say what the implementation does
+    if masks == "auto":
+        masks = "kept" if caps.mask is not None else "none"
     max_len = min(max_len, caps.max_len or MAX_LEN)
     if probe:
         max_len = min(max_len, MAX_HEAD_DIM - 1)

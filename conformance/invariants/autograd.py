@@ -22,7 +22,7 @@ from conformance.tolerance import worst_index
 def _tiny(draw, context: CheckContext) -> Case:
     return draw(cases(context.capabilities, context.device, dtypes=(torch.float64,), max_len=3,
                       max_batch=2, max_heads=2, max_head_dim=2,
-                      masks="kept" if context.capabilities.mask is not None else "none"))
+                      masks="auto"))
 
 
 class Autograd(Check):

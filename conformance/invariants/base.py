@@ -13,7 +13,10 @@ from hypothesis import strategies as st
 
 from conformance.adapter import ImplementationError, Inputs, Instance, Subject
 from conformance.cases import Case
+from conformance.reference import plain_attention, reference_attention
 from conformance.spec import Capabilities
+from conformance.tolerance import Agreement, agreement, logit_rounding
+from conformance.weights import HeadWeights
 
 
 class Violation(AssertionError):
@@ -105,6 +108,22 @@ def expect_output(output: torch.Tensor, case: Case, inputs: Inputs) -> None:
         raise Violation(f"output dtype is {output.dtype}, inputs are {inputs.query.dtype}")
     if output.device.type != torch.device(case.device).type:
         raise Violation(f"output is on {output.device}, inputs are on {case.device}")
+
+
+def agree_with_reference(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, case: Case,
+                         rows: torch.Tensor | None, *, largest_logit: float = 0.0,
+                         reference_weights: HeadWeights | None = None) -> tuple[Agreement,
+                                                                                torch.Tensor]:
+    """``output`` against the float64 reference from ``reference_weights`` (default ``weights``),
+    under the tolerance rule with the suite's plain same-dtype attention from ``weights`` as the
+    baseline (plus the logit-rounding allowance where ``largest_logit`` is given). Returns the
+    agreement and the reference output."""
+    expected = reference_attention(reference_weights or weights, inputs.query, inputs.key,
+                                   inputs.value, keep=inputs.keep, causal=case.causal).output
+    baselines = plain_attention(weights, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
+                                causal=case.causal, dtype=case.config.dtype)
+    extra = logit_rounding(case.config.dtype, largest_logit, expected) if largest_logit else 0.0
+    return agreement(output, expected, baselines, case.config.dtype, rows, extra=extra), expected
 
 
 def expect_finite_rows(output: torch.Tensor, rows: torch.Tensor, *,

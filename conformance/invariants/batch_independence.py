@@ -45,7 +45,7 @@ class BatchIndependence(Check):
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
         strategy = cases(caps, context.device, min_batch=2,
-                         masks="kept" if caps.mask is not None else "none").filter(distinct_sizes)
+                         masks="auto").filter(distinct_sizes)
         context.explore(strategy, lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:

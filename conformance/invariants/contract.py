@@ -58,7 +58,7 @@ class Contract(Check):
         if caps.cross_attention:
             single += [replace(single[0], kv_len=3), replace(single[0], q_len=3, kv_len=1)]
         context.explore(cases(caps, context.device,
-                              masks="kept" if caps.mask is not None else "none"),
+                              masks="auto"),
                         lambda case: self.verify(context, case), examples=single)
 
     def verify(self, context: CheckContext, case: Case) -> None:

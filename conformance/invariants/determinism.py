@@ -31,7 +31,7 @@ class Determinism(Check):
         caps = context.capabilities
         rate = CONFIGURED_RATE if caps.dropout == "config" else 0.0
         context.explore(cases(caps, context.device,
-                              masks="kept" if caps.mask is not None else "none").map(
+                              masks="auto").map(
                             lambda case: replace(case, dropout=rate)),
                         lambda case: self.verify(context, case))
 

@@ -16,12 +16,18 @@ from __future__ import annotations
 import torch
 
 from conformance.cases import Case
-from conformance.invariants.base import Check, CheckContext, Violation, expect_finite_rows, fmt
+from conformance.invariants.base import (
+    Check,
+    CheckContext,
+    Violation,
+    agree_with_reference,
+    expect_finite_rows,
+    fmt,
+)
 from conformance.probes import measure_attention
-from conformance.reference import plain_attention, reference_attention
 from conformance.spec import Capabilities
 from conformance.strategies import cases
-from conformance.tolerance import abs_error, agreement, eps, only_rows, unchanged_tolerance, worst_index
+from conformance.tolerance import abs_error, eps, only_rows, unchanged_tolerance, worst_index
 
 POLICY_WORDS = {"zeros": "zeros", "nan": "NaN", "uniform": "uniform over all keys"}
 
@@ -78,12 +84,7 @@ class FullyMasked(Check):
                      "element's NaN into the others?")
 
         if caps.weights:
-            weights = instance.read_weights()
-            reference = reference_attention(weights, inputs.query, inputs.key, inputs.value,
-                                            keep=keep, causal=case.causal)
-            baseline = plain_attention(weights, inputs.query, inputs.key, inputs.value,
-                                       keep=keep, causal=case.causal, dtype=case.config.dtype)
-            seen = agreement(output, reference.output, baseline, case.config.dtype, rows)
+            seen, _ = agree_with_reference(output, instance.read_weights(), inputs, case, rows)
             if not seen.ok:
                 b, row, _ = seen.worst
                 raise Violation(

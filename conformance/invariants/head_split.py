@@ -63,8 +63,7 @@ class HeadSplit(Check):
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
-        masks = "kept" if caps.mask is not None else "none"
-        context.explore(cases(caps, context.device, masks=masks,
+        context.explore(cases(caps, context.device, masks="auto",
                               causal=caps.causal == "always", min_heads=2),
                         lambda case: self.verify(context, case))
 

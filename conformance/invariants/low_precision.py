@@ -15,13 +15,12 @@ from conformance.invariants.base import (
     CheckContext,
     CheckFailed,
     Violation,
+    agree_with_reference,
     expect_finite_rows,
 )
 from conformance.invariants.gate import LOW_PRECISION
-from conformance.reference import plain_attention, reference_attention
 from conformance.spec import Capabilities
 from conformance.strategies import cases
-from conformance.tolerance import agreement
 
 OVERFLOW_WORDS = ("without overflow", "cannot be converted to type at::Half",
                   "cannot be converted to type at::BFloat16")
@@ -57,7 +56,7 @@ class LowPrecision(Check):
         if not low:  # every declared low-precision dtype broke at the gate (reported above)
             return
         context.explore(cases(caps, context.device, dtypes=low,
-                              masks="kept" if caps.mask is not None else "none"),
+                              masks="auto"),
                         lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:
@@ -68,12 +67,7 @@ class LowPrecision(Check):
         expect_finite_rows(output, rows)
         if not context.capabilities.weights:
             return
-        weights = instance.read_weights()
-        expected = reference_attention(weights, inputs.query, inputs.key, inputs.value,
-                                       keep=inputs.keep, causal=case.causal).output
-        baseline = plain_attention(weights, inputs.query, inputs.key, inputs.value,
-                                   keep=inputs.keep, causal=case.causal, dtype=case.config.dtype)
-        seen = agreement(output, expected, baseline, case.config.dtype, rows)
+        seen, _ = agree_with_reference(output, instance.read_weights(), inputs, case, rows)
         if not seen.ok:
             b, row, _ = seen.worst
             raise Violation(f"in {case.dtype} the output differs from the float64 reference: "

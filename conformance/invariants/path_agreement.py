@@ -25,7 +25,7 @@ class PathAgreement(Check):
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
         context.explore(cases(caps, context.device,
-                              masks="kept" if caps.mask is not None else "none"),
+                              masks="auto"),
                         lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:

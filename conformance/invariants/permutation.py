@@ -39,7 +39,7 @@ class Permutation(Check):
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
         context.explore(cases(caps, context.device, min_len=2,
-                              masks="kept" if caps.mask is not None else "none"),
+                              masks="auto"),
                         lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:

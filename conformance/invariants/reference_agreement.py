@@ -14,8 +14,15 @@ import torch
 from conformance.adapter import Inputs
 from conformance.cases import Case
 from conformance.diagnosis import explain
-from conformance.invariants.base import Check, CheckContext, Violation, expect_finite_rows, fmt
-from conformance.reference import plain_attention, reference_attention
+from conformance.invariants.base import (
+    Check,
+    CheckContext,
+    Violation,
+    agree_with_reference,
+    expect_finite_rows,
+    fmt,
+)
+from conformance.reference import reference_attention
 from conformance.spec import Capabilities
 from conformance.strategies import cases
 from conformance.tolerance import agreement
@@ -53,7 +60,7 @@ class ReferenceAgreement(Check):
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
         context.explore(cases(caps, context.device,
-                              masks="kept" if caps.mask is not None else "none"),
+                              masks="auto"),
                         lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:
@@ -64,11 +71,7 @@ class ReferenceAgreement(Check):
         expect_finite_rows(output, rows)
         weights = instance.read_weights()
         dtype = case.config.dtype
-        reference = reference_attention(weights, inputs.query, inputs.key, inputs.value,
-                                        keep=inputs.keep, causal=case.causal).output
-        baseline = plain_attention(weights, inputs.query, inputs.key, inputs.value,
-                                   keep=inputs.keep, causal=case.causal, dtype=dtype)
-        seen = agreement(output, reference, baseline, dtype, rows)
+        seen, reference = agree_with_reference(output, weights, inputs, case, rows)
         if not seen.ok:
             b, row, feature = seen.worst
             raise Violation(

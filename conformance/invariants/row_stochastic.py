@@ -32,8 +32,7 @@ class RowStochastic(Check):
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
-        masks = "kept" if caps.mask is not None else "none"
-        context.explore(cases(caps, context.device, masks=masks,
+        context.explore(cases(caps, context.device, masks="auto",
                               causal=caps.causal == "always", probe=True),
                         lambda case: self.verify(context, case))
 

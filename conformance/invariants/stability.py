@@ -16,11 +16,15 @@ import torch
 
 from conformance.adapter import ImplementationError
 from conformance.cases import Case
-from conformance.invariants.base import Check, CheckContext, Violation, expect_finite_rows
-from conformance.reference import plain_attention, reference_attention
+from conformance.invariants.base import (
+    Check,
+    CheckContext,
+    Violation,
+    agree_with_reference,
+    expect_finite_rows,
+)
 from conformance.spec import Capabilities
 from conformance.strategies import cases
-from conformance.tolerance import agreement, logit_rounding
 from conformance.weights import HeadWeights
 
 LARGE_LOGIT = 1e4
@@ -77,12 +81,9 @@ class Stability(Check):
             expect_finite_rows(output, rows, hint=hint)
         except Violation as violation:
             raise Violation(f"{what}: {violation.summary}", hint=hint) from violation
-        expected = reference_attention(reference_weights or weights, inputs.query, inputs.key,
-                                       inputs.value, keep=inputs.keep, causal=case.causal).output
-        baseline = plain_attention(weights, inputs.query, inputs.key, inputs.value,
-                                   keep=inputs.keep, causal=case.causal, dtype=case.config.dtype)
-        seen = agreement(output, expected, baseline, case.config.dtype, rows,
-                         extra=logit_rounding(case.config.dtype, largest_logit, expected))
+        seen, _ = agree_with_reference(output, weights, inputs, case, rows,
+                                       largest_logit=largest_logit,
+                                       reference_weights=reference_weights)
         if not seen.ok:
             b, row, _ = seen.worst
             raise Violation(f"{what}: the output differs from the reference ({seen.describe()}, "
