@@ -39,14 +39,18 @@ def main() -> None:
         overall.append(time.perf_counter() - start_all)
 
     width = max(map(len, totals)) + 2
-    print("implementation".ljust(width) + "total  " + "".join(f"{c:>16}" for c in CHECK_NAMES))
+    column = max(map(len, CHECK_NAMES)) + 2
+    print("implementation".ljust(width) + "total  " + "".join(f"{c:>{column}}" for c in CHECK_NAMES))
     for name, times in totals.items():
-        cells = "".join(f"{statistics.median(per_check[name][c]):16.2f}" for c in CHECK_NAMES)
+        cells = "".join(f"{statistics.median(per_check[name][c]):{column}.2f}" for c in CHECK_NAMES)
         print(f"{name.ljust(width)}{statistics.median(times):5.2f}  {cells}")
     medians = [statistics.median(t) for t in totals.values()]
     slowest = max((statistics.median(t), name, check) for name, checks in per_check.items()
                   for check, t in checks.items())
-    print(f"\nmedian implementation: {statistics.median(medians):.2f} s; "
+    print("\nper check, median (max) over implementations: " + "; ".join(
+        f"{c} {statistics.median(statistics.median(per_check[n][c]) for n in per_check):.2f} "
+        f"({max(statistics.median(per_check[n][c]) for n in per_check):.2f})" for c in CHECK_NAMES))
+    print(f"median implementation: {statistics.median(medians):.2f} s; "
           f"slowest check: {slowest[1]} · {slowest[2]} {slowest[0]:.2f} s; "
           f"all implementations: {statistics.median(overall):.1f} s (median of {args.repeat})")
 
