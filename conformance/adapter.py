@@ -150,6 +150,7 @@ class InProcessSubject(Subject):
         self.name = implementation.name
         self.capabilities = implementation.capabilities
         self.expected_failures = dict(implementation.expected_failures)
+        self.notes = implementation.notes
 
     def instantiate(self, config: Config, seed: int) -> Instance:
         return ModuleInstance(self.implementation, config, seed)

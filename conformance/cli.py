@@ -103,7 +103,8 @@ def _check(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     shown_devices = [d for d in devices if d in available_devices()] or devices
     print(render_text(results, checks=checks, profile=args.profile, devices=shown_devices,
-                      unavailable=_unavailable(devices), seconds=seconds))
+                      unavailable=_unavailable(devices), seconds=seconds,
+                      notes={impl.name: impl.notes for _, impl in targets}))
     if args.json:
         payload = render_json(results, subjects=subjects, profile=args.profile,
                               devices=shown_devices, unavailable=_unavailable(devices),

@@ -93,11 +93,18 @@ def _as_implementations(obj: object, origin: str) -> list[Implementation]:
         items = list(obj)
         if items and all(isinstance(item, Implementation) for item in items):
             return items
-    if callable(obj):  # an nn.Module class, a module instance or a plain function
+    if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
+        from conformance.inference import InferenceError, infer
+
+        try:
+            return [infer(obj, name=origin).implementation]
+        except InferenceError as error:
+            raise ResolveError(str(error)) from error
+    if callable(obj):  # a module instance or a plain function
         raise ResolveError(
             f"{origin} is {getattr(obj, '__name__', type(obj).__name__)}, which has no "
-            "declaration: wrap its construction with @conformance.implementation(...) "
-            "(see the README, 'Register your implementation')")
+            "declaration: pass its class, or wrap its construction with "
+            "@conformance.implementation(...) (see the README, 'Register your implementation')")
     raise ResolveError(
         f"{origin} is a {type(obj).__name__}, not an nn.Module, callable or Implementation")
 
@@ -161,9 +168,11 @@ def resolve(spec: str) -> list[Implementation]:
     if "::" in spec:
         location, _, attribute = spec.partition("::")
         container = _load_file(location)
+        origin = f"{Path(location).name}::{attribute}"
     elif ":" in spec:
         location, _, attribute = spec.partition(":")
         container = _load_module(location)
+        origin = f"{location.rsplit('.', 1)[-1]}:{attribute}"
     else:
         known = registered()
         if spec in known:
@@ -176,4 +185,4 @@ def resolve(spec: str) -> list[Implementation]:
         obj = getattr(container, attribute)
     except AttributeError:
         raise ResolveError(f"{location} has no attribute {attribute!r}") from None
-    return _as_implementations(obj, f"{location}:{attribute}")
+    return _as_implementations(obj, origin)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import platform
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -86,9 +86,23 @@ def summary(results: Sequence[CheckResult], seconds: float) -> str:
     return f"{text}\n{verdict}"
 
 
+def inferred(notes: Mapping[str, Sequence[str]]) -> list[str]:
+    """What was inferred about each implementation, before any verdict."""
+    lines = []
+    for name, said in notes.items():
+        if said:
+            lines.append(f"  {name}: " + "; ".join(said))
+    return ["Inferred (nothing declared):", *lines] if lines else []
+
+
 def render_text(results: Sequence[CheckResult], *, checks: Sequence[str], profile: str,
-                devices: Sequence[str], unavailable: Sequence[str], seconds: float) -> str:
-    parts = [header(profile, devices, unavailable), "", matrix(results, checks, devices)]
+                devices: Sequence[str], unavailable: Sequence[str], seconds: float,
+                notes: Mapping[str, Sequence[str]] | None = None) -> str:
+    parts = [header(profile, devices, unavailable), ""]
+    opening = inferred(notes or {})
+    if opening:
+        parts += [*opening, ""]
+    parts.append(matrix(results, checks, devices))
     skips = _skips(results, devices)
     if skips:
         parts += ["", "Skipped:", *skips]
@@ -114,7 +128,8 @@ def render_json(results: Sequence[CheckResult], *, subjects: Sequence[Subject], 
         "profile": profile,
         "devices": list(devices),
         "unavailable_devices": list(unavailable),
-        "implementations": [{"name": s.name, "declares": s.describe()} for s in subjects],
+        "implementations": [{"name": s.name, "declares": s.describe(),
+                             "inferred": list(getattr(s, "notes", ()))} for s in subjects],
         "results": [r.to_dict() for r in results],
         "summary": {**counts, "seconds": round(seconds, 3),
                     "ok": counts[Status.FAILED.value] == 0},

@@ -22,8 +22,9 @@ CallConvention = Literal["self", "qkv"]
 Causality = Literal["never", "always", "optional"]
 """Whether the implementation masks the future: never, always, or when asked through an argument."""
 
-DropoutKind = Literal["none", "config"] | float
-"""No dropout; the rate given by ``Config.dropout``; or a rate the module hard-codes."""
+DropoutKind = Literal["none", "config", "fixed"] | float
+"""No dropout; the rate given by ``Config.dropout``; a rate the module hard-codes (its value, or
+``"fixed"`` where unknown)."""
 
 FullyMaskedPolicy = Literal["zeros", "nan", "uniform", "report"]
 """What a row with every key masked gives: zero weights (output = output bias), NaN, uniform
@@ -179,6 +180,8 @@ class Implementation:
     weight_layout: WeightLayout | None = None
     expected_failures: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
+    notes: tuple[str, ...] = ()
+    """What was inferred rather than declared, in words (see conformance.inference)."""
 
     def __post_init__(self) -> None:
         if self.capabilities.weights != (self.weight_layout is not None):

@@ -58,8 +58,12 @@ class Dropout(Check):
         return None
 
     def _rate(self, context: CheckContext) -> float:
+        """The rate cases carry: the configured one, or the module's own (0.0 where unknown:
+        the factory ignores it then)."""
         dropout = context.capabilities.dropout
-        return CONFIGURED_RATE if dropout == "config" else float(dropout)
+        if dropout == "config":
+            return CONFIGURED_RATE
+        return 0.0 if dropout == "fixed" else float(dropout)
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
@@ -117,7 +121,7 @@ class Dropout(Check):
         if float(excess.max()) > 0.0:
             b, row, feature = worst_index(excess)
             raise Violation(
-                f"in train mode (p = {case.dropout}) the mean of {DRAWS} draws is "
+                f"in train mode (p = {case.dropout or 'its own'}) the mean of {DRAWS} draws is "
                 f"{fmt(float(mean[b, row, feature]))} where eval mode gives "
                 f"{fmt(float(expected[b, row, feature]))} (batch {b}, row {row}, feature "
                 f"{feature}; {fmt(bound)} standard errors = {fmt(float(allowed[b, row, feature]))})",

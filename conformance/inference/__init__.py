@@ -1,0 +1,12 @@
+"""Check an attention class, instance or function with nothing declared: infer its interface.
+
+:func:`infer` reads the constructor's parameter names, ``forward``'s signature and the submodules'
+names and shapes, and probes behaviour only for what can't be read (the mask convention,
+causality). Every inference is stated in :attr:`Inferred.notes`, so a report can open with what
+the tool assumed; probing never turns a bug into an accepted convention (see
+:mod:`conformance.inference.probing`).
+"""
+
+from conformance.inference.infer import InferenceError, Inferred, infer
+
+__all__ = ["InferenceError", "Inferred", "infer"]

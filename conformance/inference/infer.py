@@ -1,0 +1,200 @@
+"""Infer an implementation's declaration from the class itself, stating every inference."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from conformance.adapter import ImplementationError, InProcessSubject
+from conformance.inference.convention import ForwardConvention, read_forward
+from conformance.inference.probing import infer_mask, is_causal, probe_case
+from conformance.inference.projections import infer_layout
+from conformance.inference.roles import CONTEXT_LENGTH, ConstructorRoles, read_roles
+from conformance.spec import Capabilities, Config, Implementation, MaskConvention
+
+ALL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+class InferenceError(Exception):
+    """What can't be inferred, and how to declare it; one line."""
+
+
+@dataclass(frozen=True)
+class Inferred:
+    """The inferred declaration, and every inference in words (the report opens with them)."""
+
+    implementation: Implementation
+    notes: tuple[str, ...]
+
+
+class InferredModule(nn.Module):
+    """Calls the module under test in its own convention: the suite's canonical call in, the
+    attention output (the first element of a tuple) out."""
+
+    def __init__(self, inner: nn.Module, convention: ForwardConvention,
+                 tuple_output: bool) -> None:
+        super().__init__()
+        self.inner = inner
+        self.convention = convention
+        self.tuple_output = tuple_output
+
+    def forward(self, *tensors: torch.Tensor, mask: torch.Tensor | None = None,
+                is_causal: bool = False) -> torch.Tensor:
+        kwargs: dict[str, object] = {}
+        if mask is not None:
+            kwargs[self.convention.mask] = mask
+        if is_causal:
+            kwargs[self.convention.causal] = True
+        if self.convention.need_weights:
+            kwargs["need_weights"] = False
+        output = self.inner(*tensors, **kwargs)
+        return output[0] if self.tuple_output and isinstance(output, tuple) else output
+
+
+@dataclass
+class _Plan:
+    """What is known so far about constructing and calling the class."""
+
+    cls: type
+    roles: ConstructorRoles
+    convention: ForwardConvention
+    per_head_output: bool = False
+    tuple_output: bool = False
+
+    def construct(self, config: Config) -> nn.Module:
+        roles, kwargs = self.roles, {}
+        if roles.width:
+            kwargs[roles.width] = config.d_model
+        if roles.heads:
+            kwargs[roles.heads] = config.num_heads
+        if roles.output:
+            kwargs[roles.output] = config.head_dim if self.per_head_output else config.d_model
+        if roles.dropout:
+            kwargs[roles.dropout] = config.dropout
+        if roles.context:
+            kwargs[roles.context] = CONTEXT_LENGTH
+        if roles.batch_first:
+            kwargs[roles.batch_first] = True
+        return InferredModule(self.cls(**kwargs), self.convention, self.tuple_output)
+
+    def implementation(self, name: str, **capabilities: object) -> Implementation:
+        declared = dict(call=self.convention.call, heads=None if self.roles.heads else 1,
+                        max_len=CONTEXT_LENGTH if self.roles.context else None,
+                        cross_attention=self.convention.call == "qkv", dtypes=ALL_DTYPES)
+        declared.update(capabilities)
+        return Implementation(name, self.construct, Capabilities(**declared))
+
+
+def _first_call(plan: _Plan, heads: int) -> torch.Tensor | tuple:
+    config = Config(batch=2, q_len=5, kv_len=5, d_model=heads * 4, num_heads=heads)
+    module = plan.construct(config).inner.eval()
+    shape = (2, 5, config.d_model)
+    inputs = [torch.randn(shape) for _ in range(1 if plan.convention.call == "self" else 3)]
+    with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
+        return module(*inputs)
+
+
+def infer(cls: type, *, name: str | None = None) -> Inferred:
+    """Declaration for an ``nn.Module`` subclass, with nothing declared. Raises InferenceError."""
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise InferenceError(f"{getattr(cls, '__name__', cls)!r} is not an nn.Module class: "
+                             "declare it with conformance.implementation(...)")
+    label = name or cls.__name__
+    roles = read_roles(cls)
+    if roles.unknown:
+        raise InferenceError(
+            f"{label}: can't fill constructor argument(s) {', '.join(roles.unknown)}: give them "
+            "defaults, or declare it with conformance.implementation(...)")
+    if roles.width is None:
+        raise InferenceError(f"{label}: no constructor argument names the model width (d_model, "
+                             "hidden_dim, embed_dim, ...): declare it with "
+                             "conformance.implementation(...)")
+    plan = _Plan(cls, roles, read_forward(cls.forward))
+    notes = [plan.convention.describe() + ("; cross-attention assumed from its separate q, k, v"
+                                           if plan.convention.call == "qkv" else ""),
+             roles.describe() + ("" if roles.heads else "; single head (no head-count argument)")]
+
+    heads = 2 if roles.heads else 1
+    try:
+        first = _first_call(plan, heads)
+    except Exception as error:  # the gate reports a broken basic call; inference goes on
+        first = None
+        notes.append(f"calling it as {plan.convention.describe()} without a mask raised "
+                     f"{type(error).__name__}: the output's form is not inferred")
+    if isinstance(first, tuple):
+        plan.tuple_output = True
+        first = first[0]
+        notes.append("forward returns a tuple: its first element is taken as the output")
+    width = heads * 4
+    if (roles.output and isinstance(first, torch.Tensor) and first.shape[-1] == heads * width
+            and heads > 1):
+        plan.per_head_output = True
+        notes.append(f"{roles.output} read as each head's width: the heads are concatenated")
+
+    probe = InProcessSubject(plan.implementation(label)).instantiate(
+        Config(batch=2, q_len=6, kv_len=6, d_model=heads * 4, num_heads=heads), seed=0)
+    layout = infer_layout(probe.module, "inner", heads, heads * 4, heads * 4)
+    notes.append(layout.describe() if layout else
+                 "no recognisable projections: the checks that need weights are skipped")
+
+    capabilities: dict[str, object] = {}
+    optional = None
+    if plan.convention.causal:
+        causal_probe = InProcessSubject(plan.implementation(
+            label, causal="optional", causal_argument="is_causal")).instantiate(probe.config, 0)
+        try:
+            causal_probe.forward(probe_case(heads, kept=None, causal=True).inputs(
+                plan.convention.call))
+            optional = True
+        except ImplementationError as error:
+            notes.append(f"{plan.convention.causal}=True raises ({error}): a hint, as in "
+                         "nn.MultiheadAttention; causality not checked through it")
+    if optional:
+        capabilities.update(causal="optional", causal_argument="is_causal")
+        notes.append(f"causal when {plan.convention.causal}=True")
+    else:
+        try:
+            causal = is_causal(probe, probe_case(heads), plan.convention.call)
+        except ImplementationError:
+            causal = None
+            notes.append("causality not probed: the unmasked call fails")
+        if causal:
+            capabilities["causal"] = "always"
+            notes.append("always causal (probed: rows ignore every later position)")
+        elif causal is False:
+            notes.append("not causal (probed: rows see later positions)")
+
+    if roles.dropout:
+        capabilities["dropout"] = "config"
+    else:
+        inputs = probe_case(heads, kept=None).inputs(plan.convention.call)
+        try:
+            changes = not torch.equal(probe.forward(inputs, training=True, seed=1),
+                                      probe.forward(inputs, training=True, seed=2))
+        except ImplementationError:
+            changes = False
+        if changes:
+            capabilities["dropout"] = "fixed"
+            notes.append("dropout at a rate it fixes itself (probed: train-mode calls differ)")
+
+    if plan.convention.mask:
+        def build(convention: MaskConvention):
+            implementation = plan.implementation(label, mask=convention, **capabilities)
+            return InProcessSubject(replace(implementation, weight_layout=layout)).instantiate(
+                probe.config, seed=0)
+
+        mask, tried, problem = infer_mask(build, probe_case(heads), plan.convention.call,
+                                          plan.convention.mask_family)
+        capabilities["mask"] = mask
+        text = f"{plan.convention.mask}: {mask.describe()}"
+        text += " (probed" + (f"; tried first: {'; '.join(tried)})" if tried else ")")
+        notes.append(text)
+        if problem:
+            notes.append(f"{plan.convention.mask}: {problem}")
+    implementation = replace(plan.implementation(label, **capabilities), weight_layout=layout,
+                             notes=tuple(notes))
+    return Inferred(implementation, tuple(notes))

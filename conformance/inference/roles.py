@@ -1,0 +1,61 @@
+"""Constructor parameters by role, read from their names."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+WIDTH = ("d_model", "hidden_dim", "embed_dim", "d_in", "input_dim", "dim", "n_embd",
+         "hidden_size", "emb_dim", "model_dim")
+HEADS = ("num_heads", "nums_head", "heads", "n_heads", "n_head", "h", "num_attention_heads",
+         "nhead")
+OUTPUT = ("d_out", "output_dim", "out_dim")
+DROPOUT = ("dropout", "p", "attn_dropout", "dropout_prob", "attn_pdrop", "attention_dropout",
+           "dropout_rate")
+CONTEXT = ("block_size", "context_length", "max_seq_len", "max_position_embeddings",
+           "max_len", "seq_len")
+CAUSAL = ("causal", "is_causal")
+BATCH_FIRST = ("batch_first",)
+
+CONTEXT_LENGTH = 64
+"""What a context-length parameter is set to: longer than any generated sequence."""
+
+
+@dataclass
+class ConstructorRoles:
+    """Which constructor parameter plays which role; ``unknown`` lists required ones that none do."""
+
+    width: str | None = None
+    heads: str | None = None
+    output: str | None = None
+    dropout: str | None = None
+    context: str | None = None
+    causal: str | None = None
+    batch_first: str | None = None
+    unknown: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        parts = [f"{role} = {name}" for role, name in (
+            ("width", self.width), ("heads", self.heads), ("output width", self.output),
+            ("dropout", self.dropout), ("context", self.context)) if name]
+        return "constructor " + (", ".join(parts) if parts else "takes no known role")
+
+
+def read_roles(cls: type) -> ConstructorRoles:
+    """The roles of ``cls.__init__``'s parameters."""
+    roles = ConstructorRoles()
+    parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    for parameter in parameters:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        name = parameter.name
+        for role, names in (("width", WIDTH), ("heads", HEADS), ("output", OUTPUT),
+                            ("dropout", DROPOUT), ("context", CONTEXT), ("causal", CAUSAL),
+                            ("batch_first", BATCH_FIRST)):
+            if name in names and getattr(roles, role) is None:
+                setattr(roles, role, name)
+                break
+        else:
+            if parameter.default is parameter.empty:
+                roles.unknown.append(name)
+    return roles

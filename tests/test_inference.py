@@ -1,0 +1,87 @@
+"""Interface inference: every bundled implementation is checkable with nothing declared, and gets
+the verdicts of its hand-written registration."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from conformance import Config, Status
+from conformance.catalogue import check_many
+from conformance.inference import InferenceError, infer
+from conformance.registry import resolve
+from implementations import bundled, expected_results
+from implementations import seed000_multihead_self_attention as seed000
+from implementations.mutants.mask_inverted import MaskInverted
+
+PROBE = Config(batch=1, q_len=2, kv_len=2, d_model=8, num_heads=2)
+
+
+def _spec(impl) -> str:
+    """The IMPL a user would type for the class behind a bundled registration."""
+    config = PROBE if impl.capabilities.heads is None else Config(
+        batch=1, q_len=2, kv_len=2, d_model=8, num_heads=impl.capabilities.heads)
+    cls = type(impl.factory(config))
+    return f"{inspect.getmodule(cls).__name__}:{cls.__name__}"
+
+
+DIFFERENT_BY_DESIGN = {
+    # Registrations that pass a constructor flag inference has no way to know to set.
+    "textbook-causal": "registered with causal=True; the class defaults to False",
+    "mutant-causal-shows-next-token": "registered with causal=True; the class defaults to False",
+    "mutant-causal-hides-current-token": "registered with causal=True; the class defaults to False",
+    # Its bug is a declaration (non-causal) its behaviour contradicts; inference reads the
+    # behaviour, says "always causal (probed)", and has no declaration to contradict.
+    "mutant-encoder-with-causal-mask": "inference states it is causal, as it behaves",
+    # Alternative mask formats are declared, not inferred: inference checks the one it probed.
+    "mutant-bool-mask-inverted": "its bug is in a declared alternative mask format",
+}
+CHECKED = {impl.name: _spec(impl) for impl in bundled() if impl.name not in DIFFERENT_BY_DESIGN}
+
+
+@pytest.fixture(scope="module")
+def inferred_failures() -> dict[str, set[str]]:
+    """Failed checks of each registration's class, inferred, keyed by the registration's name."""
+    targets = {name: (spec, resolve(spec)[0]) for name, spec in CHECKED.items()}
+    by_label: dict[str, set[str]] = {impl.name: set() for _, impl in targets.values()}
+    unique = list({impl.name: (spec, impl) for spec, impl in targets.values()}.values())
+    for result in check_many(unique, devices=["cpu"], jobs=2):
+        if result.status is Status.FAILED:  # inferred: nothing is expected, every failure shows
+            by_label[result.implementation].add(result.check)
+    return {name: by_label[impl.name] for name, (_, impl) in targets.items()}
+
+
+@pytest.mark.parametrize("name", list(CHECKED))
+def test_inference_alone_gives_the_registrations_verdicts(inferred_failures, name):
+    assert inferred_failures[name] == set(expected_results().get(name, {})), CHECKED[name]
+
+
+def test_the_report_opens_with_what_was_inferred():
+    notes = infer(seed000.MultiHeadAttention).notes
+    assert notes[0] == "self-attention forward(X, attention_mask)"
+    assert "weights from inner.q_proj/inner.k_proj/inner.v_proj/inner.out_proj" in notes
+    assert "attention_mask: int mask, 0 = masked, shape (B, 1, 1, Lk) (probed)" in notes
+
+
+def test_an_inverted_mask_is_reported_not_accepted():
+    notes = infer(MaskInverted).notes
+    assert any("is the mask inverted?" in note for note in notes)
+    assert any(note.startswith("mask: int mask, 0 = masked") for note in notes)
+
+
+def test_torch_multihead_attention_through_inference_alone():
+    notes = infer(torch.nn.MultiheadAttention).notes
+    assert "forward returns a tuple: its first element is taken as the output" in notes
+    assert "key_padding_mask: bool mask, True = ignore, shape (B, Lk) (probed)" in notes
+    assert "weights from inner.in_proj_weight/inner.out_proj" in notes
+
+
+def test_unfillable_constructor_is_one_clear_line():
+    class NeedsVocabulary(torch.nn.Module):
+        def __init__(self, d_model, num_heads, vocabulary):
+            super().__init__()
+
+    with pytest.raises(InferenceError, match="can't fill constructor argument"):
+        infer(NeedsVocabulary)
