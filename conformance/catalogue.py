@@ -12,6 +12,7 @@ import time
 import traceback
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 
 import torch
 
@@ -168,12 +169,14 @@ def _verdict(check: Check, context: CheckContext, implementation: str, device: s
                        observations=list(context.observations))
 
 
-def _check_in_worker(spec: str, name: str, profile: str, seed: int | None,
-                     devices: Sequence[str] | None,
+def _check_in_worker(spec: str, name: str, expected_failures: dict[str, str], profile: str,
+                     seed: int | None, devices: Sequence[str] | None,
                      checks: Sequence[str] | None) -> list[CheckResult]:
-    """One implementation's verdicts, in a worker process: resolved again there by its IMPL."""
+    """One implementation's verdicts, in a worker process: resolved again there by its IMPL
+    (its expected failures travel along: they may come from a file the worker never saw)."""
     torch.set_num_threads(1)  # the workers share the cores between them
     (impl,) = [i for i in resolve(spec) if i.name == name]
+    impl = replace(impl, expected_failures=expected_failures)
     return Runner(profile, seed).run(InProcessSubject(impl), devices=devices, checks=checks)
 
 
@@ -192,8 +195,8 @@ def check_many(targets: Sequence[tuple[str, Implementation]], *, profile: str = 
     # Spawned, not forked: torch's thread pools don't survive a fork.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context) as pool:
-        futures = [pool.submit(_check_in_worker, spec, impl.name, profile, seed, devices, checks)
-                   for spec, impl in targets]
+        futures = [pool.submit(_check_in_worker, spec, impl.name, dict(impl.expected_failures),
+                               profile, seed, devices, checks) for spec, impl in targets]
         return [result for future in futures for result in future.result()]
 
 

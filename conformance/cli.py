@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from conformance import expectations
 from conformance.adapter import ImplementationError, InProcessSubject, Subject
 from conformance.catalogue import CHECK_NAMES, check_many
 from conformance.invariants.gate import base_case
@@ -51,18 +52,27 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                        help="check N implementations at a time in worker processes "
                             "(0: one per CPU core); verdicts don't depend on it")
+    check.add_argument("--expected-failures", type=Path, metavar="FILE",
+                       help="TOML: [implementation] tables of check = \"reason\"; those failures "
+                            "don't fail the run, and one that passes does")
     check.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
 
     commands.add_parser("list", help="list the registered implementations")
     return parser
 
 
-def _targets(specs: Sequence[str]) -> list[tuple[str, Implementation]]:
+def _targets(specs: Sequence[str],
+             expected_file: Path | None = None) -> list[tuple[str, Implementation]]:
     """Each implementation to check, with the IMPL string that resolves to it."""
     try:
         targets = ([(spec, impl) for spec in specs for impl in resolve(spec)] if specs
                    else [(name, impl) for name, impl in registered().items()])
-    except ResolveError as error:
+        if expected_file is not None:
+            expected = expectations.load(expected_file)
+            targets = list(zip([spec for spec, _ in targets],
+                               expectations.apply([impl for _, impl in targets], expected),
+                               strict=True))
+    except (ResolveError, expectations.ExpectationsError) as error:
         raise UsageError(str(error)) from error
     if not targets:
         raise UsageError("no implementation to check: name one, or register one")
@@ -93,7 +103,7 @@ def _unavailable(devices: Sequence[str]) -> list[str]:
 
 
 def _check(args: argparse.Namespace) -> int:
-    targets = _targets(args.impls)
+    targets = _targets(args.impls, args.expected_failures)
     subjects = [InProcessSubject(impl) for _, impl in targets]
     devices = args.devices or available_devices()
     checks = args.checks or list(CHECK_NAMES)

@@ -10,9 +10,11 @@ implementation can't take part in is a skip, a device that is absent is a clean 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
+from conformance import expectations
 from conformance.adapter import InProcessSubject, Subject
 from conformance.catalogue import Runner
 from conformance.profiles import PROFILE_NAMES
@@ -21,6 +23,7 @@ from conformance.report import failure_block
 from conformance.results import CheckResult, Status
 from conformance.strategies import available_devices
 
+CATALOGUE_MODULE = Path(__file__).with_name("test_conformance.py")
 _SUBJECTS = pytest.StashKey[list[Subject]]()
 _RUNNER = pytest.StashKey[Runner]()
 
@@ -35,6 +38,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "--hypothesis-profile attention-conformance-NAME also selects it)")
     group.addoption("--attention-device", action="append", default=[], metavar="DEVICE",
                     help="devices to test on (repeatable; default cpu and cuda, absent ones skip)")
+    group.addoption("--attention-xfails", default=None, metavar="FILE",
+                    help="expected failures, TOML: [implementation] tables of check = \"reason\"")
 
 
 def _profile(config: pytest.Config) -> str:
@@ -61,21 +66,33 @@ def _subjects(config: pytest.Config) -> list[Subject]:
         try:
             implementations = ([impl for spec in specs for impl in resolve(spec)] if specs
                                else list(registered().values()))
-        except ResolveError as error:
-            raise pytest.UsageError(f"--attention-impl: {error}") from error
+            xfails = config.getoption("attention_xfails")
+            if xfails:
+                implementations = expectations.apply(implementations, expectations.load(xfails))
+        except (ResolveError, expectations.ExpectationsError) as error:
+            raise pytest.UsageError(f"attention-conformance: {error}") from error
         config.stash[_SUBJECTS] = [InProcessSubject(impl) for impl in implementations]
     return config.stash[_SUBJECTS]
 
 
 def _wanted(config: pytest.Config) -> bool:
     """Whether this run is about the catalogue (so the header is worth printing)."""
-    return bool(config.getoption("attention_impl")) or any(
-        arg == "conformance" or arg.startswith("conformance/") or "test_conformance" in arg
-        for arg in config.args)
+    return bool(config.getoption("attention_impl")) or _names_catalogue(config)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[_RUNNER] = Runner(_profile(config))
+    config.stash[_RUNNER] = Runner(_profile(config), config.getoption("hypothesis_seed",
+                                                                      default=None))
+    # `pytest --attention-impl IMPL` from any repository: collect the catalogue too, unless the
+    # command line already names it (`--pyargs conformance`).
+    if config.getoption("attention_impl") and not _names_catalogue(config):
+        config.args.append(str(CATALOGUE_MODULE))
+
+
+def _names_catalogue(config: pytest.Config) -> bool:
+    return any(arg == "conformance" or "test_conformance" in arg
+               or Path(arg.split("::")[0]).resolve() == CATALOGUE_MODULE.parent
+               for arg in config.args)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

@@ -4,24 +4,17 @@ correct references, and the mutant zoo. ``bundled()`` is the entry point the sui
 
 from __future__ import annotations
 
-import sys
-from dataclasses import replace
 from pathlib import Path
 
+from conformance import expectations
 from conformance.spec import Implementation
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 EXPECTED_RESULTS = Path(__file__).with_name("expected_results.toml")
 
 
 def expected_results() -> dict[str, dict[str, str]]:
     """``{implementation: {check: reason}}``: every failure the suite must find, and why."""
-    with EXPECTED_RESULTS.open("rb") as handle:
-        return {name: dict(checks) for name, checks in tomllib.load(handle).items()}
+    return expectations.load(EXPECTED_RESULTS)
 
 
 def bundled() -> list[Implementation]:
@@ -40,4 +33,4 @@ def bundled() -> list[Implementation]:
     unknown = set(expected) - {impl.name for impl in declared}
     if unknown:
         raise ValueError(f"{EXPECTED_RESULTS.name} names unknown implementations: {sorted(unknown)}")
-    return [replace(impl, expected_failures=expected.get(impl.name, {})) for impl in declared]
+    return expectations.apply(declared, expected)

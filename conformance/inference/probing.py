@@ -25,6 +25,7 @@ FAMILIES = {
         MaskConvention(MaskKind.KEEP_INT, MaskLayout.BROADCAST, "mask"),
         MaskConvention(MaskKind.KEEP_BOOL, MaskLayout.BROADCAST, "mask"),
         MaskConvention(MaskKind.KEEP_INT, MaskLayout.KEY_PADDING, "mask"),
+        MaskConvention(MaskKind.KEEP_BOOL, MaskLayout.KEY_PADDING, "mask"),
         MaskConvention(MaskKind.KEEP_INT, MaskLayout.PER_QUERY, "mask"),
         MaskConvention(MaskKind.KEEP_INT, MaskLayout.PER_HEAD, "mask"),
         MaskConvention(MaskKind.ADDITIVE, MaskLayout.BROADCAST, "mask"),

@@ -1,0 +1,61 @@
+"""The catalogue inside a user's own test file, the way scikit-learn's ``parametrize_with_checks``
+works::
+
+    from conformance.testing import parametrize_with_checks
+    from mypackage import MyAttention
+
+    @parametrize_with_checks(MyAttention)            # a class (inferred) or an Implementation
+    def test_my_attention(attention_check):
+        attention_check()
+
+One test per (implementation, check, device), with ids such as ``MyAttention-padding``; a check
+the implementation can't take part in is skipped, an expected failure is an xfail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from conformance.adapter import InProcessSubject, Subject
+from conformance.catalogue import CHECK_NAMES, Runner
+from conformance.expectations import apply
+from conformance.inference import infer
+from conformance.pytest_plugin import enforce
+from conformance.spec import Implementation
+
+
+@dataclass
+class AttentionCheck:
+    """One check of one implementation on one device; call it inside the test."""
+
+    subject: Subject
+    check: str
+    device: str
+    runner: Runner
+
+    def __call__(self) -> None:
+        enforce(self.runner.run_check(self.subject, self.check, self.device))
+
+
+def parametrize_with_checks(*targets: type | Implementation, profile: str = "quick",
+                            devices: Sequence[str] = ("cpu", "cuda"),
+                            checks: Sequence[str] | None = None,
+                            expected_failures: Mapping[str, Mapping[str, str]] | None = None):
+    """A ``pytest.mark.parametrize`` over every check of every target, as ``attention_check``.
+
+    ``targets`` are ``nn.Module`` classes (their interface is inferred) or declared
+    Implementations; ``expected_failures`` is ``{implementation: {check: reason}}``.
+    """
+    implementations = [t if isinstance(t, Implementation) else infer(t).implementation
+                       for t in targets]
+    implementations = apply(implementations, expected_failures or {})
+    runner = Runner(profile)  # one gate per implementation and device, shared by its tests
+    params = [
+        pytest.param(AttentionCheck(InProcessSubject(impl), name, device, runner),
+                     id=f"{impl.name}-{name}" + ("" if device == "cpu" else f"-{device}"))
+        for impl in implementations for device in devices for name in (checks or CHECK_NAMES)
+    ]
+    return pytest.mark.parametrize("attention_check", params)

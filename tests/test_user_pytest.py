@@ -1,0 +1,64 @@
+"""Users' pytest: --attention-impl from their own repository, parametrize_with_checks in their
+own test file, an expected-failures file (pytest and CLI)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conformance.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def run_pytest(directory: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(FIXTURES)}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *args],
+                          capture_output=True, text=True, cwd=directory, env=env)
+
+
+def test_attention_impl_from_a_users_own_repository(tmp_path):
+    (tmp_path / "test_theirs.py").write_text("def test_their_own():\n    assert True\n")
+    done = run_pytest(tmp_path, "--attention-impl", "user_styles:EinsumAttention", "-k",
+                      "gate or padding or own")
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "test_padding[user_styles:EinsumAttention]" in done.stdout
+    assert "PASSED test_theirs.py::test_their_own" in done.stdout
+    assert "attention-conformance: implementations under test: user_styles:EinsumAttention" \
+        in done.stdout
+
+
+def test_parametrize_with_checks_in_a_users_test_file(tmp_path):
+    (tmp_path / "test_mine.py").write_text(
+        "from conformance.testing import parametrize_with_checks\n"
+        "from user_styles import FusedQKV\n"
+        "from user_impls import wrong_scale\n\n"
+        "@parametrize_with_checks(FusedQKV, wrong_scale, checks=['gate', 'head_split'],\n"
+        "                         expected_failures={'user-wrong-scale': {'head_split': 'known'}})\n"
+        "def test_attention(attention_check):\n"
+        "    attention_check()\n")
+    done = run_pytest(tmp_path, "test_mine.py")
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "PASSED test_mine.py::test_attention[FusedQKV-head_split]" in done.stdout
+    assert "XFAIL test_mine.py::test_attention[user-wrong-scale-head_split]" in done.stdout
+    assert "test_attention[FusedQKV-gate-cuda]" in done.stdout or "cuda" in done.stdout
+
+
+def test_xfails_file_in_pytest_and_the_cli(tmp_path, capsys):
+    xfails = tmp_path / "xfails.toml"
+    xfails.write_text('["user-wrong-scale"]\nhead_split = "divides by sqrt(d_model)"\n')
+    done = run_pytest(tmp_path, "--attention-impl", "user_impls:wrong_scale", "--attention-xfails",
+                      str(xfails), "-k", "head_split")
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "XFAIL" in done.stdout and "divides by sqrt(d_model)" in done.stdout
+
+    spec = f"{FIXTURES / 'user_impls.py'}::wrong_scale"
+    assert main(["check", spec, "--check", "gate", "--check", "head_split",
+                 "--expected-failures", str(xfails)]) == 0
+    assert main(["check", spec, "--check", "gate", "--check", "head_split"]) == 1
+    bad = tmp_path / "bad.toml"
+    bad.write_text('["user-wrong-scale"]\nno_such_check = "x"\n')
+    assert main(["check", spec, "--expected-failures", str(bad)]) == 2
+    assert "unknown check(s) ['no_such_check']" in capsys.readouterr().err
