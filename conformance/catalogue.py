@@ -17,6 +17,7 @@ from dataclasses import replace
 import torch
 
 from conformance.adapter import InProcessSubject, Subject
+from conformance.inference.declarations import Declarations
 from conformance.invariants.autograd import Autograd
 from conformance.invariants.base import Check, CheckContext, CheckFailed, Violation
 from conformance.invariants.batch_independence import BatchIndependence
@@ -169,24 +170,28 @@ def _verdict(check: Check, context: CheckContext, implementation: str, device: s
                        observations=list(context.observations))
 
 
-def _check_in_worker(spec: str, name: str, expected_failures: dict[str, str], profile: str,
-                     seed: int | None, devices: Sequence[str] | None,
+def _check_in_worker(spec: str, name: str, expected_failures: dict[str, str],
+                     declared: Declarations | None, profile: str, seed: int | None,
+                     devices: Sequence[str] | None,
                      checks: Sequence[str] | None) -> list[CheckResult]:
     """One implementation's verdicts, in a worker process: resolved again there by its IMPL
-    (its expected failures travel along: they may come from a file the worker never saw)."""
+    (expected failures and declarations travel along: they may come from files or flags the
+    worker never saw)."""
     torch.set_num_threads(1)  # the workers share the cores between them
-    (impl,) = [i for i in resolve(spec) if i.name == name]
+    (impl,) = [i for i in resolve(spec, declared) if i.name == name]
     impl = replace(impl, expected_failures=expected_failures)
     return Runner(profile, seed).run(InProcessSubject(impl), devices=devices, checks=checks)
 
 
 def check_many(targets: Sequence[tuple[str, Implementation]], *, profile: str = "quick",
                devices: Sequence[str] | None = None, checks: Sequence[str] | None = None,
-               seed: int | None = None, jobs: int = 1) -> list[CheckResult]:
+               seed: int | None = None, jobs: int = 1,
+               declared: Declarations | None = None) -> list[CheckResult]:
     """Verdicts for several implementations, ``jobs`` at a time; results in input order.
 
-    ``targets`` pairs each implementation with the IMPL string that resolves to it, so a worker
-    process can find it again. The verdicts don't depend on ``jobs``.
+    ``targets`` pairs each implementation with the IMPL string (and ``declared``, the
+    declarations) that resolve to it, so a worker process can find it again. The verdicts don't
+    depend on ``jobs``.
     """
     if jobs <= 1 or len(targets) <= 1:
         runner = Runner(profile, seed)
@@ -196,7 +201,8 @@ def check_many(targets: Sequence[tuple[str, Implementation]], *, profile: str = 
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context) as pool:
         futures = [pool.submit(_check_in_worker, spec, impl.name, dict(impl.expected_failures),
-                               profile, seed, devices, checks) for spec, impl in targets]
+                               declared, profile, seed, devices, checks)
+                   for spec, impl in targets]
         return [result for future in futures for result in future.result()]
 
 

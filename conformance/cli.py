@@ -17,6 +17,7 @@ from pathlib import Path
 from conformance import expectations
 from conformance.adapter import ImplementationError, InProcessSubject, Subject
 from conformance.catalogue import CHECK_NAMES, check_many
+from conformance.inference.declarations import Declarations
 from conformance.invariants.gate import base_case
 from conformance.profiles import PROFILE_NAMES
 from conformance.registry import ResolveError, registered, resolve
@@ -55,17 +56,28 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--expected-failures", type=Path, metavar="FILE",
                        help="TOML: [implementation] tables of check = \"reason\"; those failures "
                             "don't fail the run, and one that passes does")
+    declare = check.add_argument_group(
+        "declarations", "override what is inferred for undeclared classes (also in pyproject.toml: "
+        "[tool.attention-conformance.declare.\"IMPL\"])")
+    declare.add_argument("--call", choices=("self", "qkv"), help="f(x, mask) or f(q, k, v, mask)")
+    declare.add_argument("--mask", metavar="KIND:LAYOUT",
+                         help="e.g. keep_int:broadcast, ignore_bool:key_padding, additive:per_head")
+    declare.add_argument("--causal", choices=("never", "always", "optional"))
+    declare.add_argument("--width-arg", metavar="NAME", help="constructor argument for the width")
+    declare.add_argument("--heads-arg", metavar="NAME", help="constructor argument for the heads")
+    declare.add_argument("--weights", metavar="SPEC",
+                         help="q,k,v[,o] submodule names, fused:qkv[,o], packed[:path] or none")
     check.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
 
     commands.add_parser("list", help="list the registered implementations")
     return parser
 
 
-def _targets(specs: Sequence[str],
-             expected_file: Path | None = None) -> list[tuple[str, Implementation]]:
+def _targets(specs: Sequence[str], expected_file: Path | None = None,
+             declared: Declarations | None = None) -> list[tuple[str, Implementation]]:
     """Each implementation to check, with the IMPL string that resolves to it."""
     try:
-        targets = ([(spec, impl) for spec in specs for impl in resolve(spec)] if specs
+        targets = ([(spec, impl) for spec in specs for impl in resolve(spec, declared)] if specs
                    else [(name, impl) for name, impl in registered().items()])
         if expected_file is not None:
             expected = expectations.load(expected_file)
@@ -103,13 +115,17 @@ def _unavailable(devices: Sequence[str]) -> list[str]:
 
 
 def _check(args: argparse.Namespace) -> int:
-    targets = _targets(args.impls, args.expected_failures)
+    declared = Declarations(call=args.call, mask=args.mask, causal=args.causal,
+                            width_arg=args.width_arg, heads_arg=args.heads_arg,
+                            weights=args.weights)
+    targets = _targets(args.impls, args.expected_failures, declared)
     subjects = [InProcessSubject(impl) for _, impl in targets]
     devices = args.devices or available_devices()
     checks = args.checks or list(CHECK_NAMES)
     start = time.perf_counter()
     results = check_many(targets, profile=args.profile, devices=devices, checks=checks,
-                         seed=args.seed, jobs=args.jobs or os.cpu_count() or 1)
+                         seed=args.seed, jobs=args.jobs or os.cpu_count() or 1,
+                         declared=declared)
     seconds = time.perf_counter() - start
     shown_devices = [d for d in devices if d in available_devices()] or devices
     print(render_text(results, checks=checks, profile=args.profile, devices=shown_devices,

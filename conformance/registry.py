@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from conformance.inference.declarations import Declarations
 from conformance.spec import (
     DEFAULT_DTYPES,
     CallConvention,
@@ -86,7 +87,8 @@ def implementation(
     return declare
 
 
-def _as_implementations(obj: object, origin: str) -> list[Implementation]:
+def _as_implementations(obj: object, origin: str,
+                        declared: Declarations | None = None) -> list[Implementation]:
     if isinstance(obj, Implementation):
         return [obj]
     if isinstance(obj, Iterable) and not isinstance(obj, (str, bytes)):
@@ -97,7 +99,7 @@ def _as_implementations(obj: object, origin: str) -> list[Implementation]:
         from conformance.inference import InferenceError, infer
 
         try:
-            return [infer(obj, name=origin).implementation]
+            return [infer(obj, name=origin, declared=declared).implementation]
         except InferenceError as error:
             raise ResolveError(str(error)) from error
     if callable(obj):  # a module instance or a plain function
@@ -151,6 +153,9 @@ def _load_file(path_text: str) -> object:
 
 
 def _load_module(name: str) -> object:
+    # As with `python -m`: a user's own package in the working directory is importable.
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
     try:
         return importlib.import_module(name)
     except SyntaxError as error:
@@ -163,8 +168,18 @@ def _load_module(name: str) -> object:
         raise ResolveError(f"importing module {name} raised {type(error).__name__}: {error}") from error
 
 
-def resolve(spec: str) -> list[Implementation]:
-    """The implementations an IMPL argument names. Raises ResolveError with a one-line reason."""
+def resolve(spec: str, declared: Declarations | None = None) -> list[Implementation]:
+    """The implementations an IMPL argument names. Raises ResolveError with a one-line reason.
+
+    An undeclared ``nn.Module`` class is inferred; ``declared`` (over what the current
+    directory's ``pyproject.toml`` declares for ``spec``) overrides inference item by item.
+    """
+    from conformance.inference.declarations import DeclarationError, from_pyproject, merged
+
+    try:
+        declared = merged(from_pyproject(spec), declared or Declarations())
+    except DeclarationError as error:
+        raise ResolveError(str(error)) from error
     if "::" in spec:
         location, _, attribute = spec.partition("::")
         container = _load_file(location)
@@ -185,4 +200,4 @@ def resolve(spec: str) -> list[Implementation]:
         obj = getattr(container, attribute)
     except AttributeError:
         raise ResolveError(f"{location} has no attribute {attribute!r}") from None
-    return _as_implementations(obj, origin)
+    return _as_implementations(obj, origin, declared)

@@ -92,7 +92,7 @@ def inferred(notes: Mapping[str, Sequence[str]]) -> list[str]:
     for name, said in notes.items():
         if said:
             lines.append(f"  {name}: " + "; ".join(said))
-    return ["Inferred (nothing declared):", *lines] if lines else []
+    return ["Interface (inferred; items marked declared were given):", *lines] if lines else []
 
 
 def render_text(results: Sequence[CheckResult], *, checks: Sequence[str], profile: str,

@@ -7,6 +7,7 @@ the tool assumed; probing never turns a bug into an accepted convention (see
 :mod:`conformance.inference.probing`).
 """
 
+from conformance.inference.declarations import DeclarationError, Declarations
 from conformance.inference.infer import InferenceError, Inferred, infer
 
-__all__ = ["InferenceError", "Inferred", "infer"]
+__all__ = ["DeclarationError", "Declarations", "InferenceError", "Inferred", "infer"]

@@ -11,6 +11,7 @@ from torch import nn
 
 from conformance.adapter import ImplementationError, InProcessSubject
 from conformance.inference.convention import ForwardConvention, read_forward
+from conformance.inference.declarations import DeclarationError, Declarations
 from conformance.inference.probing import infer_mask, is_causal, probe_case
 from conformance.inference.projections import infer_layout
 from conformance.inference.roles import CONTEXT_LENGTH, ConstructorRoles, read_roles
@@ -98,22 +99,37 @@ def _first_call(plan: _Plan, heads: int) -> torch.Tensor | tuple:
         return module(*inputs)
 
 
-def infer(cls: type, *, name: str | None = None) -> Inferred:
-    """Declaration for an ``nn.Module`` subclass, with nothing declared. Raises InferenceError."""
+def infer(cls: type, *, name: str | None = None,
+          declared: Declarations | None = None) -> Inferred:
+    """Declaration for an ``nn.Module`` subclass: what ``declared`` says, the rest inferred.
+
+    Raises InferenceError naming what can't be inferred and the flag that declares it.
+    """
+    declared = declared or Declarations()
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise InferenceError(f"{getattr(cls, '__name__', cls)!r} is not an nn.Module class: "
                              "declare it with conformance.implementation(...)")
     label = name or cls.__name__
     roles = read_roles(cls)
+    for role, argument in (("width", declared.width_arg), ("heads", declared.heads_arg)):
+        if argument:
+            if argument in roles.unknown:
+                roles.unknown.remove(argument)
+            setattr(roles, role, argument)
     if roles.unknown:
         raise InferenceError(
             f"{label}: can't fill constructor argument(s) {', '.join(roles.unknown)}: give them "
-            "defaults, or declare it with conformance.implementation(...)")
+            "defaults, name the width/head-count one with --width-arg / --heads-arg, or declare "
+            "it with conformance.implementation(...)")
     if roles.width is None:
         raise InferenceError(f"{label}: no constructor argument names the model width (d_model, "
-                             "hidden_dim, embed_dim, ...): declare it with "
-                             "conformance.implementation(...)")
-    plan = _Plan(cls, roles, read_forward(cls.forward))
+                             "hidden_dim, embed_dim, ...): add --width-arg NAME")
+    convention = read_forward(cls.forward)
+    if declared.call:
+        convention.call = declared.call
+        convention.inputs = (convention.inputs[:1] if declared.call == "self"
+                             else (*convention.inputs, "k", "v")[:3])
+    plan = _Plan(cls, roles, convention)
     notes = [plan.convention.describe() + ("; cross-attention assumed from its separate q, k, v"
                                            if plan.convention.call == "qkv" else ""),
              roles.describe() + ("" if roles.heads else "; single head (no head-count argument)")]
@@ -137,13 +153,31 @@ def infer(cls: type, *, name: str | None = None) -> Inferred:
 
     probe = InProcessSubject(plan.implementation(label)).instantiate(
         Config(batch=2, q_len=6, kv_len=6, d_model=heads * 4, num_heads=heads), seed=0)
-    layout = infer_layout(probe.module, "inner", heads, heads * 4, heads * 4)
-    notes.append(layout.describe() if layout else
-                 "no recognisable projections: the checks that need weights are skipped")
+    if declared.weights:
+        try:
+            layout = declared.weight_layout("inner")
+        except DeclarationError as error:
+            raise InferenceError(str(error)) from error
+        notes.append((layout.describe() if layout else "no weight access") + " (declared)")
+    else:
+        layout = infer_layout(probe.module, "inner", heads, heads * 4, heads * 4)
+        notes.append(layout.describe() if layout else
+                     "no recognisable projections: the checks that need weights are skipped "
+                     "(declare them with --weights q,k,v[,o])")
 
     capabilities: dict[str, object] = {}
     optional = None
-    if plan.convention.causal:
+    if declared.causal:
+        if declared.causal not in ("never", "always", "optional"):
+            raise InferenceError(f"causal {declared.causal!r}: use never, always or optional")
+        if declared.causal == "optional" and not plan.convention.causal:
+            raise InferenceError(f"{label}: causal=optional, but forward has no is_causal/causal "
+                                 "argument")
+        capabilities["causal"] = declared.causal
+        if declared.causal == "optional":
+            capabilities["causal_argument"] = "is_causal"
+        notes.append(f"causal: {declared.causal} (declared)")
+    elif plan.convention.causal:
         causal_probe = InProcessSubject(plan.implementation(
             label, causal="optional", causal_argument="is_causal")).instantiate(probe.config, 0)
         try:
@@ -181,7 +215,17 @@ def infer(cls: type, *, name: str | None = None) -> Inferred:
             capabilities["dropout"] = "fixed"
             notes.append("dropout at a rate it fixes itself (probed: train-mode calls differ)")
 
-    if plan.convention.mask:
+    declared_mask = None
+    try:
+        declared_mask = declared.mask_convention("mask")
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
+    if declared_mask is not None:
+        if not plan.convention.mask:
+            raise InferenceError(f"{label}: a mask is declared, but forward takes no mask argument")
+        capabilities["mask"] = declared_mask
+        notes.append(f"{plan.convention.mask}: {declared_mask.describe()} (declared)")
+    elif plan.convention.mask:
         def build(convention: MaskConvention):
             implementation = plan.implementation(label, mask=convention, **capabilities)
             return InProcessSubject(replace(implementation, weight_layout=layout)).instantiate(

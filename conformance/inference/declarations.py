@@ -1,0 +1,104 @@
+"""Declarations that override inference, item by item: CLI flags, ``[tool.attention-conformance]``
+in the user's ``pyproject.toml``, or the Python API.
+
+Spellings (the same in flags and TOML):
+
+- ``call``: ``self`` or ``qkv``
+- ``mask``: ``KIND:LAYOUT`` with KIND ``keep_int | keep_bool | ignore_bool | additive`` and
+  LAYOUT ``key_padding | broadcast | per_query | per_head``, e.g. ``keep_int:broadcast``
+- ``causal``: ``never``, ``always``, or ``optional`` (through ``forward``'s causal argument)
+- ``width-arg``, ``heads-arg``: the constructor arguments for the model width and head count
+- ``weights``: ``q,k,v[,o]`` submodule names, ``fused:qkv[,o]``, ``packed[:path]``, or ``none``
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from conformance.spec import MaskConvention, MaskKind, MaskLayout
+from conformance.weights import (
+    FusedProjection,
+    PackedInProjection,
+    SeparateProjections,
+    WeightLayout,
+)
+
+
+class DeclarationError(Exception):
+    """A declaration that can't be read; one line."""
+
+
+@dataclass(frozen=True)
+class Declarations:
+    """What the user declared; ``None`` leaves the item to inference."""
+
+    call: str | None = None
+    mask: str | None = None
+    causal: str | None = None
+    width_arg: str | None = None
+    heads_arg: str | None = None
+    weights: str | None = None
+
+    def any(self) -> bool:
+        return any(getattr(self, f.name) is not None for f in fields(self))
+
+    def mask_convention(self, argument: str) -> MaskConvention | None:
+        if self.mask is None:
+            return None
+        kind, _, layout = self.mask.partition(":")
+        try:
+            return MaskConvention(MaskKind(kind), MaskLayout(layout or "broadcast"), argument)
+        except ValueError:
+            raise DeclarationError(
+                f"mask {self.mask!r}: use KIND:LAYOUT, KIND one of "
+                f"{', '.join(k.value for k in MaskKind)}, LAYOUT one of "
+                f"{', '.join(layout.value for layout in MaskLayout)}") from None
+
+    def weight_layout(self, prefix: str) -> WeightLayout | None:
+        """The declared layout (paths under ``prefix``), None for ``none``."""
+        spec = self.weights or ""
+        if spec == "none":
+            return None
+        if spec.startswith("packed"):
+            _, _, path = spec.partition(":")
+            return PackedInProjection(f"{prefix}.{path}" if path else prefix)
+        if spec.startswith("fused:"):
+            names = [f"{prefix}.{n}" for n in spec.removeprefix("fused:").split(",")]
+            return FusedProjection(names[0], names[1] if len(names) > 1 else None)
+        names = [f"{prefix}.{n}" for n in spec.split(",")]
+        if len(names) not in (3, 4):
+            raise DeclarationError(f"weights {spec!r}: use q,k,v[,o], fused:qkv[,o], "
+                                   "packed[:path] or none")
+        return SeparateProjections(*names)
+
+
+def merged(base: Declarations, override: Declarations) -> Declarations:
+    """``override``'s declared items over ``base``'s."""
+    return Declarations(**{f.name: getattr(override, f.name) if getattr(override, f.name)
+                           is not None else getattr(base, f.name) for f in fields(Declarations)})
+
+
+def from_mapping(values: dict, origin: str) -> Declarations:
+    """Declarations from a TOML table or parsed flags (dashes or underscores)."""
+    known = {f.name for f in fields(Declarations)}
+    items = {key.replace("-", "_"): value for key, value in values.items()}
+    unknown = sorted(set(items) - known)
+    if unknown:
+        raise DeclarationError(f"{origin}: unknown declaration(s) {unknown}; known: "
+                               f"{', '.join(sorted(k.replace('_', '-') for k in known))}")
+    return Declarations(**{key: str(value) for key, value in items.items()})
+
+
+def from_pyproject(spec: str, directory: Path | None = None) -> Declarations:
+    """``[tool.attention-conformance.declare."IMPL"]`` from ``pyproject.toml`` in ``directory``."""
+    from conformance.expectations import tomllib
+
+    path = (directory or Path.cwd()) / "pyproject.toml"
+    if not path.is_file():
+        return Declarations()
+    with path.open("rb") as handle:
+        table = tomllib.load(handle).get("tool", {}).get("attention-conformance", {})
+    declared = table.get("declare", {}).get(spec)
+    return from_mapping(declared, f"{path}: [tool.attention-conformance.declare.\"{spec}\"]") \
+        if declared else Declarations()

@@ -1,0 +1,48 @@
+"""Declarations override inference, item by item: CLI flags and pyproject.toml."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.cli import main
+from conformance.inference import Declarations, infer
+from conformance.registry import ResolveError, resolve
+from tests.fixtures.user_styles import EinsumAttention
+
+SPEC = "tests.fixtures.user_styles:OddlyNamed"
+
+
+def test_an_ambiguous_constructor_names_the_flag_to_add(capsys):
+    with pytest.raises(ResolveError, match="--width-arg / --heads-arg"):
+        resolve(SPEC)
+    assert main(["check", SPEC, "--check", "gate"]) == 2
+    assert "--width-arg" in capsys.readouterr().err
+
+
+def test_flags_fill_what_inference_cannot(capsys):
+    code = main(["check", SPEC, "--width-arg", "model_width", "--heads-arg", "n_attn",
+                 "--check", "gate", "--check", "padding", "--check", "head_split"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "constructor width = model_width, heads = n_attn" in out
+
+
+def test_declared_items_are_not_probed_and_say_so():
+    notes = infer(EinsumAttention, declared=Declarations(
+        mask="keep_bool:broadcast", causal="never", weights="w_q,w_k,w_v,w_o")).notes
+    assert "mask: bool mask, True = attend, shape (B, 1, 1, Lk) (declared)" in notes
+    assert "causal: never (declared)" in notes
+    assert "weights from inner.w_q/inner.w_k/inner.w_v/inner.w_o (declared)" in notes
+
+
+def test_pyproject_table_declares_for_an_impl(tmp_path, monkeypatch, capsys):
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.attention-conformance.declare."{SPEC}"]\n'
+        'width-arg = "model_width"\nheads-arg = "n_attn"\nmask = "keep_int:broadcast"\n')
+    monkeypatch.chdir(tmp_path)
+    (impl,) = resolve(SPEC)
+    assert "mask: int mask, 0 = masked, shape (B, 1, 1, Lk) (declared)" in impl.notes
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.attention-conformance.declare."{SPEC}"]\nwidth = "model_width"\n')
+    with pytest.raises(ResolveError, match="unknown declaration"):
+        resolve(SPEC)
