@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -102,7 +103,25 @@ def _as_implementations(obj: object, origin: str,
             return [infer(obj, name=origin, declared=declared).implementation]
         except InferenceError as error:
             raise ResolveError(str(error)) from error
-    if callable(obj):  # a module instance or a plain function
+    if callable(obj) and not isinstance(obj, torch.nn.Module):  # a core attention function
+        from conformance.inference import InferenceError, infer_function
+
+        try:
+            return [infer_function(obj, name=origin, declared=declared).implementation]
+        except (InferenceError, ValueError, TypeError) as error:
+            raise ResolveError(str(error)) from error
+    if isinstance(obj, torch.nn.Module):  # an instance: checked through its class
+        from conformance.inference import InferenceError, infer
+
+        try:
+            inferred = infer(type(obj), name=origin, declared=declared).implementation
+        except InferenceError as error:
+            raise ResolveError(f"{origin} is an instance, checked through its class: {error}") \
+                from error
+        note = (f"an instance of {type(obj).__name__}: checked through its class, built at the "
+                "generated sizes (the instance's own weights and sizes are not used)")
+        return [replace(inferred, notes=(note, *inferred.notes))]
+    if callable(obj):
         raise ResolveError(
             f"{origin} is {getattr(obj, '__name__', type(obj).__name__)}, which has no "
             "declaration: pass its class, or wrap its construction with "

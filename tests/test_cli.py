@@ -63,7 +63,7 @@ def test_module_attr_form(capsys):
     (f"{FIXTURES / 'syntax_error.py'}::X", "syntax error in"),
     (USER + "nope", "has no attribute 'nope'"),
     (USER + "not_checkable", "is a int, not an nn.Module, callable or Implementation"),
-    (USER + "undeclared_class", "PlainAttention, which has no declaration"),
+    (USER + "not_attention", "a core function takes (q, k, v[, mask][, is_causal])"),
     (USER + "bad_constructor", "user-bad-constructor: constructing it raised TypeError"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, spec, message):
@@ -87,3 +87,11 @@ def test_python_dash_m_and_list():
     listing = subprocess.run([sys.executable, "-m", "conformance", "list"], capture_output=True,
                              text=True, check=True).stdout
     assert "seed002-MultiHeadAttention" in listing and "reference-sdpa" in listing
+
+
+def test_an_undeclared_class_is_inferred_and_checked(capsys):
+    code, out, _ = run(capsys, "check", USER + "undeclared_class", "--check", "gate",
+                       "--check", "padding")
+    assert code == 0
+    assert "Interface (inferred; items marked declared were given):" in out
+    assert "mask: additive float mask, -inf = masked, shape (B, 1, 1, Lk) (probed" in out

@@ -121,3 +121,29 @@ def test_twelve_user_styles_are_inferred_and_pass_everything_they_can(style_resu
     assert "causal" in passed["user_styles:GPTStyleNoBias"]
     assert "causal" in passed["user_styles:SDPAInside"]
     assert "dropout" in passed["user_styles:WithDropout"]
+
+
+def test_core_function_tier_checks_a_plain_function():
+    from tests.fixtures import core_functions
+
+    (good,) = resolve("tests.fixtures.core_functions:attention")
+    assert good.notes[0].startswith("core function over (batch, heads, length, head_dim)")
+    assert "causal when is_causal=True" in good.notes
+    assert any(n.startswith("mask: bool mask, True = attend, shape (B, 1, 1, Lk)")
+               for n in good.notes)
+    (bad,) = resolve("tests.fixtures.core_functions:attention_softmax_over_queries")
+    targets = [("tests.fixtures.core_functions:attention", good),
+               ("tests.fixtures.core_functions:attention_softmax_over_queries", bad)]
+    results = check_many(targets, devices=["cpu"], jobs=2)
+    failed = {(r.implementation, r.check) for r in results if r.status is Status.FAILED}
+    assert not {check for name, check in failed if name.endswith(":attention")}
+    assert ("core_functions:attention_softmax_over_queries", "row_stochastic") in failed
+    assert core_functions.attention.__name__ == "attention"  # the wrapper leaves it untouched
+
+
+def test_an_instance_is_checked_through_its_class():
+    import tests.fixtures.user_styles as styles
+
+    styles.an_instance = styles.FusedQKV(16, 4)
+    (impl,) = resolve("tests.fixtures.user_styles:an_instance")
+    assert impl.notes[0].startswith("an instance of FusedQKV: checked through its class")

@@ -62,3 +62,13 @@ def test_xfails_file_in_pytest_and_the_cli(tmp_path, capsys):
     bad.write_text('["user-wrong-scale"]\nno_such_check = "x"\n')
     assert main(["check", spec, "--expected-failures", str(bad)]) == 2
     assert "unknown check(s) ['no_such_check']" in capsys.readouterr().err
+
+
+def test_xdist_and_junitxml(tmp_path):
+    report = tmp_path / "report.xml"
+    done = run_pytest(tmp_path, "-n", "2", "--junitxml", str(report), "--attention-impl",
+                      "user_styles:FusedQKV", "-k", "gate or padding or contract")
+    assert done.returncode == 0, done.stdout[-3000:]
+    xml = report.read_text()
+    assert 'name="test_padding[user_styles:FusedQKV]"' in xml
+    assert "failures=\"0\"" in xml or "failures='0'" in xml

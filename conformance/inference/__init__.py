@@ -8,6 +8,7 @@ the tool assumed; probing never turns a bug into an accepted convention (see
 """
 
 from conformance.inference.declarations import DeclarationError, Declarations
-from conformance.inference.infer import InferenceError, Inferred, infer
+from conformance.inference.infer import InferenceError, Inferred, infer, infer_function
 
-__all__ = ["DeclarationError", "Declarations", "InferenceError", "Inferred", "infer"]
+__all__ = ["DeclarationError", "Declarations", "InferenceError", "Inferred", "infer",
+           "infer_function"]

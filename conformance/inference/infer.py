@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 from dataclasses import dataclass, replace
 
@@ -242,3 +243,57 @@ def infer(cls: type, *, name: str | None = None,
     implementation = replace(plan.implementation(label, **capabilities), weight_layout=layout,
                              notes=tuple(notes))
     return Inferred(implementation, tuple(notes))
+
+
+class CoreFunctionModule(nn.Module):
+    """A core attention function over per-head tensors (B, H, L, Dh), inside the suite's own
+    q/k/v/out projections: the projections are correct by construction, so every check applies
+    to the function, and any failure is the function's."""
+
+    function = staticmethod(lambda q, k, v, **options: q)
+
+    def __init__(self, d_model: int, num_heads: int) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+
+    def forward(self, query, key, value, *args, **options):
+        out = self.function(self._heads(self.q_proj(query)), self._heads(self.k_proj(key)),
+                            self._heads(self.v_proj(value)), *args, **options)
+        return self.out_proj(out.transpose(1, 2).flatten(2))
+
+
+def core_function_class(function) -> type[CoreFunctionModule]:
+    """A CoreFunctionModule subclass calling ``function``, whose forward carries the function's
+    own parameter names (so its mask and causal arguments are read as for any class)."""
+    signature = inspect.signature(function)
+    parameters = list(signature.parameters.values())
+    if len([p for p in parameters if p.default is p.empty]) < 3:
+        raise InferenceError(f"{getattr(function, '__name__', function)}: a core function takes "
+                             "(q, k, v[, mask][, is_causal]) over (batch, heads, length, dim)")
+
+    def forward(self, query, key, value, *args, **options):
+        return CoreFunctionModule.forward(self, query, key, value, *args, **options)
+
+    forward.__signature__ = signature.replace(parameters=[
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *parameters])
+    return type(getattr(function, "__name__", "core_function"), (CoreFunctionModule,),
+                {"function": staticmethod(function), "forward": forward,
+                 "__module__": getattr(function, "__module__", __name__)})
+
+
+def infer_function(function, *, name: str | None = None,
+                   declared: Declarations | None = None) -> Inferred:
+    """Declaration for a core function ``f(q, k, v[, mask][, is_causal])`` over (B, H, L, Dh)."""
+    label = name or getattr(function, "__name__", "core_function")
+    inferred = infer(core_function_class(function), name=label, declared=declared)
+    note = ("core function over (batch, heads, length, head_dim), wrapped in the suite's own "
+            "q/k/v/out projections: every check applies to the function")
+    notes = (note, *inferred.notes[2:])  # the wrapper's constructor and forward say nothing
+    return Inferred(replace(inferred.implementation, notes=notes), notes)
