@@ -115,10 +115,19 @@ def _get(module: nn.Module, path: str) -> nn.Module:
         raise WeightLayoutError(f"no submodule {path!r} in {type(module).__name__}") from error
 
 
+def is_conv1d(module: nn.Module) -> bool:
+    """HuggingFace's ``Conv1D``: a linear layer whose weight is stored (in, out), transposed."""
+    return type(module).__name__ == "Conv1D"
+
+
 def _linear_parts(linear: nn.Module, path: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(weight as (out, in), bias); a Conv1D's weight comes back as a transposed view, so
+    writing into it writes the module's own parameter."""
     weight = getattr(linear, "weight", None)
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         raise WeightLayoutError(f"{path!r} has no 2-D weight (is it an nn.Linear?)")
+    if is_conv1d(linear):
+        weight = weight.T
     bias = getattr(linear, "bias", None)
     return weight, bias if isinstance(bias, torch.Tensor) else None
 

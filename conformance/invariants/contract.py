@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import torch
 
-from conformance.adapter import Inputs
+from conformance.adapter import ImplementationError, Inputs
 from conformance.cases import Case, dtype_name
 from conformance.invariants.base import Check, CheckContext, CheckFailed, Violation, fmt
 from conformance.invariants.gate import LOW_PRECISION, base_case
@@ -75,7 +75,13 @@ class Contract(Check):
         rows = case.attendable_rows()  # fully masked rows are the fully_masked check's
         for label, layout in (("transposed memory layout", _transposed_layout),
                               ("slice of a wider tensor", _slice_of_wider)):
-            other = context.run(instance, _restrided(inputs, layout), case)
+            try:
+                other = context.run(instance, _restrided(inputs, layout), case)
+            except ImplementationError as error:
+                raise Violation(
+                    f"non-contiguous inputs ({label}): {error}",
+                    hint="view() on an input (or on a tensor derived from it) needs contiguous "
+                         "memory: use reshape()") from error
             diff = only_rows(abs_error(other, output, nan_equal=True), rows)
             if float(diff.max()) > tolerance:
                 b, row, feature = worst_index(diff)
