@@ -17,7 +17,7 @@ from pathlib import Path
 from conformance import expectations
 from conformance.adapter import ImplementationError, InProcessSubject, Subject
 from conformance.catalogue import CHECK_NAMES, check_many
-from conformance.inference.declarations import Declarations
+from conformance.inference.declarations import DeclarationError, Declarations, parse_init
 from conformance.invariants.gate import base_case
 from conformance.profiles import PROFILE_NAMES
 from conformance.registry import ResolveError, registered, resolve
@@ -67,6 +67,10 @@ def _parser() -> argparse.ArgumentParser:
     declare.add_argument("--heads-arg", metavar="NAME", help="constructor argument for the heads")
     declare.add_argument("--weights", metavar="SPEC",
                          help="q,k,v[,o] submodule names, fused:qkv[,o], packed[:path] or none")
+    declare.add_argument("--init", action="append", metavar="NAME=VALUE",
+                         help="a constructor keyword, e.g. causal=True (repeatable)")
+    declare.add_argument("--mask-format", action="append", dest="mask_formats",
+                         metavar="KIND:LAYOUT", help="another mask format it accepts (repeatable)")
     check.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
 
     commands.add_parser("list", help="list the registered implementations")
@@ -115,9 +119,14 @@ def _unavailable(devices: Sequence[str]) -> list[str]:
 
 
 def _check(args: argparse.Namespace) -> int:
+    try:
+        init = tuple(parse_init(item) for item in args.init) if args.init else None
+    except DeclarationError as error:
+        raise UsageError(str(error)) from error
     declared = Declarations(call=args.call, mask=args.mask, causal=args.causal,
                             width_arg=args.width_arg, heads_arg=args.heads_arg,
-                            weights=args.weights)
+                            weights=args.weights, init=init,
+                            mask_formats=tuple(args.mask_formats) if args.mask_formats else None)
     targets = _targets(args.impls, args.expected_failures, declared)
     subjects = [InProcessSubject(impl) for _, impl in targets]
     devices = args.devices or available_devices()

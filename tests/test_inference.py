@@ -10,7 +10,7 @@ import torch
 
 from conformance import Config, Status
 from conformance.catalogue import check_many
-from conformance.inference import InferenceError, infer
+from conformance.inference import Declarations, InferenceError, infer
 from conformance.registry import resolve
 from implementations import bundled, expected_results
 from implementations import seed000_multihead_self_attention as seed000
@@ -27,30 +27,38 @@ def _spec(impl) -> str:
     return f"{inspect.getmodule(cls).__name__}:{cls.__name__}"
 
 
-DIFFERENT_BY_DESIGN = {
-    # Registrations that pass a constructor flag inference has no way to know to set.
-    "textbook-causal": "registered with causal=True; the class defaults to False",
-    "mutant-causal-shows-next-token": "registered with causal=True; the class defaults to False",
-    "mutant-causal-hides-current-token": "registered with causal=True; the class defaults to False",
-    # Its bug is a declaration (non-causal) its behaviour contradicts; inference reads the
-    # behaviour, says "always causal (probed)", and has no declaration to contradict.
-    "mutant-encoder-with-causal-mask": "inference states it is causal, as it behaves",
-    # Alternative mask formats are declared, not inferred: inference checks the one it probed.
-    "mutant-bool-mask-inverted": "its bug is in a declared alternative mask format",
+ONE_FLAG = {
+    # Registrations that build the class causal (causal=True): `--causal always` declares it, and
+    # sets the constructor's causal argument.
+    "textbook-causal": Declarations(causal="always"),
+    "mutant-causal-shows-next-token": Declarations(causal="always"),
+    "mutant-causal-hides-current-token": Declarations(causal="always"),
+    # Its bug is a declaration (non-causal) its behaviour contradicts: inference alone reads the
+    # behaviour and says "always causal (probed)"; the declaration is the one flag.
+    "mutant-encoder-with-causal-mask": Declarations(causal="never"),
+    # Its bug lives in an alternative mask format, which is declared, not inferred.
+    "mutant-bool-mask-inverted": Declarations(mask_formats=("keep_bool:broadcast",)),
 }
-CHECKED = {impl.name: _spec(impl) for impl in bundled() if impl.name not in DIFFERENT_BY_DESIGN}
+CHECKED = {impl.name: _spec(impl) for impl in bundled()}
 
 
 @pytest.fixture(scope="module")
 def inferred_failures() -> dict[str, set[str]]:
-    """Failed checks of each registration's class, inferred, keyed by the registration's name."""
-    targets = {name: (spec, resolve(spec)[0]) for name, spec in CHECKED.items()}
-    by_label: dict[str, set[str]] = {impl.name: set() for _, impl in targets.values()}
-    unique = list({impl.name: (spec, impl) for spec, impl in targets.values()}.values())
+    """Failed checks of each registration's class, inferred (plus its one flag, where listed),
+    keyed by the registration's name."""
+    plain = {name: (spec, resolve(spec)[0]) for name, spec in CHECKED.items()
+             if name not in ONE_FLAG}
+    by_label: dict[str, set[str]] = {impl.name: set() for _, impl in plain.values()}
+    unique = list({impl.name: (spec, impl) for spec, impl in plain.values()}.values())
     for result in check_many(unique, devices=["cpu"], jobs=2):
         if result.status is Status.FAILED:  # inferred: nothing is expected, every failure shows
             by_label[result.implementation].add(result.check)
-    return {name: by_label[impl.name] for name, (_, impl) in targets.items()}
+    failures = {name: by_label[impl.name] for name, (_, impl) in plain.items()}
+    for name, declared in ONE_FLAG.items():
+        (impl,) = resolve(CHECKED[name], declared)
+        failures[name] = {r.check for r in check_many([(CHECKED[name], impl)], devices=["cpu"])
+                          if r.status is Status.FAILED}
+    return failures
 
 
 @pytest.mark.parametrize("name", list(CHECKED))

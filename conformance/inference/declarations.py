@@ -9,10 +9,14 @@ Spellings (the same in flags and TOML):
 - ``causal``: ``never``, ``always``, or ``optional`` (through ``forward``'s causal argument)
 - ``width-arg``, ``heads-arg``: the constructor arguments for the model width and head count
 - ``weights``: ``q,k,v[,o]`` submodule names, ``fused:qkv[,o]``, ``packed[:path]``, or ``none``
+- ``init``: constructor keywords, ``NAME=VALUE`` (flags, repeatable) or a table (TOML), e.g.
+  ``causal=True``; values are Python literals
+- ``mask-formats``: other mask formats it accepts, ``KIND:LAYOUT`` (repeatable / a list)
 """
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -39,6 +43,8 @@ class Declarations:
     width_arg: str | None = None
     heads_arg: str | None = None
     weights: str | None = None
+    init: tuple[tuple[str, object], ...] | None = None
+    mask_formats: tuple[str, ...] | None = None
 
     def any(self) -> bool:
         return any(getattr(self, f.name) is not None for f in fields(self))
@@ -54,6 +60,10 @@ class Declarations:
                 f"mask {self.mask!r}: use KIND:LAYOUT, KIND one of "
                 f"{', '.join(k.value for k in MaskKind)}, LAYOUT one of "
                 f"{', '.join(layout.value for layout in MaskLayout)}") from None
+
+    def alternative_masks(self, argument: str) -> tuple[MaskConvention, ...]:
+        return tuple(Declarations(mask=spec).mask_convention(argument)
+                     for spec in self.mask_formats or ())
 
     def weight_layout(self, prefix: str) -> WeightLayout | None:
         """The declared layout (paths under ``prefix``), None for ``none``."""
@@ -87,7 +97,28 @@ def from_mapping(values: dict, origin: str) -> Declarations:
     if unknown:
         raise DeclarationError(f"{origin}: unknown declaration(s) {unknown}; known: "
                                f"{', '.join(sorted(k.replace('_', '-') for k in known))}")
-    return Declarations(**{key: str(value) for key, value in items.items()})
+    values = {}
+    for key, value in items.items():
+        if key == "init":
+            pairs = value.items() if isinstance(value, dict) else (
+                parse_init(item) for item in value)
+            values[key] = tuple(pairs)
+        elif key == "mask_formats":
+            values[key] = tuple([value] if isinstance(value, str) else value)
+        else:
+            values[key] = str(value)
+    return Declarations(**values)
+
+
+def parse_init(item: str) -> tuple[str, object]:
+    """``NAME=VALUE`` with VALUE a Python literal (a bare word stays a string)."""
+    name, equals, text = item.partition("=")
+    if not equals or not name.isidentifier():
+        raise DeclarationError(f"init {item!r}: use NAME=VALUE, e.g. causal=True")
+    try:
+        return name, ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return name, text
 
 
 def from_pyproject(spec: str, directory: Path | None = None) -> Declarations:

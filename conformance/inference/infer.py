@@ -66,6 +66,7 @@ class _Plan:
     convention: ForwardConvention
     per_head_output: bool = False
     tuple_output: bool = False
+    init: tuple[tuple[str, object], ...] = ()
 
     def construct(self, config: Config) -> nn.Module:
         roles, kwargs = self.roles, {}
@@ -81,6 +82,7 @@ class _Plan:
             kwargs[roles.context] = CONTEXT_LENGTH
         if roles.batch_first:
             kwargs[roles.batch_first] = True
+        kwargs.update(self.init)
         return InferredModule(self.cls(**kwargs), self.convention, self.tuple_output)
 
     def implementation(self, name: str, **capabilities: object) -> Implementation:
@@ -130,10 +132,16 @@ def infer(cls: type, *, name: str | None = None,
         convention.call = declared.call
         convention.inputs = (convention.inputs[:1] if declared.call == "self"
                              else (*convention.inputs, "k", "v")[:3])
-    plan = _Plan(cls, roles, convention)
+    init = dict(declared.init or ())
+    if declared.causal in ("always", "never") and roles.causal and roles.causal not in init:
+        init[roles.causal] = declared.causal == "always"  # declared causal: built causal
+    plan = _Plan(cls, roles, convention, init=tuple(init.items()))
     notes = [plan.convention.describe() + ("; cross-attention assumed from its separate q, k, v"
                                            if plan.convention.call == "qkv" else ""),
              roles.describe() + ("" if roles.heads else "; single head (no head-count argument)")]
+    if plan.init:
+        notes.append("constructed with " + ", ".join(f"{k}={v!r}" for k, v in plan.init)
+                     + " (declared)")
 
     heads = 2 if roles.heads else 1
     try:
@@ -188,7 +196,9 @@ def infer(cls: type, *, name: str | None = None,
         except ImplementationError as error:
             notes.append(f"{plan.convention.causal}=True raises ({error}): a hint, as in "
                          "nn.MultiheadAttention; causality not checked through it")
-    if optional:
+    if declared.causal:
+        pass  # declared: never probed
+    elif optional:
         capabilities.update(causal="optional", causal_argument="is_causal")
         notes.append(f"causal when {plan.convention.causal}=True")
     else:
@@ -240,6 +250,14 @@ def infer(cls: type, *, name: str | None = None,
         notes.append(text)
         if problem:
             notes.append(f"{plan.convention.mask}: {problem}")
+    if declared.mask_formats:
+        try:
+            capabilities["mask_formats"] = declared.alternative_masks("mask")
+        except DeclarationError as error:
+            raise InferenceError(str(error)) from error
+        notes.append(f"{plan.convention.mask} also takes "
+                     + ", ".join(m.describe() for m in capabilities["mask_formats"])
+                     + " (declared)")
     implementation = replace(plan.implementation(label, **capabilities), weight_layout=layout,
                              notes=tuple(notes))
     return Inferred(implementation, tuple(notes))
