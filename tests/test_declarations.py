@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from conformance.cli import main
-from conformance.inference import Declarations, infer
+from conformance.inference import Declarations, InferenceError, infer
 from conformance.registry import ResolveError, resolve
 from tests.fixtures.user_styles import EinsumAttention
 
@@ -59,3 +60,15 @@ def test_init_and_mask_format_flags(capsys):
     assert main(["check", "implementations.mutants.textbook:TextbookAttention", "--init",
                  "causal"]) == 2
     assert "use NAME=VALUE" in capsys.readouterr().err
+
+
+def test_a_forward_of_no_known_shape_is_one_line(capsys):
+    class NoInputs(torch.nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+
+        def forward(self):
+            return None
+
+    with pytest.raises(InferenceError, match=r"forward takes no input tensor.*--call"):
+        infer(NoInputs)

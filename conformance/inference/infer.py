@@ -128,6 +128,9 @@ def infer(cls: type, *, name: str | None = None,
         raise InferenceError(f"{label}: no constructor argument names the model width (d_model, "
                              "hidden_dim, embed_dim, ...): add --width-arg NAME")
     convention = read_forward(cls.forward)
+    if not convention.inputs and not declared.call:
+        raise InferenceError(f"{label}: forward takes no input tensor (none of x; q, k, v; query, "
+                             "key, value): declare the call with --call self or --call qkv")
     if declared.call:
         convention.call = declared.call
         convention.inputs = (convention.inputs[:1] if declared.call == "self"
