@@ -14,7 +14,8 @@ Declare an implementation, then run the catalogue on it::
 """
 
 from conformance.adapter import ImplementationError, Inputs, Instance, Subject
-from conformance.catalogue import CHECK_NAMES, Runner, check
+from conformance.catalogue import CHECK_NAMES, Runner, check, check_many
+from conformance.inference import Declarations, Inferred, infer, infer_function
 from conformance.registry import ResolveError, implementation, register, registered, resolve
 from conformance.results import CheckResult, Status
 from conformance.spec import (
@@ -41,10 +42,12 @@ __all__ = [
     "Capabilities",
     "CheckResult",
     "Config",
+    "Declarations",
     "FusedProjection",
     "HeadWeights",
     "Implementation",
     "ImplementationError",
+    "Inferred",
     "Inputs",
     "Instance",
     "MaskConvention",
@@ -60,7 +63,10 @@ __all__ = [
     "WeightLayout",
     "__version__",
     "check",
+    "check_many",
     "implementation",
+    "infer",
+    "infer_function",
     "register",
     "registered",
     "resolve",
