@@ -27,8 +27,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 bench: $(STAMP)
-	$(BIN)/python -m pytest benchmarks -q --benchmark-enable --benchmark-only \
-		--benchmark-columns=median,iqr,rounds --benchmark-sort=name
+	$(BIN)/attention-conformance bench --json docs/bench-cpu.json --plot docs/bench-cpu.png
 	$(BIN)/python benchmarks/catalogue_timing.py
 
 clean:

@@ -14,8 +14,13 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from conformance import expectations
 from conformance.adapter import ImplementationError, InProcessSubject, Subject
+from conformance.benchmark.ladder import DEFAULT_LENGTHS, bench
+from conformance.benchmark.render import plot, table, to_json
+from conformance.cases import DTYPES
 from conformance.catalogue import CHECK_NAMES, check_many
 from conformance.inference.declarations import DeclarationError, Declarations, parse_init
 from conformance.invariants.gate import base_case
@@ -74,6 +79,27 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
 
     commands.add_parser("list", help="list the registered implementations")
+
+    bench = commands.add_parser("bench", help="time and memory against sequence length, beside "
+                                              "F.scaled_dot_product_attention")
+    bench.add_argument("impls", nargs="*", metavar="IMPL",
+                       help="as for check (default: every registered implementation meant for "
+                            "benchmarking: not the mutants)")
+    bench.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)),
+                       help="comma-separated sequence lengths (default: %(default)s)")
+    bench.add_argument("--budget", type=float, default=30.0, metavar="SECONDS",
+                       help="per implementation: longer lengths are skipped past it (default 30)")
+    bench.add_argument("--batch", type=int, default=2)
+    bench.add_argument("--heads", type=int, default=4)
+    bench.add_argument("--head-dim", type=int, default=32)
+    bench.add_argument("--dtype", choices=("float32", "float64", "float16", "bfloat16"),
+                       default="float32")
+    bench.add_argument("--device", default="cpu")
+    bench.add_argument("--backward", action="store_true", help="time forward + backward")
+    bench.add_argument("--rounds", type=int, default=7, help="timed calls each (default 7)")
+    bench.add_argument("--json", type=Path, metavar="PATH", help="also write the points as JSON")
+    bench.add_argument("--plot", type=Path, metavar="FILE.png",
+                       help="draw time and memory against length, log-log")
     return parser
 
 
@@ -156,9 +182,43 @@ def _list() -> int:
     return EXIT_OK
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from implementations.reference_sdpa import IMPLEMENTATION as SDPA
+
+    if args.impls:
+        implementations = [impl for _, impl in _targets(args.impls)]
+    else:
+        implementations = [impl for impl in registered().values() if impl.benchmark]
+    try:
+        lengths = [int(n) for n in args.lengths.split(",")]
+    except ValueError as error:
+        raise UsageError(f"--lengths {args.lengths!r}: give comma-separated integers") from error
+    if args.device not in available_devices():
+        raise UsageError(f"--device {args.device}: not available on this machine")
+    mode = "forward + backward" if args.backward else "forward (eval, no_grad)"
+    heading = (f"attention-conformance bench · {mode} · {args.dtype} · {args.device} · batch "
+               f"{args.batch}, {args.heads} heads x {args.head_dim} · median of {args.rounds} "
+               "calls, interleaved with SDPA · torch " + torch.__version__)
+    points = bench(implementations, SDPA, lengths=lengths, batch=args.batch, heads=args.heads,
+                   head_dim=args.head_dim, dtype=DTYPES[args.dtype], device=args.device,
+                   backward=args.backward, budget=args.budget, rounds=args.rounds)
+    print(table(points, heading))
+    if args.json:
+        settings = {k: str(v) for k, v in vars(args).items() if k not in ("json", "plot")}
+        args.json.write_text(json.dumps(to_json(points, settings), indent=2) + "\n")
+    if args.plot:
+        try:
+            plot(points, str(args.plot), heading)
+        except ImportError as error:
+            raise UsageError("--plot needs matplotlib: pip install -e .[plot]") from error
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "bench":
+            return _bench(args)
         return _check(args) if args.command == "check" else _list()
     except UsageError as error:
         if getattr(args, "debug", False):

@@ -10,12 +10,15 @@ implementation can't take part in is a skip, a device that is absent is a clean 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 
 from conformance import expectations
 from conformance.adapter import InProcessSubject, Subject
+from conformance.cases import Case
 from conformance.catalogue import Runner
 from conformance.profiles import PROFILE_NAMES
 from conformance.registry import ResolveError, registered, resolve
@@ -24,6 +27,7 @@ from conformance.results import CheckResult, Status
 from conformance.strategies import available_devices
 
 CATALOGUE_MODULE = Path(__file__).with_name("test_conformance.py")
+BENCHMARK_MODULE = Path(__file__).with_name("test_benchmarks.py")
 _SUBJECTS = pytest.StashKey[list[Subject]]()
 _RUNNER = pytest.StashKey[Runner]()
 
@@ -38,6 +42,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "--hypothesis-profile attention-conformance-NAME also selects it)")
     group.addoption("--attention-device", action="append", default=[], metavar="DEVICE",
                     help="devices to test on (repeatable; default cpu and cuda, absent ones skip)")
+    group.addoption("--attention-bench", action="store_true",
+                    help="run the benchmark fixtures (conformance/test_benchmarks.py)")
+    group.addoption("--attention-bench-lengths", default="128,512", metavar="L,L,...",
+                    help="sequence lengths for the benchmark fixtures (default 128,512)")
+    group.addoption("--attention-bench-dtype", default="float32",
+                    choices=("float32", "float64", "float16", "bfloat16"))
     group.addoption("--attention-xfails", default=None, metavar="FILE",
                     help="expected failures, TOML: [implementation] tables of check = \"reason\"")
 
@@ -87,6 +97,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # command line already names it (`--pyargs conformance`).
     if config.getoption("attention_impl") and not _names_catalogue(config):
         config.args.append(str(CATALOGUE_MODULE))
+        if config.getoption("attention_bench"):
+            config.args.append(str(BENCHMARK_MODULE))
 
 
 def _names_catalogue(config: pytest.Config) -> bool:
@@ -107,6 +119,9 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "attention_bench_case" in metafunc.fixturenames:
+        metafunc.parametrize("attention_bench_case", _bench_params(metafunc.config))
+        return
     if "attention_target" not in metafunc.fixturenames:
         return
     params = [
@@ -116,6 +131,56 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         for device in _devices(metafunc.config)
     ]
     metafunc.parametrize("attention_target", params)
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One implementation at one length, dtype and device, for the benchmark fixtures."""
+
+    subject: Subject
+    length: int
+    dtype: str
+    device: str
+
+    def group(self, mode: str) -> str:
+        """The pytest-benchmark group: the implementation beside SDPA at the same work."""
+        return f"{mode} L={self.length} {self.dtype} {self.device}"
+
+    def prepare(self):
+        if self.device not in available_devices():
+            pytest.skip(f"{self.device} is not available on this machine")
+        caps = self.subject.capabilities
+        heads = caps.heads or 4
+        case = Case(batch=2, q_len=self.length, kv_len=self.length, num_heads=heads,
+                    head_dim=128 // heads, dtype=self.dtype, device=self.device, seed=0,
+                    causal=caps.causal == "always")
+        if caps.max_len is not None and self.length > caps.max_len:
+            pytest.skip(f"beyond its max_len {caps.max_len}")
+        instance = self.subject.instantiate(case.config, case.seed)
+        cotangent = torch.ones(2, self.length, case.d_model, dtype=case.config.dtype,
+                               device=self.device)
+        return instance, case.inputs(caps.call, use_mask=False), cotangent
+
+
+def _bench_params(config: pytest.Config) -> list:
+    from implementations.reference_sdpa import IMPLEMENTATION as SDPA
+
+    subjects = [s for s in _subjects(config) if s.name != SDPA.name] + [InProcessSubject(SDPA)]
+    lengths = [int(n) for n in config.getoption("attention_bench_lengths").split(",")]
+    dtype = config.getoption("attention_bench_dtype")
+    return [pytest.param(BenchCase(subject, length, dtype, device),
+                         id=f"{subject.name}-L{length}-{dtype}"
+                         + ("" if device == "cpu" else f"-{device}"))
+            for subject in subjects for length in lengths for device in _devices(config)]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("attention_bench") or config.getoption("benchmark_only", default=False):
+        return
+    skip = pytest.mark.skip(reason="benchmarks run with --attention-bench or --benchmark-only")
+    for item in items:
+        if "attention_bench_case" in getattr(item, "fixturenames", ()):
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

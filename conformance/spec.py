@@ -182,6 +182,8 @@ class Implementation:
     description: str = ""
     notes: tuple[str, ...] = ()
     """What was inferred rather than declared, in words (see conformance.inference)."""
+    benchmark: bool = True
+    """Whether ``attention-conformance bench`` includes it by default (mutants: no)."""
 
     def __post_init__(self) -> None:
         if self.capabilities.weights != (self.weight_layout is not None):

@@ -117,6 +117,8 @@ def declare(name: str, module: type[TextbookAttention], *, causal: bool = False,
         Capabilities(**declared),
         SeparateProjections(q="q_proj", k="k_proj", v="v_proj", o="out_proj"),
         description=description,
+        # Mutants are subjects for the checks, not for speed; the textbook controls are timed.
+        benchmark=module is TextbookAttention,
     )
 
 

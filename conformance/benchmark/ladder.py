@@ -1,0 +1,117 @@
+"""The sequence-length ladder: each implementation beside SDPA at doubling lengths, in a budget."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from conformance.adapter import ImplementationError, InProcessSubject
+from conformance.benchmark.measure import attention_flops, peak_memory, time_interleaved
+from conformance.cases import Case, dtype_name
+from conformance.spec import Implementation
+
+DEFAULT_LENGTHS = (32, 64, 128, 256, 512, 1024, 2048)
+
+
+@dataclass(frozen=True)
+class BenchPoint:
+    """One implementation at one length (``skipped`` says why when nothing was measured)."""
+
+    implementation: str
+    length: int
+    median_ms: float | None = None
+    q1_ms: float | None = None
+    q3_ms: float | None = None
+    sdpa_median_ms: float | None = None
+    ratio_to_sdpa: float | None = None
+    gflops: float | None = None
+    peak_mb: float | None = None
+    sdpa_peak_mb: float | None = None
+    skipped: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def scaling_exponent(lengths: Sequence[int], values: Sequence[float]) -> float | None:
+    """Least-squares slope of log(value) against log(length): ~2 for quadratic attention."""
+    points = [(math.log(n), math.log(v)) for n, v in zip(lengths, values, strict=True) if v > 0]
+    if len(points) < 2:
+        return None
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else None
+
+
+def _progress(text: str) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r\033[K{text}")
+        sys.stderr.flush()
+
+
+def bench(implementations: Sequence[Implementation], baseline: Implementation, *,
+          lengths: Sequence[int] = DEFAULT_LENGTHS, batch: int = 2, heads: int = 4,
+          head_dim: int = 32, dtype: torch.dtype = torch.float32, device: str = "cpu",
+          backward: bool = False, budget: float = 30.0, rounds: int = 7) -> list[BenchPoint]:
+    """Each implementation beside ``baseline`` (SDPA) at each length, interleaved, in eval mode.
+
+    A length is skipped once the implementation's ``budget`` seconds would be exceeded (the
+    next doubling is assumed to cost 4x the last: attention is quadratic), or beyond its declared
+    ``max_len``. The baseline is measured again beside every implementation, in the same run.
+    """
+    points: list[BenchPoint] = []
+    for impl in implementations:
+        spent = 0.0
+        last = 0.0
+        for length in lengths:
+            if impl.capabilities.max_len is not None and length > impl.capabilities.max_len:
+                points.append(BenchPoint(impl.name, length, skipped=f"beyond its max_len "
+                                         f"{impl.capabilities.max_len}"))
+                continue
+            if spent + 4 * last > budget:
+                points.append(BenchPoint(impl.name, length, skipped=f"over the {budget:g} s "
+                                         "budget"))
+                continue
+            _progress(f"bench {impl.name}: length {length}")
+            start = time.perf_counter()
+            points.append(_measure(impl, baseline, length, batch, heads, head_dim, dtype, device,
+                                   backward, rounds))
+            last = time.perf_counter() - start
+            spent += last
+    _progress("")
+    return points
+
+
+def _measure(impl: Implementation, baseline: Implementation, length: int, batch: int,
+             heads: int, head_dim: int, dtype: torch.dtype, device: str, backward: bool,
+             rounds: int) -> BenchPoint:
+    num_heads = impl.capabilities.heads or heads
+    case = Case(batch=batch, q_len=length, kv_len=length, num_heads=num_heads,
+                head_dim=heads * head_dim // num_heads, dtype=dtype_name(dtype), device=device,
+                seed=0, causal=impl.capabilities.causal == "always")
+    calls = {}
+    try:
+        for name, subject in (("impl", impl), ("sdpa", baseline)):
+            instance = InProcessSubject(subject).instantiate(case.config, case.seed)
+            inputs = case.inputs(subject.capabilities.call, use_mask=False)
+            if backward:
+                cotangent = torch.ones(batch, length, case.d_model, dtype=dtype, device=device)
+                calls[name] = (lambda i=instance, x=inputs, c=cotangent: i.gradients(x, c))
+            else:
+                calls[name] = (lambda i=instance, x=inputs: i.forward(x))
+        timings = time_interleaved(calls, device=device, rounds=rounds)
+        memory = {name: peak_memory(call, device) for name, call in calls.items()}
+    except (ImplementationError, RuntimeError) as error:
+        return BenchPoint(impl.name, length, skipped=f"failed: {str(error).splitlines()[0]}")
+    ours, sdpa = timings["impl"], timings["sdpa"]
+    return BenchPoint(
+        impl.name, length, median_ms=ours.median * 1e3, q1_ms=ours.q1 * 1e3, q3_ms=ours.q3 * 1e3,
+        sdpa_median_ms=sdpa.median * 1e3, ratio_to_sdpa=ours.median / sdpa.median,
+        gflops=attention_flops(case.config, backward=backward) / ours.median / 1e9,
+        peak_mb=memory["impl"] / 2**20, sdpa_peak_mb=memory["sdpa"] / 2**20)
