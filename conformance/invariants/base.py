@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from hypothesis import example, given, settings
@@ -36,6 +37,15 @@ class CheckFailed(Exception):
         super().__init__(str(error))
         self.error = error
         self.case = case
+
+
+class FirstCall(NamedTuple):
+    """A built instance, the case's inputs, its output, and the rows (B, Lq) with keys."""
+
+    instance: Instance
+    inputs: Inputs
+    output: torch.Tensor
+    rows: torch.Tensor
 
 
 @dataclass
@@ -90,6 +100,17 @@ class CheckContext:
 
     def build(self, case: Case) -> Instance:
         return self.subject.instantiate(case.config, case.seed)
+
+    def first_call(self, case: Case, *, finite: bool = False) -> FirstCall:
+        """Build for ``case`` and call it once with the case's inputs (output validated); with
+        ``finite``, every row that has a key to attend to must be finite."""
+        instance = self.build(case)
+        inputs = case.inputs(self.capabilities.call)
+        output = self.run(instance, inputs, case)
+        rows = case.attendable_rows()
+        if finite:
+            expect_finite_rows(output, rows)
+        return FirstCall(instance, inputs, output, rows)
 
     def run(self, instance: Instance, inputs: Inputs, case: Case) -> torch.Tensor:
         """Forward, with the output's shape, dtype and device validated."""

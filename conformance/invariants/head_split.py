@@ -17,7 +17,6 @@ from conformance.invariants.base import (
     Check,
     CheckContext,
     Violation,
-    expect_finite_rows,
     fmt,
 )
 from conformance.reference import plain_attention, reference_attention
@@ -68,11 +67,7 @@ class HeadSplit(Check):
                         lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:
-        instance = context.build(case)
-        inputs = case.inputs(context.capabilities.call)
-        output = context.run(instance, inputs, case)
-        rows = case.attendable_rows()
-        expect_finite_rows(output, rows)
+        instance, inputs, output, rows = context.first_call(case, finite=True)
         weights = instance.read_weights()
         expected = concatenated_heads(weights, inputs, causal=case.causal)
         baseline = plain_attention(weights, inputs.query, inputs.key, inputs.value,

@@ -16,7 +16,6 @@ from conformance.invariants.base import (
     CheckFailed,
     Violation,
     agree_with_reference,
-    expect_finite_rows,
 )
 from conformance.invariants.gate import LOW_PRECISION
 from conformance.spec import Capabilities
@@ -60,11 +59,7 @@ class LowPrecision(Check):
                         lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:
-        instance = context.build(case)
-        inputs = case.inputs(context.capabilities.call)
-        output = context.run(instance, inputs, case)
-        rows = case.attendable_rows()
-        expect_finite_rows(output, rows)
+        instance, inputs, output, rows = context.first_call(case, finite=True)
         if not context.capabilities.weights:
             return
         seen, _ = agree_with_reference(output, instance.read_weights(), inputs, case, rows)

@@ -37,10 +37,7 @@ class MaskFormats(Check):
 
     def verify(self, context: CheckContext, case: Case) -> None:
         caps = context.capabilities
-        instance = context.build(case)
-        inputs = case.inputs(caps.call)
-        rows = case.attendable_rows()
-        primary = context.run(instance, inputs, case)
+        instance, inputs, primary, rows = context.first_call(case)
         tolerance = reordering_tolerance(case.config.dtype, primary)
         for convention in caps.mask_formats:
             try:

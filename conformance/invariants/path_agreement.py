@@ -30,10 +30,7 @@ class PathAgreement(Check):
 
     def verify(self, context: CheckContext, case: Case) -> None:
         caps = context.capabilities
-        instance = context.build(case)
-        inputs = case.inputs(caps.call)
-        rows = case.attendable_rows()
-        output = context.run(instance, inputs, case)
+        instance, inputs, output, rows = context.first_call(case)
         tolerance = reordering_tolerance(case.config.dtype, output)
         paths = [("autograd enabled", lambda: instance.forward(inputs, autograd=True))]
         if caps.dropout == "config":

@@ -43,10 +43,7 @@ class Permutation(Check):
                         lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:
-        instance = context.build(case)
-        inputs = case.inputs(context.capabilities.call)
-        output = context.run(instance, inputs, case)
-        rows = case.attendable_rows()
+        instance, inputs, output, rows = context.first_call(case)
         tolerance = reordering_tolerance(case.config.dtype, output)
         hint = ("does the output depend on absolute positions (a causal mask or positional bias "
                 "where none is declared)?")

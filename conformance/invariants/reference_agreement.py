@@ -19,7 +19,6 @@ from conformance.invariants.base import (
     CheckContext,
     Violation,
     agree_with_reference,
-    expect_finite_rows,
     fmt,
 )
 from conformance.reference import reference_attention
@@ -64,11 +63,7 @@ class ReferenceAgreement(Check):
                         lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:
-        instance = context.build(case)
-        inputs = case.inputs(context.capabilities.call)
-        output = context.run(instance, inputs, case)
-        rows = case.attendable_rows()
-        expect_finite_rows(output, rows)
+        instance, inputs, output, rows = context.first_call(case, finite=True)
         weights = instance.read_weights()
         dtype = case.config.dtype
         seen, reference = agree_with_reference(output, weights, inputs, case, rows)
