@@ -93,6 +93,22 @@ class Case:
         values = torch.randn(*shape, generator=generator, dtype=torch.float64) * scale
         return values.to(DTYPES[self.dtype]).to(self.device)
 
+    def replace_positions(self, inputs: Inputs, where: torch.Tensor, *, stream: int,
+                          scale: float, query_too: bool = False) -> Inputs:
+        """``inputs`` with the key/value inputs (self-attention: x) replaced by fresh noise at
+        positions ``where`` (B, L) bool: key from ``stream``, value from ``stream + 1``, and
+        with ``query_too`` the query from ``stream + 2``."""
+        position = where.to(inputs.query.device)[:, :, None]
+
+        def noisy(tensor: torch.Tensor, offset: int) -> torch.Tensor:
+            noise = self.tensor(*tensor.shape, stream=stream + offset, scale=scale)
+            return torch.where(position, noise, tensor)
+
+        if inputs.is_self:
+            return inputs.with_tensors(noisy(inputs.query, 0))
+        query = noisy(inputs.query, 2) if query_too else inputs.query
+        return inputs.with_tensors(query, noisy(inputs.key, 0), noisy(inputs.value, 1))
+
     def inputs(self, call: CallConvention, *, keep: torch.Tensor | None = None,
                use_mask: bool = True) -> Inputs:
         """The case's inputs in the given call convention, with its mask unless told otherwise."""

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import torch
 
-from conformance.adapter import ImplementationError, Inputs, Instance
+from conformance.adapter import ImplementationError, Instance
 from conformance.cases import Case
 from conformance.spec import MaskConvention, MaskKind, MaskLayout
 from conformance.tolerance import abs_error, unchanged_tolerance
@@ -45,19 +45,6 @@ def probe_case(num_heads: int, **changes: object) -> Case:
                         kept=(3, 4)), **changes)
 
 
-def _replace(inputs: Inputs, where: torch.Tensor, case: Case, *, query_too: bool = False) -> Inputs:
-    """Key/value inputs (self-attention: x; ``query_too``: q as well) replaced where ``where``."""
-    position = where[:, :, None]
-
-    def noisy(tensor: torch.Tensor, stream: int) -> torch.Tensor:
-        return torch.where(position, case.tensor(*tensor.shape, stream=stream, scale=5.0), tensor)
-
-    if inputs.is_self:
-        return inputs.with_tensors(noisy(inputs.query, 5))
-    query = noisy(inputs.query, 7) if query_too else inputs.query
-    return inputs.with_tensors(query, noisy(inputs.key, 5), noisy(inputs.value, 6))
-
-
 def mask_behaviour(instance: Instance, case: Case, call: str,
                    convention: MaskConvention) -> str | None:
     """None when ``convention`` makes masked keys invisible and kept keys visible, else why not."""
@@ -66,8 +53,8 @@ def mask_behaviour(instance: Instance, case: Case, call: str,
     rows = keep if inputs.is_self else torch.ones_like(keep)
     try:
         before = instance.forward(inputs)
-        masked = instance.forward(_replace(inputs, ~keep, case))
-        kept = instance.forward(_replace(inputs, keep, case))
+        masked = instance.forward(case.replace_positions(inputs, ~keep, stream=5, scale=5.0))
+        kept = instance.forward(case.replace_positions(inputs, keep, stream=5, scale=5.0))
     except ImplementationError as error:
         return str(error)
     if tuple(before.shape[:2]) != tuple(inputs.query.shape[:2]):
@@ -109,6 +96,7 @@ def is_causal(instance: Instance, case: Case, call: str) -> bool:
     later = torch.zeros(case.batch, case.kv_len, dtype=torch.bool)
     later[:, 3:] = True
     before = instance.forward(inputs)
-    change = abs_error(instance.forward(_replace(inputs, later, case, query_too=True)), before)
+    change = abs_error(instance.forward(case.replace_positions(inputs, later, stream=5, scale=5.0,
+                                                             query_too=True)), before)
     tolerance = unchanged_tolerance(before.dtype, before)
     return float(change[:, :3].max()) <= tolerance and float(change[:, 3:].max()) > tolerance

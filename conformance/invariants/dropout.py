@@ -14,7 +14,6 @@ from dataclasses import replace
 
 import torch
 
-from conformance.adapter import Inputs
 from conformance.cases import Case
 from conformance.invariants.base import Check, CheckContext, Violation, expect_finite_rows, fmt
 from conformance.spec import Capabilities
@@ -32,18 +31,6 @@ def z_bound(elements: int) -> float:
     tail = FAMILY_ALPHA / (2 * max(elements, 1))
     return float(torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(1 - tail,
                                                                          dtype=torch.float64)))
-
-
-def _replaced(inputs: Inputs, positions: torch.Tensor, case: Case) -> Inputs:
-    """Key/value (self-attention: x) inputs replaced with noise where ``positions`` (B, L)."""
-    where = positions.to(inputs.key.device)[:, :, None]
-    if inputs.is_self:
-        return inputs.with_tensors(torch.where(where, case.tensor(*inputs.query.shape, stream=81,
-                                                                  scale=10.0), inputs.query))
-    return inputs.with_tensors(
-        inputs.query,
-        torch.where(where, case.tensor(*inputs.key.shape, stream=81, scale=10.0), inputs.key),
-        torch.where(where, case.tensor(*inputs.value.shape, stream=82, scale=10.0), inputs.value))
 
 
 class Dropout(Check):
@@ -137,7 +124,8 @@ class Dropout(Check):
         if inputs.keep is not None:
             masked = ~inputs.keep.cpu()
             compared = rows & inputs.keep.cpu() if inputs.is_self else rows
-            after = instance.forward(_replaced(inputs, masked, case), training=True, seed=7)
+            after = instance.forward(case.replace_positions(inputs, masked, stream=81,
+                                                                scale=10.0), training=True, seed=7)
             diff = only_rows(abs_error(after, before, nan_equal=True), compared)
             if float(diff.max()) > 0.0:
                 b, row, _ = worst_index(diff)
@@ -150,7 +138,8 @@ class Dropout(Check):
             cut = case.seed % (case.q_len - 1)
             later = torch.zeros(case.batch, case.kv_len, dtype=torch.bool)
             later[:, cut + 1:] = True
-            after = instance.forward(_replaced(inputs, later, case), training=True, seed=7)
+            after = instance.forward(case.replace_positions(inputs, later, stream=81,
+                                                                scale=10.0), training=True, seed=7)
             diff = only_rows(abs_error(after, before, nan_equal=True)[:, : cut + 1],
                              rows[:, : cut + 1])
             if float(diff.max()) > 0.0:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import torch
 
-from conformance.adapter import Inputs
 from conformance.cases import Case
 from conformance.invariants.base import (
     Check,
@@ -27,19 +26,6 @@ from conformance.tolerance import abs_error, eps, only_rows, unchanged_tolerance
 NOISE_SCALE = 10.0
 """Replacement inputs at masked positions are this much larger than the originals, so any leak
 shows up far above rounding."""
-
-
-def _replace_positions(inputs: Inputs, positions: torch.Tensor, case: Case) -> Inputs:
-    """Inputs with key/value (self-attention: x) replaced by large noise where ``positions``."""
-    where = positions[:, :, None]
-    if inputs.is_self:
-        noise = case.tensor(*inputs.query.shape, stream=11, scale=NOISE_SCALE)
-        return Inputs.self_attention(torch.where(where, noise, inputs.query), inputs.keep,
-                                     inputs.causal)
-    noise_k = case.tensor(*inputs.key.shape, stream=11, scale=NOISE_SCALE)
-    noise_v = case.tensor(*inputs.value.shape, stream=12, scale=NOISE_SCALE)
-    return Inputs(inputs.query, torch.where(where, noise_k, inputs.key),
-                  torch.where(where, noise_v, inputs.value), inputs.keep, inputs.causal)
 
 
 def _positions(row: torch.Tensor) -> list[int]:
@@ -74,7 +60,8 @@ class Padding(Check):
             rows = rows & keep.cpu()  # a masked position's own query changes too
         before = context.run(instance, inputs, case)
         expect_finite_rows(before, rows)
-        after = context.run(instance, _replace_positions(inputs, ~keep, case), case)
+        changed = case.replace_positions(inputs, ~keep, stream=11, scale=NOISE_SCALE)
+        after = context.run(instance, changed, case)
         diff = only_rows(abs_error(after, before), rows)
         tolerance = unchanged_tolerance(before.dtype, before)
         if float(diff.max()) <= tolerance:
@@ -82,7 +69,8 @@ class Padding(Check):
         b, row, feature = worst_index(diff)
         hint = None
         if not inputs.is_self:
-            kept_changed = context.run(instance, _replace_positions(inputs, keep, case), case)
+            kept_changed = context.run(instance, case.replace_positions(inputs, keep, stream=11,
+                                                                    scale=NOISE_SCALE), case)
             if float(only_rows(abs_error(kept_changed, before), rows).max()) <= tolerance:
                 hint = "output is independent of the kept keys: is the mask inverted?"
         raise Violation(
