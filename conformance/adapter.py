@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
-from torch.autograd.gradcheck import GradcheckError
 
 from conformance.masks import encode_mask
 from conformance.spec import Capabilities, Config, Implementation, MaskConvention
@@ -101,10 +100,6 @@ class Instance(ABC):
         """One backward pass of ``sum(output * cotangent)`` in eval mode."""
 
     @abstractmethod
-    def gradcheck(self, inputs: Inputs) -> str | None:
-        """``torch.autograd.gradcheck`` of forward at ``inputs`` (float64): None, or what failed."""
-
-    @abstractmethod
     def read_weights(self) -> HeadWeights:
         """Current projections in the canonical per-head form."""
 
@@ -178,7 +173,7 @@ class ModuleInstance(Instance):
         self._input_writes: list[str] = []
         try:
             with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(self._printed):
-                torch.manual_seed(seed)
+                seed_generators(seed, "cpu")
                 module = implementation.factory(config)
         except Exception as error:
             raise ImplementationError(f"constructing it raised {_one_line(error)}") from error
@@ -244,7 +239,7 @@ class ModuleInstance(Instance):
                 return self._call(inputs, training).detach()
         with torch.random.fork_rng(devices=_rng_devices(self.config.device)), \
                 torch.set_grad_enabled(autograd):
-            torch.manual_seed(seed)
+            seed_generators(seed, self.config.device)
             return self._call(inputs, training).detach()
 
     def _leaves(self, inputs: Inputs) -> tuple[dict[str, torch.Tensor], Inputs]:
@@ -281,25 +276,6 @@ class ModuleInstance(Instance):
                   for name, p in parameters.items()}
         return Gradients(output.detach(), grads, params)
 
-    def gradcheck(self, inputs: Inputs) -> str | None:
-        leaves, _ = self._leaves(inputs)
-        names = list(leaves)
-
-        def function(*tensors: torch.Tensor) -> torch.Tensor:
-            rebuilt = (inputs.with_tensors(*tensors) if len(tensors) == 1
-                       else replace(inputs, query=tensors[0], key=tensors[1], value=tensors[2]))
-            return self._call(rebuilt, training=False)
-
-        try:
-            with torch.enable_grad():
-                torch.autograd.gradcheck(function, tuple(leaves[n] for n in names), eps=1e-6,
-                                         atol=1e-5, rtol=1e-4)
-        except GradcheckError as error:
-            return str(error).strip().splitlines()[0]
-        except ImplementationError as error:
-            return str(error)
-        return None
-
     def _layout(self):
         layout = self._implementation.weight_layout
         if layout is None or not isinstance(self.module, nn.Module):
@@ -317,6 +293,18 @@ class ModuleInstance(Instance):
             self._layout().write(self.module, weights)
         except WeightLayoutError as error:
             raise ImplementationError(f"writing its weights failed: {error}") from error
+
+
+def seed_generators(seed: int, device: str) -> None:
+    """Seed the default generator of the CPU and, for a CUDA device, of that device only.
+
+    Not ``torch.manual_seed``: it also seeds every lazily initialised accelerator generator,
+    and on a machine without them each call formats a stack trace (milliseconds a call).
+    """
+    torch.default_generator.manual_seed(seed)
+    if device.startswith("cuda"):
+        with torch.cuda.device(torch.device(device)):
+            torch.cuda.manual_seed(seed)
 
 
 def _rng_devices(device: str) -> list[int]:

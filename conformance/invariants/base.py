@@ -60,6 +60,13 @@ class CheckContext:
     observations: list[str] = field(default_factory=list)
     broken: dict[str, str] = field(default_factory=dict)
     """Declared features the gate saw fail, ``{feature: problem}`` (see GateOutcome)."""
+    precision: dict[torch.dtype, torch.dtype] = field(default_factory=dict)
+    """Dtypes the implementation computes at a lower precision than it runs in, measured by the
+    gate: ``{float64: float32}`` for one that computes part of attention in float32."""
+
+    def judged(self, dtype: torch.dtype) -> torch.dtype:
+        """The dtype whose tolerances judge a run in ``dtype``."""
+        return self.precision.get(dtype, dtype)
 
     def observe(self, note: str) -> None:
         if note not in self.observations:
