@@ -14,6 +14,7 @@ import io
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 import torch
 from torch import nn
@@ -127,6 +128,8 @@ class Subject(ABC):
     name: str
     capabilities: Capabilities
     expected_failures: Mapping[str, str]
+    expected_warnings: Mapping[str, str] = MappingProxyType({})
+    """Checks known to warn; under ``strict`` they are expected failures."""
 
     @abstractmethod
     def instantiate(self, config: Config, seed: int) -> Instance:
@@ -145,6 +148,7 @@ class InProcessSubject(Subject):
         self.name = implementation.name
         self.capabilities = implementation.capabilities
         self.expected_failures = dict(implementation.expected_failures)
+        self.expected_warnings = dict(implementation.expected_warnings)
         self.notes = implementation.notes
 
     def instantiate(self, config: Config, seed: int) -> Instance:

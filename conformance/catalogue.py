@@ -37,6 +37,7 @@ from conformance.invariants.reference_agreement import ReferenceAgreement
 from conformance.invariants.row_stochastic import RowStochastic
 from conformance.invariants.scale import Scale
 from conformance.invariants.stability import Stability
+from conformance.precision import FLOAT32_NOISE
 from conformance.profiles import profile_settings
 from conformance.registry import resolve
 from conformance.results import CheckResult, Status
@@ -64,12 +65,17 @@ def as_subject(impl: Implementation | Subject | str) -> Subject:
 
 
 class Runner:
-    """Runs checks with one profile, remembering each (implementation, device) gate."""
+    """Runs checks with one profile, remembering each (implementation, device) gate.
 
-    def __init__(self, profile: str = "quick", seed: int | None = None) -> None:
+    ``strict`` promotes warnings (robustness findings beyond the normal range) to failures.
+    """
+
+    def __init__(self, profile: str = "quick", seed: int | None = None, *,
+                 strict: bool = False) -> None:
         self.profile = profile
         self.settings = profile_settings(profile)
         self.seed = seed
+        self.strict = strict
         self._gates: dict[tuple[str, str], tuple[CheckResult, GateOutcome]] = {}
 
     def _context(self, subject: Subject, capabilities, device: str) -> CheckContext:
@@ -88,6 +94,10 @@ class Runner:
                 result.details = ["every other check is blocked"]
             result.observations = [f"{problem}; the other checks run without it"
                                    for problem in outcome.broken.values()]
+            if outcome.precision is not None and (
+                    outcome.precision.judged_as != torch.float64
+                    or outcome.precision.noise > FLOAT32_NOISE):
+                result.observations.append(outcome.precision.describe())
             result.seconds = time.perf_counter() - start
             self._gates[key] = (self._expectations(subject, result), outcome)
         return self._gates[key]
@@ -112,6 +122,8 @@ class Runner:
             return CheckResult(subject.name, name, device, Status.SKIPPED, reason=skip)
         context = self._context(subject, outcome.effective, device)
         context.broken = dict(outcome.broken)
+        if outcome.precision is not None and outcome.precision.judged_as != torch.float64:
+            context.precision = {torch.float64: outcome.precision.judged_as}
         start = time.perf_counter()
         result = _verdict(check, context, subject.name, device)
         result.seconds = time.perf_counter() - start
@@ -126,9 +138,24 @@ class Runner:
         return [self.run_check(subject, name, device)
                 for device in (devices or available_devices()) for name in names]
 
-    @staticmethod
-    def _expectations(subject: Subject, result: CheckResult) -> CheckResult:
+    def _expectations(self, subject: Subject, result: CheckResult) -> CheckResult:
+        """Apply the subject's expected failures and warnings, and ``strict``.
+
+        A warning satisfies an expected failure (the finding is there); under ``strict`` an
+        unexpected warning fails the run, and an expected one is an expected failure.
+        """
         expected = subject.expected_failures.get(result.check)
+        warned = subject.expected_warnings.get(result.check)
+        if result.status is Status.WARNED:
+            if expected is not None or (self.strict and warned is not None):
+                result.status = Status.EXPECTED_FAILURE
+                result.details.append(f"expected: {expected or warned}")
+            elif self.strict:
+                result.status = Status.FAILED
+                result.reason = f"{result.reason} (a warning, failed under strict)"
+            elif warned is not None:
+                result.details.append(f"expected: {warned}")
+            return result
         if expected is None:
             return result
         if result.status is Status.FAILED:
@@ -151,27 +178,42 @@ def _verdict(check: Check, context: CheckContext, implementation: str, device: s
     try:
         check.run(context)
     except CheckFailed as failure:
-        error = failure.error
-        result = CheckResult(implementation, check.name, device, Status.FAILED,
-                             reason=str(error).splitlines()[0] if str(error) else repr(error),
-                             counterexample=repr(failure.case) if failure.case else None)
-        if isinstance(error, Violation):
-            result.details = error.details
-            result.hint = error.hint
-        else:
-            result.reason = f"the implementation failed: {result.reason}"
-        return result
+        return _finding(Status.FAILED, failure.error, failure.case, implementation, check.name,
+                        device)
     except Exception as error:  # a defect in the suite itself: report it loudly, keep going
         return CheckResult(implementation, check.name, device, Status.FAILED,
                            reason=f"the check itself crashed ({type(error).__name__}: {error}); "
                                   "please report this",
                            details=traceback.format_exc().splitlines()[-6:])
+    if context.warnings:
+        error, case = context.warnings[0]
+        result = _finding(Status.WARNED, error, case, implementation, check.name, device)
+        result.details += [f"also: {str(other).splitlines()[0]}" for other, _ in
+                           context.warnings[1:]]
+        result.observations = list(context.observations)
+        return result
     return CheckResult(implementation, check.name, device, Status.PASSED,
                        observations=list(context.observations))
 
 
+def _finding(status: Status, error: BaseException, case, implementation: str, check: str,
+             device: str) -> CheckResult:
+    """A failure or warning with its evidence: the violation's summary, details and likely bug,
+    or the implementation's error; and the minimal case."""
+    result = CheckResult(implementation, check, device, status,
+                         reason=str(error).splitlines()[0] if str(error) else repr(error),
+                         counterexample=repr(case) if case else None)
+    if isinstance(error, Violation):
+        result.details = list(error.details)
+        result.hint = error.hint
+    else:
+        result.reason = f"the implementation failed: {result.reason}"
+    return result
+
+
 def _check_in_worker(spec: str, name: str, expected_failures: dict[str, str],
-                     declared: Declarations | None, profile: str, seed: int | None,
+                     expected_warnings: dict[str, str], declared: Declarations | None,
+                     profile: str, seed: int | None, strict: bool,
                      devices: Sequence[str] | None,
                      checks: Sequence[str] | None) -> list[CheckResult]:
     """One implementation's verdicts, in a worker process: resolved again there by its IMPL
@@ -179,40 +221,44 @@ def _check_in_worker(spec: str, name: str, expected_failures: dict[str, str],
     worker never saw)."""
     torch.set_num_threads(1)  # the workers share the cores between them
     (impl,) = [i for i in resolve(spec, declared) if i.name == name]
-    impl = replace(impl, expected_failures=expected_failures)
-    return Runner(profile, seed).run(InProcessSubject(impl), devices=devices, checks=checks)
+    impl = replace(impl, expected_failures=expected_failures, expected_warnings=expected_warnings)
+    return Runner(profile, seed, strict=strict).run(InProcessSubject(impl), devices=devices,
+                                                    checks=checks)
 
 
 def check_many(targets: Sequence[tuple[str, Implementation]], *, profile: str = "quick",
                devices: Sequence[str] | None = None, checks: Sequence[str] | None = None,
                seed: int | None = None, jobs: int = 1,
-               declared: Declarations | None = None) -> list[CheckResult]:
+               declared: Declarations | None = None, strict: bool = False) -> list[CheckResult]:
     """Verdicts for several implementations, ``jobs`` at a time; results in input order.
 
     ``targets`` pairs each implementation with the IMPL string (and ``declared``, the
     declarations) that resolve to it, so a worker process can find it again. The verdicts don't
-    depend on ``jobs``.
+    depend on ``jobs``. ``strict`` promotes warnings to failures.
     """
     if jobs <= 1 or len(targets) <= 1:
-        runner = Runner(profile, seed)
+        runner = Runner(profile, seed, strict=strict)
         return [result for _, impl in targets
                 for result in runner.run(InProcessSubject(impl), devices=devices, checks=checks)]
     # Spawned, not forked: torch's thread pools don't survive a fork.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context) as pool:
         futures = [pool.submit(_check_in_worker, spec, impl.name, dict(impl.expected_failures),
-                               declared, profile, seed, devices, checks)
+                               dict(impl.expected_warnings), declared, profile, seed, strict,
+                               devices, checks)
                    for spec, impl in targets]
         return [result for future in futures for result in future.result()]
 
 
 def check(impl: Implementation | Subject | str, *, profile: str = "quick",
           devices: Sequence[str] | None = None, checks: Iterable[str] | None = None,
-          seed: int | None = None) -> list[CheckResult]:
+          seed: int | None = None, strict: bool = False) -> list[CheckResult]:
     """Run the catalogue on one implementation; one result per (check, device).
 
     ``impl`` is an :class:`Implementation`, a :class:`Subject`, a registered name or an IMPL
     string. ``devices`` defaults to every available one; ``checks`` to the whole catalogue.
-    Expected failures declared by the implementation come back as ``expected-failure``.
+    Expected failures declared by the implementation come back as ``expected-failure``;
+    robustness findings as ``warning``, or as failures with ``strict=True``.
     """
-    return Runner(profile, seed).run(as_subject(impl), devices=devices, checks=checks)
+    return Runner(profile, seed, strict=strict).run(as_subject(impl), devices=devices,
+                                                    checks=checks)

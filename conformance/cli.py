@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                        help="check N implementations at a time in worker processes "
                             "(0: one per CPU core); verdicts don't depend on it")
+    check.add_argument("--strict", action="store_true",
+                       help="warnings (robustness findings beyond the normal range of the dtype, "
+                            "e.g. float16 overflow at extreme activations) fail the run too")
     check.add_argument("--expected-failures", type=Path, metavar="FILE",
                        help="TOML: [implementation] tables of check = \"reason\"; those failures "
                             "don't fail the run, and one that passes does")
@@ -110,9 +113,10 @@ def _targets(specs: Sequence[str], expected_file: Path | None = None,
         targets = ([(spec, impl) for spec in specs for impl in resolve(spec, declared)] if specs
                    else [(name, impl) for name, impl in registered().items()])
         if expected_file is not None:
-            expected = expectations.load(expected_file)
+            expected, warnings = expectations.load_all(expected_file)
             targets = list(zip([spec for spec, _ in targets],
-                               expectations.apply([impl for _, impl in targets], expected),
+                               expectations.apply([impl for _, impl in targets], expected,
+                                                  warnings),
                                strict=True))
     except (ResolveError, expectations.ExpectationsError) as error:
         raise UsageError(str(error)) from error
@@ -160,7 +164,7 @@ def _check(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     results = check_many(targets, profile=args.profile, devices=devices, checks=checks,
                          seed=args.seed, jobs=args.jobs or os.cpu_count() or 1,
-                         declared=declared)
+                         declared=declared, strict=args.strict)
     seconds = time.perf_counter() - start
     shown_devices = [d for d in devices if d in available_devices()] or devices
     print(render_text(results, checks=checks, profile=args.profile, devices=shown_devices,

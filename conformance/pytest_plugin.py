@@ -10,6 +10,7 @@ implementation can't take part in is a skip, a device that is absent is a clean 
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="sequence lengths for the benchmark fixtures (default 128,512)")
     group.addoption("--attention-bench-dtype", default="float32",
                     choices=("float32", "float64", "float16", "bfloat16"))
+    group.addoption("--attention-strict", action="store_true",
+                    help="warnings (robustness findings beyond the normal range) fail the test")
     group.addoption("--attention-xfails", default=None, metavar="FILE",
                     help="expected failures, TOML: [implementation] tables of check = \"reason\"")
 
@@ -78,7 +81,8 @@ def _subjects(config: pytest.Config) -> list[Subject]:
                                else list(registered().values()))
             xfails = config.getoption("attention_xfails")
             if xfails:
-                implementations = expectations.apply(implementations, expectations.load(xfails))
+                implementations = expectations.apply(implementations,
+                                                     *expectations.load_all(xfails))
         except (ResolveError, expectations.ExpectationsError) as error:
             raise pytest.UsageError(f"attention-conformance: {error}") from error
         config.stash[_SUBJECTS] = [InProcessSubject(impl) for impl in implementations]
@@ -91,8 +95,9 @@ def _wanted(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[_RUNNER] = Runner(_profile(config), config.getoption("hypothesis_seed",
-                                                                      default=None))
+    config.stash[_RUNNER] = Runner(_profile(config),
+                                   config.getoption("hypothesis_seed", default=None),
+                                   strict=config.getoption("attention_strict"))
     # `pytest --attention-impl IMPL` from any repository: collect the catalogue too, unless the
     # command line already names it (`--pyargs conformance`).
     if config.getoption("attention_impl") and not _names_catalogue(config):
@@ -189,8 +194,17 @@ def attention_runner(request: pytest.FixtureRequest) -> Runner:
     return request.config.stash[_RUNNER]
 
 
+class AttentionConformanceWarning(UserWarning):
+    """A robustness finding beyond the normal range of the dtype: reported, not failed (use
+    ``--attention-strict`` to fail on it)."""
+
+
 def enforce(result: CheckResult) -> None:
-    """Turn a verdict into the pytest outcome: pass, skip, xfail or a failure that explains itself."""
+    """Turn a verdict into the pytest outcome: pass, skip, xfail, a warning (the test passes and
+    pytest's warnings summary shows the evidence) or a failure that explains itself."""
+    if result.status is Status.WARNED:
+        warnings.warn(AttentionConformanceWarning(failure_block(result)), stacklevel=2)
+        return
     if result.status is Status.SKIPPED:
         pytest.skip(result.reason)
     if result.status is Status.EXPECTED_FAILURE:

@@ -13,6 +13,7 @@ from conformance.results import CheckResult, Status
 LABELS = {
     Status.PASSED: "PASS",
     Status.FAILED: "FAIL",
+    Status.WARNED: "WARN",
     Status.SKIPPED: "SKIP",
     Status.EXPECTED_FAILURE: "XFAIL",
 }
@@ -64,7 +65,8 @@ def _observations(results: Sequence[CheckResult], devices: Sequence[str]) -> lis
 
 
 def failure_block(result: CheckResult) -> str:
-    label = "FAIL " if result.status is Status.FAILED else "XFAIL"
+    """A failure, expected failure or warning with its evidence."""
+    label = {Status.FAILED: "FAIL ", Status.WARNED: "WARN "}.get(result.status, "XFAIL")
     lines = [f"{label} {result.implementation} · {result.check} [{result.device}]",
              f"  {result.reason}"]
     if result.hint:
@@ -79,10 +81,14 @@ def summary(results: Sequence[CheckResult], seconds: float) -> str:
     counts = {status: sum(r.status is status for r in results) for status in Status}
     implementations = len({r.implementation for r in results})
     text = (f"{implementations} implementation(s): {counts[Status.PASSED]} passed, "
-            f"{counts[Status.FAILED]} failed, {counts[Status.SKIPPED]} skipped, "
+            f"{counts[Status.FAILED]} failed, {counts[Status.WARNED]} warning(s), "
+            f"{counts[Status.SKIPPED]} skipped, "
             f"{counts[Status.EXPECTED_FAILURE]} expected failure(s) in {seconds:.1f} s")
     verdict = ("OK: no unexpected failure" if not counts[Status.FAILED]
                else f"FAILED: {counts[Status.FAILED]} unexpected failure(s)")
+    if counts[Status.WARNED] and not counts[Status.FAILED]:
+        verdict += (f" ({counts[Status.WARNED]} warning(s): robustness findings beyond the "
+                    "normal range; --strict fails on them)")
     return f"{text}\n{verdict}"
 
 
@@ -109,8 +115,9 @@ def render_text(results: Sequence[CheckResult], *, checks: Sequence[str], profil
     observations = _observations(results, devices)
     if observations:
         parts += ["", "Observed:", *observations]
-    failures = [r for r in results if r.status in (Status.FAILED, Status.EXPECTED_FAILURE)]
-    for result in sorted(failures, key=lambda r: r.status is Status.FAILED):
+    shown = (Status.EXPECTED_FAILURE, Status.WARNED, Status.FAILED)
+    failures = [r for r in results if r.status in shown]
+    for result in sorted(failures, key=lambda r: shown.index(r.status)):
         parts += ["", failure_block(result)]
     parts += ["", summary(results, seconds)]
     return "\n".join(parts)

@@ -7,8 +7,14 @@ from enum import Enum
 
 
 class Status(str, Enum):
+    """A verdict. FAILED: attention's contract is violated on inputs in the normal range of the
+    dtype in use (or the implementation crashes there). WARNED: a robustness finding beyond that
+    range (float16 overflow at activations far outside normal ones, a platform kernel defect),
+    with the same evidence; it fails a run only under ``strict``."""
+
     PASSED = "passed"
     FAILED = "failed"
+    WARNED = "warning"
     SKIPPED = "skipped"
     EXPECTED_FAILURE = "expected-failure"
 

@@ -171,6 +171,8 @@ class Implementation:
         capabilities: what it declares; checks it cannot take part in SKIP.
         weight_layout: where its projections live, for access in the canonical per-head form.
         expected_failures: ``{check_name: reason}`` for known failures; they don't fail a run.
+        expected_warnings: ``{check_name: reason}`` for known warnings (robustness findings);
+            a warning never fails a run, except under ``strict``, where these are expected.
         description: one line shown in listings.
     """
 
@@ -179,6 +181,7 @@ class Implementation:
     capabilities: Capabilities = field(default_factory=Capabilities)
     weight_layout: WeightLayout | None = None
     expected_failures: Mapping[str, str] = field(default_factory=dict)
+    expected_warnings: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
     notes: tuple[str, ...] = ()
     """What was inferred rather than declared, in words (see conformance.inference)."""

@@ -17,6 +17,11 @@ def expected_results() -> dict[str, dict[str, str]]:
     return expectations.load(EXPECTED_RESULTS)
 
 
+def expected_warnings() -> dict[str, dict[str, str]]:
+    """``{implementation: {check: reason}}``: every warning the suite must give, and why."""
+    return expectations.load_all(EXPECTED_RESULTS)[1]
+
+
 def bundled() -> list[Implementation]:
     """Every bundled implementation, with its expected failures from ``expected_results.toml``."""
     from implementations import reference_sdpa, reference_torch_mha, seeds
@@ -29,8 +34,8 @@ def bundled() -> list[Implementation]:
         *textbook.IMPLEMENTATIONS,
         *(module.IMPLEMENTATION for module in MUTANT_MODULES),
     ]
-    expected = expected_results()
-    unknown = set(expected) - {impl.name for impl in declared}
+    expected, warnings = expectations.load_all(EXPECTED_RESULTS)
+    unknown = (set(expected) | set(warnings)) - {impl.name for impl in declared}
     if unknown:
         raise ValueError(f"{EXPECTED_RESULTS.name} names unknown implementations: {sorted(unknown)}")
-    return expectations.apply(declared, expected)
+    return expectations.apply(declared, expected, warnings)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 from hypothesis import example, given, settings
@@ -19,15 +19,31 @@ from conformance.spec import Capabilities
 from conformance.tolerance import Agreement, agreement, logit_rounding
 from conformance.weights import HeadWeights
 
+Severity = Literal["fail", "warn"]
+"""``fail``: attention's contract is violated on inputs in the normal range of the dtype in use.
+``warn``: a robustness finding beyond that range (see :class:`conformance.results.Status`)."""
+
 
 class Violation(AssertionError):
-    """The property does not hold: ``summary`` in one line, then evidence and a likely cause."""
+    """The property does not hold: ``summary`` in one line, then evidence and a likely cause.
 
-    def __init__(self, summary: str, *, details: Sequence[str] = (), hint: str | None = None):
+    ``severity="warn"`` marks a finding that is a warning, not a failure, wherever it is raised.
+    """
+
+    def __init__(self, summary: str, *, details: Sequence[str] = (), hint: str | None = None,
+                 severity: Severity = "fail"):
         super().__init__(summary)
         self.summary = summary
         self.details = list(details)
         self.hint = hint
+        self.severity = severity
+
+
+class Finding(NamedTuple):
+    """A warning a check found: the violation (or implementation error) and its minimal case."""
+
+    error: BaseException
+    case: Case | None
 
 
 class CheckFailed(Exception):
@@ -58,6 +74,9 @@ class CheckContext:
     settings: settings
     seed: int | None = None
     observations: list[str] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+    """Robustness findings (see ``explore``); the check's verdict is WARNED when it has one and
+    no failure."""
     broken: dict[str, str] = field(default_factory=dict)
     """Declared features the gate saw fail, ``{feature: problem}`` (see GateOutcome)."""
     precision: dict[torch.dtype, torch.dtype] = field(default_factory=dict)
@@ -73,13 +92,58 @@ class CheckContext:
             self.observations.append(note)
 
     def explore(self, strategy: st.SearchStrategy[Case], verify: Callable[[Case], str | None],
-                examples: Sequence[Case] = (), max_examples: int | None = None) -> None:
+                examples: Sequence[Case] = (), max_examples: int | None = None,
+                severity: Severity = "fail") -> None:
         """Run ``verify`` over generated cases; on failure raise CheckFailed with the shrunk case.
 
         ``verify`` raises Violation (or ImplementationError) when the property fails, and may
         return a note on behaviour worth reporting. ``examples`` are always tried first;
         ``max_examples`` caps the profile's count for expensive properties.
+
+        ``severity="warn"`` explores a robustness property (inputs beyond the normal range): any
+        violation there is recorded as a warning (shrunk) instead of raised. In a ``fail``
+        exploration, a Violation raised with ``severity="warn"`` is recorded without stopping
+        the search, so a warning never hides a failure; it is shrunk afterwards.
         """
+        first_warning: dict[str, Case] = {}
+
+        def fail_tier(case: Case) -> str | None:
+            try:
+                return verify(case)
+            except Violation as violation:
+                if violation.severity != "warn":
+                    raise
+                first_warning.setdefault("case", case)
+                return None
+
+        def warn_tier(case: Case) -> str | None:
+            try:
+                return verify(case)
+            except Violation as violation:
+                if violation.severity == "warn":
+                    raise
+                # A failure found while shrinking a warning is still a failure.
+                raise CheckFailed(violation, case) from violation
+
+        if severity == "warn":
+            finding = self._search(strategy, verify, examples, max_examples)
+            if finding is not None:
+                self.warnings.append(finding)
+            return
+        finding = self._search(strategy, fail_tier, examples, max_examples)
+        if finding is not None:
+            raise CheckFailed(finding.error, finding.case) from finding.error
+        if first_warning:
+            # Search again, letting the warning raise, so hypothesis shrinks it.
+            finding = self._search(strategy, warn_tier, (first_warning["case"], *examples),
+                                   max_examples)
+            if finding is not None:
+                self.warnings.append(finding)
+
+    def _search(self, strategy: st.SearchStrategy[Case], verify: Callable[[Case], str | None],
+                examples: Sequence[Case], max_examples: int | None) -> Finding | None:
+        """Hypothesis over ``strategy``: None when ``verify`` holds throughout, else the error
+        and the shrunk case."""
         last: dict[str, Case] = {}
 
         def property_holds(case: Case) -> None:
@@ -101,7 +165,8 @@ class CheckContext:
             test()
         except (Violation, ImplementationError) as error:
             # Hypothesis replays the minimal example last, so `last` holds the shrunk case.
-            raise CheckFailed(error, last.get("case")) from error
+            return Finding(error, last.get("case"))
+        return None
 
     # Helpers shared by the invariants: building, calling, validating.
 
@@ -139,19 +204,21 @@ def expect_output(output: torch.Tensor, case: Case, inputs: Inputs) -> None:
 
 
 def agree_with_reference(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, case: Case,
-                         rows: torch.Tensor | None, *, largest_logit: float = 0.0,
+                         rows: torch.Tensor | None, *, judged: torch.dtype,
+                         largest_logit: float = 0.0,
                          reference_weights: HeadWeights | None = None) -> tuple[Agreement,
                                                                                 torch.Tensor]:
     """``output`` against the float64 reference from ``reference_weights`` (default ``weights``),
-    under the tolerance rule with the suite's plain same-dtype attention from ``weights`` as the
-    baseline (plus the logit-rounding allowance where ``largest_logit`` is given). Returns the
-    agreement and the reference output."""
+    under the tolerance rule with the suite's plain attention in the ``judged`` dtype (the run's,
+    or the lower one it computes at, see CheckContext.judged) from ``weights`` as the baseline
+    (plus the logit-rounding allowance where ``largest_logit`` is given). Returns the agreement
+    and the reference output."""
     expected = reference_attention(reference_weights or weights, inputs.query, inputs.key,
                                    inputs.value, keep=inputs.keep, causal=case.causal).output
     baselines = plain_attention(weights, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
-                                causal=case.causal, dtype=case.config.dtype)
-    extra = logit_rounding(case.config.dtype, largest_logit, expected) if largest_logit else 0.0
-    return agreement(output, expected, baselines, case.config.dtype, rows, extra=extra), expected
+                                causal=case.causal, dtype=judged)
+    extra = logit_rounding(judged, largest_logit, expected) if largest_logit else 0.0
+    return agreement(output, expected, baselines, judged, rows, extra=extra), expected
 
 
 def expect_finite_rows(output: torch.Tensor, rows: torch.Tensor, *,

@@ -72,7 +72,7 @@ class Causal(Check):
                                 "nothing to attend to?")
         after = context.run(instance, _perturb_after(inputs, cut, case), case)
         diff = abs_error(after, before)[:, : cut + 1]
-        tolerance = unchanged_tolerance(before.dtype, before)
+        tolerance = unchanged_tolerance(context.judged(before.dtype), before)
         if float(diff.max()) > tolerance:
             b, row, _ = worst_index(diff)
             raise Violation(
@@ -107,7 +107,7 @@ class Causal(Check):
                 hint="every key of that row is masked: does the causal mask hide the current "
                      "token?" if row == 0 else None)
         future = attention * later
-        if float(future.max()) > eps(case.config.dtype):
+        if float(future.max()) > eps(context.judged(case.config.dtype)):
             b, h, row, key = worst_index(future)
             raise Violation(
                 f"batch {b}, head {h}, row {row} gives later position {key} attention weight "

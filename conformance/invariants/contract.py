@@ -71,7 +71,7 @@ class Contract(Check):
                 hint="an in-place op (mul_, masked_fill_, +=) on an argument: use the "
                      "out-of-place form")
 
-        tolerance = reordering_tolerance(case.config.dtype, output)
+        tolerance = reordering_tolerance(context.judged(case.config.dtype), output)
         rows = case.attendable_rows()  # fully masked rows are the fully_masked check's
         for label, layout in (("transposed memory layout", _transposed_layout),
                               ("slice of a wider tensor", _slice_of_wider)):

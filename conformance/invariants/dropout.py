@@ -84,7 +84,7 @@ class Dropout(Check):
                             f"{fmt(float(diff.max()))}: dropout acts in eval mode")
         trained = plain.forward(inputs, training=True, seed=1)
         diff = only_rows(abs_error(trained, without, nan_equal=True), rows)
-        tolerance = reordering_tolerance(case.config.dtype, without)
+        tolerance = reordering_tolerance(context.judged(case.config.dtype), without)
         if float(diff.max()) > tolerance:
             b, row, _ = worst_index(diff)
             raise Violation(f"train mode at p = 0 differs from eval mode (row {row} of batch {b}, "
@@ -101,7 +101,8 @@ class Dropout(Check):
         mean = draws.mean(0)
         standard_error = draws.std(0) / math.sqrt(DRAWS)
         bound = z_bound(int(rows.sum()) * case.d_model)
-        allowed = bound * standard_error + reordering_tolerance(case.config.dtype, expected)
+        allowed = bound * standard_error + reordering_tolerance(
+            context.judged(case.config.dtype), expected)
         # NaN (a draw that produced one) must fail, not compare false.
         excess = only_rows(torch.nan_to_num(((mean - expected).abs() - allowed).clamp_min(0),
                                             nan=float("inf")), rows)

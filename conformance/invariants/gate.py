@@ -7,7 +7,9 @@ dtype, no mask, q_len == kv_len, batch == length too).
 The gate also tries every declared feature once (each dtype, with and without the mask;
 kv_len != q_len; optional causality; weight access). A feature that breaks is dropped for the
 other checks and reported once, by the check that owns it: ``contract`` for the declared
-conventions, ``low_precision`` for float16 / bfloat16.
+conventions, ``low_precision`` for float16 / bfloat16. And it measures the precision float64
+runs really compute at (:mod:`conformance.precision`), which sets the tolerances they are
+judged with.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from conformance.adapter import ImplementationError
 from conformance.cases import Case, dtype_name
 from conformance.invariants.base import CheckContext, Violation, expect_output
+from conformance.precision import Precision, classify, rounding_noise
 from conformance.spec import Capabilities
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -37,6 +40,8 @@ class GateOutcome:
     effective: Capabilities
     blocking: str | None = None
     broken: dict[str, str] = field(default_factory=dict)
+    precision: Precision | None = None
+    """What float64 runs compute at, where float64 is declared and works."""
 
     @property
     def blocked(self) -> bool:
@@ -133,4 +138,21 @@ class Gate:
             cross_attention=caps.cross_attention and "cross_attention" not in broken,
             causal="never" if "causal" in broken else caps.causal,
             weights=caps.weights and "weights" not in broken)
+        if torch.float64 in kept_dtypes:
+            outcome.precision = self._precision(context, outcome.effective)
         return outcome
+
+    @staticmethod
+    def _precision(context: CheckContext, caps: Capabilities) -> Precision | None:
+        """The largest rounding noise of float64 calls (two seeds, with the mask where one is
+        declared), classified; None when the calls fail (the checks report that)."""
+        noises = []
+        for seed in (0, 1):
+            for kept in ((None, (3, 5)) if caps.mask is not None else (None,)):
+                case = base_case(caps, torch.float64, context.device, seed=seed, kept=kept)
+                try:
+                    noises.append(rounding_noise(context.build(case),
+                                                 case.inputs(caps.call), case))
+                except ImplementationError:
+                    return None
+        return classify(max(noises))

@@ -70,9 +70,10 @@ class HeadSplit(Check):
         instance, inputs, output, rows = context.first_call(case, finite=True)
         weights = instance.read_weights()
         expected = concatenated_heads(weights, inputs, causal=case.causal)
+        judged = context.judged(case.config.dtype)
         baseline = plain_attention(weights, inputs.query, inputs.key, inputs.value,
-                                   keep=inputs.keep, causal=case.causal, dtype=case.config.dtype)
-        seen = agreement(output, expected, baseline, case.config.dtype, rows)
+                                   keep=inputs.keep, causal=case.causal, dtype=judged)
+        seen = agreement(output, expected, baseline, judged, rows)
         if not seen.ok:
             b, row, feature = seen.worst
             raise Violation(

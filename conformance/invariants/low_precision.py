@@ -62,7 +62,8 @@ class LowPrecision(Check):
         instance, inputs, output, rows = context.first_call(case, finite=True)
         if not context.capabilities.weights:
             return
-        seen, _ = agree_with_reference(output, instance.read_weights(), inputs, case, rows)
+        seen, _ = agree_with_reference(output, instance.read_weights(), inputs, case, rows,
+                                       judged=context.judged(case.config.dtype))
         if not seen.ok:
             b, row, _ = seen.worst
             raise Violation(f"in {case.dtype} the output differs from the float64 reference: "

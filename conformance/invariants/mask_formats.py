@@ -38,7 +38,7 @@ class MaskFormats(Check):
     def verify(self, context: CheckContext, case: Case) -> None:
         caps = context.capabilities
         instance, inputs, primary, rows = context.first_call(case)
-        tolerance = reordering_tolerance(case.config.dtype, primary)
+        tolerance = reordering_tolerance(context.judged(case.config.dtype), primary)
         for convention in caps.mask_formats:
             try:
                 other = context.run(instance, replace(inputs, mask_convention=convention), case)

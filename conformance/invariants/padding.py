@@ -63,7 +63,7 @@ class Padding(Check):
         changed = case.replace_positions(inputs, ~keep, stream=11, scale=NOISE_SCALE)
         after = context.run(instance, changed, case)
         diff = only_rows(abs_error(after, before), rows)
-        tolerance = unchanged_tolerance(before.dtype, before)
+        tolerance = unchanged_tolerance(context.judged(before.dtype), before)
         if float(diff.max()) <= tolerance:
             return
         b, row, feature = worst_index(diff)
@@ -86,7 +86,7 @@ class Padding(Check):
         attention = measure_attention(instance, case, context.capabilities.call, keep=keep)
         masked = (~keep).cpu()[:, None, None, :] & case.attendable_rows()[:, None, :, None]
         leaked = torch.where(masked, torch.nan_to_num(attention.abs(), nan=float("inf")), 0.0)
-        if float(leaked.max()) <= eps(case.config.dtype):
+        if float(leaked.max()) <= eps(context.judged(case.config.dtype)):
             return
         b, h, row, key = worst_index(leaked)
         raise Violation(

@@ -31,7 +31,7 @@ class PathAgreement(Check):
     def verify(self, context: CheckContext, case: Case) -> None:
         caps = context.capabilities
         instance, inputs, output, rows = context.first_call(case)
-        tolerance = reordering_tolerance(case.config.dtype, output)
+        tolerance = reordering_tolerance(context.judged(case.config.dtype), output)
         paths = [("autograd enabled", lambda: instance.forward(inputs, autograd=True))]
         if caps.dropout == "config":
             paths.append(("train mode at p = 0",

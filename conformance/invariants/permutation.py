@@ -44,7 +44,7 @@ class Permutation(Check):
 
     def verify(self, context: CheckContext, case: Case) -> None:
         instance, inputs, output, rows = context.first_call(case)
-        tolerance = reordering_tolerance(case.config.dtype, output)
+        tolerance = reordering_tolerance(context.judged(case.config.dtype), output)
         hint = ("does the output depend on absolute positions (a causal mask or positional bias "
                 "where none is declared)?")
         if inputs.is_self:

@@ -65,8 +65,8 @@ class ReferenceAgreement(Check):
     def verify(self, context: CheckContext, case: Case) -> None:
         instance, inputs, output, rows = context.first_call(case, finite=True)
         weights = instance.read_weights()
-        dtype = case.config.dtype
-        seen, reference = agree_with_reference(output, weights, inputs, case, rows)
+        dtype = context.judged(case.config.dtype)
+        seen, reference = agree_with_reference(output, weights, inputs, case, rows, judged=dtype)
         if not seen.ok:
             b, row, feature = seen.worst
             raise Violation(

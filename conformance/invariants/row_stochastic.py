@@ -52,7 +52,7 @@ class RowStochastic(Check):
                         "axis, leaving a fully masked column with nothing to normalise?")
             raise Violation(f"batch {b}, head {h}, row {row} has NaN attention weights (key "
                             f"{key}), though the row has keys to attend to", hint=hint)
-        tolerance = 2 * (case.kv_len + 2) * eps(case.config.dtype)
+        tolerance = 2 * (case.kv_len + 2) * eps(context.judged(case.config.dtype))
         negative = (-attention).clamp(min=0)
         if float(negative.max()) > tolerance:
             b, h, row, key = worst_index(negative)

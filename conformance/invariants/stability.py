@@ -3,9 +3,15 @@
 Property: with the query projection scaled so the largest logit is about 1e4 (float32 and
 float64), the output is finite and agrees with the float64 reference; adding the same constant
 to every logit of a row (a shared key bias u adds q_i . u to all of row i's logits, here about
-1e3) leaves the output as the reference has it; and where float16 is declared, queries and keys
-with a standard deviation of about 80 give finite output that agrees with the reference.
-Agreement uses the tolerance rule of :mod:`conformance.tolerance`.
+1e3) leaves the output as the reference has it. Agreement uses the tolerance rule of
+:mod:`conformance.tolerance`. Both are in the normal range of float32 and float64: the suite's
+plain attention in either textbook order (scale q first, or scale the product) stays finite
+there, so a failure is a failure.
+
+Robustness beyond the normal range (a warning, never a failure unless ``strict``): where float16
+is declared, queries and keys with a standard deviation of about 80, far outside normal
+activations, give finite output that agrees with the reference. There q @ k^T itself overflows
+float16 (65504), so the textbook order that multiplies before scaling gives inf and NaN too.
 """
 
 from __future__ import annotations
@@ -67,7 +73,7 @@ class Stability(Check):
         if torch.float16 in caps.dtypes:
             context.explore(cases(caps, context.device, masks=masks,
                                   dtypes=(torch.float16,)),
-                            lambda case: self.float16_large(context, case))
+                            lambda case: self.float16_large(context, case), severity="warn")
 
     def _agrees(self, context: CheckContext, case: Case, weights: HeadWeights, what: str,
                 largest_logit: float, reference_weights: HeadWeights | None = None,
@@ -82,6 +88,7 @@ class Stability(Check):
         except Violation as violation:
             raise Violation(f"{what}: {violation.summary}", hint=hint) from violation
         seen, _ = agree_with_reference(output, weights, inputs, case, rows,
+                                       judged=context.judged(case.config.dtype),
                                        largest_logit=largest_logit,
                                        reference_weights=reference_weights)
         if not seen.ok:
@@ -125,5 +132,9 @@ class Stability(Check):
         big = replace(weights, w_q=weights.w_q * q_gain, b_q=weights.b_q * q_gain,
                       w_k=weights.w_k * k_gain, b_k=weights.b_k * k_gain)
         largest = float(((q * q_gain) @ (k * k_gain).transpose(-1, -2)).abs().max())
-        self._agrees(context, case, big, f"in float16 with q and k of std {FLOAT16_STD:g}",
-                     largest / case.head_dim**0.5, hint=FLOAT16_HINT)
+        beyond = (f"in float16 with q and k of std {FLOAT16_STD:g} (beyond the normal range: "
+                  f"q.k reaches {largest:.3g}"
+                  + (", past float16's 65504" if largest > torch.finfo(torch.float16).max else "")
+                  + ")")
+        self._agrees(context, case, big, beyond, largest / case.head_dim**0.5,
+                     hint=FLOAT16_HINT)
