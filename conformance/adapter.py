@@ -19,7 +19,7 @@ from types import MappingProxyType
 import torch
 from torch import nn
 
-from conformance.masks import encode_mask
+from conformance.masks import MaskEncodingError, encode_mask
 from conformance.spec import Capabilities, Config, Implementation, MaskConvention
 from conformance.weights import HeadWeights, WeightLayoutError
 
@@ -208,8 +208,11 @@ class ModuleInstance(Instance):
             convention = inputs.mask_convention or caps.mask
             if convention is None:
                 raise CapabilityError(f"{self._implementation.name} declares no mask")
-            mask = encode_mask(inputs.keep, convention, num_heads=self.config.num_heads,
-                               q_len=inputs.query.shape[1], dtype=inputs.query.dtype)
+            try:
+                mask = encode_mask(inputs.keep, convention, num_heads=self.config.num_heads,
+                                   q_len=inputs.query.shape[1], dtype=inputs.query.dtype)
+            except MaskEncodingError as error:
+                raise CapabilityError(f"{self._implementation.name}: {error}") from error
             if convention.argument:
                 kwargs[convention.argument] = mask
             else:

@@ -32,7 +32,8 @@ class Case:
 
     ``kept[b]`` is how many keys batch element ``b`` keeps (0 = every key masked); ``None`` means
     no mask. With ``mask_seed`` None the kept keys are the first ones (right padding); otherwise
-    ``mask_seed`` scatters them. ``seed`` fixes the inputs and the parameter initialisation.
+    ``mask_seed`` scatters them. ``shared_mask``: every batch element gets the same mask (for a
+    shared (Lq, Lk) mask format). ``seed`` fixes the inputs and the parameter initialisation.
     """
 
     batch: int
@@ -47,6 +48,7 @@ class Case:
     mask_seed: int | None = None
     causal: bool = False
     dropout: float = 0.0
+    shared_mask: bool = False
 
     def __repr__(self) -> str:
         defaults = {f.name: f.default for f in fields(self)}
@@ -76,6 +78,8 @@ class Case:
         for b, count in enumerate(self.kept):
             if generator is None:
                 keep[b, :count] = True
+            elif self.shared_mask and b:
+                keep[b] = keep[0]
             else:
                 keep[b, torch.randperm(self.kv_len, generator=generator)[:count]] = True
         return keep.to(self.device)

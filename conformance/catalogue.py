@@ -94,6 +94,8 @@ class Runner:
                 result.details = ["every other check is blocked"]
             result.observations = [f"{problem}; the other checks run without it"
                                    for problem in outcome.broken.values()]
+            if outcome.constraint is not None:
+                result.observations.append(outcome.constraint.describe())
             if outcome.precision is not None and (
                     outcome.precision.judged_as != torch.float64
                     or outcome.precision.noise > FLOAT32_NOISE):

@@ -40,8 +40,13 @@ class MaskKind(str, Enum):
     """Boolean tensor, True = attend (``F.scaled_dot_product_attention``'s ``attn_mask``)."""
     IGNORE_BOOL = "ignore_bool"
     """Boolean tensor, True = masked (``nn.MultiheadAttention``'s ``key_padding_mask``)."""
+    KEEP_FLOAT = "keep_float"
+    """Float tensor in the input's dtype, 1.0 = attend, 0.0 = masked (HuggingFace's raw
+    ``attention_mask``, turned into ``(1 - mask) * finfo.min`` inside)."""
     ADDITIVE = "additive"
     """Float tensor added to the logits: 0 = attend, -inf = masked."""
+    ADDITIVE_MIN = "additive_min"
+    """Float tensor added to the logits: 0 = attend, ``torch.finfo(dtype).min`` = masked."""
 
 
 class MaskLayout(str, Enum):
@@ -53,8 +58,13 @@ class MaskLayout(str, Enum):
     """(batch, 1, 1, kv_len), broadcast over heads and query rows."""
     PER_QUERY = "per_query"
     """(batch, q_len, kv_len)."""
+    PER_QUERY_BROADCAST = "per_query_broadcast"
+    """(batch, 1, q_len, kv_len), broadcast over heads (HuggingFace's 4-D masks)."""
     PER_HEAD = "per_head"
     """(batch, num_heads, q_len, kv_len)."""
+    SHARED = "shared"
+    """(q_len, kv_len), one mask for the whole batch (``nn.MultiheadAttention``'s 2-D
+    ``attn_mask``): only masks that are the same for every batch element can be given."""
 
 
 @dataclass(frozen=True)
@@ -70,19 +80,30 @@ class MaskConvention:
     argument: str | None = None
 
     def describe(self) -> str:
-        meaning = {
-            MaskKind.KEEP_INT: "int mask, 0 = masked",
-            MaskKind.KEEP_BOOL: "bool mask, True = attend",
-            MaskKind.IGNORE_BOOL: "bool mask, True = ignore",
-            MaskKind.ADDITIVE: "additive float mask, -inf = masked",
-        }[self.kind]
-        shape = {
-            MaskLayout.KEY_PADDING: "(B, Lk)",
-            MaskLayout.BROADCAST: "(B, 1, 1, Lk)",
-            MaskLayout.PER_QUERY: "(B, Lq, Lk)",
-            MaskLayout.PER_HEAD: "(B, H, Lq, Lk)",
-        }[self.layout]
-        return f"{meaning}, shape {shape}"
+        return f"{KIND_WORDS[self.kind]}, shape {LAYOUT_SHAPES[self.layout]}"
+
+    def spec(self) -> str:
+        """The declaration that states this convention: ``KIND:LAYOUT[@ARGUMENT]``."""
+        argument = f"@{self.argument}" if self.argument else ""
+        return f"{self.kind.value}:{self.layout.value}{argument}"
+
+
+KIND_WORDS = {
+    MaskKind.KEEP_INT: "int mask, 0 = masked",
+    MaskKind.KEEP_BOOL: "bool mask, True = attend",
+    MaskKind.IGNORE_BOOL: "bool mask, True = ignore",
+    MaskKind.KEEP_FLOAT: "float mask, 1.0 = attend, 0.0 = masked",
+    MaskKind.ADDITIVE: "additive float mask, -inf = masked",
+    MaskKind.ADDITIVE_MIN: "additive float mask, finfo.min = masked",
+}
+LAYOUT_SHAPES = {
+    MaskLayout.KEY_PADDING: "(B, Lk)",
+    MaskLayout.BROADCAST: "(B, 1, 1, Lk)",
+    MaskLayout.PER_QUERY: "(B, Lq, Lk)",
+    MaskLayout.PER_QUERY_BROADCAST: "(B, 1, Lq, Lk)",
+    MaskLayout.PER_HEAD: "(B, H, Lq, Lk)",
+    MaskLayout.SHARED: "(Lq, Lk)",
+}
 
 
 @dataclass(frozen=True)
@@ -116,11 +137,16 @@ class Capabilities:
     Attributes:
         call: the call convention.
         mask: how it takes a padding mask, or ``None`` when it takes none.
+        mask_problem: why a mask argument it has could not be given a convention (inference
+            found none that makes masked keys invisible); ``padding`` fails with it once, the
+            other mask checks skip.
         causal: whether it masks the future.
         causal_argument: keyword that turns causality on, when ``causal == "optional"``.
         cross_attention: whether ``kv_len != q_len`` is supported (``"qkv"`` only).
         max_len: the longest sequence it accepts (a ``block_size`` buffer, say).
         heads: a fixed number of heads (1 for single-head modules), or ``None`` for any.
+        shapes: the (num_heads, head_dim) pairs it can be built for, where its constructor
+            rejects some (see :mod:`conformance.constraints`); ``None`` for any.
         dtypes: the floating dtypes it supports.
         weights: whether its projections are readable and writable in the canonical form.
         fully_masked: what a row with every key masked gives (see FullyMaskedPolicy).
@@ -134,11 +160,13 @@ class Capabilities:
 
     call: CallConvention = "self"
     mask: MaskConvention | None = None
+    mask_problem: str | None = None
     causal: Causality = "never"
     causal_argument: str | None = None
     cross_attention: bool = False
     max_len: int | None = None
     heads: int | None = None
+    shapes: tuple[tuple[int, int], ...] | None = None
     dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES
     weights: bool = False
     fully_masked: FullyMaskedPolicy = "report"

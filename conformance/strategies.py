@@ -13,10 +13,11 @@ from dataclasses import replace
 from typing import Literal
 
 import torch
+from hypothesis import reject
 from hypothesis import strategies as st
 
 from conformance.cases import Case, dtype_name
-from conformance.spec import Capabilities
+from conformance.spec import Capabilities, MaskLayout
 
 MAX_LEN = 33
 MAX_HEAD_DIM = 16
@@ -44,7 +45,21 @@ def available_devices() -> list[str]:
 def _heads(caps: Capabilities, min_heads: int, max_heads: int) -> st.SearchStrategy[int]:
     if caps.heads is not None:
         return st.just(caps.heads)
-    return st.sampled_from([h for h in HEAD_COUNTS if min_heads <= h <= max_heads])
+    buildable = HEAD_COUNTS if caps.shapes is None else {h for h, _ in caps.shapes}
+    options = [h for h in HEAD_COUNTS if min_heads <= h <= max_heads and h in buildable]
+    # A constructor constraint can leave none in the range asked for: take what builds.
+    return st.sampled_from(options or [h for h in HEAD_COUNTS if h in buildable])
+
+
+def _head_dims(caps: Capabilities, num_heads: int, low: int,
+               high: int) -> st.SearchStrategy[int]:
+    if caps.shapes is None:
+        return st.integers(low, max(low, high))
+    options = sorted(d for h, d in caps.shapes if h == num_heads and d >= low)
+    within = [d for d in options if d <= max(low, high)]
+    if not (within or options):
+        reject()  # no buildable head_dim fits this case's lengths: draw another
+    return st.sampled_from(within or options)
 
 
 @st.composite
@@ -77,31 +92,41 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
     if probe:
         # One-hot values need head_dim >= kv_len; the content channel needs d_model > kv_len.
         low = max(kv_len, 1 if num_heads > 1 else kv_len + 1)
-        head_dim = draw(st.integers(low, max(low, max_head_dim)))
+        head_dim = draw(_head_dims(caps, num_heads, low, max_head_dim))
     else:
-        head_dim = draw(st.integers(1, max_head_dim))
+        head_dim = draw(_head_dims(caps, num_heads, 1, max_head_dim))
     allowed = [d for d in caps.dtypes if dtypes is None or d in dtypes]
     dtype = draw(st.sampled_from([dtype_name(d) for d in allowed]))
 
     kept = None
     mask_seed = None
+    shared = shared_masks(caps)
     if masks != "none":
         # Drawn as a count of masked keys, so examples shrink towards masking as little as possible.
         fewest = 1 if masks == "partly_masked" else 0
-        kept_list = [kv_len - draw(st.integers(fewest, kv_len - 1)) for _ in range(batch)]
-        if masks == "fully_masked":
+        counts = 1 if shared else batch
+        kept_list = [kv_len - draw(st.integers(fewest, kv_len - 1)) for _ in range(counts)]
+        if masks == "fully_masked" and shared:
+            kept_list = [0]  # one mask for the whole batch: every element is fully masked
+        elif masks == "fully_masked":
             empty = draw(st.lists(st.integers(0, batch - 1), min_size=1, max_size=batch - 1,
                                   unique=True))
             for b in empty:
                 kept_list[b] = 0
-        kept = tuple(kept_list)
+        kept = tuple(kept_list * batch if shared else kept_list)
         mask_seed = draw(st.one_of(st.none(), SEEDS))
     case = Case(batch=batch, q_len=q_len, kv_len=kv_len, num_heads=num_heads,
                 head_dim=head_dim, dtype=dtype, device=device, seed=draw(SEEDS), kept=kept,
-                mask_seed=mask_seed, causal=causal)
+                mask_seed=mask_seed, causal=causal, shared_mask=shared and kept is not None)
     if causal and masks in ("kept", "partly_masked") and not bool(case.attendable_rows().all()):
         case = replace(case, mask_seed=None)  # right padding keeps key 0: every row sees a key
     return case
+
+
+def shared_masks(caps: Capabilities) -> bool:
+    """Whether the masks must be the same for every batch element (a shared (Lq, Lk) format)."""
+    formats = ((caps.mask,) if caps.mask else ()) + tuple(caps.mask_formats)
+    return any(f.layout is MaskLayout.SHARED for f in formats)
 
 
 def distinct_sizes(case: Case) -> bool:

@@ -1,64 +1,78 @@
-"""Behaviour the signature can't tell: the mask convention, and causality.
+"""Behaviour the signature can't tell: the mask convention, causality, sequence-first inputs.
 
-Mask: only conventions of the family the argument's name implies are tried (``attention_mask``
-and ``mask``: 1/True = attend, or additive; ``key_padding_mask``: True = ignored, or additive).
-A convention is accepted when masked keys are invisible (perturbing them changes no row) and the
-kept keys are not (perturbing them does). If none of the family does that, the other family is
-tried only to say what the bug looks like ("the complement works: inverted?"); it is never
-accepted. Every convention tried is reported.
+Mask: every kind the argument's name admits (see :data:`~conformance.inference.convention.
+MaskFamily`: int, bool and float 1/0 keep masks, bool ignore masks, additive masks with -inf and
+with finfo.min) in every layout ((B, Lk), (B, 1, 1, Lk), (B, Lq, Lk), (B, 1, Lq, Lk),
+(B, H, Lq, Lk), (Lq, Lk) shared over the batch) is tried; a convention is accepted when masked
+keys are invisible (perturbing them changes no row) and kept keys are not (perturbing them
+does). A call that raises (a shape or dtype the module does not take) prunes the convention after
+one call. Conventions outside the family are tried only to say what a failure looks like ("the
+complement works: is the mask inverted?"), never accepted. When nothing works, no convention is
+declared: the caller reports the problem once (``padding`` fails with it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from conformance.adapter import ImplementationError, Instance
+from conformance.adapter import CapabilityError, ImplementationError, Instance
 from conformance.cases import Case
-from conformance.spec import MaskConvention, MaskKind, MaskLayout
+from conformance.spec import LAYOUT_SHAPES, MaskConvention, MaskKind, MaskLayout
 from conformance.tolerance import abs_error, unchanged_tolerance
 
-FAMILIES = {
-    "keep": [
-        MaskConvention(MaskKind.KEEP_INT, MaskLayout.BROADCAST, "mask"),
-        MaskConvention(MaskKind.KEEP_BOOL, MaskLayout.BROADCAST, "mask"),
-        MaskConvention(MaskKind.KEEP_INT, MaskLayout.KEY_PADDING, "mask"),
-        MaskConvention(MaskKind.KEEP_BOOL, MaskLayout.KEY_PADDING, "mask"),
-        MaskConvention(MaskKind.KEEP_INT, MaskLayout.PER_QUERY, "mask"),
-        MaskConvention(MaskKind.KEEP_INT, MaskLayout.PER_HEAD, "mask"),
-        MaskConvention(MaskKind.ADDITIVE, MaskLayout.BROADCAST, "mask"),
-        MaskConvention(MaskKind.ADDITIVE, MaskLayout.KEY_PADDING, "mask"),
-    ],
-    "ignore": [
-        MaskConvention(MaskKind.IGNORE_BOOL, MaskLayout.KEY_PADDING, "mask"),
-        MaskConvention(MaskKind.IGNORE_BOOL, MaskLayout.BROADCAST, "mask"),
-        MaskConvention(MaskKind.ADDITIVE, MaskLayout.KEY_PADDING, "mask"),
-    ],
+K, L = MaskKind, MaskLayout
+
+KINDS = {
+    "keep": (K.KEEP_INT, K.KEEP_BOOL, K.KEEP_FLOAT, K.ADDITIVE, K.ADDITIVE_MIN),
+    "ignore": (K.IGNORE_BOOL, K.ADDITIVE, K.ADDITIVE_MIN),
+    "either": (K.KEEP_BOOL, K.IGNORE_BOOL, K.ADDITIVE, K.ADDITIVE_MIN, K.KEEP_INT, K.KEEP_FLOAT),
+    "additive": (K.ADDITIVE, K.ADDITIVE_MIN),
+}
+"""Kinds each family admits, in the order tried (the first that works is declared)."""
+
+LAYOUTS = {
+    "keep": (L.BROADCAST, L.KEY_PADDING, L.PER_QUERY_BROADCAST, L.PER_QUERY, L.PER_HEAD,
+             L.SHARED),
+    "ignore": (L.KEY_PADDING, L.BROADCAST, L.PER_QUERY, L.PER_QUERY_BROADCAST, L.PER_HEAD,
+               L.SHARED),
+    "either": (L.SHARED, L.PER_QUERY, L.KEY_PADDING, L.BROADCAST, L.PER_QUERY_BROADCAST,
+               L.PER_HEAD),
+    "additive": (L.BROADCAST, L.PER_QUERY_BROADCAST, L.PER_HEAD, L.PER_QUERY, L.SHARED,
+                 L.KEY_PADDING),
 }
 
+COMPLEMENT = {"keep": (K.IGNORE_BOOL,), "ignore": (K.KEEP_BOOL, K.KEEP_INT)}
+"""Kinds of the opposite polarity: tried only to recognise an inverted mask."""
 
-def probe_case(num_heads: int, **changes: object) -> Case:
-    """The probes' small case: batch 2, length 6, head_dim 4; key 1 keeps 3 keys, key 2 keeps 4."""
-    return replace(Case(batch=2, q_len=6, kv_len=6, num_heads=num_heads, head_dim=4, seed=3,
-                        kept=(3, 4)), **changes)
+BOOLEAN_POLARITY = {K.KEEP_BOOL: "True = attend (F.scaled_dot_product_attention's meaning)",
+                    K.IGNORE_BOOL: "True = masked (nn.MultiheadAttention's meaning)"}
+
+
+def probe_case(num_heads: int, head_dim: int = 4, **changes: object) -> Case:
+    """The probes' small case: batch 2, length 6; element 0 keeps 3 keys, element 1 keeps 4."""
+    return replace(Case(batch=2, q_len=6, kv_len=6, num_heads=num_heads, head_dim=head_dim,
+                        seed=3, kept=(3, 4)), **changes)
 
 
 def mask_behaviour(instance: Instance, case: Case, call: str,
                    convention: MaskConvention) -> str | None:
     """None when ``convention`` makes masked keys invisible and kept keys visible, else why not."""
+    if convention.layout is MaskLayout.SHARED:
+        case = replace(case, kept=(case.kept[0],) * case.batch, shared_mask=True)
     inputs = replace(case.inputs(call), mask_convention=convention)
     keep = inputs.keep
     rows = keep if inputs.is_self else torch.ones_like(keep)
     try:
         before = instance.forward(inputs)
+        if tuple(before.shape[:2]) != tuple(inputs.query.shape[:2]):
+            return f"output has shape {tuple(before.shape)}"
         masked = instance.forward(case.replace_positions(inputs, ~keep, stream=5, scale=5.0))
         kept = instance.forward(case.replace_positions(inputs, keep, stream=5, scale=5.0))
-    except ImplementationError as error:
-        return str(error)
-    if tuple(before.shape[:2]) != tuple(inputs.query.shape[:2]):
-        return f"output has shape {tuple(before.shape)}"
+    except (ImplementationError, CapabilityError) as error:
+        return f"raises ({str(error).removeprefix('forward raised ')[:80]})"
     tolerance = unchanged_tolerance(before.dtype, before)
     if float((abs_error(masked, before) * rows[:, :, None]).max()) > tolerance:
         return "masked keys still change the output"
@@ -67,27 +81,59 @@ def mask_behaviour(instance: Instance, case: Case, call: str,
     return None
 
 
-def infer_mask(build: Callable[[MaskConvention], Instance], case: Case, call: str,
-               family: str) -> tuple[MaskConvention, list[str], str | None]:
-    """(convention, what was tried, a problem to report or None).
+@dataclass
+class MaskSearch:
+    """What the search found: the ``convention`` (None when none works), every convention
+    tried before it with its outcome, and a ``problem`` to report (inverted mask, none works)."""
 
-    ``build(convention)`` makes an instance that is called with that convention.
-    """
-    tried = []
-    for convention in FAMILIES[family]:
-        problem = mask_behaviour(build(convention), case, call, convention)
-        if problem is None:
-            return convention, tried, None
-        tried.append(f"{convention.describe()}: {problem}")
-    other = "ignore" if family == "keep" else "keep"
-    for convention in FAMILIES[other]:
-        if convention.kind is MaskKind.ADDITIVE:
-            continue
-        if mask_behaviour(build(convention), case, call, convention) is None:
-            return FAMILIES[family][0], tried, (
-                f"no '{family}' convention its name implies makes masked keys invisible, but "
-                f"{convention.describe()} does: is the mask inverted?")
-    return FAMILIES[family][0], tried, "no convention tried makes masked keys invisible"
+    convention: MaskConvention | None
+    tried: list[tuple[MaskConvention, str]] = field(default_factory=list)
+    problem: str | None = None
+
+    @property
+    def polarity_probed(self) -> bool:
+        """The name admits both boolean polarities, and behaviour chose this one."""
+        return self.convention is not None and self.convention.kind in BOOLEAN_POLARITY
+
+
+def _summary(tried: list[tuple[MaskConvention, str]]) -> str:
+    """What happened to the conventions tried, grouped by outcome, in a line."""
+    kinds = sorted({c.kind.value for c, _ in tried})
+    layouts = [LAYOUT_SHAPES[layout] for layout in dict.fromkeys(c.layout for c, _ in tried)]
+    outcomes: dict[str, int] = {}
+    for _, outcome in tried:
+        key = "raised" if outcome.startswith("raises") else outcome
+        outcomes[key] = outcomes.get(key, 0) + 1
+    counted = "; ".join(f"{outcome}: {count}" for outcome, count in outcomes.items())
+    return (f"tried {len(tried)} conventions (kinds {', '.join(kinds)}; shapes "
+            f"{', '.join(layouts)}): {counted}")
+
+
+def infer_mask(instance: Instance, case: Case, call: str, family: str,
+               argument: str) -> MaskSearch:
+    """Search the conventions ``family`` admits on ``instance`` (called through the keyword
+    ``mask`` of the suite's wrapper, which passes it as ``argument``)."""
+    search = MaskSearch(None)
+    for layout in LAYOUTS[family]:
+        for kind in KINDS[family]:
+            convention = MaskConvention(kind, layout, "mask")
+            outcome = mask_behaviour(instance, case, call, convention)
+            if outcome is None:
+                search.convention = convention
+                return search
+            search.tried.append((convention, outcome))
+    for kind in COMPLEMENT.get(family, ()):
+        for layout in LAYOUTS[family]:
+            convention = MaskConvention(kind, layout, "mask")
+            if mask_behaviour(instance, case, call, convention) is None:
+                search.problem = (
+                    f"{argument}: no convention its name implies makes masked keys invisible, "
+                    f"but {convention.describe()} does: is the mask inverted? ("
+                    f"{_summary(search.tried)})")
+                return search
+    search.problem = (f"{argument}: no mask convention makes masked keys invisible "
+                      f"({_summary(search.tried)})")
+    return search
 
 
 def is_causal(instance: Instance, case: Case, call: str) -> bool:
@@ -100,3 +146,25 @@ def is_causal(instance: Instance, case: Case, call: str) -> bool:
                                                              query_too=True)), before)
     tolerance = unchanged_tolerance(before.dtype, before)
     return float(change[:, :3].max()) <= tolerance and float(change[:, 3:].max()) > tolerance
+
+
+def batch_independent(instance: Instance, case: Case, call: str) -> bool:
+    """Whether changing batch element 1 leaves element 0's output unchanged."""
+    inputs = case.inputs(call, use_mask=False)
+    other = torch.zeros(case.batch, case.q_len, dtype=torch.bool)
+    other[1] = True
+    before = instance.forward(inputs)
+    after = instance.forward(case.replace_positions(inputs, other, stream=7, scale=3.0,
+                                                    query_too=True))
+    return float(abs_error(after, before)[0].max()) <= unchanged_tolerance(before.dtype, before)
+
+
+def sequence_first(build: Callable[[bool], Instance], case: Case, call: str) -> bool:
+    """Whether the module reads (length, batch, width): mixing batch elements when called
+    batch-first, and independent when its inputs are transposed."""
+    try:
+        if batch_independent(build(False), case, call):
+            return False
+        return batch_independent(build(True), case, call)
+    except ImplementationError:
+        return False

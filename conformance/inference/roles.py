@@ -9,6 +9,8 @@ WIDTH = ("d_model", "hidden_dim", "embed_dim", "d_in", "input_dim", "dim", "n_em
          "hidden_size", "emb_dim", "model_dim")
 HEADS = ("num_heads", "nums_head", "heads", "n_heads", "n_head", "h", "num_attention_heads",
          "nhead")
+HEAD_DIM = ("head_size", "head_dim", "d_head", "dim_head", "d_k", "head_width",
+            "attention_head_size", "dim_per_head", "kv_channels")
 OUTPUT = ("d_out", "output_dim", "out_dim")
 DROPOUT = ("dropout", "p", "attn_dropout", "dropout_prob", "attn_pdrop", "attention_dropout",
            "dropout_rate")
@@ -27,6 +29,7 @@ class ConstructorRoles:
 
     width: str | None = None
     heads: str | None = None
+    head_dim: str | None = None
     output: str | None = None
     dropout: str | None = None
     context: str | None = None
@@ -36,8 +39,9 @@ class ConstructorRoles:
 
     def describe(self) -> str:
         parts = [f"{role} = {name}" for role, name in (
-            ("width", self.width), ("heads", self.heads), ("output width", self.output),
-            ("dropout", self.dropout), ("context", self.context)) if name]
+            ("width", self.width), ("heads", self.heads), ("head width", self.head_dim),
+            ("output width", self.output), ("dropout", self.dropout),
+            ("context", self.context)) if name]
         return "constructor " + (", ".join(parts) if parts else "takes no known role")
 
 
@@ -49,7 +53,8 @@ def read_roles(cls: type) -> ConstructorRoles:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
         name = parameter.name
-        for role, names in (("width", WIDTH), ("heads", HEADS), ("output", OUTPUT),
+        for role, names in (("width", WIDTH), ("heads", HEADS), ("head_dim", HEAD_DIM),
+                            ("output", OUTPUT),
                             ("dropout", DROPOUT), ("context", CONTEXT), ("causal", CAUSAL),
                             ("batch_first", BATCH_FIRST)):
             if name in names and getattr(roles, role) is None:

@@ -254,5 +254,15 @@ class Check(ABC):
         """Check the property; raise CheckFailed when it does not hold."""
 
 
+def mask_skip_reason(capabilities: Capabilities) -> str | None:
+    """Why a check that needs the padding mask can't run: none declared, or none inferred (then
+    ``padding`` reports it once)."""
+    if capabilities.mask is not None:
+        return None
+    if capabilities.mask_problem:
+        return "no mask convention could be inferred for its mask argument (see padding)"
+    return "declares no padding mask"
+
+
 def fmt(value: float) -> str:
     return f"{value:.3g}"

@@ -31,6 +31,7 @@ from conformance.invariants.base import (
     agree_with_reference,
     expect_finite_rows,
     fmt,
+    mask_skip_reason,
 )
 from conformance.kernels import PLATFORM_NOTE, matmul_spreads_nan
 from conformance.probes import measure_attention
@@ -60,9 +61,7 @@ class FullyMasked(Check):
     title = "rows with every key masked follow the declared policy and stay contained"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if capabilities.mask is None:
-            return "declares no padding mask"
-        return None
+        return mask_skip_reason(capabilities)
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities

@@ -22,7 +22,9 @@ from conformance.adapter import ImplementationError
 from conformance.cases import Case, dtype_name
 from conformance.invariants.base import CheckContext, Violation, expect_output
 from conformance.precision import Precision, classify, rounding_noise
-from conformance.spec import Capabilities
+from conformance.constraints import Constraint, discover
+from conformance.spec import Capabilities, Config
+from conformance.strategies import shared_masks
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -42,18 +44,35 @@ class GateOutcome:
     broken: dict[str, str] = field(default_factory=dict)
     precision: Precision | None = None
     """What float64 runs compute at, where float64 is declared and works."""
+    constraint: Constraint | None = None
+    """The configurations its constructor accepts, where it rejects some (found here)."""
 
     @property
     def blocked(self) -> bool:
         return self.blocking is not None
 
 
+def base_pair(caps: Capabilities) -> tuple[int, int]:
+    """(num_heads, head_dim) of the small configuration: 2 heads of 4 (or the fixed count), or
+    the buildable pair nearest to it."""
+    preferred = (caps.heads or 2, 4)
+    if caps.shapes is None or preferred in caps.shapes:
+        return preferred
+    return min(caps.shapes, key=lambda p: (abs(p[0] - preferred[0]) + abs(p[1] - 4), p))
+
+
 def base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) -> Case:
-    """The gate's small configuration: batch 2, length 5, 2 heads of 4 (or the fixed count)."""
+    """The gate's small configuration: batch 2, length 5, 2 heads of 4 (see base_pair).
+
+    A mask (``kept``) is made the same for every batch element where the format is shared."""
     length = min(5, caps.max_len or 5)
-    case = Case(batch=2, q_len=length, kv_len=length, num_heads=caps.heads or 2, head_dim=4,
+    heads, head_dim = base_pair(caps)
+    case = Case(batch=2, q_len=length, kv_len=length, num_heads=heads, head_dim=head_dim,
                 dtype=dtype_name(dtype), device=device, seed=0)
-    return replace(case, **changes)
+    case = replace(case, **changes)
+    if case.kept is not None and shared_masks(caps):
+        case = replace(case, kept=(min(case.kept),) * case.batch, shared_mask=True)
+    return case
 
 
 def try_call(context: CheckContext, case: Case) -> str | None:
@@ -97,6 +116,19 @@ class Gate:
         device = context.device
         outcome = GateOutcome(effective=caps)
         first, *others = caps.dtypes
+        if caps.shapes is None:
+            try:
+                outcome.constraint = discover(
+                    lambda h, d: self._builds(context, h, d), heads=caps.heads)
+            except ValueError:
+                problem = try_call(context, base_case(caps, first, device))
+                outcome.blocking = (f"no generated configuration builds (1 to 8 heads, head_dim "
+                                    f"1 to 16); with 2 heads of 4: {problem}")
+                return outcome
+            if outcome.constraint is not None:
+                caps = replace(caps, shapes=outcome.constraint.pairs)
+                outcome.effective = caps
+                context = replace(context, capabilities=caps)
         problem = try_call(context, base_case(caps, first, device))
         if problem is None:
             problem = try_call(context, base_case(caps, first, device, batch=3, q_len=3, kv_len=3))
@@ -141,6 +173,16 @@ class Gate:
         if torch.float64 in kept_dtypes:
             outcome.precision = self._precision(context, outcome.effective)
         return outcome
+
+    @staticmethod
+    def _builds(context: CheckContext, heads: int, head_dim: int) -> bool:
+        config = Config(batch=2, q_len=5, kv_len=5, d_model=heads * head_dim, num_heads=heads,
+                        dtype=context.capabilities.dtypes[0], device=context.device)
+        try:
+            context.subject.instantiate(config, 0)
+        except ImplementationError:
+            return False
+        return True
 
     @staticmethod
     def _precision(context: CheckContext, caps: Capabilities) -> Precision | None:

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from conformance.adapter import ImplementationError
 from conformance.cases import Case
-from conformance.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.invariants.base import Check, CheckContext, Violation, fmt, mask_skip_reason
 from conformance.spec import Capabilities
 from conformance.strategies import cases
 from conformance.tolerance import abs_error, only_rows, reordering_tolerance, worst_index
@@ -26,7 +26,7 @@ class MaskFormats(Check):
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if capabilities.mask is None:
-            return "declares no padding mask"
+            return mask_skip_reason(capabilities)
         if not capabilities.mask_formats:
             return "declares one mask format"
         return None

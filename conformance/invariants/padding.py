@@ -4,6 +4,9 @@ Property: under a key-padding mask that keeps at least one key in every batch el
 the key/value inputs at masked positions leaves every output row with a key to attend to unchanged
 (for self-attention, every such row whose own position is kept), and every such row gives every
 masked key attention weight 0. Rows where every key is masked are the ``fully_masked`` check's.
+
+A module whose mask argument inference could give no convention (none makes masked keys
+invisible) fails here, once, with what was tried; the other mask checks skip.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from conformance.cases import Case
 from conformance.invariants.base import (
     Check,
     CheckContext,
+    CheckFailed,
     Violation,
     expect_finite_rows,
     fmt,
@@ -28,6 +32,11 @@ NOISE_SCALE = 10.0
 shows up far above rounding."""
 
 
+UNRESOLVED_HINT = ("if the module reads its mask another way, declare it: --mask KIND:LAYOUT@ARGUMENT "
+                   "(e.g. keep_bool:per_query@attn_mask); if it is meant to read it as tried, the "
+                   "mask is not applied as it should be")
+
+
 def _positions(row: torch.Tensor) -> list[int]:
     return [int(i) for i in torch.nonzero(row).flatten()]
 
@@ -39,12 +48,14 @@ class Padding(Check):
     title = "masked keys have no influence and attention weight 0"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if capabilities.mask is None:
+        if capabilities.mask is None and not capabilities.mask_problem:
             return "declares no padding mask"
         return None
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
+        if caps.mask is None:
+            raise CheckFailed(Violation(caps.mask_problem, hint=UNRESOLVED_HINT), None)
         context.explore(cases(caps, context.device, masks="partly_masked"),
                         lambda case: self.no_influence(context, case))
         if caps.weights:
