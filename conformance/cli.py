@@ -68,11 +68,19 @@ def _parser() -> argparse.ArgumentParser:
         "declarations", "override what is inferred for undeclared classes (also in pyproject.toml: "
         "[tool.attention-conformance.declare.\"IMPL\"])")
     declare.add_argument("--call", choices=("self", "qkv"), help="f(x, mask) or f(q, k, v, mask)")
-    declare.add_argument("--mask", metavar="KIND:LAYOUT",
-                         help="e.g. keep_int:broadcast, ignore_bool:key_padding, additive:per_head")
+    declare.add_argument("--mask", metavar="KIND:LAYOUT[@ARG]",
+                         help="e.g. keep_int:broadcast, ignore_bool:key_padding, "
+                              "additive:per_head@attn_bias (@ARG: the forward keyword)")
     declare.add_argument("--causal", choices=("never", "always", "optional"))
     declare.add_argument("--width-arg", metavar="NAME", help="constructor argument for the width")
     declare.add_argument("--heads-arg", metavar="NAME", help="constructor argument for the heads")
+    declare.add_argument("--head-dim-arg", metavar="NAME",
+                         help="constructor argument for each head's width (head_size, d_k, ...)")
+    declare.add_argument("--sequence-first", action="store_const", const="true",
+                         help="forward takes (length, batch, width) inputs")
+    declare.add_argument("--dtypes", metavar="D,D,...",
+                         help="the dtypes it supports, e.g. float32,float64 (default: those two, "
+                              "and float16/bfloat16 assumed: findings there are warnings)")
     declare.add_argument("--weights", metavar="SPEC",
                          help="q,k,v[,o] submodule names, fused:qkv[,o], packed[:path] or none")
     declare.add_argument("--init", action="append", metavar="NAME=VALUE",
@@ -155,8 +163,9 @@ def _check(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from error
     declared = Declarations(call=args.call, mask=args.mask, causal=args.causal,
                             width_arg=args.width_arg, heads_arg=args.heads_arg,
-                            weights=args.weights, init=init,
-                            mask_formats=tuple(args.mask_formats) if args.mask_formats else None)
+                            head_dim_arg=args.head_dim_arg, weights=args.weights, init=init,
+                            mask_formats=tuple(args.mask_formats) if args.mask_formats else None,
+                            sequence_first=args.sequence_first, dtypes=args.dtypes)
     targets = _targets(args.impls, args.expected_failures, declared)
     subjects = [InProcessSubject(impl) for _, impl in targets]
     devices = args.devices or available_devices()

@@ -140,6 +140,8 @@ class Capabilities:
         mask_problem: why a mask argument it has could not be given a convention (inference
             found none that makes masked keys invisible); ``padding`` fails with it once, the
             other mask checks skip.
+        mask_doubt: what inference could not decide about the mask it accepted (a polarity the
+            argument's name does not settle); ``padding`` gives it as a warning.
         causal: whether it masks the future.
         causal_argument: keyword that turns causality on, when ``causal == "optional"``.
         cross_attention: whether ``kv_len != q_len`` is supported (``"qkv"`` only).
@@ -148,6 +150,10 @@ class Capabilities:
         shapes: the (num_heads, head_dim) pairs it can be built for, where its constructor
             rejects some (see :mod:`conformance.constraints`); ``None`` for any.
         dtypes: the floating dtypes it supports.
+        assumed_dtypes: those of ``dtypes`` that inference assumed rather than anyone declared
+            (float16 / bfloat16 for an undeclared module): what breaks there is a warning.
+        positional: a position encoding inside the module ("rotary", "alibi", "positions"),
+            with its evidence; checks that assume position-free attention skip.
         weights: whether its projections are readable and writable in the canonical form.
         fully_masked: what a row with every key masked gives (see FullyMaskedPolicy).
         dropout: ``"none"``; ``"config"`` when the factory honours ``Config.dropout``; or the
@@ -161,6 +167,7 @@ class Capabilities:
     call: CallConvention = "self"
     mask: MaskConvention | None = None
     mask_problem: str | None = None
+    mask_doubt: str | None = None
     causal: Causality = "never"
     causal_argument: str | None = None
     cross_attention: bool = False
@@ -168,6 +175,8 @@ class Capabilities:
     heads: int | None = None
     shapes: tuple[tuple[int, int], ...] | None = None
     dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES
+    assumed_dtypes: tuple[torch.dtype, ...] = ()
+    positional: str | None = None
     weights: bool = False
     fully_masked: FullyMaskedPolicy = "report"
     dropout: DropoutKind = "none"

@@ -10,6 +10,9 @@ KEY_NAMES = ("k", "key", "keys", "x_k")
 VALUE_NAMES = ("v", "value", "values", "x_v")
 KEEP_MASK_NAMES = ("attention_mask", "mask", "src_mask", "padding_mask_keep", "attn_masks",
                    "attention_masks", "input_mask", "key_mask")
+WEAK_MASK_NAMES = ("mask",)
+"""Names whose polarity is a convention, not a promise: most code reads ``mask`` as 1/True =
+attend, OpenNMT and others as True = masked. The other polarity is accepted, and doubted."""
 IGNORE_MASK_NAMES = ("key_padding_mask", "padding_mask", "src_key_padding_mask", "pad_mask")
 EITHER_MASK_NAMES = ("attn_mask",)
 BIAS_NAMES = ("attn_bias", "attention_bias", "bias", "position_bias", "mask_bias")
@@ -52,11 +55,16 @@ class ForwardConvention:
     inputs: tuple[str, ...]
     mask: str | None = None
     mask_family: MaskFamily | None = None
+    mask_name_settles: bool = True
+    """Whether the mask's name settles its polarity (``attention_mask``, ``key_padding_mask``);
+    not for ``mask`` or an unknown name ending in "mask" (see WEAK_MASK_NAMES)."""
     causal: str | None = None
     need_weights: bool = False
     positions: tuple[str, ...] = field(default_factory=tuple)
     sequence_first: bool = False
     """Inputs are (length, batch, width), as nn.MultiheadAttention's default."""
+    by_keyword: bool = False
+    """Pass q, k, v by name: the signature orders them otherwise (OpenNMT's key, value, query)."""
 
     def describe(self) -> str:
         if self.call == "self":
@@ -68,16 +76,31 @@ class ForwardConvention:
         return text + ")"
 
 
+def _qkv_roles(names: list[str]) -> tuple[str, str, str] | None:
+    """The first three names in (query, key, value) order, when they name one of each."""
+    if len(names) < 3:
+        return None
+    found = {}
+    for name in names:
+        for role, known in (("q", QUERY_NAMES), ("k", KEY_NAMES), ("v", VALUE_NAMES)):
+            if name in known:
+                found.setdefault(role, name)
+    if len(found) != 3:
+        return None
+    return found["q"], found["k"], found["v"]
+
+
 def read_forward(function) -> ForwardConvention:
     """The convention of ``function`` (a bound ``forward`` or a plain function)."""
     parameters = [p for p in inspect.signature(function).parameters.values()
                   if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "self"]
     names = [p.name for p in parameters]
     positional = [p.name for p in parameters if p.default is p.empty]
-    is_qkv = (len(names) >= 3 and names[0] in QUERY_NAMES and names[1] in KEY_NAMES
-              and names[2] in VALUE_NAMES) or len(positional) >= 3
-    inputs = tuple(names[:3]) if is_qkv else tuple(names[:1])
-    convention = ForwardConvention(call="qkv" if is_qkv else "self", inputs=inputs)
+    roles = _qkv_roles(names[:3])
+    is_qkv = roles is not None or len(positional) >= 3
+    inputs = roles or (tuple(names[:3]) if is_qkv else tuple(names[:1]))
+    convention = ForwardConvention(call="qkv" if is_qkv else "self", inputs=inputs,
+                                   by_keyword=roles is not None and roles != tuple(names[:3]))
     rest = names[len(inputs):]
     known = (*KEEP_MASK_NAMES, *IGNORE_MASK_NAMES, *EITHER_MASK_NAMES)
     named = next((n for n in rest if n in known), None)
@@ -87,6 +110,8 @@ def read_forward(function) -> ForwardConvention:
         named = next((n for n in rest if n in BIAS_NAMES), None)
     if named is not None:
         convention.mask, convention.mask_family = named, mask_family(named)
+        convention.mask_name_settles = named not in WEAK_MASK_NAMES and named in (
+            *known, *BIAS_NAMES)
     convention.causal = next((n for n in rest if n in CAUSAL_NAMES), None)
     convention.need_weights = "need_weights" in rest
     convention.positions = tuple(n for n in rest if n in POSITION_NAMES)

@@ -6,9 +6,14 @@ with finfo.min) in every layout ((B, Lk), (B, 1, 1, Lk), (B, Lq, Lk), (B, 1, Lq,
 (B, H, Lq, Lk), (Lq, Lk) shared over the batch) is tried; a convention is accepted when masked
 keys are invisible (perturbing them changes no row) and kept keys are not (perturbing them
 does). A call that raises (a shape or dtype the module does not take) prunes the convention after
-one call. Conventions outside the family are tried only to say what a failure looks like ("the
-complement works: is the mask inverted?"), never accepted. When nothing works, no convention is
-declared: the caller reports the problem once (``padding`` fails with it).
+one call. An accepted convention is confirmed on a second case whose batch exceeds its length (a
+mask sliced as ``mask[:L, :L]`` or broadcast by coincidence works on one shape only).
+
+Conventions outside the family are tried only to say what a failure looks like ("the complement
+works: is the mask inverted?"), never accepted, except for a name that does not settle the
+polarity (``mask``: OpenNMT reads True as masked, most code as attend): there the complement is
+accepted and doubted, and the doubt is reported as a warning. When nothing works, no convention
+is declared: the caller reports the problem once (``padding`` fails with it).
 """
 
 from __future__ import annotations
@@ -26,12 +31,14 @@ from conformance.tolerance import abs_error, unchanged_tolerance
 K, L = MaskKind, MaskLayout
 
 KINDS = {
-    "keep": (K.KEEP_INT, K.KEEP_BOOL, K.KEEP_FLOAT, K.ADDITIVE, K.ADDITIVE_MIN),
-    "ignore": (K.IGNORE_BOOL, K.ADDITIVE, K.ADDITIVE_MIN),
-    "either": (K.KEEP_BOOL, K.IGNORE_BOOL, K.ADDITIVE, K.ADDITIVE_MIN, K.KEEP_INT, K.KEEP_FLOAT),
-    "additive": (K.ADDITIVE, K.ADDITIVE_MIN),
+    "keep": (K.KEEP_INT, K.KEEP_BOOL, K.KEEP_FLOAT, K.ADDITIVE_MIN, K.ADDITIVE),
+    "ignore": (K.IGNORE_BOOL, K.ADDITIVE_MIN, K.ADDITIVE),
+    "either": (K.KEEP_BOOL, K.IGNORE_BOOL, K.ADDITIVE_MIN, K.ADDITIVE, K.KEEP_INT, K.KEEP_FLOAT),
+    "additive": (K.ADDITIVE_MIN, K.ADDITIVE),
 }
-"""Kinds each family admits, in the order tried (the first that works is declared)."""
+"""Kinds each family admits, in the order tried (the first that works is declared). Additive
+masks are tried with finfo.min first: it is what HuggingFace builds, and modules that add their
+own finfo.min (a causal fill) on top of a mask mix -inf and finite fills otherwise."""
 
 LAYOUTS = {
     "keep": (L.BROADCAST, L.KEY_PADDING, L.PER_QUERY_BROADCAST, L.PER_QUERY, L.PER_HEAD,
@@ -52,9 +59,20 @@ BOOLEAN_POLARITY = {K.KEEP_BOOL: "True = attend (F.scaled_dot_product_attention'
 
 
 def probe_case(num_heads: int, head_dim: int = 4, **changes: object) -> Case:
-    """The probes' small case: batch 2, length 6; element 0 keeps 3 keys, element 1 keeps 4."""
+    """The probes' small case: batch 2, length 6; element 0 keeps 3 keys, element 1 keeps 4.
+
+    The kept keys are scattered, key 0 always among them and a masked key before a kept one in
+    every element: under causality, right padding would hide masked keys from every kept row
+    whatever the mask does, and prove nothing."""
     return replace(Case(batch=2, q_len=6, kv_len=6, num_heads=num_heads, head_dim=head_dim,
-                        seed=3, kept=(3, 4)), **changes)
+                        seed=3, kept=(3, 4), mask_seed=2), **changes)
+
+
+def confirming_case(case: Case) -> Case:
+    """Another shape for the same module: batch 5 over length 4, every element padded as in
+    probe_case."""
+    return replace(case, batch=5, q_len=4, kv_len=4, seed=case.seed + 1, kept=(3, 2, 3, 2, 3),
+                   mask_seed=47)
 
 
 def mask_behaviour(instance: Instance, case: Case, call: str,
@@ -89,6 +107,8 @@ class MaskSearch:
     convention: MaskConvention | None
     tried: list[tuple[MaskConvention, str]] = field(default_factory=list)
     problem: str | None = None
+    doubt: str | None = None
+    """The convention works, but its polarity is the opposite of what the name usually means."""
 
     @property
     def polarity_probed(self) -> bool:
@@ -109,15 +129,20 @@ def _summary(tried: list[tuple[MaskConvention, str]]) -> str:
             f"{', '.join(layouts)}): {counted}")
 
 
-def infer_mask(instance: Instance, case: Case, call: str, family: str,
-               argument: str) -> MaskSearch:
+def infer_mask(instance: Instance, case: Case, call: str, family: str, argument: str, *,
+               name_settles: bool = True) -> MaskSearch:
     """Search the conventions ``family`` admits on ``instance`` (called through the keyword
-    ``mask`` of the suite's wrapper, which passes it as ``argument``)."""
+    ``mask`` of the suite's wrapper, which passes it as ``argument``); where the name does not
+    settle the polarity, a working complement is accepted with a doubt."""
     search = MaskSearch(None)
     for layout in LAYOUTS[family]:
         for kind in KINDS[family]:
             convention = MaskConvention(kind, layout, "mask")
             outcome = mask_behaviour(instance, case, call, convention)
+            if outcome is None:
+                outcome = mask_behaviour(instance, confirming_case(case), call, convention)
+                if outcome is not None:
+                    outcome = f"works at one shape only; at another: {outcome}"
             if outcome is None:
                 search.convention = convention
                 return search
@@ -125,7 +150,17 @@ def infer_mask(instance: Instance, case: Case, call: str, family: str,
     for kind in COMPLEMENT.get(family, ()):
         for layout in LAYOUTS[family]:
             convention = MaskConvention(kind, layout, "mask")
-            if mask_behaviour(instance, case, call, convention) is None:
+            if (mask_behaviour(instance, case, call, convention) is None and
+                    mask_behaviour(instance, confirming_case(case), call, convention) is None):
+                if not name_settles:
+                    search.convention = convention
+                    search.doubt = (
+                        f"{argument}: read as {convention.describe()}, the opposite of what a "
+                        f"mask named {argument!r} usually means (1/True = attend); if that is "
+                        f"intended (OpenNMT's convention), declare --mask "
+                        f"{replace(convention, argument=argument).spec()}; if not, the mask is "
+                        "inverted")
+                    return search
                 search.problem = (
                     f"{argument}: no convention its name implies makes masked keys invisible, "
                     f"but {convention.describe()} does: is the mask inverted? ("

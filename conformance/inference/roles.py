@@ -6,9 +6,10 @@ import inspect
 from dataclasses import dataclass, field
 
 WIDTH = ("d_model", "hidden_dim", "embed_dim", "d_in", "input_dim", "dim", "n_embd",
-         "hidden_size", "emb_dim", "model_dim")
+         "hidden_size", "emb_dim", "model_dim", "n_state", "query_dim", "embed_size", "d_embed",
+         "emb_size", "n_embed", "dim_model", "embedding_dim", "width")
 HEADS = ("num_heads", "nums_head", "heads", "n_heads", "n_head", "h", "num_attention_heads",
-         "nhead")
+         "nhead", "head_count", "num_head", "nheads", "attention_heads", "n_attention_heads")
 HEAD_DIM = ("head_size", "head_dim", "d_head", "dim_head", "d_k", "head_width",
             "attention_head_size", "dim_per_head", "kv_channels")
 OUTPUT = ("d_out", "output_dim", "out_dim")
@@ -19,8 +20,9 @@ CONTEXT = ("block_size", "context_length", "max_seq_len", "max_position_embeddin
 CAUSAL = ("causal", "is_causal")
 BATCH_FIRST = ("batch_first",)
 
-CONTEXT_LENGTH = 64
-"""What a context-length parameter is set to: longer than any generated sequence."""
+CONTEXT_LENGTH = 512
+"""What a context-length parameter is set to: as long as the longest generated sequence (the
+long-sequence case of ``low_precision``)."""
 
 
 @dataclass

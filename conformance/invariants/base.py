@@ -39,6 +39,14 @@ class Violation(AssertionError):
         self.severity = severity
 
 
+def _warning(error: BaseException) -> Violation:
+    """``error`` (a Violation, or the implementation's own error) as a warning Violation."""
+    if isinstance(error, Violation):
+        return Violation(error.summary, details=error.details, hint=error.hint, severity="warn")
+    summary = str(error).splitlines()[0] if str(error) else repr(error)
+    return Violation(f"the implementation failed: {summary}", severity="warn")
+
+
 class Finding(NamedTuple):
     """A warning a check found: the violation (or implementation error) and its minimal case."""
 
@@ -110,8 +118,8 @@ class CheckContext:
         def fail_tier(case: Case) -> str | None:
             try:
                 return verify(case)
-            except Violation as violation:
-                if violation.severity != "warn":
+            except (Violation, ImplementationError) as error:
+                if self._severity(error, case) != "warn":
                     raise
                 first_warning.setdefault("case", case)
                 return None
@@ -119,16 +127,16 @@ class CheckContext:
         def warn_tier(case: Case) -> str | None:
             try:
                 return verify(case)
-            except Violation as violation:
-                if violation.severity == "warn":
-                    raise
+            except (Violation, ImplementationError) as error:
+                if self._severity(error, case) == "warn":
+                    raise self._as_warning(error, case) from error
                 # A failure found while shrinking a warning is still a failure.
-                raise CheckFailed(violation, case) from violation
+                raise CheckFailed(error, case) from error
 
         if severity == "warn":
             finding = self._search(strategy, verify, examples, max_examples)
             if finding is not None:
-                self.warnings.append(finding)
+                self.warnings.append(Finding(_warning(finding.error), finding.case))
             return
         finding = self._search(strategy, fail_tier, examples, max_examples)
         if finding is not None:
@@ -139,6 +147,23 @@ class CheckContext:
                                    max_examples)
             if finding is not None:
                 self.warnings.append(finding)
+
+    def _severity(self, error: BaseException, case: Case) -> Severity:
+        """``warn`` for a warning, and for anything found in a dtype that was only assumed."""
+        if isinstance(error, Violation) and error.severity == "warn":
+            return "warn"
+        return "warn" if case.config.dtype in self.capabilities.assumed_dtypes else "fail"
+
+    @staticmethod
+    def _as_warning(error: BaseException, case: Case) -> Violation:
+        """``error`` as a warning; a finding in an assumed dtype says why it is one."""
+        if isinstance(error, Violation) and error.severity == "warn":
+            return error
+        warning = _warning(error)
+        warning.summary = (f"in {case.dtype}, which was assumed rather than declared: "
+                           f"{warning.summary}")
+        warning.args = (warning.summary,)
+        return warning
 
     def _search(self, strategy: st.SearchStrategy[Case], verify: Callable[[Case], str | None],
                 examples: Sequence[Case], max_examples: int | None) -> Finding | None:
@@ -252,6 +277,20 @@ class Check(ABC):
     @abstractmethod
     def run(self, context: CheckContext) -> None:
         """Check the property; raise CheckFailed when it does not hold."""
+
+
+def position_skip_reason(capabilities: Capabilities) -> str | None:
+    """Why a check that compares with the position-free float64 reference can't apply."""
+    if capabilities.positional:
+        return (f"{capabilities.positional}: the suite's float64 reference is position-free, "
+                "so this comparison does not apply")
+    return None
+
+
+def reference_applies(capabilities: Capabilities) -> bool:
+    """Whether outputs can be compared with the float64 reference: weights are accessible and
+    the module adds no position encoding the reference lacks."""
+    return capabilities.weights and not capabilities.positional
 
 
 def mask_skip_reason(capabilities: Capabilities) -> str | None:

@@ -20,9 +20,9 @@ import torch
 
 from conformance.adapter import ImplementationError
 from conformance.cases import Case, dtype_name
+from conformance.constraints import Constraint, discover
 from conformance.invariants.base import CheckContext, Violation, expect_output
 from conformance.precision import Precision, classify, rounding_noise
-from conformance.constraints import Constraint, discover
 from conformance.spec import Capabilities, Config
 from conformance.strategies import shared_masks
 

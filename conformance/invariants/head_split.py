@@ -18,6 +18,7 @@ from conformance.invariants.base import (
     CheckContext,
     Violation,
     fmt,
+    position_skip_reason,
 )
 from conformance.reference import plain_attention, reference_attention
 from conformance.spec import Capabilities
@@ -54,6 +55,8 @@ class HeadSplit(Check):
     title = "output = concat of per-head attentions; relabelling heads changes nothing"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
+        if capabilities.positional:
+            return position_skip_reason(capabilities)
         if not capabilities.weights:
             return "needs canonical weight access for the per-head projections"
         if capabilities.heads == 1:

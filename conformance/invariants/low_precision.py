@@ -3,23 +3,39 @@
 Property: where float16 / bfloat16 is declared, forward runs in it (with and without the mask)
 and returns that dtype, its rows with keys are finite, and (with weight access) it agrees with
 the float64 reference under the tolerance rule (the baseline is the suite's plain attention in
-the same dtype). A masking value that overflows float16 (-1e9, -1e20) is reported as exactly
-that, with the exception text.
+the same dtype), over generated shapes and over a long sequence of LONG_KEYS keys, where error
+that accumulates with the number of keys (running sums kept in half precision) shows. There
+the inputs share a common component (offset by 1), so the output stays of order 1 instead of
+shrinking like an average of independent values, and the dtype's floor doesn't hide the error. A masking
+value that overflows float16 (-1e9, -1e20) is reported as exactly that, with the exception text.
+Findings in a dtype inference assumed (nobody declared it) are warnings.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from conformance.cases import Case, dtype_name
 from conformance.invariants.base import (
     Check,
     CheckContext,
     CheckFailed,
+    Finding,
     Violation,
     agree_with_reference,
+    expect_finite_rows,
+    reference_applies,
 )
-from conformance.invariants.gate import LOW_PRECISION
+from conformance.invariants.gate import LOW_PRECISION, base_pair
 from conformance.spec import Capabilities
-from conformance.strategies import cases
+from conformance.strategies import SEEDS, cases
+
+LONG_OFFSET = 1.0
+"""Common component of the long case's inputs."""
+
+LONG_KEYS = 512
+"""Keys in the long-sequence case: enough that accumulating the softmax sum or the weighted
+values in half precision costs several times the error of plain half-precision attention."""
 
 OVERFLOW_WORDS = ("without overflow", "cannot be converted to type at::Half",
                   "cannot be converted to type at::BFloat16")
@@ -45,28 +61,70 @@ class LowPrecision(Check):
         return None
 
     def run(self, context: CheckContext) -> None:
-        low_names = {dtype_name(d) for d in LOW_PRECISION}
-        problems = [p for feature, p in context.broken.items() if feature in low_names]
-        if problems:
-            raise CheckFailed(Violation(problems[0], details=problems[1:],
-                                        hint=overflow_hint(problems[0])), None)
         caps = context.capabilities
+        assumed = {dtype_name(d) for d in caps.assumed_dtypes}
+        broken = {feature: p for feature, p in context.broken.items()
+                  if feature in {dtype_name(d) for d in LOW_PRECISION}}
+        declared = [p for feature, p in broken.items() if feature not in assumed]
+        if declared:
+            raise CheckFailed(Violation(declared[0], details=declared[1:],
+                                        hint=overflow_hint(declared[0])), None)
+        for feature, problem in broken.items():
+            context.warnings.append(Finding(Violation(
+                f"in {feature}, which was assumed rather than declared: {problem}",
+                hint=overflow_hint(problem), severity="warn"), None))
         low = tuple(d for d in caps.dtypes if d in LOW_PRECISION)
-        if not low:  # every declared low-precision dtype broke at the gate (reported above)
+        if not low:  # every low-precision dtype broke at the gate (reported above)
             return
         context.explore(cases(caps, context.device, dtypes=low,
                               masks="auto"),
                         lambda case: self.verify(context, case))
+        if caps.max_len is not None and caps.max_len < LONG_KEYS:
+            context.observe(f"the {LONG_KEYS}-key case is not run: it takes at most "
+                            f"{caps.max_len} positions")
+            return
+        for dtype in low:
+            long_case = self.long_case(caps, context.device, dtype_name(dtype))
+            context.explore(SEEDS.map(lambda seed, c=long_case: replace(c, seed=seed)),
+                            lambda case: self.verify(context, case, offset=LONG_OFFSET),
+                            max_examples=2)
 
-    def verify(self, context: CheckContext, case: Case) -> None:
-        instance, inputs, output, rows = context.first_call(case, finite=True)
-        if not context.capabilities.weights:
+    @staticmethod
+    def long_case(caps: Capabilities, device: str, dtype: str) -> Case:
+        """A sequence of LONG_KEYS keys: queries few where kv_len may differ (cross-attention),
+        else as many; every key kept, or some padding masked where a mask is declared."""
+        heads, _ = base_pair(caps)
+        head_dims = sorted(d for h, d in caps.shapes or () if h == heads) or [16]
+        head_dim = min(head_dims, key=lambda d: abs(d - 16))
+        q_len = 8 if caps.cross_attention and caps.causal == "never" else LONG_KEYS
+        keep = None if caps.mask is None else (LONG_KEYS - 37,)
+        return Case(batch=1, q_len=q_len, kv_len=LONG_KEYS, num_heads=heads, head_dim=head_dim,
+                    dtype=dtype, device=device, kept=keep, causal=caps.causal == "always")
+
+    def verify(self, context: CheckContext, case: Case, offset: float = 0.0) -> None:
+        hint = ("is a low-precision intermediate (logits, softmax sum) kept where the same-dtype "
+                "baseline upcasts or scales first?")
+        details = []
+        if offset:
+            hint = ("error that grows with the number of keys: are running sums (the softmax "
+                    "denominator, the output accumulator) kept in half precision?")
+            details = [f"the long-sequence case: inputs offset by {offset:g} (a component "
+                       f"common to every position), {case.kv_len} keys"]
+            instance = context.build(case)
+            inputs = case.inputs(context.capabilities.call)
+            inputs = inputs.with_tensors(*(t + offset for t in (
+                (inputs.query,) if inputs.is_self else (inputs.query, inputs.key, inputs.value))))
+            output = context.run(instance, inputs, case)
+            rows = case.attendable_rows()
+            expect_finite_rows(output, rows)
+        else:
+            instance, inputs, output, rows = context.first_call(case, finite=True)
+        if not reference_applies(context.capabilities):
             return
         seen, _ = agree_with_reference(output, instance.read_weights(), inputs, case, rows,
                                        judged=context.judged(case.config.dtype))
         if not seen.ok:
             b, row, _ = seen.worst
             raise Violation(f"in {case.dtype} the output differs from the float64 reference: "
-                            f"{seen.describe()} (row {row} of batch {b})",
-                            hint="is a low-precision intermediate (logits, softmax sum) kept "
-                                 "where the same-dtype baseline upcasts or scales first?")
+                            f"{seen.describe()} (row {row} of batch {b})", details=details,
+                            hint=hint)

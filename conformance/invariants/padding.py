@@ -18,6 +18,7 @@ from conformance.invariants.base import (
     Check,
     CheckContext,
     CheckFailed,
+    Finding,
     Violation,
     expect_finite_rows,
     fmt,
@@ -61,6 +62,11 @@ class Padding(Check):
         if caps.weights:
             context.explore(cases(caps, context.device, masks="partly_masked", probe=True),
                             lambda case: self.zero_weight(context, case))
+        if caps.mask_doubt:
+            context.warnings.append(Finding(Violation(
+                caps.mask_doubt, severity="warn",
+                hint="inference can't know which polarity was meant: it checked the module with "
+                     "the one it reads; declare the mask to have it checked as intended"), None))
 
     def no_influence(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)

@@ -20,6 +20,7 @@ from conformance.invariants.base import (
     Violation,
     agree_with_reference,
     fmt,
+    position_skip_reason,
 )
 from conformance.reference import reference_attention
 from conformance.spec import Capabilities
@@ -52,6 +53,8 @@ class ReferenceAgreement(Check):
     title = "output and input gradients agree with the float64 reference (per-example tolerance)"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
+        if capabilities.positional:
+            return position_skip_reason(capabilities)
         if not capabilities.weights:
             return "needs canonical weight access to build the reference"
         return None

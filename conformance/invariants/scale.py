@@ -16,7 +16,7 @@ import torch
 
 from conformance.cases import Case
 from conformance.diagnosis import scale_candidates
-from conformance.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.invariants.base import Check, CheckContext, Violation, fmt, position_skip_reason
 from conformance.probes import probe
 from conformance.spec import Capabilities
 from conformance.strategies import cases
@@ -51,6 +51,8 @@ class Scale(Check):
     title = "logits are scaled by 1/sqrt(head_dim)"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
+        if capabilities.positional:
+            return position_skip_reason(capabilities)
         if not capabilities.weights:
             return "needs canonical weight access to measure the attention matrix"
         if not {torch.float32, torch.float64} & set(capabilities.dtypes):
