@@ -22,12 +22,13 @@ from conformance.benchmark.ladder import DEFAULT_LENGTHS, bench
 from conformance.benchmark.render import plot, table, to_json
 from conformance.cases import DTYPES
 from conformance.catalogue import CHECK_NAMES, check_many
+from conformance.constraints import discover
 from conformance.inference.declarations import DeclarationError, Declarations, parse_init
 from conformance.invariants.gate import base_case
 from conformance.profiles import PROFILE_NAMES
 from conformance.registry import ResolveError, registered, resolve
 from conformance.report import render_json, render_text
-from conformance.spec import Implementation
+from conformance.spec import Config, Implementation
 from conformance.strategies import available_devices
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -136,17 +137,38 @@ def _targets(specs: Sequence[str], expected_file: Path | None = None,
 
 
 def _preflight(subject: Subject) -> None:
-    """A constructor that raises is bad input, said once, instead of every check failing."""
-    case = base_case(subject.capabilities, subject.capabilities.dtypes[0], "cpu")
+    """A constructor that raises for every generated configuration is bad input, said once,
+    instead of every check failing (one that rejects some is the gate's to narrow down)."""
+    caps = subject.capabilities
+    case = base_case(caps, caps.dtypes[0], "cpu")
     try:
         subject.instantiate(case.config, case.seed)
     except ImplementationError as error:
+        if _builds_somewhere(subject):
+            return
         where = ""
         cause = error.__cause__
         if cause is not None and cause.__traceback__ is not None:
             frame = traceback.extract_tb(cause.__traceback__)[-1]
             where = f" ({frame.filename}:{frame.lineno})"
         raise UsageError(f"{subject.name}: {error}{where}") from error
+
+
+def _builds_somewhere(subject: Subject) -> bool:
+    def builds(heads: int, head_dim: int) -> bool:
+        config = Config(batch=2, q_len=5, kv_len=5, d_model=heads * head_dim, num_heads=heads,
+                        dtype=subject.capabilities.dtypes[0])
+        try:
+            subject.instantiate(config, 0)
+        except ImplementationError:
+            return False
+        return True
+
+    try:
+        discover(builds, heads=subject.capabilities.heads)
+    except ValueError:
+        return False
+    return True
 
 
 def _unavailable(devices: Sequence[str]) -> list[str]:

@@ -87,8 +87,9 @@ def summary(results: Sequence[CheckResult], seconds: float) -> str:
     verdict = ("OK: no unexpected failure" if not counts[Status.FAILED]
                else f"FAILED: {counts[Status.FAILED]} unexpected failure(s)")
     if counts[Status.WARNED] and not counts[Status.FAILED]:
-        verdict += (f" ({counts[Status.WARNED]} warning(s): robustness findings beyond the "
-                    "normal range; --strict fails on them)")
+        verdict += (f" ({counts[Status.WARNED]} warning(s): findings beyond the contract's "
+                    "normal range, in assumed dtypes or about an intent inference can't know; "
+                    "--strict fails on them)")
     return f"{text}\n{verdict}"
 
 

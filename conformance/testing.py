@@ -43,16 +43,18 @@ class AttentionCheck:
 def parametrize_with_checks(*targets: type | Implementation, profile: str = "quick",
                             devices: Sequence[str] = ("cpu", "cuda"),
                             checks: Sequence[str] | None = None,
-                            expected_failures: Mapping[str, Mapping[str, str]] | None = None):
+                            expected_failures: Mapping[str, Mapping[str, str]] | None = None,
+                            strict: bool = False):
     """A ``pytest.mark.parametrize`` over every check of every target, as ``attention_check``.
 
     ``targets`` are ``nn.Module`` classes (their interface is inferred) or declared
-    Implementations; ``expected_failures`` is ``{implementation: {check: reason}}``.
+    Implementations; ``expected_failures`` is ``{implementation: {check: reason}}``. A warning
+    passes the test and shows in pytest's warnings summary; ``strict`` fails on it.
     """
     implementations = [t if isinstance(t, Implementation) else infer(t).implementation
                        for t in targets]
     implementations = apply(implementations, expected_failures or {})
-    runner = Runner(profile)  # one gate per implementation and device, shared by its tests
+    runner = Runner(profile, strict=strict)  # one gate per implementation and device
     params = [
         pytest.param(AttentionCheck(InProcessSubject(impl), name, device, runner),
                      id=f"{impl.name}-{name}" + ("" if device == "cpu" else f"-{device}"))

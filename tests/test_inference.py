@@ -11,9 +11,11 @@ import torch
 from conformance import Config, Status
 from conformance.catalogue import check_many
 from conformance.inference import Declarations, InferenceError, infer
+from conformance.kernels import PLATFORM_NOTE
 from conformance.registry import resolve
-from implementations import bundled, expected_results
+from implementations import bundled, expected_results, expected_warnings
 from implementations import seed000_multihead_self_attention as seed000
+from implementations.mutants import MUTANT_MODULES
 from implementations.mutants.mask_inverted import MaskInverted
 
 PROBE = Config(batch=1, q_len=2, kv_len=2, d_model=8, num_heads=2)
@@ -40,49 +42,94 @@ ONE_FLAG = {
     "mutant-bool-mask-inverted": Declarations(mask_formats=("keep_bool:broadcast",)),
 }
 CHECKED = {impl.name: _spec(impl) for impl in bundled()}
+MUTANTS = {module.IMPLEMENTATION.name: module for module in MUTANT_MODULES}
 
 
 @pytest.fixture(scope="module")
-def inferred_failures() -> dict[str, set[str]]:
-    """Failed checks of each registration's class, inferred (plus its one flag, where listed),
-    keyed by the registration's name."""
+def inferred_findings() -> dict[str, tuple[set[str], set[str], object]]:
+    """(failed checks, warned checks, the inferred implementation) of each registration's class,
+    inferred (plus its one flag, where listed), keyed by the registration's name."""
     plain = {name: (spec, resolve(spec)[0]) for name, spec in CHECKED.items()
              if name not in ONE_FLAG}
-    by_label: dict[str, set[str]] = {impl.name: set() for _, impl in plain.values()}
+    flagged = {name: (CHECKED[name], resolve(CHECKED[name], declared)[0])
+               for name, declared in ONE_FLAG.items()}
     unique = list({impl.name: (spec, impl) for spec, impl in plain.values()}.values())
-    for result in check_many(unique, devices=["cpu"], jobs=2):
+    results = check_many(unique, devices=["cpu"], jobs=2)
+    for spec, impl in flagged.values():
+        results += check_many([(spec, impl)], devices=["cpu"])
+    by_label: dict[str, tuple[set[str], set[str]]] = {}
+    for result in results:
+        failed, warned = by_label.setdefault(result.implementation, (set(), set()))
         if result.status is Status.FAILED:  # inferred: nothing is expected, every failure shows
-            by_label[result.implementation].add(result.check)
-    failures = {name: by_label[impl.name] for name, (_, impl) in plain.items()}
-    for name, declared in ONE_FLAG.items():
-        (impl,) = resolve(CHECKED[name], declared)
-        failures[name] = {r.check for r in check_many([(CHECKED[name], impl)], devices=["cpu"])
-                          if r.status is Status.FAILED}
-    return failures
+            failed.add(result.check)
+        elif result.status is Status.WARNED and not result.reason.startswith(PLATFORM_NOTE):
+            warned.add(result.check)
+    return {name: (*by_label[impl.name], impl) for name, (_, impl) in {**plain, **flagged}.items()}
 
 
 @pytest.mark.parametrize("name", list(CHECKED))
-def test_inference_alone_gives_the_registrations_verdicts(inferred_failures, name):
-    assert inferred_failures[name] == set(expected_results().get(name, {})), CHECKED[name]
+def test_inference_alone_finds_what_the_registration_finds(inferred_findings, name):
+    """Inference never invents a finding, and finds every mutant's bug. Where it reports less than
+    the hand-written registration, it is for a stated reason: float16/bfloat16 are assumed, not
+    declared (findings there are warnings), or no mask convention could be inferred (padding
+    fails once, the checks that need the mask skip), or a mask named ``mask`` is read with the
+    polarity the module uses (a warning: inference can't know the intent)."""
+    failed, warned, impl = inferred_findings[name]
+    registered = set(expected_results().get(name, {}))
+    registered_warnings = set(expected_warnings().get(name, {}))
+    assert failed <= registered, CHECKED[name]
+    assert warned <= registered | registered_warnings, CHECKED[name]
+    caps = impl.capabilities
+    for check in registered - failed:
+        explained = ((check in warned and check == "low_precision" and caps.assumed_dtypes)
+                     or caps.mask_problem is not None or caps.mask_doubt is not None)
+        assert explained, (CHECKED[name], check)
+    mutant = MUTANTS.get(name)
+    if mutant is not None:
+        assert mutant.CATCHES in failed | warned, (CHECKED[name], mutant.CATCHES)
+    if registered or registered_warnings:
+        assert failed | warned, CHECKED[name]
+    else:
+        assert not failed and not warned, CHECKED[name]
 
 
 def test_the_report_opens_with_what_was_inferred():
     notes = infer(seed000.MultiHeadAttention).notes
     assert notes[0] == "self-attention forward(X, attention_mask)"
     assert "weights from inner.q_proj/inner.k_proj/inner.v_proj/inner.out_proj" in notes
-    assert "attention_mask: int mask, 0 = masked, shape (B, 1, 1, Lk) (probed)" in notes
+    assert any(note.startswith("attention_mask: int mask, 0 = masked, shape (B, 1, 1, Lk) "
+                               "(probed; to state it: --mask keep_int:broadcast@attention_mask)")
+               for note in notes)
+    assert any(note.startswith("not causal (probed: rows see later positions; if it is meant to "
+                               "be, declare --causal always") for note in notes)
 
 
-def test_an_inverted_mask_is_reported_not_accepted():
-    notes = infer(MaskInverted).notes
-    assert any("is the mask inverted?" in note for note in notes)
-    assert any(note.startswith("mask: int mask, 0 = masked") for note in notes)
+def test_a_mask_whose_name_settles_its_polarity_is_never_read_inverted():
+    (impl,) = resolve("tests.fixtures.user_impls:InvertedAttentionMask")
+    assert impl.capabilities.mask is None
+    assert "is the mask inverted?" in impl.capabilities.mask_problem
+    (result,) = check_many([("tests.fixtures.user_impls:InvertedAttentionMask", impl)],
+                           devices=["cpu"], checks=["padding"])
+    assert result.status is Status.FAILED
+    assert "is the mask inverted?" in result.reason
+    assert "--mask KIND:LAYOUT@ARGUMENT" in result.hint
+
+
+def test_a_mask_named_mask_read_the_other_way_is_accepted_and_doubted():
+    impl = infer(MaskInverted).implementation
+    assert impl.capabilities.mask.kind.value == "ignore_bool"
+    assert "the opposite of what a mask named 'mask' usually means" in impl.capabilities.mask_doubt
+    assert "--mask ignore_bool:" in impl.capabilities.mask_doubt
+    (result,) = check_many([("implementations.mutants.mask_inverted:MaskInverted", impl)],
+                           devices=["cpu"], checks=["padding"])
+    assert result.status is Status.WARNED
 
 
 def test_torch_multihead_attention_through_inference_alone():
     notes = infer(torch.nn.MultiheadAttention).notes
     assert "forward returns a tuple: its first element is taken as the output" in notes
-    assert "key_padding_mask: bool mask, True = ignore, shape (B, Lk) (probed)" in notes
+    assert any(note.startswith("key_padding_mask: bool mask, True = ignore, shape (B, Lk) "
+                               "(probed") for note in notes)
     assert "weights from inner.in_proj_weight/inner.out_proj" in notes
 
 
@@ -110,16 +157,17 @@ def style_results():
 
 def test_twelve_user_styles_are_inferred_and_pass_everything_they_can(style_results):
     assert len(style_results) >= 12
-    # The one finding allowed: computing q @ k^T before scaling overflows float16 for q/k of
-    # std ~80 (inference declares float16: an nn.Module runs in it). Nothing else may fail.
+    # Nothing fails. The one finding allowed is a warning: computing q @ k^T before scaling
+    # overflows float16 for q/k of std ~80, beyond the normal range.
     for name, results in style_results.items():
         for result in results:
-            if result.status is Status.FAILED:
+            assert result.status is not Status.FAILED, (name, result.check, result.reason)
+            if result.status is Status.WARNED:
                 assert result.check == "stability", (name, result.check, result.reason)
                 assert result.reason.startswith("in float16 with q and k of std 80"), name
                 assert "overflow float16" in result.hint
     overflowing = {name for name, results in style_results.items()
-                   if any(r.status is Status.FAILED for r in results)}
+                   if any(r.status is Status.WARNED for r in results)}
     assert "user_styles:SDPAInside" not in overflowing  # SDPA scales q first
     passed = {name: {r.check for r in results if r.status is Status.PASSED}
               for name, results in style_results.items()}

@@ -73,7 +73,10 @@ class ForwardConvention:
             text = f"forward({', '.join(self.inputs)}"
         if self.mask:
             text += f", {self.mask}"
-        return text + ")"
+        text += ")"
+        if self.by_keyword:
+            text += "; q, k, v passed by name (its signature orders them otherwise)"
+        return text
 
 
 def _qkv_roles(names: list[str]) -> tuple[str, str, str] | None:

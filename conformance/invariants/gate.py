@@ -149,7 +149,8 @@ class Gate:
             if problem is None:
                 kept_dtypes.append(dtype)
             else:
-                broken[dtype_name(dtype)] = f"declared dtype {dtype_name(dtype)}: {problem}"
+                origin = "assumed" if dtype in caps.assumed_dtypes else "declared"
+                broken[dtype_name(dtype)] = f"{origin} dtype {dtype_name(dtype)}: {problem}"
         if caps.cross_attention:
             problem = try_call(context, base_case(caps, first, device, kv_len=3))
             if problem is not None:

@@ -71,7 +71,7 @@ class LowPrecision(Check):
                                         hint=overflow_hint(declared[0])), None)
         for feature, problem in broken.items():
             context.warnings.append(Finding(Violation(
-                f"in {feature}, which was assumed rather than declared: {problem}",
+                f"{problem} (a dtype inference assumed, nobody declared: a warning)",
                 hint=overflow_hint(problem), severity="warn"), None))
         low = tuple(d for d in caps.dtypes if d in LOW_PRECISION)
         if not low:  # every low-precision dtype broke at the gate (reported above)
