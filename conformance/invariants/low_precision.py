@@ -69,7 +69,7 @@ class LowPrecision(Check):
         if declared:
             raise CheckFailed(Violation(declared[0], details=declared[1:],
                                         hint=overflow_hint(declared[0])), None)
-        for feature, problem in broken.items():
+        for problem in broken.values():
             context.warnings.append(Finding(Violation(
                 f"{problem} (a dtype inference assumed, nobody declared: a warning)",
                 hint=overflow_hint(problem), severity="warn"), None))
