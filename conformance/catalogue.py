@@ -7,10 +7,11 @@ declared feature is reported once and the other checks run without it.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
@@ -106,6 +107,10 @@ class Runner:
 
     def run_check(self, subject: Subject, name: str, device: str) -> CheckResult:
         """One check's verdict on one device (the gate's, when ``name`` is "gate")."""
+        with one_thread():
+            return self._run_check(subject, name, device)
+
+    def _run_check(self, subject: Subject, name: str, device: str) -> CheckResult:
         if device not in available_devices():
             return CheckResult(subject.name, name, device, Status.SKIPPED,
                                reason=f"{device} is not available on this machine")
@@ -167,6 +172,25 @@ class Runner:
             result.status = Status.FAILED
             result.reason = f"expected to fail ({expected}) but passed"
         return result
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch's intra-op threads set to one while checks run, then restored.
+
+    The checks call implementations on tiny tensors, where threads cost more than they save, and
+    on a busy machine their synchronisation is ruinous: `check textbook reference-torch-mha`
+    took 36 to 72 s with torch's default two threads beside other work, 4.4 to 6.9 s with one
+    (4.4 s both ways on an idle machine).
+    """
+    previous = torch.get_num_threads()
+    if previous != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if previous != 1:
+            torch.set_num_threads(previous)
 
 
 def _by_name(name: str) -> Check:

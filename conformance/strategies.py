@@ -10,6 +10,7 @@ mask every key of some elements.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 from typing import Literal
 
 import torch
@@ -42,24 +43,43 @@ def available_devices() -> list[str]:
     return devices
 
 
+# Strategy objects are built once per distinct argument, not once per drawn case: hypothesis
+# validates and labels every new strategy, which cost more than the draw itself.
+_integers = cache(st.integers)
+_sampled = cache(st.sampled_from)
+
+
+@cache
+def _just_or_integers(value: int, low: int, high: int) -> st.SearchStrategy[int]:
+    return st.one_of(st.just(value), st.integers(low, high))
+
+
+@cache
+def _some_elements(batch: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(st.integers(0, batch - 1), min_size=1, max_size=batch - 1, unique=True)
+
+
+_MASK_SEEDS = st.one_of(st.none(), SEEDS)
+
+
 def _heads(caps: Capabilities, min_heads: int, max_heads: int) -> st.SearchStrategy[int]:
     if caps.heads is not None:
         return st.just(caps.heads)
     buildable = HEAD_COUNTS if caps.shapes is None else {h for h, _ in caps.shapes}
     options = [h for h in HEAD_COUNTS if min_heads <= h <= max_heads and h in buildable]
     # A constructor constraint can leave none in the range asked for: take what builds.
-    return st.sampled_from(options or [h for h in HEAD_COUNTS if h in buildable])
+    return _sampled(tuple(options or [h for h in HEAD_COUNTS if h in buildable]))
 
 
 def _head_dims(caps: Capabilities, num_heads: int, low: int,
                high: int) -> st.SearchStrategy[int]:
     if caps.shapes is None:
-        return st.integers(low, max(low, high))
+        return _integers(low, max(low, high))
     options = sorted(d for h, d in caps.shapes if h == num_heads and d >= low)
     within = [d for d in options if d <= max(low, high)]
     if not (within or options):
         reject()  # no buildable head_dim fits this case's lengths: draw another
-    return st.sampled_from(within or options)
+    return _sampled(tuple(within or options))
 
 
 @st.composite
@@ -82,12 +102,11 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
         max_len = min(max_len, MAX_HEAD_DIM - 1)
     if masks == "partly_masked":
         min_len = max(min_len, 2)
-    batch = draw(st.integers(max(min_batch, 2 if masks == "fully_masked" else 1), max_batch))
-    q_len = draw(st.one_of(st.just(max(min(batch, max_len), min_len)),
-                           st.integers(min_len, max_len)))
+    batch = draw(_integers(max(min_batch, 2 if masks == "fully_masked" else 1), max_batch))
+    q_len = draw(_just_or_integers(max(min(batch, max_len), min_len), min_len, max_len))
     kv_len = q_len
     if cross and caps.cross_attention and not causal:
-        kv_len = draw(st.one_of(st.just(q_len), st.integers(min_len, max_len)))
+        kv_len = draw(_just_or_integers(q_len, min_len, max_len))
     num_heads = draw(_heads(caps, min_heads, max_heads))
     if probe:
         # One-hot values need head_dim >= kv_len; the content channel needs d_model > kv_len.
@@ -96,7 +115,7 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
     else:
         head_dim = draw(_head_dims(caps, num_heads, 1, max_head_dim))
     allowed = [d for d in caps.dtypes if dtypes is None or d in dtypes]
-    dtype = draw(st.sampled_from([dtype_name(d) for d in allowed]))
+    dtype = draw(_sampled(tuple(dtype_name(d) for d in allowed)))
 
     kept = None
     mask_seed = None
@@ -105,16 +124,15 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
         # Drawn as a count of masked keys, so examples shrink towards masking as little as possible.
         fewest = 1 if masks == "partly_masked" else 0
         counts = 1 if shared else batch
-        kept_list = [kv_len - draw(st.integers(fewest, kv_len - 1)) for _ in range(counts)]
+        kept_list = [kv_len - draw(_integers(fewest, kv_len - 1)) for _ in range(counts)]
         if masks == "fully_masked" and shared:
             kept_list = [0]  # one mask for the whole batch: every element is fully masked
         elif masks == "fully_masked":
-            empty = draw(st.lists(st.integers(0, batch - 1), min_size=1, max_size=batch - 1,
-                                  unique=True))
+            empty = draw(_some_elements(batch))
             for b in empty:
                 kept_list[b] = 0
         kept = tuple(kept_list * batch if shared else kept_list)
-        mask_seed = draw(st.one_of(st.none(), SEEDS))
+        mask_seed = draw(_MASK_SEEDS)
     case = Case(batch=batch, q_len=q_len, kv_len=kv_len, num_heads=num_heads,
                 head_dim=head_dim, dtype=dtype, device=device, seed=draw(SEEDS), kept=kept,
                 mask_seed=mask_seed, causal=causal, shared_mask=shared and kept is not None)

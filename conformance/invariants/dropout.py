@@ -5,6 +5,13 @@ the output at p = 0; train mode at p = 0 equals eval mode; in train mode at p > 
 over N independent draws approaches the eval output (each element within z standard errors, z
 Bonferroni-corrected for a family-wise false alarm rate of 1e-6, fixed seeds); and in train mode,
 with the same random draws, masked keys stay invisible and no row sees a later position.
+
+The draws are taken as replicas along the batch: each of CALLS train-mode calls runs the case's
+batch repeated DRAWS / CALLS times, and every replica is one draw (dropout masks are drawn per
+element, so replicas are independent draws, and batch independence is the implementation's
+contract, checked by ``batch_independence``). Same draws, same test, a thirtieth of the calls.
+If every replica of a call comes out identical (a dropout mask shared across the batch would do
+that, making replicas dependent), or the batched call fails, the draws are taken one per call.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from dataclasses import replace
 
 import torch
 
+from conformance.adapter import ImplementationError, Inputs
 from conformance.cases import Case
 from conformance.invariants.base import Check, CheckContext, Violation, expect_finite_rows, fmt
 from conformance.spec import Capabilities
@@ -21,9 +29,21 @@ from conformance.strategies import cases
 from conformance.tolerance import abs_error, only_rows, reordering_tolerance, worst_index
 
 DRAWS = 256
+CALLS = 8
+"""Train-mode calls the DRAWS are spread over, as replicas along the batch."""
 FAMILY_ALPHA = 1e-6
 CONFIGURED_RATE = 0.3
 """The rate used where it is configurable: high enough that bias shows in a few hundred draws."""
+
+
+def _replicated(inputs: Inputs, times: int) -> Inputs:
+    """``inputs`` with the batch repeated ``times`` times (replica r is rows r*B .. r*B + B-1)."""
+    def repeated(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.repeat(times, *([1] * (tensor.dim() - 1)))
+
+    tensors = ((inputs.query,) if inputs.is_self else (inputs.query, inputs.key, inputs.value))
+    batched = inputs.with_tensors(*(repeated(t) for t in tensors))
+    return batched.with_mask(None if inputs.keep is None else repeated(inputs.keep))
 
 
 def z_bound(elements: int) -> float:
@@ -96,8 +116,7 @@ class Dropout(Check):
         rows = case.attendable_rows()
         expected = context.run(instance, inputs, case).to(torch.float64).cpu()
         expect_finite_rows(expected, rows)
-        draws = torch.stack([instance.forward(inputs, training=True, seed=1000 + k)
-                             .to(torch.float64).cpu() for k in range(DRAWS)])
+        draws = self._draws(instance, inputs, case)
         mean = draws.mean(0)
         standard_error = draws.std(0) / math.sqrt(DRAWS)
         bound = z_bound(int(rows.sum()) * case.d_model)
@@ -114,6 +133,23 @@ class Dropout(Check):
                 f"{fmt(float(expected[b, row, feature]))} (batch {b}, row {row}, feature "
                 f"{feature}; {fmt(bound)} standard errors = {fmt(float(allowed[b, row, feature]))})",
                 hint="is dropout applied to the logits, or without the 1/(1 - p) rescaling?")
+
+    @staticmethod
+    def _draws(instance, inputs: Inputs, case: Case) -> torch.Tensor:
+        """DRAWS train-mode outputs (DRAWS, B, Lq, D) in float64: replicas along the batch in
+        CALLS calls where they are independent, else one call per draw."""
+        replicas = DRAWS // CALLS
+        batched = _replicated(inputs, replicas)
+        try:
+            calls = [instance.forward(batched, training=True, seed=1000 + k)
+                     .to(torch.float64).cpu().reshape(replicas, *inputs.query.shape[:2], -1)
+                     for k in range(CALLS)]
+        except ImplementationError:
+            calls = []
+        if calls and all(not bool((call == call[:1]).all()) for call in calls):
+            return torch.cat(calls)
+        return torch.stack([instance.forward(inputs, training=True, seed=1000 + k)
+                            .to(torch.float64).cpu() for k in range(DRAWS)])
 
     def train_mode_masks(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)
