@@ -125,7 +125,8 @@ def plot(path: Path, rubric: Rubric, students: list[Student]) -> bool:
     right.set_xlim(0, 100)
     right.set_xlabel("share of submissions (%)")
     right.set_title("Per rubric item")
-    right.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, fontsize=8,
+                 frameon=False)
     right.tick_params(axis="y", labelsize=8)
     figure.suptitle(rubric.title)
     figure.tight_layout()
@@ -165,6 +166,9 @@ def document(rubric: Rubric, students: list[Student], image: str | None) -> list
             shown = ", ".join(bug.students[:8]) + (" ..." if len(bug.students) > 8 else "")
             rows.append([bug.check, bug.text, f"{len(bug.students)}: {shown}"])
         blocks.append(Block("table", rows=rows))
+        if len(bugs) > 12:
+            blocks.append(Block("p", f"... and {len(bugs) - 12} more, each in fewer or as many "
+                                     "students (every failure is in the students' feedback)."))
     else:
         blocks.append(Block("p", "No check failed."))
     look = needs_a_look(students)

@@ -501,6 +501,10 @@ def _child_main(job: _Job, sender: Any) -> None:
             send({"type": "target-end", "target": target_job.target,
                   "status": RunStatus.TIMEOUT.value,
                   "message": f"exceeded the per-check limit of {job.check_seconds:g} s"})
+        except BaseException as error:  # whatever else the submission threw our way
+            send({"type": "target-end", "target": target_job.target,
+                  "status": RunStatus.CRASHED.value,
+                  "message": f"the run stopped: {_one_line(error)}"})
     send({"type": "done"})
     sender.close()
     sys.stdout.flush()
@@ -624,6 +628,9 @@ def _load(job: _Job, target_job: _TargetJob) -> tuple[Any, TargetOutcome]:
                                        f"{job.check_seconds:g} s")
     except (InferenceError, DeclarationError, ImplementationError) as error:
         return fail(RunStatus.INTERFACE_MISMATCH, str(error))
+    except (SystemExit, KeyboardInterrupt) as error:
+        return fail(RunStatus.CRASHED, f"working out its interface, the submission raised "
+                                       f"{type(error).__name__}({getattr(error, 'code', '')!r})")
     except MemoryError:
         return fail(RunStatus.OUT_OF_MEMORY, "working out its interface ran out of memory")
     except Exception as error:

@@ -48,6 +48,7 @@ def points(value: float) -> str:
 @dataclass
 class Block:
     kind: str  # h1 h2 h3 p meta table list pre note image (text: src, tone: alt)
+    # ``tone``: a CSS class (a heading's state, a note's kind, a table's style).
     text: str = ""
     rows: list[list[str]] = field(default_factory=list)
     classes: list[str] = field(default_factory=list)
@@ -153,7 +154,7 @@ def document(rubric: Rubric, student: Student, as_of: datetime) -> list[Block]:
                 details.append(item)
         if rows:
             blocks.append(Block("table", rows=[["Item", "Result", "Points"], *rows],
-                                classes=classes))
+                                classes=classes, tone="items"))
         for item in details:
             blocks.append(Block("h3", f"{item.item.label}: {item.state.value} "
                                       f"({points(item.points)} / {points(item.max_points)})",
@@ -247,7 +248,10 @@ dl.meta { display: grid; grid-template-columns: max-content auto; gap: .2em 1em;
 dl.meta dt { font-weight: 600; color: #57606a; } dl.meta dd { margin: 0; }
 table { border-collapse: collapse; width: 100%; margin: .8em 0; }
 th, td { border: 1px solid #d0d7de; padding: .35em .7em; text-align: left; }
-th { background: #f6f8fa; } td:last-child { text-align: right; white-space: nowrap; }
+th { background: #f6f8fa; }
+table.items { table-layout: fixed; }
+table.items th:nth-child(1) { width: 58%; } table.items th:nth-child(2) { width: 27%; }
+table.items td:last-child, table.items th:last-child { text-align: right; white-space: nowrap; }
 tr.passed td:nth-child(2) { color: #1a7f37; font-weight: 600; }
 tr.failed td:nth-child(2) { color: #cf222e; font-weight: 600; }
 tr.partial td:nth-child(2) { color: #9a6700; font-weight: 600; }
@@ -285,7 +289,8 @@ def render_html(blocks: list[Block], title: str) -> str:
                         'style="max-width:100%"></p>')
         elif block.kind == "table":
             header, *rows = block.rows
-            lines = ["<table><thead><tr>" + "".join(f"<th>{e(c)}</th>" for c in header)
+            css = f' class="{e(block.tone)}"' if block.tone else ""
+            lines = [f"<table{css}><thead><tr>" + "".join(f"<th>{e(c)}</th>" for c in header)
                      + "</tr></thead><tbody>"]
             for row, css in zip(rows, block.classes or [""] * len(rows), strict=True):
                 lines.append(f'<tr class="{e(css)}">' + "".join(f"<td>{e(c)}</td>" for c in row)

@@ -369,7 +369,9 @@ def _target(raw: object, index: int, where: str) -> Target:
         if declarations.weights:
             declarations.weight_layout("inner")
     except DeclarationError as error:
-        raise RubricError(str(error)) from None
+        text = str(error)
+        raise RubricError(text if text.startswith(where) else f"{here}: interface: {text}") \
+            from None
     if declarations.causal not in (None, "never", "always", "optional"):
         raise RubricError(f"{here}: interface causal {declarations.causal!r}: use never, always "
                           "or optional")
