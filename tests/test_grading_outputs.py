@@ -175,7 +175,8 @@ def test_feedback_shows_each_item_as_its_visibility_allows(rubric, students):
     assert "did you divide by sqrt" not in before            # after_due_date detail held back
     assert "autograd" not in before and "secret detail" not in before   # hidden: nothing
     assert "1 further item(s) are graded but not shown here" in before
-    assert "0 / 2 on the items shown here; 2 more item(s) worth 2 point(s)" in before
+    assert "0 / 2 on the items shown here; 2 more item(s) worth 2 point(s) are not shown here" \
+        in before
     assert "Likely bug: output is independent of the kept keys: is the mask inverted?" in before
     assert "Case(batch=1, q_len=2, kv_len=2, num_heads=1, head_dim=1)" in before
     assert "batch 0 keeps keys \\[0\\], masks \\[1\\]" in before

@@ -112,7 +112,7 @@ def document(rubric: Rubric, student: Student, as_of: datetime) -> list[Block]:
         meta.append(["Score", f"{points(visible_total)} / {points(visible_max)} on the items "
                               f"shown here; {len(hidden)} more item(s) worth "
                               f"{points(sum(i.max_points for i in hidden))} point(s) are not "
-                              "shown yet"])
+                              "shown here"])
     else:
         meta.append(["Score", f"{points(student.score.total)} / "
                               f"{points(student.score.max_points)} ({student.score.percent:g}%)"])
