@@ -248,3 +248,55 @@ def test_without_the_worker_student_code_is_not_run(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib, "import_module", no_worker)
     with pytest.raises(WorkerUnavailable, match="only ever run inside it"):
         run_submission(submission(tmp_path, CORRECT), rubric(tmp_path))
+
+
+def test_the_worker_branchs_isolated_subject_api_is_adapted(tmp_path, monkeypatch):
+    """conformance.worker as built on the worker branch (IsolatedSubject per target) is used
+    through execution.IsolatedSubjectAPI: limits, closing, statuses, near misses, failures."""
+    import importlib
+
+    from conformance.catalogue import Runner
+    from tests.fixtures import fake_isolated_worker as fake
+
+    real = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module",
+                        lambda name, *a: fake if name == "conformance.worker" else real(name, *a))
+    assert isinstance(execution.worker_api(), execution.IsolatedSubjectAPI)
+    graded_rubric = rubric(tmp_path)
+    outcome = run_submission(submission(tmp_path, CORRECT), graded_rubric)
+    assert outcome.status is RunStatus.GRADED and outcome.protections == ["fake isolated subject"]
+    assert [r.status for r in outcome.targets[0].results] == [Status.PASSED] * 3
+    subject = fake.created[-1]
+    assert subject.closed
+    assert subject.limits == fake.Limits(request_seconds=20, load_seconds=20, lifetime_seconds=60,
+                                         memory_bytes=1024 * 2**20)
+
+    # Found in the source, not loadable: the worker's names give the near miss.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "attention.py").write_text("class Atn:\n    pass\n\n\nAttn = None\n")
+    outcome = run_submission(other, graded_rubric)
+    assert outcome.status is RunStatus.NOT_FOUND and outcome.targets[0].near_misses == ["Atn"]
+    assert "printed while loading" in outcome.output
+
+    # A fatal failure in a check: that check fails with it; the next ones run on a new worker,
+    # unless the worker won't be restarted any more.
+    original = Runner.run_check
+    inject = {"status": fake.WorkerStatus.TIMEOUT}
+
+    def failing(self, subject, name, device):
+        result = original(self, subject, name, device)
+        if name == "padding":
+            subject.failures.append((name, fake.WorkerError(inject["status"], "padding: over 20 s")))
+        return result
+
+    monkeypatch.setattr(Runner, "run_check", failing)
+    outcome = run_submission(submission(tmp_path, CORRECT), graded_rubric)
+    (target,) = outcome.targets
+    assert outcome.status is RunStatus.TIMEOUT and [r.check for r in target.results] == [
+        "gate", "padding", "scale"]
+    assert target.results[1].status is Status.FAILED and target.results[2].status is Status.PASSED
+    inject["status"] = fake.WorkerStatus.RESTART_LIMIT
+    outcome = run_submission(submission(tmp_path, CORRECT), graded_rubric)
+    assert outcome.status is RunStatus.CRASHED
+    assert [r.check for r in outcome.targets[0].results] == ["gate", "padding"]

@@ -76,6 +76,12 @@ def test_canvas_moodle_github_and_plain_entries(tmp_path):
     assert found["loose-folder"].layout == "folder"
 
 
+def test_the_output_folder_is_not_a_submission(tmp_path):
+    touch(tmp_path / "alice.py")
+    touch(tmp_path / "grading" / "staged" / "alice" / "alice.py")
+    assert [s.id for s in discover(tmp_path, exclude=(tmp_path / "grading",))] == ["alice"]
+
+
 def test_ids_are_file_name_safe_and_unique(tmp_path):
     assert safe_id("../../etc/passwd") == "etc-passwd"
     assert safe_id("  ") == "submission"

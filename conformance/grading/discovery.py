@@ -97,8 +97,11 @@ def _github_prefix(names: list[str], configured: str | None) -> str | None:
     return max(shared)[2] if shared else None
 
 
-def discover(folder: Path, *, github_classroom_prefix: str | None = None) -> list[Submission]:
-    """Every submission in ``folder`` (see the module docstring for the layouts)."""
+def discover(folder: Path, *, github_classroom_prefix: str | None = None,
+             exclude: tuple[Path, ...] = ()) -> list[Submission]:
+    """Every submission in ``folder`` (see the module docstring for the layouts); ``exclude``:
+    entries that are not submissions (the output folder, when it lies inside)."""
+    excluded = {path.resolve() for path in exclude}
     by_key: dict[tuple[str, str], Submission] = {}
     generic_folders: list[Path] = []
     generic_files: list[Path] = []
@@ -115,6 +118,8 @@ def discover(folder: Path, *, github_classroom_prefix: str | None = None) -> lis
     for entry in _entries(folder):
         if entry.is_symlink():
             continue  # a link may point anywhere: never followed
+        if entry.resolve() in excluded:
+            continue
         if entry.is_dir():
             moodle = MOODLE_FOLDER.match(entry.name)
             if moodle:

@@ -129,14 +129,125 @@ class WorkerAPI(Protocol):
 
 
 def worker_api() -> WorkerAPI:
-    """The sandboxed worker module, or WorkerUnavailable."""
+    """The sandboxed worker, as :class:`WorkerAPI`; WorkerUnavailable when it is missing or
+    offers neither that contract nor the ``IsolatedSubject`` API adapted below."""
     try:
-        return importlib.import_module("conformance.worker")  # type: ignore[return-value]
+        module = importlib.import_module("conformance.worker")
     except ImportError as error:
         raise WorkerUnavailable(
             "the sandboxed worker (conformance.worker) is not part of this build, and student "
-            "code is only ever run inside it; --self-test, which runs trusted code, works "
+            f"code is only ever run inside it; --self-test, which runs trusted code, works "
             f"without it ({error})") from None
+    if hasattr(module, "open_worker"):
+        return module  # type: ignore[return-value]
+    if all(hasattr(module, name) for name in ("IsolatedSubject", "Limits", "LoadError",
+                                              "WorkerError")):
+        return IsolatedSubjectAPI(module)
+    raise WorkerUnavailable("conformance.worker offers neither open_worker nor IsolatedSubject: "
+                            "adapt conformance/grading/execution.py (see WorkerAPI)")
+
+
+# The worker as built on the ``worker`` branch (read at its commit 379be26): one
+# ``IsolatedSubject(submission, spec, declared=, limits=, expected_failures=)`` per target, each
+# with its own worker process (restarted after a fatal failure, up to ``max_restarts``);
+# ``LoadError`` (status, ``defined_names``, ``output``); ``WorkerError`` is an
+# ``ImplementationError`` (a request past its limit fails the check in flight) and fatal ones are
+# appended to ``subject.failures``; ``Limits`` has ``request_seconds``, ``load_seconds``,
+# ``lifetime_seconds``, ``memory_bytes``. It puts the submission's root on ``sys.path``, not a
+# nested file's own folder (``paths`` beyond "." are not passed on).
+
+# Its statuses that have no RunStatus of their own.
+_WORKER_STATUSES = {"exited": RunStatus.CRASHED, "cpu limit": RunStatus.TIMEOUT,
+                    "output limit": RunStatus.CRASHED, "protocol error": RunStatus.CRASHED,
+                    "worker error": RunStatus.GRADER_ERROR, "restart limit": RunStatus.CRASHED}
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A failure as :func:`_run_in_worker` reads it: ``fatal`` means nothing more will run."""
+
+    status: str
+    message: str
+    fatal: bool
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class _IsolatedWorker:
+    """:class:`Worker` over one IsolatedSubject per loaded target."""
+
+    def __init__(self, module: Any, directory: Path, limits: Any) -> None:
+        self._module, self._directory, self._limits = module, directory, limits
+        self._subjects: list[Any] = []
+        self._seen = 0
+        self._load_output: list[str] = []
+        self._names: list[str] = []
+
+    def load(self, spec: str, *, declarations: Declarations, name: str,
+             paths: Sequence[str]) -> Any:
+        try:
+            subject = self._module.IsolatedSubject(self._directory, spec, declared=declarations,
+                                                   limits=self._limits, expected_failures={})
+        except self._module.LoadError as error:
+            self._names = list(getattr(error, "defined_names", ()))
+            self._load_output.append(str(getattr(error, "output", "")))
+            # Each target has a worker of its own: one that died loading stops no other target.
+            raise self._module.WorkerError(error.status, str(error), fatal=False) from None
+        self._subjects.append(subject)
+        self._seen = len(subject.failures)
+        return subject
+
+    def defined_names(self, module: str) -> list[str]:
+        """The names the last target that failed to load defines (asked right after)."""
+        return list(self._names)
+
+    @property
+    def failure(self) -> _Failure | None:
+        """A fatal failure since the last look (the check in flight failed with it); final only
+        once the worker won't be restarted."""
+        if not self._subjects:
+            return None
+        failures = self._subjects[-1].failures
+        if len(failures) == self._seen:
+            return None
+        self._seen = len(failures)
+        error = failures[-1][1]
+        status = str(getattr(error.status, "value", error.status))
+        return _Failure(status, str(error), fatal=status == "restart limit")
+
+    @property
+    def output(self) -> str:
+        return "\n".join(t for t in [*self._load_output, *(s.output for s in self._subjects)] if t)
+
+    @property
+    def protections(self) -> list[str]:
+        return list(self._subjects[-1].protections) if self._subjects else []
+
+    def close(self) -> None:
+        for subject in self._subjects:
+            subject.close()
+
+
+class IsolatedSubjectAPI:
+    """:class:`WorkerAPI` over the worker's ``IsolatedSubject`` API (see above)."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self.WorkerError = module.WorkerError
+
+    def Limits(self, *, request_seconds: float, submission_seconds: float,
+               memory_bytes: int) -> Any:
+        return self.module.Limits(request_seconds=request_seconds, load_seconds=request_seconds,
+                                  lifetime_seconds=submission_seconds, memory_bytes=memory_bytes)
+
+    @contextlib.contextmanager
+    def open_worker(self, directory: Path, limits: Any) -> Iterator[_IsolatedWorker]:
+        worker = _IsolatedWorker(self.module, directory, limits)
+        try:
+            yield worker
+        finally:
+            worker.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,10 +309,11 @@ def run_registered(rubric: Rubric, target: Target, implementation: str,
 
 
 def _status(value: object) -> RunStatus:
+    text = str(getattr(value, "value", value))
     try:
-        return RunStatus(str(value))
+        return RunStatus(text)
     except ValueError:
-        return RunStatus.CRASHED
+        return _WORKER_STATUSES.get(text, RunStatus.CRASHED)
 
 
 def _run_in_worker(api: WorkerAPI, staged_dir: Path, rubric: Rubric, limits: Limits,

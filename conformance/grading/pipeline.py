@@ -83,7 +83,8 @@ def find_submissions(folder: Path, rubric: Rubric, out: Path) -> list[Submission
         folder = extracted
     if not folder.is_dir():
         raise GradingInputError(f"{folder} is not a folder (nor a .zip of submissions)")
-    submissions = discover(folder, github_classroom_prefix=rubric.github_classroom_prefix)
+    submissions = discover(folder, github_classroom_prefix=rubric.github_classroom_prefix,
+                           exclude=(out,))
     if not submissions:
         raise GradingInputError(f"no submissions in {folder}: expected Canvas files "
                                 "(name_userid_submissionid_file), Moodle folders, GitHub "
