@@ -147,10 +147,21 @@ def test_a_skipped_check_is_not_evaluated_and_another_status_is_not_a_pass(rubri
 
 def test_a_status_this_version_does_not_know_comes_back_as_not_passed():
     data = CheckResult("MHA", "padding", "cpu", P).to_dict()
-    data["status"] = "warning"  # e.g. written by a version with Status.WARNED
+    data["status"] = "from-a-later-version"  # stored by a newer suite
     data["reason"] = "slow"
     result = result_from_dict(data)
-    assert result.status is Status.FAILED and result.reason == "[warning] slow"
+    assert result.status is Status.FAILED and result.reason == "[from-a-later-version] slow"
+
+
+def test_every_status_but_passed_earns_nothing(rubric):
+    """Whatever statuses the suite has (a warning one is coming), only passed scores."""
+    for status in Status:
+        if status is Status.PASSED:
+            continue
+        graded = score(rubric, outcome({**ALL_PASS, "head_split": status}, {"gate": P, "causal": P}))
+        item = graded.item("MHA.head_split")
+        assert item.points == 0 and item.state is not State.PASSED, status
+        assert graded.total == 10
 
 
 def test_overall_status_is_the_most_serious(rubric):
