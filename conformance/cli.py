@@ -23,6 +23,7 @@ from conformance.benchmark.render import plot, table, to_json
 from conformance.cases import DTYPES
 from conformance.catalogue import CHECK_NAMES, check_many
 from conformance.constraints import discover
+from conformance.grading import cli as grading_cli
 from conformance.inference.declarations import DeclarationError, Declarations, parse_init
 from conformance.invariants.gate import base_case
 from conformance.profiles import PROFILE_NAMES
@@ -91,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
 
     commands.add_parser("list", help="list the registered implementations")
+    grading_cli.add_parser(commands)
 
     bench = commands.add_parser("bench", help="time and memory against sequence length, beside "
                                               "F.scaled_dot_product_attention")
@@ -251,6 +253,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "grade":
+        return grading_cli.run(args)
     try:
         if args.command == "bench":
             return _bench(args)

@@ -1,0 +1,189 @@
+"""The class report: how the class did, what went wrong most often, who needs a human look.
+
+Writes ``class_report.md`` and ``class_report.html`` (same content) and ``class_report.png``: a
+histogram of the scores and, per rubric item, the share of submissions that passed, failed or
+could not be evaluated (matplotlib, Agg canvas, no pyplot state; skipped with a note when
+matplotlib is not installed: ``pip install -e .[plot]``).
+
+"Likely bugs" groups the failed checks of every student by check and by the hint the suite
+gave (numbers masked, so "sqrt(6)" and "sqrt(8)" count as one), else by the reason's wording.
+"Needs a human look": crashes, timeouts, running out of memory, import errors, interface
+mismatches, unreadable files, grader errors, a failed gate, a class found only through an
+import, and classes not found where a near-miss name exists.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from conformance.grading.feedback import Block, render_html, render_markdown
+from conformance.grading.outcome import NEEDS_A_LOOK, RunStatus
+from conformance.grading.rubric import Rubric
+from conformance.grading.scoring import State
+
+if TYPE_CHECKING:
+    from conformance.grading.pipeline import Student
+
+
+@dataclass(frozen=True)
+class Bug:
+    check: str
+    text: str
+    students: tuple[str, ...]
+
+
+def likely_bugs(students: list[Student]) -> list[Bug]:
+    """Failed checks grouped by check and likely bug, most students first."""
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    wording: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    for student in students:
+        for item in student.score.items:
+            for check in item.checks:
+                if check.state is not State.FAILED or check.result is None:
+                    continue
+                text = check.result.hint or check.result.reason
+                key = (check.check, re.sub(r"\d+(\.\d+)?", "#", text))
+                if student.id not in groups[key]:
+                    groups[key].append(student.id)
+                wording[key][text] += 1
+    bugs = [Bug(check, wording[(check, masked)].most_common(1)[0][0], tuple(ids))
+            for (check, masked), ids in groups.items()]
+    return sorted(bugs, key=lambda bug: (-len(bug.students), bug.check, bug.text))
+
+
+def needs_a_look(students: list[Student]) -> list[tuple[str, str]]:
+    """(student id, why) for every submission a human should look at."""
+    found: list[tuple[str, str]] = []
+    for student in students:
+        outcome = student.outcome
+        if outcome is None:
+            continue
+        reasons = []
+        if outcome.status in NEEDS_A_LOOK:
+            reasons.append(outcome.status.value + (f": {outcome.message}" if outcome.message
+                                                   else ""))
+        for target in outcome.targets:
+            if target.status is RunStatus.NOT_FOUND and target.near_misses:
+                reasons.append(f"{target.target} not found; defines "
+                               f"{', '.join(target.near_misses)}")
+            if "bound by an import" in target.message:
+                reasons.append(f"{target.target}: {target.message}")
+            gate = target.result("gate")
+            if target.status is RunStatus.GRADED and gate is not None \
+                    and gate.status.value != "passed":
+                reasons.append(f"{target.target}: the gate failed ({gate.reason})")
+        if reasons:
+            found.append((student.id, "; ".join(dict.fromkeys(reasons))))
+    return found
+
+
+def _item_rates(rubric: Rubric, students: list[Student]) -> list[tuple[str, float, float, float]]:
+    """Per item: the share passed (full points), failed or partial, not evaluated."""
+    rates = []
+    submitted = [s for s in students if s.record is not None]
+    for item in rubric.items:
+        states = [s.score.item(item.key).state for s in submitted]
+        n = max(len(states), 1)
+        passed = sum(state is State.PASSED for state in states) / n
+        skipped = sum(state is State.NOT_EVALUATED for state in states) / n
+        rates.append((item.key, passed, 1 - passed - skipped, skipped))
+    return rates
+
+
+def plot(path: Path, rubric: Rubric, students: list[Student]) -> bool:
+    """Draw the histogram and the per-item rates; False when matplotlib is missing."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return False
+    rates = _item_rates(rubric, students)
+    height = max(4.0, 0.38 * len(rates) + 1.6)
+    figure = Figure(figsize=(12, height), dpi=110)
+    FigureCanvasAgg(figure)
+    left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.35]})
+    percents = [s.score.percent for s in students if s.record is not None]
+    left.hist(percents, bins=[i * 10 for i in range(11)], color="#4c72b0", edgecolor="white")
+    left.set_xlim(0, 100)
+    left.set_xlabel("score (%)")
+    left.set_ylabel("submissions")
+    left.set_title(f"Scores ({len(percents)} submissions)")
+    left.yaxis.get_major_locator().set_params(integer=True)
+    names = [key for key, *_ in rates][::-1]
+    passed = [p * 100 for _, p, _, _ in rates][::-1]
+    failed = [f * 100 for _, _, f, _ in rates][::-1]
+    skipped = [s * 100 for _, _, _, s in rates][::-1]
+    right.barh(names, passed, color="#55a868", label="passed")
+    right.barh(names, failed, left=passed, color="#c44e52", label="failed / partial")
+    right.barh(names, skipped, left=[p + f for p, f in zip(passed, failed, strict=True)],
+               color="#bbbbbb", label="not evaluated")
+    right.set_xlim(0, 100)
+    right.set_xlabel("share of submissions (%)")
+    right.set_title("Per rubric item")
+    right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, fontsize=8,
+                 frameon=False)
+    right.tick_params(axis="y", labelsize=8)
+    figure.suptitle(rubric.title)
+    figure.tight_layout()
+    figure.savefig(path)
+    return True
+
+
+def document(rubric: Rubric, students: list[Student], image: str | None) -> list[Block]:
+    submitted = [s for s in students if s.record is not None]
+    percents = [s.score.percent for s in submitted]
+    blocks = [Block("h1", f"Class report: {rubric.title}")]
+    statuses = Counter(s.status.value for s in students)
+    meta = [["Students", str(len(students))], ["Submissions", str(len(submitted))],
+            ["Statuses", ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items()))],
+            ["Possible points", f"{rubric.max_points:g}"]]
+    if percents:
+        meta += [["Mean score", f"{statistics.fmean(percents):.1f}%"],
+                 ["Median score", f"{statistics.median(percents):.1f}%"],
+                 ["Range", f"{min(percents):.1f}% to {max(percents):.1f}%"]]
+    blocks.append(Block("meta", rows=meta))
+    if image:
+        blocks.append(Block("image", text=image, tone="scores and per-item results"))
+    else:
+        blocks.append(Block("p", "No chart: matplotlib is not installed (pip install -e "
+                                 ".[plot])."))
+    rows = [["Item", "Points", "Passed", "Failed or partial", "Not evaluated"]]
+    for (key, passed, failed, skipped), item in zip(_item_rates(rubric, students), rubric.items,
+                                                    strict=True):
+        rows.append([key, f"{item.max_points:g}", f"{passed:.0%}", f"{failed:.0%}",
+                     f"{skipped:.0%}"])
+    blocks += [Block("h2", "Per item"), Block("table", rows=rows)]
+    bugs = likely_bugs(students)
+    blocks.append(Block("h2", "Most common likely bugs"))
+    if bugs:
+        rows = [["Check", "Likely bug", "Students"]]
+        for bug in bugs[:12]:
+            shown = ", ".join(bug.students[:8]) + (" ..." if len(bug.students) > 8 else "")
+            rows.append([bug.check, bug.text, f"{len(bug.students)}: {shown}"])
+        blocks.append(Block("table", rows=rows))
+        if len(bugs) > 12:
+            blocks.append(Block("p", f"... and {len(bugs) - 12} more, each in fewer or as many "
+                                     "students (every failure is in the students' feedback)."))
+    else:
+        blocks.append(Block("p", "No check failed."))
+    look = needs_a_look(students)
+    blocks.append(Block("h2", "Needs a human look"))
+    if look:
+        blocks.append(Block("table", rows=[["Student", "Why"], *[[i, why] for i, why in look]]))
+    else:
+        blocks.append(Block("p", "Nothing: every submission ran and was graded normally."))
+    return blocks
+
+
+def write(out: Path, rubric: Rubric, students: list[Student]) -> None:
+    """``class_report.md``, ``.html`` and ``.png`` in ``out``."""
+    image = "class_report.png" if plot(out / "class_report.png", rubric, students) else None
+    blocks = document(rubric, students, image)
+    (out / "class_report.md").write_text(render_markdown(blocks), encoding="utf-8")
+    (out / "class_report.html").write_text(render_html(blocks, f"Class report: {rubric.title}"),
+                                           encoding="utf-8")

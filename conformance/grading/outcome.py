@@ -1,0 +1,151 @@
+"""What running one submission gave: a status, and per target the check results.
+
+These are plain data, independent of how they were obtained (the sandboxed worker, the
+temporary trusted path, a stored JSON file, or a test that builds them by hand): scoring,
+outputs and resuming only ever see these types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from conformance.results import CheckResult, Status
+
+
+class RunStatus(str, Enum):
+    """How far a submission (or one of its targets) got."""
+
+    GRADED = "graded"
+    SYNTAX_ERROR = "syntax error"
+    IMPORT_ERROR = "import error"
+    NOT_FOUND = "not found"
+    INTERFACE_MISMATCH = "interface mismatch"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    OUT_OF_MEMORY = "out of memory"
+    UNREADABLE = "unreadable"
+    NO_CODE = "no code"
+    NO_SUBMISSION = "no submission"
+    GRADER_ERROR = "grader error"
+
+
+NEEDS_A_LOOK = frozenset({RunStatus.CRASHED, RunStatus.TIMEOUT, RunStatus.INTERFACE_MISMATCH,
+                          RunStatus.OUT_OF_MEMORY, RunStatus.IMPORT_ERROR, RunStatus.UNREADABLE,
+                          RunStatus.GRADER_ERROR})
+"""Statuses a human should look at: the grade may say more about the grader than the student."""
+
+# When targets end differently, the submission's status is the most serious one.
+_SERIOUSNESS = [RunStatus.GRADER_ERROR, RunStatus.UNREADABLE, RunStatus.NO_CODE,
+                RunStatus.NO_SUBMISSION, RunStatus.CRASHED, RunStatus.OUT_OF_MEMORY,
+                RunStatus.TIMEOUT, RunStatus.SYNTAX_ERROR, RunStatus.IMPORT_ERROR,
+                RunStatus.INTERFACE_MISMATCH, RunStatus.NOT_FOUND, RunStatus.GRADED]
+
+
+@dataclass
+class TargetOutcome:
+    """One rubric target in one submission.
+
+    Attributes:
+        target: the rubric's class name.
+        status: ``graded`` when the checks ran (whatever they found), else why not.
+        message: one line: what went wrong, or where the class was found.
+        found_as: the class name that matched (the target's or an alias).
+        location: the file (relative to the submission) that defines it.
+        near_misses: class names that look like the target (difflib), for "did you mean".
+        interface: what was inferred or declared about the class, in words.
+        results: one CheckResult per check run (fewer when the run stopped early).
+    """
+
+    target: str
+    status: RunStatus
+    message: str = ""
+    found_as: str | None = None
+    location: str | None = None
+    near_misses: list[str] = field(default_factory=list)
+    interface: list[str] = field(default_factory=list)
+    results: list[CheckResult] = field(default_factory=list)
+
+    def result(self, check: str) -> CheckResult | None:
+        for result in self.results:
+            if result.check == check:
+                return result
+        return None
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "status": self.status.value, "message": self.message,
+                "found_as": self.found_as, "location": self.location,
+                "near_misses": list(self.near_misses), "interface": list(self.interface),
+                "results": [result.to_dict() for result in self.results]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TargetOutcome:
+        return cls(target=data["target"], status=RunStatus(data["status"]),
+                   message=data.get("message", ""), found_as=data.get("found_as"),
+                   location=data.get("location"), near_misses=list(data.get("near_misses", [])),
+                   interface=list(data.get("interface", [])),
+                   results=[result_from_dict(r) for r in data.get("results", [])])
+
+
+@dataclass
+class SubmissionOutcome:
+    """Everything running one submission gave.
+
+    Attributes:
+        status: the most serious of the targets' statuses (or a staging problem).
+        output: what the submission printed (stdout and stderr), truncated.
+        protections: which protections were active while it ran (the worker says).
+        isolation: how it ran: ``worker`` or ``trusted-unsandboxed``.
+    """
+
+    status: RunStatus
+    message: str = ""
+    targets: list[TargetOutcome] = field(default_factory=list)
+    output: str = ""
+    protections: list[str] = field(default_factory=list)
+    isolation: str = ""
+    seconds: float = 0.0
+
+    def target(self, name: str) -> TargetOutcome | None:
+        for target in self.targets:
+            if target.target == name:
+                return target
+        return None
+
+    def to_dict(self) -> dict:
+        return {"status": self.status.value, "message": self.message,
+                "targets": [t.to_dict() for t in self.targets], "output": self.output,
+                "protections": list(self.protections), "isolation": self.isolation,
+                "seconds": round(self.seconds, 3)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SubmissionOutcome:
+        return cls(status=RunStatus(data["status"]), message=data.get("message", ""),
+                   targets=[TargetOutcome.from_dict(t) for t in data.get("targets", [])],
+                   output=data.get("output", ""), protections=list(data.get("protections", [])),
+                   isolation=data.get("isolation", ""), seconds=float(data.get("seconds", 0.0)))
+
+
+def overall_status(targets: list[TargetOutcome]) -> RunStatus:
+    """The most serious target status (``graded`` when every target was graded)."""
+    if not targets:
+        return RunStatus.GRADED
+    return min((t.status for t in targets), key=_SERIOUSNESS.index)
+
+
+def result_from_dict(data: dict) -> CheckResult:
+    """A CheckResult back from :meth:`CheckResult.to_dict`.
+
+    A status this version does not know (written by a newer one) comes back as failed, with its
+    name kept in the reason: it was not a pass.
+    """
+    fields = dict(data)
+    raw = fields.pop("status")
+    try:
+        status = Status(raw)
+    except ValueError:
+        status = Status.FAILED
+        fields["reason"] = f"[{raw}] {fields.get('reason', '')}".strip()
+    known = {"implementation", "check", "device", "reason", "counterexample", "details", "hint",
+             "observations", "seconds"}
+    return CheckResult(status=status, **{k: v for k, v in fields.items() if k in known})

@@ -1,0 +1,161 @@
+"""The grade books: ``grades.csv``, a GitHub-Classroom-style CSV, Gradescope ``results.json``.
+
+``grades.csv``: one row per student (sorted by id): ``id``, ``name`` (the roster's, else what the
+LMS naming carries), ``email`` (with a roster that has them), ``late``, one column per rubric
+item (``Target.check`` or ``Target.group``), ``total``, ``percent``, ``status``,
+``submission_hash``. The first row under the header is ``Points Possible`` (as in a Canvas
+grade export). Nothing in it depends on time or on the order of grading.
+
+``classroom.csv``: GitHub Classroom's grade-export columns (``assignment_name``,
+``github_username``, ``roster_identifier``, ``student_repository_name``, ``points_awarded``,
+``points_available``, ...), blank where a download doesn't say.
+
+``results.json``: the Gradescope autograder format (``score``, ``tests[]`` with ``name``,
+``number``, ``score``, ``max_score``, ``status``, ``output``, ``output_format``, ``visibility``,
+``tags``). Gradescope applies each test's visibility itself, so every test carries its full
+output.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from conformance.grading import feedback
+from conformance.grading.outcome import RunStatus
+from conformance.grading.rubric import Rubric
+from conformance.grading.scoring import State
+from conformance.grading.store import versions
+
+if TYPE_CHECKING:
+    from conformance.grading.pipeline import Student
+
+CLASSROOM_COLUMNS = ("assignment_name", "assignment_url", "starter_code_url", "github_username",
+                     "roster_identifier", "student_repository_name", "student_repository_url",
+                     "submission_timestamp", "points_awarded", "points_available")
+
+
+def number(value: float) -> str:
+    return f"{value:g}"
+
+
+def grades_rows(rubric: Rubric, students: list[Student], *, with_email: bool) -> list[list[str]]:
+    """``grades.csv`` as rows, header and points-possible row first."""
+    keys = [item.key for item in rubric.items]
+    header = ["id", "name", *(["email"] if with_email else []), "late", *keys, "total",
+              "percent", "status", "submission_hash"]
+    possible = ["Points Possible", "", *([""] if with_email else []), "",
+                *(number(item.max_points) for item in rubric.items),
+                number(rubric.max_points), "100", "", ""]
+    rows = [header, possible]
+    for student in students:
+        rows.append([student.id, student.name, *([student.email] if with_email else []),
+                     "yes" if student.late else "",
+                     *(number(student.score.item(key).points) for key in keys),
+                     number(student.score.total), f"{student.score.percent:.1f}",
+                     student.status.value, student.submission_hash])
+    return rows
+
+
+def _write_csv(path: Path, rows: list[list[str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle, lineterminator="\n").writerows(rows)
+
+
+def write_grades_csv(path: Path, rubric: Rubric, students: list[Student], *,
+                     with_email: bool = False) -> None:
+    _write_csv(path, grades_rows(rubric, students, with_email=with_email))
+
+
+def write_classroom_csv(path: Path, rubric: Rubric, students: list[Student]) -> None:
+    rows = [list(CLASSROOM_COLUMNS)]
+    for student in students:
+        github = student.id if student.layout == "github-classroom" else ""
+        rows.append([rubric.name, "", "", github, student.roster_identifier or student.id,
+                     student.repository or "", "", "", number(student.score.total),
+                     number(student.score.max_points)])
+    _write_csv(path, rows)
+
+
+def write_json(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+
+
+def _target_test(target_score, index: int) -> dict:
+    outcome = target_score.outcome
+    name = target_score.target.name
+    if outcome is None:
+        return {"name": f"{name}: found and loaded", "number": f"{index}.0", "status": "failed",
+                "output": "The submission was not run.", "visibility": "visible"}
+    lines = [outcome.status.value + (f": {outcome.message}" if outcome.message else "")]
+    if outcome.near_misses:
+        lines.append("Close names in your code: " + ", ".join(outcome.near_misses))
+    if outcome.interface:
+        lines.append("How your class was called:\n" + "\n".join(f"- {feedback.md_escape(n)}"
+                                                              for n in outcome.interface))
+    return {"name": f"{name}: found and loaded", "number": f"{index}.0",
+            "status": "passed" if outcome.status is RunStatus.GRADED else "failed",
+            "output": feedback.md_escape(lines[0]) + "\n\n" + "\n\n".join(lines[1:]),
+            "output_format": "md", "visibility": "visible"}
+
+
+def gradescope_results(rubric: Rubric, student: Student) -> dict:
+    """``student``'s result in Gradescope's ``results.json`` format."""
+    tests = []
+    for index, target_score in enumerate(student.score.targets, 1):
+        tests.append(_target_test(target_score, index))
+        for position, item in enumerate(target_score.items, 1):
+            tests.append({
+                "name": f"{target_score.target.name}: {item.item.label}",
+                "number": f"{index}.{position}",
+                "score": item.points,
+                "max_score": item.max_points,
+                "status": "passed" if item.state is State.PASSED else "failed",
+                "output": feedback.item_markdown(item),
+                "output_format": "md",
+                "visibility": item.item.visibility,
+                "tags": list(item.item.checks),
+                "extra_data": {"state": item.state.value, "key": item.item.key},
+            })
+    outcome = student.outcome
+    summary = (f"{number(student.score.total)} / {number(student.score.max_points)} points; "
+               f"status: {student.status.value}")
+    if outcome is not None and outcome.message:
+        summary += f" ({outcome.message})"
+    payload = {
+        "score": student.score.total,
+        "output": feedback.md_escape(summary),
+        "output_format": "md",
+        "test_output_format": "md",
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+        "extra_data": {"id": student.id, "status": student.status.value,
+                       "submission_hash": student.submission_hash,
+                       "rubric_hash": rubric.rubric_hash(),
+                       "execution_key": rubric.execution_key(),
+                       "isolation": outcome.isolation if outcome else "",
+                       "versions": student.record.versions if student.record else versions()},
+    }
+    if outcome is not None:
+        payload["execution_time"] = round(outcome.seconds)
+    return payload
+
+
+def run_summary(rubric: Rubric, students: list[Student]) -> dict:
+    """``run.json``: what produced these outputs, and the class in numbers."""
+    statuses: dict[str, int] = {}
+    for student in students:
+        statuses[student.status.value] = statuses.get(student.status.value, 0) + 1
+    return {"tool": "attention-conformance grade", "versions": versions(),
+            "rubric": str(rubric.path), "rubric_hash": rubric.rubric_hash(),
+            "execution_key": rubric.execution_key(), "profile": rubric.profile,
+            "seed": rubric.seed, "limits": rubric.limits.to_dict(),
+            "students": len(students), "statuses": dict(sorted(statuses.items())),
+            "max_points": rubric.max_points,
+            "isolation": sorted({s.outcome.isolation for s in students
+                                 if s.outcome and s.outcome.isolation})}

@@ -1,0 +1,172 @@
+"""Points from check results: a pure function of the rubric and a :class:`SubmissionOutcome`.
+
+Rules (also in ``docs/grading.md``):
+
+- a check earns its points when its result is ``passed``; any other status (failed, skipped,
+  a status this version doesn't know) is not a pass;
+- a check that did not pass while one of its prerequisites (``requires``, transitively, and
+  always the gate) did not pass either is **not evaluated**: the prerequisite's failure is the
+  one reported, the dependent earns nothing and is not counted as a bug of its own;
+- a check that passed keeps its points whatever its prerequisites did (it was evaluated);
+- a check that was skipped (it could not run) is not evaluated;
+- a target that was not found, did not import or stopped early scores what it had finished
+  (nothing, usually); the rest is not evaluated, with the reason;
+- a group scores ``points`` when every check passes (all-or-nothing), or ``points_each`` per
+  passing check, at most ``cap``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome
+from conformance.grading.rubric import Item, Rubric, Target, prerequisites
+from conformance.results import CheckResult, Status
+
+
+class State(str, Enum):
+    """What became of a check or an item."""
+
+    PASSED = "passed"
+    PARTIAL = "partial"
+    FAILED = "failed"
+    NOT_EVALUATED = "not evaluated"
+
+
+@dataclass
+class CheckScore:
+    """One check of an item: its state, why (when not evaluated), and its result."""
+
+    check: str
+    state: State
+    why: str = ""
+    result: CheckResult | None = None
+
+    @property
+    def label(self) -> str:
+        """The state in words; a status this module doesn't know keeps its own name."""
+        if (self.state is State.FAILED and self.result is not None
+                and self.result.status is not Status.FAILED):
+            return self.result.status.value
+        return self.state.value
+
+
+@dataclass
+class ItemScore:
+    item: Item
+    points: float
+    state: State
+    checks: list[CheckScore] = field(default_factory=list)
+
+    @property
+    def max_points(self) -> float:
+        return self.item.max_points
+
+
+@dataclass
+class TargetScore:
+    target: Target
+    outcome: TargetOutcome | None
+    items: list[ItemScore]
+
+    @property
+    def points(self) -> float:
+        return _round(sum(item.points for item in self.items))
+
+    @property
+    def max_points(self) -> float:
+        return self.target.max_points
+
+
+@dataclass
+class SubmissionScore:
+    """A submission's points, item by item."""
+
+    status: RunStatus
+    targets: list[TargetScore]
+
+    @property
+    def items(self) -> list[ItemScore]:
+        return [item for target in self.targets for item in target.items]
+
+    @property
+    def total(self) -> float:
+        return _round(sum(target.points for target in self.targets))
+
+    @property
+    def max_points(self) -> float:
+        return _round(sum(target.max_points for target in self.targets))
+
+    @property
+    def percent(self) -> float:
+        return round(100.0 * self.total / self.max_points, 1) if self.max_points else 0.0
+
+    def item(self, key: str) -> ItemScore:
+        for item in self.items:
+            if item.item.key == key:
+                return item
+        raise KeyError(key)
+
+
+def _round(value: float) -> float:
+    # Points are sums of a few decimals: round away float noise so CSVs are stable.
+    return round(value + 0.0, 6)
+
+
+def _passed(result: CheckResult | None) -> bool:
+    return result is not None and result.status is Status.PASSED
+
+
+def _check_score(target: Target, outcome: TargetOutcome | None, check: str) -> CheckScore:
+    if outcome is None:
+        return CheckScore(check, State.NOT_EVALUATED, "the submission was not run")
+    result = outcome.result(check)
+    if result is None:
+        if outcome.status is RunStatus.GRADED:
+            return CheckScore(check, State.NOT_EVALUATED, "this check was not run")
+        why = outcome.status.value + (f": {outcome.message}" if outcome.message else "")
+        return CheckScore(check, State.NOT_EVALUATED, why)
+    if _passed(result):
+        return CheckScore(check, State.PASSED, result=result)
+    blocking = [needed for needed in prerequisites(target, check)
+                if not _passed(outcome.result(needed))]
+    if blocking:
+        return CheckScore(check, State.NOT_EVALUATED,
+                          f"requires {blocking[0]}, which did not pass", result)
+    if result.status is Status.SKIPPED:
+        return CheckScore(check, State.NOT_EVALUATED, result.reason, result)
+    return CheckScore(check, State.FAILED, result=result)
+
+
+def score_item(item: Item, target: Target, outcome: TargetOutcome | None) -> ItemScore:
+    """The points ``item`` earns given the target's outcome."""
+    checks = [_check_score(target, outcome, check) for check in item.checks]
+    passed = sum(c.state is State.PASSED for c in checks)
+    if item.points_each is not None:
+        points = passed * item.points_each
+        if item.cap is not None:
+            points = min(points, item.cap)
+    else:
+        points = item.points if passed == len(checks) else 0.0
+    points = _round(points)
+    if passed == len(checks):
+        state = State.PASSED
+    elif all(c.state is State.NOT_EVALUATED for c in checks):
+        state = State.NOT_EVALUATED
+    elif points > 0:
+        state = State.PARTIAL if points < item.max_points else State.PASSED
+    else:
+        state = State.FAILED
+    return ItemScore(item, points, state, checks)
+
+
+def score(rubric: Rubric, outcome: SubmissionOutcome) -> SubmissionScore:
+    """Every item of ``rubric`` scored against ``outcome``."""
+    targets = []
+    for target in rubric.targets:
+        target_outcome = outcome.target(target.name)
+        targets.append(TargetScore(target, target_outcome,
+                                   [score_item(item, target, target_outcome)
+                                    for item in target.items]))
+    return SubmissionScore(outcome.status, targets)

@@ -1,0 +1,194 @@
+"""The rubric's self-test: does it give the reference full marks and tell the mutants apart?
+
+The instructor's reference solution (``[assignment] reference``) is graded like a submission
+and must get full marks. Then every bundled mutant (:mod:`implementations.mutants`, each a
+correct textbook attention with one bug people ship, and ``CATCHES``, the check that must
+catch it) is graded against each target of matching causality, with the mutant's own
+declaration. A mutant must lose the points of the item that holds its ``CATCHES`` check;
+when the rubric has no such item, the mutant is reported as not covered, and as
+indistinguishable from a correct solution if it also gets full marks.
+
+Both are trusted code (the instructor's and the suite's own), so they run on the temporary
+trusted path of :mod:`conformance.grading.execution`.
+
+Verdicts: ``caught``; ``NOT CAUGHT`` (the rubric grades the check but the mutant keeps its
+points: the profile or the checks are too weak); ``not covered`` (no item for the check; the
+score says whether other items tell it apart). The self-test fails on a reference short of
+full marks or on any ``NOT CAUGHT``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from conformance.grading.discovery import Source, Submission
+from conformance.grading.execution import Isolation, run_registered, run_submission
+from conformance.grading.outcome import SubmissionOutcome
+from conformance.grading.rubric import Rubric, Target
+from conformance.grading.scoring import State, SubmissionScore, score
+from conformance.grading.staging import stage
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    catches: str
+    bug: str
+    causal: bool
+
+
+@dataclass
+class MutantRow:
+    mutant: Mutant
+    target: str
+    score: float
+    max_points: float
+    item: str | None
+    lost: float
+    item_points: float
+    verdict: str
+
+
+@dataclass
+class SelfTest:
+    reference: SubmissionScore | None
+    reference_outcome: SubmissionOutcome | None
+    reference_problems: list[str] = field(default_factory=list)
+    rows: list[MutantRow] = field(default_factory=list)
+
+    @property
+    def not_caught(self) -> list[MutantRow]:
+        return [row for row in self.rows if row.verdict == "NOT CAUGHT"]
+
+    @property
+    def indistinguishable(self) -> list[MutantRow]:
+        return [row for row in self.rows
+                if row.verdict == "not covered" and row.score >= row.max_points]
+
+    @property
+    def ok(self) -> bool:
+        return not self.reference_problems and not self.not_caught
+
+
+def bundled_mutants() -> list[Mutant]:
+    """Every mutant of the zoo, with the check that must catch it."""
+    from implementations.mutants import MUTANT_MODULES
+
+    return [Mutant(module.IMPLEMENTATION.name, module.CATCHES,
+                   module.IMPLEMENTATION.description,
+                   module.IMPLEMENTATION.capabilities.causal != "never")
+            for module in MUTANT_MODULES]
+
+
+def _problems(graded: SubmissionScore) -> list[str]:
+    problems = []
+    for item in graded.items:
+        if item.points < item.max_points:
+            reasons = []
+            for check in item.checks:
+                if check.state is not State.PASSED:
+                    why = check.why or (check.result.reason if check.result else "")
+                    reasons.append(f"{check.check} {check.label}" + (f" ({why})" if why else ""))
+            problems.append(f"{item.item.key}: {item.points:g} / {item.max_points:g}: "
+                            + "; ".join(reasons))
+    if not problems and graded.total < graded.max_points:
+        problems.append(f"{graded.total:g} / {graded.max_points:g} ({graded.status.value})")
+    return problems
+
+
+def grade_reference(rubric: Rubric) -> tuple[SubmissionScore, SubmissionOutcome, list[str]]:
+    """The reference solution's score, outcome, and every item short of full marks."""
+    if rubric.reference is None:
+        raise ValueError("the rubric names no reference solution ([assignment] reference)")
+    path = rubric.reference
+    submission = Submission(id="reference", name="reference", layout="file",
+                            sources=[Source(path, "" if path.is_dir() else path.name)])
+    with tempfile.TemporaryDirectory(prefix="attention-reference-") as scratch:
+        staged = stage(submission, Path(scratch) / "reference")
+        if staged.problem is not None:
+            outcome = SubmissionOutcome(staged.problem, staged.message)
+        else:
+            outcome = run_submission(staged.directory, rubric,
+                                     isolation=Isolation.TRUSTED_UNSANDBOXED,
+                                     syntax_errors=staged.syntax_errors)
+    graded = score(rubric, outcome)
+    return graded, outcome, _problems(graded)
+
+
+def _row(rubric: Rubric, target: Target, mutant: Mutant) -> MutantRow:
+    outcome = run_registered(rubric, target, mutant.name)
+    single = replace(rubric, targets=(target,))
+    graded = score(single, outcome)
+    item = next((i for i in graded.items if mutant.catches in i.item.checks), None)
+    if item is None:
+        verdict, lost, item_points = "not covered", 0.0, 0.0
+    else:
+        lost, item_points = item.max_points - item.points, item.max_points
+        told_apart = lost > 0 or (item.max_points == 0 and graded.total < graded.max_points)
+        verdict = "caught" if told_apart else "NOT CAUGHT"
+    return MutantRow(mutant, target.name, graded.total, graded.max_points,
+                     item.item.key if item else None, lost, item_points, verdict)
+
+
+def run(rubric: Rubric, *, jobs: int = 1, mutants: list[Mutant] | None = None,
+        on_done: Callable[[str], None] | None = None) -> SelfTest:
+    """Grade the reference and every mutant against every target of matching causality."""
+    reference, outcome, problems = grade_reference(rubric)
+    result = SelfTest(reference, outcome, problems)
+    pairs = [(target, mutant) for mutant in (mutants if mutants is not None
+                                             else bundled_mutants())
+             for target in rubric.targets if mutant.causal == target.causal]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(_row, rubric, target, mutant) for target, mutant in pairs]
+        for future in futures:
+            result.rows.append(future.result())
+            if on_done:
+                on_done(result.rows[-1].mutant.name)
+    return result
+
+
+def render(result: SelfTest) -> str:
+    """The self-test as a table and a verdict, for the terminal."""
+    lines = []
+    if result.reference is not None:
+        ref = result.reference
+        lines.append(f"reference solution: {ref.total:g} / {ref.max_points:g}"
+                     + (" (full marks)" if not result.reference_problems else
+                        "  NOT FULL MARKS"))
+        lines += [f"  {problem}" for problem in result.reference_problems]
+    if result.rows:
+        header = ("mutant", "bug", "target", "catches", "rubric item", "lost", "score", "verdict")
+        table = [header] + [
+            (row.mutant.name, row.mutant.bug, row.target, row.mutant.catches, row.item or "-",
+             f"{row.lost:g}/{row.item_points:g}" if row.item else "-",
+             f"{row.score:g}/{row.max_points:g}", row.verdict) for row in result.rows]
+        widths = [min(max(len(r[i]) for r in table), 48) for i in range(len(header))]
+        lines.append("")
+        for row in table:
+            cells = [cell if len(cell) <= widths[i] else cell[:widths[i] - 1] + "…"
+                     for i, cell in enumerate(row)]
+            lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
+    caught = sum(row.verdict == "caught" for row in result.rows)
+    covered = sum(row.item is not None for row in result.rows)
+    lines.append("")
+    lines.append(f"{caught} of {covered} mutants whose bug the rubric grades lose those points; "
+                 f"{len(result.rows) - covered} mutant(s) not covered by the rubric")
+    for row in result.indistinguishable:
+        lines.append(f"  indistinguishable from a correct solution: {row.mutant.name} "
+                     f"({row.mutant.bug}; the rubric grades no {row.mutant.catches})")
+    if result.ok:
+        lines.append("OK: the reference gets full marks and every graded bug costs its points")
+    else:
+        reasons = []
+        if result.reference_problems:
+            reasons.append("the reference does not get full marks")
+        if result.not_caught:
+            reasons.append(f"{len(result.not_caught)} mutant(s) keep the points of the check "
+                           "that should catch them: "
+                           + ", ".join(r.mutant.name for r in result.not_caught))
+        lines.append("FAILED: " + "; ".join(reasons))
+    return "\n".join(lines)

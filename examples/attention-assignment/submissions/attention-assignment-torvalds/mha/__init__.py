@@ -1,0 +1,3 @@
+from .layers import CausalSelfAttention, MultiHeadAttention
+
+__all__ = ["CausalSelfAttention", "MultiHeadAttention"]

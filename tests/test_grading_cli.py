@@ -1,0 +1,202 @@
+"""``attention-conformance grade`` on the command line: grading through the worker (a fake one
+here), Gradescope mode, the self-test, progress, and one clear line for bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+from conformance.grading import execution, selftest
+from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome
+from conformance.grading.progress import Progress
+from conformance.grading.rubric import load
+from conformance.results import CheckResult, Status
+from tests.fixtures import fake_worker
+
+EXAMPLE = Path(__file__).parents[1] / "examples" / "attention-assignment"
+SUBMISSIONS = EXAMPLE / "submissions"
+
+RUBRIC = """
+[assignment]
+name = "mini"
+reference = "{reference}"
+seed = 1
+[[targets]]
+class = "MultiHeadAttention"
+interface = {{ call = "self", mask = "keep_bool:key_padding", causal = "never" }}
+[[targets.items]]
+check = "gate"
+points = 0
+[[targets.items]]
+check = "padding"
+points = 2
+[[targets.items]]
+check = "scale"
+points = 1
+"""
+
+
+@pytest.fixture
+def mini(tmp_path):
+    """Two students (one correct, one with the wrong scale) and a small rubric."""
+    folder = tmp_path / "download"
+    folder.mkdir()
+    for name in ("lovelaceada_1001_50001_attention.py", "turingalan_LATE_1003_50003_attention-1.py"):
+        shutil.copy(SUBMISSIONS / name, folder / name)
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text(RUBRIC.format(reference=EXAMPLE / "reference" / "attention.py"))
+    return folder, rubric
+
+
+@pytest.fixture
+def with_worker(monkeypatch):
+    monkeypatch.setattr(execution, "worker_api", lambda: fake_worker)
+
+
+def test_grade_writes_every_output_and_says_so(mini, with_worker, tmp_path, capsys):
+    folder, rubric = mini
+    out = tmp_path / "out"
+    code = main(["grade", str(folder), "--rubric", str(rubric), "--out", str(out),
+                 "--as-of", "2026-02-01T00:00:00Z"])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr
+    assert stderr == ""                                      # no progress line: not a terminal
+    assert "graded 2, reused 0" in stdout and "statuses: graded 2" in stdout
+    rows = (out / "grades.csv").read_text().splitlines()
+    assert rows[1] == "Points Possible,,,0,2,1,3,100,,"
+    assert rows[2].startswith("1001,lovelaceada,,0,2,1,3,100.0,graded,")
+    assert rows[3].startswith("1003,turingalan,yes,0,2,0,2,66.7,graded,")
+    results = json.loads((out / "students" / "1003" / "results.json").read_text())
+    assert results["extra_data"]["isolation"] == "worker"
+    # Again: nothing to do.
+    assert main(["grade", str(folder), "--rubric", str(rubric), "--out", str(out)]) == 0
+    assert "graded 0, reused 2" in capsys.readouterr().out
+
+
+def test_bad_input_is_one_line(mini, with_worker, tmp_path, capsys):
+    folder, rubric = mini
+    for argv, message in [
+        (["grade", str(folder), "--rubric", str(rubric), "--only", "1001,42"],
+         "--only: no submission with id 42"),
+        (["grade", str(folder), "--rubric", str(rubric), "--as-of", "yesterday"], "--as-of"),
+        (["grade", str(folder), "--rubric", str(rubric), "--roster", str(tmp_path / "no.csv")],
+         "roster"),
+        (["grade", "--rubric", str(rubric)], "name the SUBMISSIONS folder"),
+    ]:
+        code = main([*argv, "--out", str(tmp_path / "out")])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and err.count("\n") == 1 and message in err, (argv, err)
+
+
+def test_students_are_never_graded_without_the_sandboxed_worker(mini, tmp_path, capsys,
+                                                                monkeypatch):
+    def missing():
+        raise execution.WorkerUnavailable("the sandboxed worker (conformance.worker) is not "
+                                          "part of this build")
+
+    monkeypatch.setattr(execution, "worker_api", missing)
+    folder, rubric = mini
+    code = main(["grade", str(folder), "--rubric", str(rubric), "--out", str(tmp_path / "out")])
+    _, err = capsys.readouterr()
+    assert code == 2 and "sandboxed worker" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()                   # nothing staged, nothing run
+
+
+def test_a_reference_short_of_full_marks_stops_grading_before_any_student(mini, with_worker,
+                                                                           tmp_path, capsys):
+    folder, rubric = mini
+    wrong = tmp_path / "wrong_reference.py"
+    shutil.copy(SUBMISSIONS / "turingalan_LATE_1003_50003_attention-1.py", wrong)
+    rubric.write_text(RUBRIC.format(reference=wrong))
+    code = main(["grade", str(folder), "--rubric", str(rubric), "--out", str(tmp_path / "out")])
+    _, err = capsys.readouterr()
+    assert code == 2 and "the reference solution scores 2 / 3" in err and "scale" in err
+    assert not (tmp_path / "out" / "grades.csv").exists()
+
+
+def test_gradescope_mode_reads_the_submission_and_writes_results_json(mini, with_worker, tmp_path,
+                                                                      capsys):
+    _, rubric = mini
+    autograder = tmp_path / "autograder"
+    (autograder / "submission").mkdir(parents=True)
+    shutil.copy(SUBMISSIONS / "lovelaceada_1001_50001_attention.py",
+                autograder / "submission" / "attention.py")
+    (autograder / "submission_metadata.json").write_text(json.dumps(
+        {"id": 5, "users": [{"id": 77, "name": "Ada Lovelace", "email": "ada@example.edu"}]}))
+    results = autograder / "results" / "results.json"
+    code = main(["grade", "--gradescope", "--rubric", str(rubric), str(autograder / "submission"),
+                 "--results", str(results)])
+    assert code == 0, capsys.readouterr().err
+    payload = json.loads(results.read_text())
+    assert payload["score"] == 3 and payload["extra_data"]["id"] == "77"
+    assert [t["name"] for t in payload["tests"]] == [
+        "MultiHeadAttention: found and loaded", "MultiHeadAttention: gate",
+        "MultiHeadAttention: padding", "MultiHeadAttention: scale"]
+    assert (results.parent / "feedback.html").is_file()
+    assert "77: 3 / 3 (graded)" in capsys.readouterr().out
+
+
+def test_the_self_test_tells_caught_mutants_from_uncovered_ones(mini):
+    _, rubric_path = mini
+    rubric = load(rubric_path)
+    wanted = {"mutant-scale-missing", "mutant-mask-inverted", "mutant-bool-mask-inverted",
+              "mutant-causal-shows-next-token"}
+    mutants = [m for m in selftest.bundled_mutants() if m.name in wanted]
+    result = selftest.run(rubric, jobs=2, mutants=mutants)
+    verdicts = {row.mutant.name: row.verdict for row in result.rows}
+    # The causal mutant has no causal target to be graded against.
+    assert verdicts == {"mutant-scale-missing": "caught", "mutant-mask-inverted": "caught",
+                        "mutant-bool-mask-inverted": "not covered"}
+    assert result.ok and result.reference_problems == []
+    text = selftest.render(result)
+    assert "reference solution: 3 / 3 (full marks)" in text
+    assert "indistinguishable from a correct solution: mutant-bool-mask-inverted" in text
+    assert text.endswith("OK: the reference gets full marks and every graded bug costs its points")
+
+
+def test_a_mutant_keeping_the_points_of_its_check_fails_the_self_test(mini, monkeypatch, capsys):
+    _, rubric_path = mini
+
+    def lenient(rubric, target, implementation, limits=None):
+        passed = [CheckResult(target.name, check, "cpu", Status.PASSED) for check in target.checks]
+        return SubmissionOutcome(RunStatus.GRADED, "", [TargetOutcome(target.name, RunStatus.GRADED,
+                                                                      results=passed)])
+
+    monkeypatch.setattr(selftest, "run_registered", lenient)
+    code = main(["grade", "--self-test", "--rubric", str(rubric_path)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "mutant-scale-missing" in out and "NOT CAUGHT" in out
+    assert "FAILED:" in out and "keep the points of the check that should catch them" in out
+
+
+def test_the_progress_line_shows_count_rate_and_time_left_on_a_terminal():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    screen = Terminal()
+    progress = Progress(4, screen)
+    progress.advance("1001")
+    progress.advance("1002")
+    progress.close()
+    text = screen.getvalue()
+    assert text.startswith("\r[1/4] ") and "/min · about " in text and "left · graded 1002" in text
+    quiet = io.StringIO()
+    Progress(4, quiet).advance("1001")
+    assert quiet.getvalue() == ""
+
+
+def test_the_rubric_of_the_example_class_self_tests_in_the_docs():
+    """docs/grading.md shows the example rubric's self-test: the verdicts it states hold."""
+    docs = (Path(__file__).parents[1] / "docs" / "grading.md").read_text()
+    assert "18 of 18 mutants whose bug the rubric grades lose those points" in docs
+    rubric = load(EXAMPLE / "rubric.toml")
+    graded = {check for target in rubric.targets for check in target.checks}
+    covered = [m for m in selftest.bundled_mutants() if m.catches in graded]
+    assert len(covered) == 18

@@ -1,0 +1,106 @@
+"""The example class, end to end: the committed grades.csv, resuming, regrading some students,
+and a hostile submission that changes nobody else's grade.
+
+It runs on the temporary trusted path (each submission in its own child process), the only
+one available until the sandboxed worker lands; the integrator switches it to the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from conformance.grading import pipeline, selftest
+from conformance.grading.execution import Isolation
+from conformance.grading.roster import load as load_roster
+from conformance.grading.rubric import load
+
+EXAMPLE = Path(__file__).parents[1] / "examples" / "attention-assignment"
+AS_OF = datetime(2026, 2, 20, tzinfo=timezone.utc)  # before the due date
+
+
+def grade(out: Path, **options):
+    return pipeline.grade_class(EXAMPLE / "submissions", load(EXAMPLE / "rubric.toml"), out,
+                                roster=load_roster(EXAMPLE / "roster.csv"),
+                                isolation=Isolation.TRUSTED_UNSANDBOXED, as_of=AS_OF,
+                                **{"jobs": 2, **options})
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    out = tmp_path_factory.mktemp("example") / "out"
+    return out, grade(out)
+
+
+def test_the_grades_are_the_committed_ones(graded):
+    out, result = graded
+    assert len(result.graded) == 14 and not result.reused
+    assert (out / "grades.csv").read_text() == (EXAMPLE / "expected" / "grades.csv").read_text()
+
+
+def test_every_student_gets_feedback_and_a_gradescope_result(graded):
+    out, result = graded
+    for student in result.students:
+        folder = out / "students" / student.id
+        assert (folder / "feedback.md").is_file() and (folder / "feedback.html").is_file()
+        payload = json.loads((folder / "results.json").read_text())
+        assert payload["score"] == student.score.total
+    for name in ("classroom.csv", "class_report.md", "class_report.html", "class_report.png",
+                 "run.json"):
+        assert (out / name).is_file(), name
+
+
+def test_the_class_report_flags_what_needs_a_human(graded):
+    out, _ = graded
+    report = (out / "class_report.md").read_text()
+    look = report.split("## Needs a human look")[1]
+    for student, why in [("1005", "MultiHeadAttention not found; defines MultiheadAttention"),
+                         ("1008", "timeout"), ("1009", "unreadable")]:
+        assert f"| {student} | {why}" in look, look
+    bugs = report.split("## Most common likely bugs")[1].split("##")[0]
+    assert "did you divide by sqrt(hidden_dim) instead of sqrt(head_dim)? | 1: 1003 |" in bugs
+
+
+def test_a_hostile_submission_hurts_only_itself(graded):
+    _, result = graded
+    by_id = {s.id: s for s in result.students}
+    mallory = by_id["1008"]
+    assert mallory.status.value == "timeout" and mallory.score.total == 0
+    assert "snooping:" in mallory.outcome.output
+    # It replaced torch.softmax in its process; the correct submissions still get full marks.
+    for correct in ("1001", "1002", "1006", "1007"):
+        assert by_id[correct].score.percent == 100.0, correct
+
+
+def test_a_rerun_regrades_nothing_and_an_interrupted_one_resumes(graded, tmp_path):
+    out, _ = graded
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    again = grade(copy)
+    assert again.graded == [] and len(again.reused) == 14
+    # As if interrupted before 2002 was stored.
+    (copy / "results" / "2002.json").unlink()
+    resumed = grade(copy)
+    assert resumed.graded == ["2002"]
+    assert (copy / "grades.csv").read_text() == (out / "grades.csv").read_text()
+
+
+def test_only_regrades_the_named_students(graded, tmp_path):
+    out, _ = graded
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    result = grade(copy, only={"1003"}, jobs=1)
+    assert result.graded == ["1003"] and "1003" not in result.reused
+    assert (copy / "grades.csv").read_text() == (out / "grades.csv").read_text()
+    with pytest.raises(pipeline.GradingInputError, match="no submission with id 9999"):
+        grade(copy, only={"9999"})
+
+
+def test_the_reference_solution_gets_full_marks():
+    graded_reference, outcome, problems = selftest.grade_reference(load(EXAMPLE / "rubric.toml"))
+    assert problems == [] and graded_reference.total == graded_reference.max_points == 12
+    assert outcome.status.value == "graded"

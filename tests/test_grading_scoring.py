@@ -1,0 +1,192 @@
+"""Scoring from constructed CheckResults: independent of how results were obtained."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conformance.grading.outcome import (
+    RunStatus,
+    SubmissionOutcome,
+    TargetOutcome,
+    overall_status,
+    result_from_dict,
+)
+from conformance.grading.rubric import load
+from conformance.grading.scoring import State, score
+from conformance.results import CheckResult, Status
+
+RUBRIC = """
+[[targets]]
+class = "MHA"
+[[targets.items]]
+check = "gate"
+points = 0
+[[targets.items]]
+check = "contract"
+points = 1
+[[targets.items]]
+check = "padding"
+points = 2
+requires = ["contract"]
+[[targets.items]]
+check = "head_split"
+points = 2
+[[targets.items]]
+group = "numerics"
+checks = ["reference", "scale"]
+points = 3
+[[targets.items]]
+group = "robustness"
+checks = ["batch_independence", "autograd", "determinism"]
+points_each = 1
+cap = 2
+[[targets]]
+class = "Causal"
+[[targets.items]]
+check = "causal"
+points = 2
+"""
+
+P, F, S = Status.PASSED, Status.FAILED, Status.SKIPPED
+
+
+@pytest.fixture
+def rubric(tmp_path):
+    path = tmp_path / "rubric.toml"
+    path.write_text(textwrap.dedent(RUBRIC))
+    return load(path)
+
+
+def results(target: str, **statuses: Status) -> list[CheckResult]:
+    return [CheckResult(target, check, "cpu", status,
+                        reason="" if status is P else f"{check} went wrong")
+            for check, status in statuses.items()]
+
+
+def outcome(mha: dict, causal: dict | None = None,
+            mha_status: RunStatus = RunStatus.GRADED) -> SubmissionOutcome:
+    targets = [TargetOutcome("MHA", mha_status, results=results("MHA", **mha))]
+    if causal is not None:
+        targets.append(TargetOutcome("Causal", RunStatus.GRADED, results=results("Causal", **causal)))
+    else:
+        targets.append(TargetOutcome("Causal", RunStatus.NOT_FOUND, "no class Causal"))
+    return SubmissionOutcome(overall_status(targets), "", targets)
+
+
+ALL_PASS = dict(gate=P, contract=P, padding=P, head_split=P, reference=P, scale=P,
+                batch_independence=P, autograd=P, determinism=P)
+
+
+def test_everything_passing_gets_full_marks(rubric):
+    graded = score(rubric, outcome(ALL_PASS, {"gate": P, "causal": P}))
+    assert graded.total == graded.max_points == 12
+    assert graded.percent == 100.0
+    assert all(item.state is State.PASSED for item in graded.items)
+
+
+def test_groups_all_or_nothing_and_capped(rubric):
+    graded = score(rubric, outcome({**ALL_PASS, "scale": F, "autograd": F}, {"gate": P, "causal": P}))
+    assert graded.item("MHA.numerics").points == 0          # one of two failed: nothing
+    assert graded.item("MHA.numerics").state is State.FAILED
+    assert graded.item("MHA.robustness").points == 2       # 2 of 3 passed, capped at 2 anyway
+    assert graded.item("MHA.robustness").state is State.PASSED
+    graded = score(rubric, outcome({**ALL_PASS, "autograd": F, "determinism": F}, {"gate": P, "causal": P}))
+    assert graded.item("MHA.robustness").points == 1
+    assert graded.item("MHA.robustness").state is State.PARTIAL
+    assert graded.total == 11
+
+
+def test_a_failed_prerequisite_marks_dependents_not_evaluated_once(rubric):
+    graded = score(rubric, outcome({**ALL_PASS, "contract": F, "padding": F}, {"gate": P, "causal": P}))
+    padding = graded.item("MHA.padding")
+    assert padding.points == 0 and padding.state is State.NOT_EVALUATED
+    assert padding.checks[0].why == "requires contract, which did not pass"
+    assert graded.item("MHA.contract").state is State.FAILED
+    # A dependent that passed keeps its points: it was evaluated.
+    graded = score(rubric, outcome({**ALL_PASS, "contract": F}, {"gate": P, "causal": P}))
+    assert graded.item("MHA.padding").points == 2
+
+
+def test_a_failed_gate_blocks_every_check_of_its_target(rubric):
+    blocked = {name: S for name in ALL_PASS}
+    blocked["gate"] = F
+    graded = score(rubric, outcome(blocked, {"gate": P, "causal": P}))
+    mha = [i for i in graded.items if i.item.target == "MHA"]
+    assert mha[0].state is State.FAILED                      # the gate itself
+    assert all(i.state is State.NOT_EVALUATED for i in mha[1:])
+    assert {c.why for i in mha[1:] for c in i.checks} == {"requires gate, which did not pass"}
+    assert graded.total == 2                                 # the other target is unaffected
+
+
+def test_a_missing_target_scores_nothing_with_its_reason(rubric):
+    graded = score(rubric, outcome(ALL_PASS))
+    causal = graded.item("Causal.causal")
+    assert causal.state is State.NOT_EVALUATED and causal.points == 0
+    assert causal.checks[0].why == "not found: no class Causal"
+    assert graded.total == 10 and graded.status is RunStatus.NOT_FOUND
+
+
+def test_a_run_that_stopped_early_keeps_what_it_finished(rubric):
+    partial = dict(gate=P, contract=P, padding=P)
+    graded = score(rubric, outcome(partial, {"gate": P, "causal": P}, mha_status=RunStatus.TIMEOUT))
+    assert graded.item("MHA.padding").points == 2
+    head_split = graded.item("MHA.head_split")
+    assert head_split.state is State.NOT_EVALUATED and head_split.checks[0].why.startswith("timeout")
+
+
+def test_a_skipped_check_is_not_evaluated_and_another_status_is_not_a_pass(rubric):
+    graded = score(rubric, outcome({**ALL_PASS, "head_split": S},
+                                   {"gate": P, "causal": Status.EXPECTED_FAILURE}))
+    assert graded.item("MHA.head_split").state is State.NOT_EVALUATED
+    causal = graded.item("Causal.causal")
+    assert causal.points == 0 and causal.checks[0].label == "expected-failure"
+
+
+def test_a_status_this_version_does_not_know_comes_back_as_not_passed():
+    data = CheckResult("MHA", "padding", "cpu", P).to_dict()
+    data["status"] = "from-a-later-version"  # stored by a newer suite
+    data["reason"] = "slow"
+    result = result_from_dict(data)
+    assert result.status is Status.FAILED and result.reason == "[from-a-later-version] slow"
+
+
+def test_every_status_but_passed_earns_nothing(rubric):
+    """Whatever statuses the suite has (a warning one is coming), only passed scores."""
+    for status in Status:
+        if status is Status.PASSED:
+            continue
+        graded = score(rubric, outcome({**ALL_PASS, "head_split": status}, {"gate": P, "causal": P}))
+        item = graded.item("MHA.head_split")
+        assert item.points == 0 and item.state is not State.PASSED, status
+        assert graded.total == 10
+
+
+def test_overall_status_is_the_most_serious(rubric):
+    targets = [TargetOutcome("a", RunStatus.GRADED), TargetOutcome("b", RunStatus.NOT_FOUND),
+               TargetOutcome("c", RunStatus.TIMEOUT)]
+    assert overall_status(targets) is RunStatus.TIMEOUT
+    assert overall_status(targets[:1]) is RunStatus.GRADED
+
+
+def test_an_outcome_round_trips_through_json(rubric):
+    original = outcome({**ALL_PASS, "padding": F}, {"gate": P, "causal": P})
+    original.targets[0].results[2].details = ["numbers"]
+    again = SubmissionOutcome.from_dict(original.to_dict())
+    assert again.to_dict() == original.to_dict()
+    assert score(rubric, again).total == score(rubric, original).total
+
+
+def test_example_expected_grades_are_consistent_with_the_rubric():
+    """The committed grades.csv adds up: each total is the sum of its item columns."""
+    import csv
+
+    example = Path(__file__).parents[1] / "examples" / "attention-assignment"
+    rubric = load(example / "rubric.toml")
+    rows = list(csv.DictReader((example / "expected" / "grades.csv").open()))
+    keys = [item.key for item in rubric.items]
+    for row in rows:
+        assert float(row["total"]) == pytest.approx(sum(float(row[k]) for k in keys))
+    assert rows[0]["id"] == "Points Possible" and float(rows[0]["total"]) == rubric.max_points
