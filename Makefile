@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip
 
-.PHONY: check test lint bench clean
+.PHONY: check test lint bench bench-suite clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,9 +26,13 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# The speed of the implementations themselves, beside SDPA.
 bench: $(STAMP)
 	$(BIN)/attention-conformance bench --json docs/bench-cpu.json --plot docs/bench-cpu.png
-	$(BIN)/python benchmarks/catalogue_timing.py
+
+# The speed of the suite: where checking one implementation spends its time, phase by phase.
+bench-suite: $(STAMP)
+	$(BIN)/python benchmarks/phase_timing.py --json docs/phase-timing.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -63,9 +63,15 @@ _MASK_SEEDS = st.one_of(st.none(), SEEDS)
 
 
 def _heads(caps: Capabilities, min_heads: int, max_heads: int) -> st.SearchStrategy[int]:
-    if caps.heads is not None:
-        return st.just(caps.heads)
-    buildable = HEAD_COUNTS if caps.shapes is None else {h for h, _ in caps.shapes}
+    return _head_counts(caps.heads, caps.shapes, min_heads, max_heads)
+
+
+@cache
+def _head_counts(fixed: int | None, shapes: tuple[tuple[int, int], ...] | None, min_heads: int,
+                 max_heads: int) -> st.SearchStrategy[int]:
+    if fixed is not None:
+        return st.just(fixed)
+    buildable = HEAD_COUNTS if shapes is None else {h for h, _ in shapes}
     options = [h for h in HEAD_COUNTS if min_heads <= h <= max_heads and h in buildable]
     # A constructor constraint can leave none in the range asked for: take what builds.
     return _sampled(tuple(options or [h for h in HEAD_COUNTS if h in buildable]))

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from conformance.adapter import ImplementationError, InProcessSubject
-from conformance.benchmark.measure import attention_flops, peak_memory, time_interleaved
+from conformance.benchmark.measure import WARMUP, attention_flops, peak_memory, time_interleaved
 from conformance.cases import Case, dtype_name
 from conformance.spec import Implementation
 
@@ -61,31 +61,47 @@ def bench(implementations: Sequence[Implementation], baseline: Implementation, *
           backward: bool = False, budget: float = 30.0, rounds: int = 7) -> list[BenchPoint]:
     """Each implementation beside ``baseline`` (SDPA) at each length, interleaved, in eval mode.
 
-    A length is skipped once the implementation's ``budget`` seconds would be exceeded (the
-    next doubling is assumed to cost 4x the last: attention is quadratic), or beyond its declared
-    ``max_len``. The baseline is measured again beside every implementation, in the same run.
+    A length is skipped once the implementation's ``budget`` seconds would be exceeded (see
+    :func:`predicted_cost`), or beyond its declared ``max_len``. The baseline is measured again
+    beside every implementation, in the same run.
     """
     points: list[BenchPoint] = []
     for impl in implementations:
         spent = 0.0
         last = 0.0
+        previous: BenchPoint | None = None
         for length in lengths:
             if impl.capabilities.max_len is not None and length > impl.capabilities.max_len:
                 points.append(BenchPoint(impl.name, length, skipped=f"beyond its max_len "
                                          f"{impl.capabilities.max_len}"))
                 continue
-            if spent + 4 * last > budget:
+            if previous is not None and spent + predicted_cost(previous, last, rounds) > budget:
                 points.append(BenchPoint(impl.name, length, skipped=f"over the {budget:g} s "
                                          "budget"))
                 continue
             _progress(f"bench {impl.name}: length {length}")
             start = time.perf_counter()
-            points.append(_measure(impl, baseline, length, batch, heads, head_dim, dtype, device,
-                                   backward, rounds))
+            previous = _measure(impl, baseline, length, batch, heads, head_dim, dtype, device,
+                                backward, rounds)
+            points.append(previous)
             last = time.perf_counter() - start
             spent += last
     _progress("")
     return points
+
+
+def predicted_cost(point: BenchPoint, seconds: float, rounds: int) -> float:
+    """Seconds the next doubling of the length will take, after ``point`` took ``seconds``.
+
+    Only the calls grow with the length (4x at a doubling: attention is quadratic); the rest of a
+    point's time (building the modules, the profiler that reads peak memory) does not. The calls
+    are each side's warm-up, timed rounds and memory reading, at the medians measured.
+    """
+    if point.median_ms is None or point.sdpa_median_ms is None:
+        return 4 * seconds
+    calls = (point.median_ms + point.sdpa_median_ms) / 1e3 * (rounds + WARMUP + 1)
+    calls = min(calls, seconds)
+    return (seconds - calls) + 4 * calls
 
 
 def _measure(impl: Implementation, baseline: Implementation, length: int, batch: int,

@@ -15,6 +15,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from conformance.spec import Config
 
+WARMUP = 2
+"""Untimed calls of each workload before the timed rounds."""
+
 BACKWARD_FACTOR = 2.5
 """Backward costs about 2.5 x the forward (two matmuls per forward one, plus the softmax)."""
 
@@ -56,9 +59,11 @@ class Timing:
 
 
 def time_interleaved(calls: Mapping[str, Callable[[], object]], *, device: str = "cpu",
-                     rounds: int = 7, warmup: int = 2) -> dict[str, Timing]:
+                     rounds: int = 7, warmup: int = WARMUP,
+                     clock: Callable[[], float] = time.perf_counter) -> dict[str, Timing]:
     """Time each call ``rounds`` times, interleaved (A B, B A, A B, ...) so drift in the machine's
-    speed hits all of them alike; ``warmup`` untimed calls each first."""
+    speed hits all of them alike; ``warmup`` untimed calls each first. ``clock`` reads seconds
+    (injectable, so the interleaving can be tested without timing anything)."""
     names = list(calls)
     for name in names:
         for _ in range(warmup):
@@ -68,10 +73,10 @@ def time_interleaved(calls: Mapping[str, Callable[[], object]], *, device: str =
     for round_index in range(rounds):
         order = names if round_index % 2 == 0 else names[::-1]
         for name in order:
-            start = time.perf_counter()
+            start = clock()
             calls[name]()
             synchronize(device)
-            seconds[name].append(time.perf_counter() - start)
+            seconds[name].append(clock() - start)
     return {name: Timing.of(values) for name, values in seconds.items()}
 
 

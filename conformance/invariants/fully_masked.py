@@ -149,7 +149,7 @@ class FullyMasked(Check):
             if not bool(torch.isfinite(gradient).all()):
                 notes.append(name)
 
-        behaviour = self._behaviour(context, case, rows)
+        behaviour = self._behaviour(context, case, rows, instance)
         declared = caps.fully_masked
         if declared != "report" and behaviour != POLICY_WORDS[declared]:
             raise Violation(f"rows with every key masked give {behaviour}; the declared policy "
@@ -183,18 +183,19 @@ class FullyMasked(Check):
                     f"{empty}) trains into NaN", hint=hint)
 
     @staticmethod
-    def _behaviour(context: CheckContext, case: Case, rows: torch.Tensor) -> str:
-        """The one behaviour of every fully masked row; a Violation if they differ."""
+    def _behaviour(context: CheckContext, case: Case, rows: torch.Tensor, instance) -> str:
+        """The one behaviour of every fully masked row; a Violation if they differ. (The probe
+        loads its own weights into ``instance``: this is its last use.)"""
         caps = context.capabilities
         fully_masked = torch.nonzero(~rows).tolist()
         if caps.weights:
-            attention = measure_attention(context.build(case), case, caps.call, keep=case.keep(),
+            attention = measure_attention(instance, case, caps.call, keep=case.keep(),
                                           causal=case.causal)
             seen = {(b, h, row): classify_row(attention[b, h, row],
                                                context.judged(case.config.dtype))
                     for b, row in fully_masked for h in range(case.num_heads)}
         else:
-            output = context.run(context.build(case), case.inputs(caps.call), case)
+            output = context.run(instance, case.inputs(caps.call), case)
             seen = {(b, 0, row): "NaN" if bool(torch.isnan(output[b, row]).any()) else "finite"
                     for b, row in fully_masked}
         behaviours = sorted(set(seen.values()))

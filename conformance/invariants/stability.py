@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import torch
 
-from conformance.adapter import ImplementationError
+from conformance.adapter import ImplementationError, Instance
 from conformance.cases import Case
 from conformance.invariants.base import (
     Check,
@@ -78,10 +78,11 @@ class Stability(Check):
                                   dtypes=(torch.float16,)),
                             lambda case: self.float16_large(context, case), severity="warn")
 
-    def _agrees(self, context: CheckContext, case: Case, weights: HeadWeights, what: str,
-                largest_logit: float, reference_weights: HeadWeights | None = None,
-                hint: str = HINT) -> None:
-        instance = context.build(case)
+    def _agrees(self, context: CheckContext, case: Case, instance: Instance,
+                weights: HeadWeights, what: str, largest_logit: float,
+                reference_weights: HeadWeights | None = None, hint: str = HINT) -> None:
+        """``instance`` loaded with ``weights`` agrees with the reference (one instance serves
+        every weight set of an example: the weights are written, not rebuilt)."""
         instance.write_weights(weights)
         inputs = case.inputs(context.capabilities.call)
         output = context.run(instance, inputs, case)
@@ -100,7 +101,8 @@ class Stability(Check):
                             f"row {row} of batch {b})", hint=hint)
 
     def large_and_shifted(self, context: CheckContext, case: Case) -> None:
-        weights = context.build(case).read_weights()
+        instance = context.build(case)
+        weights = instance.read_weights()
         inputs = case.inputs(context.capabilities.call)
         q, k = _projections(weights, inputs, case)
         largest = float((q @ k.transpose(-1, -2)).abs().max()) / case.head_dim**0.5
@@ -108,7 +110,8 @@ class Stability(Check):
             return
         factor = LARGE_LOGIT / largest
         big = replace(weights, w_q=weights.w_q * factor, b_q=weights.b_q * factor)
-        self._agrees(context, case, big, f"with logits up to {LARGE_LOGIT:g}", LARGE_LOGIT)
+        self._agrees(context, case, instance, big, f"with logits up to {LARGE_LOGIT:g}",
+                     LARGE_LOGIT)
 
         # u with q_i . u / sqrt(Dh) of about ROW_SHIFT on average: every row moves by its own constant.
         typical = float(q.norm(dim=-1).mean()) / case.head_dim**0.5
@@ -117,8 +120,9 @@ class Stability(Check):
         shift = direction * (ROW_SHIFT / max(typical, 1e-12))
         shifted = replace(weights, b_k=weights.b_k + shift.to(weights.b_k.device))
         try:
-            self._agrees(context, case, shifted, f"with every row's logits shifted by about "
-                         f"{ROW_SHIFT:g}", largest + 4 * ROW_SHIFT, reference_weights=weights)
+            self._agrees(context, case, instance, shifted, f"with every row's logits shifted by "
+                         f"about {ROW_SHIFT:g}", largest + 4 * ROW_SHIFT,
+                         reference_weights=weights)
         except ImplementationError as error:
             if "has no bias" not in str(error):
                 raise
@@ -126,7 +130,8 @@ class Stability(Check):
             context.observe("row-shift invariance not tested: no key bias to shift logits with")
 
     def float16_large(self, context: CheckContext, case: Case) -> None:
-        weights = context.build(case).read_weights()
+        instance = context.build(case)
+        weights = instance.read_weights()
         inputs = case.inputs(context.capabilities.call)
         q, k = _projections(weights, inputs, case)
         # Root mean square, not std(): a single element has no std but has a magnitude.
@@ -139,5 +144,5 @@ class Stability(Check):
                   f"q.k reaches {largest:.3g}"
                   + (", past float16's 65504" if largest > torch.finfo(torch.float16).max else "")
                   + ")")
-        self._agrees(context, case, big, beyond, largest / case.head_dim**0.5,
+        self._agrees(context, case, instance, big, beyond, largest / case.head_dim**0.5,
                      hint=FLOAT16_HINT)
