@@ -94,4 +94,4 @@ def test_an_undeclared_class_is_inferred_and_checked(capsys):
                        "--check", "padding")
     assert code == 0
     assert "Interface (inferred; items marked declared were given):" in out
-    assert "mask: additive float mask, -inf = masked, shape (B, 1, 1, Lk) (probed" in out
+    assert "mask: additive float mask, finfo.min = masked, shape (B, 1, 1, Lk) (probed" in out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, NamedTuple
 
 import torch
@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from conformance.adapter import ImplementationError, Inputs, Instance, Subject
 from conformance.cases import Case
+from conformance.kernels import PLATFORM_NOTE, matmul_spreads_nan
 from conformance.reference import plain_attention, reference_attention
 from conformance.spec import Capabilities
 from conformance.tolerance import Agreement, agreement, logit_rounding
@@ -192,6 +193,33 @@ class CheckContext:
             # Hypothesis replays the minimal example last, so `last` holds the shrunk case.
             return Finding(error, last.get("case"))
         return None
+
+    def platform_or(self, case: Case, violation: Violation,
+                    recheck: Callable[[Case], object]) -> Violation:
+        """``violation`` as a warning when the platform's own kernel explains it, else unchanged.
+
+        It does when the case runs in a half-precision dtype whose matmul, on this machine,
+        carries a NaN row into its neighbour (see :mod:`conformance.kernels`), the output had a
+        NaN to carry, and ``recheck`` (the same property) passes on the same case in float32.
+        """
+        dtype = case.config.dtype
+        if (dtype not in (torch.float16, torch.bfloat16)
+                or not matmul_spreads_nan(dtype, torch.device(case.device).type)
+                or torch.float32 not in self.capabilities.dtypes):
+            return violation
+        try:
+            output = self.build(case).forward(case.inputs(self.capabilities.call))
+            if not bool(torch.isnan(output).any()):
+                return violation  # no NaN for the kernel to carry: not its doing
+            recheck(replace(case, dtype="float32"))
+        except (Violation, ImplementationError):
+            return violation
+        return Violation(
+            f"{PLATFORM_NOTE}, in {case.dtype} only: {violation.summary}; the same case in "
+            "float32 is clean", details=violation.details, severity="warn",
+            hint=f"NaN rows (fully masked rows under the nan policy, or a bug's NaN) reach other "
+                 f"rows through torch's {case.dtype} matmul, which on this CPU carries a NaN row "
+                 f"into its neighbour (a kernel defect); finite outputs avoid it")
 
     # Helpers shared by the invariants: building, calling, validating.
 

@@ -49,6 +49,14 @@ class BatchIndependence(Check):
         context.explore(strategy, lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:
+        try:
+            self._independent(context, case)
+        except Violation as violation:
+            raise context.platform_or(case, violation,
+                                      lambda other: self._independent(context, other)) \
+                from violation
+
+    def _independent(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)
         inputs = case.inputs(context.capabilities.call)
         output = context.run(instance, inputs, case)

@@ -19,8 +19,6 @@ clean, is the platform's: a warning naming it.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
 from conformance.cases import Case
@@ -34,7 +32,6 @@ from conformance.invariants.base import (
     mask_skip_reason,
     reference_applies,
 )
-from conformance.kernels import PLATFORM_NOTE, matmul_spreads_nan
 from conformance.probes import measure_attention
 from conformance.spec import Capabilities
 from conformance.strategies import cases
@@ -93,30 +90,13 @@ class FullyMasked(Check):
                      "element's NaN into the others?")
         return instance, inputs, output, rows, empty
 
-    def _platform_or(self, context: CheckContext, case: Case, violation: Violation) -> Violation:
-        """``violation`` as a warning when the platform's matmul explains it, else unchanged."""
-        dtype = case.config.dtype
-        if (dtype not in (torch.float16, torch.bfloat16)
-                or not matmul_spreads_nan(dtype, torch.device(case.device).type)
-                or torch.float32 not in context.capabilities.dtypes):
-            return violation
-        try:
-            self._contained(context, replace(case, dtype="float32"))
-        except Violation:
-            return violation
-        return Violation(
-            f"{PLATFORM_NOTE}, in {case.dtype} only: {violation.summary}; the same case in "
-            "float32 is clean", details=violation.details, severity="warn",
-            hint=f"the NaN of the fully masked rows (the nan policy) reaches other rows through "
-                 f"torch's {case.dtype} matmul, which on this CPU carries a NaN row into its "
-                 f"neighbour (a kernel defect); a finite policy (zeros, as SDPA gives) avoids it")
-
     def verify(self, context: CheckContext, case: Case) -> str:
         caps = context.capabilities
         try:
             instance, inputs, output, rows, empty = self._contained(context, case)
         except Violation as violation:
-            raise self._platform_or(context, case, violation) from violation
+            raise context.platform_or(case, violation,
+                                      lambda other: self._contained(context, other)) from violation
 
         if reference_applies(caps):
             seen, _ = agree_with_reference(output, instance.read_weights(), inputs, case, rows,
