@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -153,15 +154,23 @@ def test_a_status_this_version_does_not_know_comes_back_as_not_passed():
     assert result.status is Status.FAILED and result.reason == "[from-a-later-version] slow"
 
 
-def test_every_status_but_passed_earns_nothing(rubric):
-    """Whatever statuses the suite has (a warning one is coming), only passed scores."""
+def test_only_passed_and_warnings_earn_points_and_strict_withholds_warnings(rubric):
+    """A warning (beyond the contract's normal range) is not a bug: it earns the check's points
+    unless the rubric is strict; every other status earns nothing."""
     for status in Status:
         if status is Status.PASSED:
             continue
         graded = score(rubric, outcome({**ALL_PASS, "head_split": status}, {"gate": P, "causal": P}))
         item = graded.item("MHA.head_split")
+        if status is Status.WARNED:
+            assert item.points > 0 and item.state is State.PASSED
+            continue
         assert item.points == 0 and item.state is not State.PASSED, status
         assert graded.total == 10
+    strict = dataclasses.replace(rubric, strict=True)
+    graded = score(strict, outcome({**ALL_PASS, "head_split": Status.WARNED},
+                                   {"gate": P, "causal": P}))
+    assert graded.item("MHA.head_split").points == 0
 
 
 def test_overall_status_is_the_most_serious(rubric):

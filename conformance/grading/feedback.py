@@ -20,6 +20,7 @@ from conformance.catalogue import CATALOGUE, GATE
 from conformance.grading.outcome import RunStatus
 from conformance.grading.rubric import Rubric
 from conformance.grading.scoring import CheckScore, ItemScore, State
+from conformance.results import Status
 
 if TYPE_CHECKING:
     from conformance.grading.pipeline import Student
@@ -62,6 +63,12 @@ def _check_lines(check: CheckScore) -> list[Block]:
     result = check.result
     if check.state is State.NOT_EVALUATED:
         blocks.append(Block("p", f"Not evaluated: {check.why.rstrip('.')}."))
+        return blocks
+    if result is not None and check.state is State.PASSED and result.status is Status.WARNED:
+        blocks.append(Block("note", f"Passed, with a warning (no points lost): {result.reason}",
+                            tone="hint"))
+        if result.hint:
+            blocks.append(Block("note", f"Worth knowing: {result.hint}", tone="hint"))
         return blocks
     if check.state is State.PASSED or result is None:
         return blocks
@@ -150,7 +157,10 @@ def document(rubric: Rubric, student: Student, as_of: datetime) -> list[Block]:
             classes.append(item.state.value.replace(" ", "-"))
             graded = target_outcome is not None and target_outcome.status is RunStatus.GRADED
             # A target that never ran says why once, above; its items have nothing to add.
-            if item.state is not State.PASSED and (graded or item.state is not State.NOT_EVALUATED):
+            warned = any(c.result is not None and c.result.status is Status.WARNED
+                         for c in item.checks)
+            if (item.state is not State.PASSED or warned) and (
+                    graded or item.state is not State.NOT_EVALUATED):
                 details.append(item)
         if rows:
             blocks.append(Block("table", rows=[["Item", "Result", "Points"], *rows],

@@ -8,6 +8,7 @@ A rubric is a TOML file (reference and worked example: ``docs/grading.md``)::
     reference = "reference/attention.py"   # the instructor's solution, relative to this file
     profile = "quick"
     seed = 20260301
+    strict = false                     # true: a warning (beyond the normal range) earns nothing
 
     [limits]
     check_seconds = 20                 # one check
@@ -162,6 +163,8 @@ class Rubric:
     seed: int
     limits: Limits
     targets: tuple[Target, ...]
+    strict: bool = False
+    """A warning earns nothing (by default it earns the check's points)."""
     github_classroom_prefix: str | None = None
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -205,7 +208,8 @@ def _number(value: float | None) -> str:
 
 
 _TOP = {"assignment", "limits", "targets"}
-_ASSIGNMENT = {"name", "title", "due", "reference", "profile", "seed", "github_classroom_prefix"}
+_ASSIGNMENT = {"name", "title", "due", "reference", "profile", "seed", "strict",
+               "github_classroom_prefix"}
 _LIMITS = {"check_seconds", "submission_seconds", "memory_mb"}
 _TARGET = {"class", "aliases", "interface", "items"}
 _ITEM = {"check", "group", "checks", "points", "points_each", "cap", "requires", "visibility",
@@ -241,6 +245,9 @@ def parse(data: dict, path: Path) -> Rubric:
     seed = assignment.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise RubricError(f"{where}: [assignment] seed {seed!r}: give an integer")
+    strict = assignment.get("strict", False)
+    if not isinstance(strict, bool):
+        raise RubricError(f"{where}: [assignment] strict {strict!r}: give true or false")
     due = assignment.get("due")
     if due is not None:
         due = _datetime(due, f"{where}: [assignment] due")
@@ -264,7 +271,7 @@ def parse(data: dict, path: Path) -> Rubric:
     rubric = Rubric(path=path, name=str(assignment.get("name", path.stem)),
                     title=str(assignment.get("title", assignment.get("name", path.stem))),
                     due=due, reference=reference, profile=profile, seed=seed, limits=limits,
-                    targets=targets,
+                    targets=targets, strict=strict,
                     github_classroom_prefix=assignment.get("github_classroom_prefix"),
                     raw=data)
     if rubric.max_points <= 0:

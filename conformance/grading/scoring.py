@@ -2,8 +2,9 @@
 
 Rules (also in ``docs/grading.md``):
 
-- a check earns its points when its result is ``passed``; any other status (failed, skipped,
-  a status this version doesn't know) is not a pass;
+- a check earns its points when its result is ``passed``, or ``warning`` (a finding beyond
+  the contract's normal range, shown in the feedback) unless the rubric is ``strict``; any
+  other status (failed, skipped, a status this version doesn't know) is not a pass;
 - a check that did not pass while one of its prerequisites (``requires``, transitively, and
   always the gate) did not pass either is **not evaluated**: the prerequisite's failure is the
   one reported, the dependent earns nothing and is not counted as a bug of its own;
@@ -114,11 +115,14 @@ def _round(value: float) -> float:
     return round(value + 0.0, 6)
 
 
-def _passed(result: CheckResult | None) -> bool:
-    return result is not None and result.status is Status.PASSED
+def _passed(result: CheckResult | None, strict: bool = False) -> bool:
+    if result is None:
+        return False
+    return result.status is Status.PASSED or (result.status is Status.WARNED and not strict)
 
 
-def _check_score(target: Target, outcome: TargetOutcome | None, check: str) -> CheckScore:
+def _check_score(target: Target, outcome: TargetOutcome | None, check: str,
+                 strict: bool = False) -> CheckScore:
     if outcome is None:
         return CheckScore(check, State.NOT_EVALUATED, "the submission was not run")
     result = outcome.result(check)
@@ -127,10 +131,10 @@ def _check_score(target: Target, outcome: TargetOutcome | None, check: str) -> C
             return CheckScore(check, State.NOT_EVALUATED, "this check was not run")
         why = outcome.status.value + (f": {outcome.message}" if outcome.message else "")
         return CheckScore(check, State.NOT_EVALUATED, why)
-    if _passed(result):
+    if _passed(result, strict):
         return CheckScore(check, State.PASSED, result=result)
     blocking = [needed for needed in prerequisites(target, check)
-                if not _passed(outcome.result(needed))]
+                if not _passed(outcome.result(needed), strict)]
     if blocking:
         return CheckScore(check, State.NOT_EVALUATED,
                           f"requires {blocking[0]}, which did not pass", result)
@@ -139,9 +143,10 @@ def _check_score(target: Target, outcome: TargetOutcome | None, check: str) -> C
     return CheckScore(check, State.FAILED, result=result)
 
 
-def score_item(item: Item, target: Target, outcome: TargetOutcome | None) -> ItemScore:
-    """The points ``item`` earns given the target's outcome."""
-    checks = [_check_score(target, outcome, check) for check in item.checks]
+def score_item(item: Item, target: Target, outcome: TargetOutcome | None,
+               strict: bool = False) -> ItemScore:
+    """The points ``item`` earns given the target's outcome (``strict``: a warning earns none)."""
+    checks = [_check_score(target, outcome, check, strict) for check in item.checks]
     passed = sum(c.state is State.PASSED for c in checks)
     if item.points_each is not None:
         points = passed * item.points_each
@@ -167,6 +172,6 @@ def score(rubric: Rubric, outcome: SubmissionOutcome) -> SubmissionScore:
     for target in rubric.targets:
         target_outcome = outcome.target(target.name)
         targets.append(TargetScore(target, target_outcome,
-                                   [score_item(item, target, target_outcome)
+                                   [score_item(item, target, target_outcome, rubric.strict)
                                     for item in target.items]))
     return SubmissionScore(outcome.status, targets)
