@@ -80,6 +80,7 @@ class Runner:
         key = (subject.name, device)
         if key not in self._gates:
             start = time.perf_counter()
+            subject.begin_check(GATE.name)
             outcome = GATE.evaluate(self._context(subject, subject.capabilities, device))
             result = CheckResult(subject.name, GATE.name, device, Status.PASSED)
             if outcome.blocked:
@@ -113,6 +114,7 @@ class Runner:
         context = self._context(subject, outcome.effective, device)
         context.broken = dict(outcome.broken)
         start = time.perf_counter()
+        subject.begin_check(name)
         result = _verdict(check, context, subject.name, device)
         result.seconds = time.perf_counter() - start
         return self._expectations(subject, result)
