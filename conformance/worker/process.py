@@ -164,7 +164,7 @@ class WorkerProcess:
         os.set_blocking(self._status_fd, False)
         self._status_buffer = b""
         self.channel = CheckerChannel(reply_r, request_w, self.limits.header_bytes,
-                                      self.limits.message_bytes, self._pump)
+                                      self.limits.message_bytes, output_r, self._pump)
         deadline = self.started + self.limits.start_seconds
         started = self._status_line(deadline)
         if started is None or started.get("event") != "started":
@@ -190,7 +190,7 @@ class WorkerProcess:
 
     # Waiting.
 
-    def _pump(self, left: float) -> None:
+    def _pump(self) -> None:
         """Drain printed output (keeping the first bytes); stop a flood."""
         while True:
             try:
@@ -221,7 +221,7 @@ class WorkerProcess:
             except BlockingIOError:
                 select.select([self._status_fd], [], [], min(left, 0.05))
                 with contextlib.suppress(_OutputFlood):  # it is ending anyway: only the status counts
-                    self._pump(left)
+                    self._pump()
                 continue
             if not chunk:
                 return None

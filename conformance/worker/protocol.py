@@ -93,6 +93,14 @@ class WriteWeightsRequest:
 
 
 @dataclass(frozen=True)
+class WorkerState:
+    """What the worker holds: live instances, and its peak resident memory."""
+
+    instances: int
+    max_rss_bytes: int
+
+
+@dataclass(frozen=True)
 class Failure:
     """Why a request failed in the worker.
 
@@ -108,6 +116,7 @@ class Failure:
 
 
 REQUESTS: dict[str, tuple[type, Any]] = {
+    "names": (LoadRequest, tuple[str, ...]),
     "load": (LoadRequest, LoadReply),
     "build": (BuildRequest, int),
     "forward": (ForwardRequest, torch.Tensor),
@@ -117,5 +126,6 @@ REQUESTS: dict[str, tuple[type, Any]] = {
     "stdout": (InstanceRequest, str),
     "input_writes": (InstanceRequest, tuple[str, ...]),
     "release": (InstanceRequest, type(None)),
+    "state": (type(None), WorkerState),
 }
 """Every operation: (request body type, reply body type)."""

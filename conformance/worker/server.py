@@ -18,6 +18,7 @@ import faulthandler
 import io
 import os
 import re
+import resource
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from conformance.worker.protocol import (
     LoadReply,
     LoadRequest,
     Ready,
+    WorkerState,
     WriteWeightsRequest,
 )
 from conformance.worker.wire import BlockingChannel, Closed, encode_frame
@@ -138,6 +140,20 @@ def _out_of_memory(error: BaseException) -> bool:
     return isinstance(cause, RuntimeError) and "can't allocate memory" in str(cause)
 
 
+def _memory_message(what: str, error: BaseException) -> str:
+    """``forward ran out of memory: it asked for 2.0 GiB more, under the worker's 3.5 GiB
+    address-space limit (RuntimeError)``."""
+    cause = error.__cause__ if isinstance(error, ImplementationError) and error.__cause__ else error
+    asked = re.search(r"tried to allocate (\d+) bytes", str(cause))
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    text = f"{what} ran out of memory"
+    if asked:
+        text += f": it asked for {int(asked.group(1)) / 2**30:.1f} GiB more"
+    if limit != resource.RLIM_INFINITY:
+        text += f", under the worker's {limit / 2**30:.1f} GiB address-space limit"
+    return f"{text} ({type(cause).__name__})"
+
+
 def _one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
@@ -155,6 +171,10 @@ class Server:
         self._next_instance = 0
 
     # Requests.
+
+    def names(self, request: LoadRequest) -> tuple[str, ...]:
+        """The target module's classes and functions, before anything of it runs."""
+        return defined_names(self.scratch, request.spec)
 
     def load(self, request: LoadRequest) -> LoadReply:
         names = defined_names(self.scratch, request.spec)
@@ -237,6 +257,10 @@ class Server:
     def release(self, request: InstanceRequest) -> None:
         self.instances.pop(request.instance, None)
 
+    def state(self, request: None) -> WorkerState:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return WorkerState(len(self.instances), usage.ru_maxrss * 1024)
+
     # The loop.
 
     def serve(self) -> None:
@@ -256,7 +280,8 @@ class Server:
         op = header.get("op")
         for released in header.get("release", ()):
             self.instances.pop(released, None)
-        what = {"build": "constructing it", "load": "loading it"}.get(op, op)
+        what = {"build": "constructing it", "load": "loading it", "names": "reading its source"
+                }.get(op, op)
         try:
             if op not in REQUESTS:
                 raise KeyError(f"unknown request {op!r}")
@@ -271,8 +296,7 @@ class Server:
             reply = Failure("status", failure.message, failure.status)
         except ImplementationError as error:
             if _out_of_memory(error):
-                reply = Failure("status", f"{what} ran out of memory ({error})",
-                                WorkerStatus.OUT_OF_MEMORY)
+                reply = Failure("status", _memory_message(what, error), WorkerStatus.OUT_OF_MEMORY)
             else:
                 reply = Failure("implementation", str(error))
         except CapabilityError as error:
@@ -281,8 +305,7 @@ class Server:
             reply = Failure("status", f"{what} called sys.exit({error.code!r})",
                             WorkerStatus.EXITED)
         except MemoryError as error:
-            reply = Failure("status", f"{what} ran out of memory ({_one_line(error)})",
-                            WorkerStatus.OUT_OF_MEMORY)
+            reply = Failure("status", _memory_message(what, error), WorkerStatus.OUT_OF_MEMORY)
         except BaseException as error:
             # Anything else is this process's own code failing: perhaps because the submission
             # patched what it relies on. The checker sees a status, never a traceback object.

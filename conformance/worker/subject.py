@@ -42,6 +42,7 @@ from conformance.worker.protocol import (
     GradientsRequest,
     InstanceRequest,
     LoadRequest,
+    WorkerState,
     WriteWeightsRequest,
 )
 from conformance.worker.sandbox import SandboxKind
@@ -88,6 +89,13 @@ class IsolatedSubject(Subject):
                  timeout: float | TimeoutPolicy | None = None) -> None:
         check_spec(spec)
         self.submission = Path(submission)
+        if "::" in spec:  # a missing file needs no worker to say so
+            file = spec.partition("::")[0]
+            where = (self.submission.parent if self.submission.is_file() else self.submission)
+            if not (where / file).is_file() or (self.submission.is_file()
+                                                and file != self.submission.name):
+                raise LoadError(WorkerStatus.NOT_FOUND, f"no file {file} in the submission",
+                                fatal=False)
         self.spec = spec
         self.limits = limits or Limits()
         self.sandbox = sandbox
@@ -142,6 +150,11 @@ class IsolatedSubject(Subject):
         per worker; for the teacher's eyes."""
         return "\n".join(w.printed() for w in self._workers if w.output_total)
 
+    def state(self) -> WorkerState:
+        """The current worker's live instances and peak memory (one request)."""
+        with self._lock:
+            return self.call(self._live_worker(), "state", None, [], None, "reporting its state")
+
     def describe(self) -> str:
         text = self.capabilities.describe()
         if self.declaration.weight_layout is not None:
@@ -155,13 +168,22 @@ class IsolatedSubject(Subject):
         worker = WorkerProcess(self.submission, limits=self.limits, sandbox=self.sandbox)
         self._workers.append(worker)
         self._worker = worker
+        body = codec.encode(LoadRequest(self.spec, self._declared), [])
+        names: tuple[str, ...] = ()
         try:
-            frame = worker.request("load", codec.encode(LoadRequest(self.spec, self._declared), []),
-                                   [], timeout=self.limits.load_seconds, what="load")
+            # The names first (read from the source, nothing run): a submission that kills its
+            # worker while being imported still gets near-miss suggestions.
+            frame = worker.request("names", body, [], timeout=self.limits.load_seconds,
+                                   what="reading the source")
+            if frame.header["ok"]:
+                names = self._body(worker, frame, "names")
+            frame = worker.request("load", body, [], timeout=self.limits.load_seconds,
+                                   what="load")
         except WorkerError as error:
             self._worker = None
             worker.close()
-            raise LoadError(error.status, f"loading {self.spec}: {error}", fatal=True) from None
+            raise LoadError(error.status, f"loading {self.spec}: {error}", defined_names=names,
+                            fatal=True) from None
         if not frame.header["ok"]:
             failure = self._failure(frame)
             self._worker = None

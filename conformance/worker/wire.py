@@ -222,28 +222,36 @@ class BlockingChannel:
 
 
 class CheckerChannel:
-    """The checker's end: every read and write has a deadline, and ``pump`` is called while
-    waiting so the worker's printed output is drained (and capped) at the same time."""
+    """The checker's end: every read and write has a deadline. While it waits, ``pump`` is
+    called whenever ``side`` (the worker's output pipe) has data, so printed output is drained
+    (and capped) at the same time and a printing worker never blocks on a full pipe."""
 
     def __init__(self, read_fd: int, write_fd: int, header_limit: int, payload_limit: int,
-                 pump: Callable[[float], None]) -> None:
+                 side: int, pump: Callable[[], None]) -> None:
         os.set_blocking(read_fd, False)
         os.set_blocking(write_fd, False)
         self.read_fd, self.write_fd = read_fd, write_fd
         self.header_limit, self.payload_limit = header_limit, payload_limit
+        self.side = side
         self.pump = pump
-        """Called with the seconds left when waiting; it may raise to abort the wait."""
+        """Drains ``side``; it may raise to abort the wait."""
 
     def _wait(self, fd: int, event: int, deadline: float) -> None:
         poller = select.poll()
         poller.register(fd, event | select.POLLHUP | select.POLLERR)
+        poller.register(self.side, select.POLLIN)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise Deadline()
-            self.pump(left)
-            if poller.poll(min(left, 0.05) * 1000):
+            ready = poller.poll(left * 1000)
+            if any(ready_fd == self.side for ready_fd, _ in ready):
+                self.pump()
+            if any(ready_fd == fd for ready_fd, _ in ready):
                 return
+            if any(ready_fd == self.side and flags & (select.POLLHUP | select.POLLERR)
+                   for ready_fd, flags in ready):
+                poller.unregister(self.side)  # the output pipe closed: stop watching it
 
     def _read(self, size: int, deadline: float) -> bytearray:
         buffer = bytearray(size)
