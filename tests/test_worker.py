@@ -18,7 +18,6 @@ import torch
 from worker_support import (
     FAST,
     HOSTILE,
-    PLAIN_AND_BWRAP,
     SANDBOXES,
     descendants,
     one_thread,
@@ -58,64 +57,102 @@ def in_process_single():
     return Runner("quick").run(InProcessSubject(impl), devices=["cpu"])
 
 
-def test_correct_submission_gets_the_in_process_verdicts(in_process_single):
+@pytest.fixture(scope="module")
+def plain_single():
+    """The correct submission in the default sandbox (plain rlimits, own session, subreaper)."""
     with IsolatedSubject(SINGLE, "attention.py::MultiHeadAttention", limits=FAST,
                          sandbox="none") as subject:
-        isolated = Runner("quick").run(subject, devices=["cpu"])
-        assert subject.failures == [] and subject.restarts == 0
+        yield subject
+
+
+PLAIN_PROTECTIONS = {"own session", "stdin closed", "clean environment", "scratch copy",
+                     "rlimit cpu", "rlimit address space", "rlimit file size", "no core dumps",
+                     "no new privileges", "whole process tree killed (subreaper)"}
+
+
+def test_correct_submission_gets_the_in_process_verdicts(plain_single, in_process_single):
+    isolated = Runner("quick").run(plain_single, devices=["cpu"])
+    assert plain_single.failures == [] and plain_single.restarts == 0
     assert verdicts(isolated) == verdicts(in_process_single)
     assert {r.status.value for r in isolated} == {"passed", "skipped"}
+    assert set(plain_single.protections) >= PLAIN_PROTECTIONS
+    assert not {"pid namespace", "network namespace", "host filesystem hidden",
+                "read-only system", "private /tmp"} & set(plain_single.protections)
+    assert plain_single.expected_failures == {} and plain_single.declaration.weight_layout
 
 
 def test_a_package_over_several_files_gets_the_in_process_verdicts(monkeypatch):
     sandbox = SANDBOXES[0]  # the strongest here: bubblewrap where it works
     checks = ["gate", "contract", "padding", "head_split", "reference", "scale", "autograd"]
     spec = "mha.attention:MultiHeadAttention"
-    with IsolatedSubject(PACKAGE, spec, limits=FAST, sandbox=sandbox) as subject:
+    declared = Declarations(mask="keep_int:broadcast", causal="never")
+    with IsolatedSubject(PACKAGE, spec, limits=FAST, sandbox=sandbox,
+                         declared=declared) as subject:
         assert subject.name == "attention:MultiHeadAttention"
-        assert "MultiHeadAttention" in subject.defined_names
+        assert subject.defined_names == ("MultiHeadAttention",)
+        assert any("(declared)" in note for note in subject.notes)  # declarations crossed
         isolated = Runner("quick").run(subject, devices=["cpu"], checks=checks)
+        protections = set(subject.protections)
     monkeypatch.syspath_prepend(str(PACKAGE))
     try:
-        (impl,) = resolve(spec)
+        (impl,) = resolve(spec, declared)
         expected = Runner("quick").run(InProcessSubject(impl), devices=["cpu"], checks=checks)
     finally:
         for name in [m for m in sys.modules if m.split(".")[0] in ("mha", "helpers")]:
             del sys.modules[name]
     assert verdicts(isolated) == verdicts(expected)
+    assert protections >= PLAIN_PROTECTIONS
+    if sandbox == "bwrap":
+        assert {"pid namespace", "network namespace", "ipc namespace", "read-only system",
+                "host filesystem hidden", "private /tmp"} <= protections
+        if os.geteuid() == 0:
+            assert {"unprivileged uid", "rlimit processes"} <= protections
 
 
-def test_two_workers_side_by_side_agree_with_one_at_a_time(in_process_single):
+def test_two_workers_side_by_side_agree_with_one_at_a_time(plain_single, in_process_single):
     checks = ["gate", "padding", "reference", "dropout", "determinism"]
     expected = [r for r in verdicts(in_process_single) if r["check"] in checks]
     with IsolatedSubject(SINGLE, "attention.py::MultiHeadAttention", limits=FAST,
-                         sandbox="none") as one, \
-            IsolatedSubject(SINGLE, "attention.py::MultiHeadAttention", limits=FAST,
-                            sandbox=SANDBOXES[0]) as two:
+                         sandbox=SANDBOXES[0]) as other:
         runners = (Runner("quick"), Runner("quick"))
         interleaved: tuple[list, list] = ([], [])
         for name in checks:  # both workers alive, their requests interleaved check by check
-            for runner, subject, out in zip(runners, (one, two), interleaved, strict=True):
+            for runner, subject, out in zip(runners, (plain_single, other), interleaved,
+                                            strict=True):
                 out.append(runner.run_check(subject, name, "cpu"))
         assert verdicts(interleaved[0]) == expected == verdicts(interleaved[1])
 
         # And truly concurrent: two threads calling their own worker, same bits as one at a time.
         x = torch.randn(CONFIG.batch, CONFIG.q_len, CONFIG.d_model)
         inputs = Inputs.self_attention(x, torch.rand(2, 5) > 0.3)
-        alone = one.instantiate(CONFIG, 7).forward(inputs)
+        alone = plain_single.instantiate(CONFIG, 7).forward(inputs)
         outputs: dict[int, list[torch.Tensor]] = {0: [], 1: []}
 
         def hammer(index, subject):
             instance = subject.instantiate(CONFIG, 7)
             outputs[index] = [instance.forward(inputs) for _ in range(50)]
 
-        threads = [threading.Thread(target=hammer, args=(i, s)) for i, s in enumerate((one, two))]
+        threads = [threading.Thread(target=hammer, args=(i, s))
+                   for i, s in enumerate((plain_single, other))]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-        assert all(torch.equal(out, alone) for out in outputs[0] + outputs[1])
         assert len(outputs[0]) == len(outputs[1]) == 50
+        assert all(torch.equal(out, alone) for out in outputs[0] + outputs[1])
+
+
+def test_released_instances_ride_on_the_next_request(plain_single):
+    plain_single.state()
+    for _ in range(5):  # each one dropped: its release travels with the next request
+        plain_single.instantiate(CONFIG, 0)
+    gc.collect()
+    assert len(plain_single._released) == 1
+    assert plain_single.state().instances == 0 and plain_single._released == []
+    kept = plain_single.instantiate(CONFIG, 0)
+    assert plain_single.state().instances == 1
+    assert plain_single.state().max_rss_bytes > 100 << 20  # torch is loaded
+    del kept
 
 
 @pytest.fixture
@@ -166,49 +203,41 @@ def test_load_failures_have_a_status_and_the_names_defined(submission):
         IsolatedSubject(submission, "/etc/attention.py::MultiHeadAttention")
 
 
-def test_declarations_cross_and_inference_runs_in_the_worker():
-    declared = Declarations(mask="keep_int:broadcast", causal="never")
-    with IsolatedSubject(SINGLE, "attention.py::MultiHeadAttention", declared=declared,
-                         limits=FAST, sandbox="none") as subject:
-        assert any("(declared)" in note for note in subject.notes)
-        assert subject.capabilities.mask.kind.value == "keep_int"
-        assert subject.describe().endswith("weights from inner.q_proj/inner.k_proj/inner.v_proj/"
-                                           "inner.out_proj")
-        assert subject.expected_failures == {}
-
-
 def test_a_crash_restarts_the_worker_for_the_next_instance_within_bounds():
-    spec = "attention.py::declared"
-    with IsolatedSubject(HOSTILE / "segfault", spec, limits=FAST, sandbox="none") as subject:
-        x = torch.randn(2, 5, 8)
+    inputs = Inputs.self_attention(torch.randn(2, 5, 8))
+    with IsolatedSubject(HOSTILE / "segfault", "attention.py::declared", sandbox="none",
+                         limits=FAST.scaled(max_restarts=1)) as subject:
         instance = subject.instantiate(CONFIG, 0)
         first_worker = subject._worker
         with pytest.raises(WorkerError) as crashed:
-            instance.forward(Inputs.self_attention(x))
+            instance.forward(inputs)
         assert crashed.value.status is WorkerStatus.CRASHED and crashed.value.fatal
-        assert "killed by signal 11 (segfault) during forward" in str(crashed.value)
+        assert str(crashed.value) == ("the worker was killed by signal 11 (segfault) during "
+                                      "forward")
         with pytest.raises(WorkerError, match="signal 11"):  # its instances are gone with it
             instance.read_weights()
         again = subject.instantiate(CONFIG, 0)  # a fresh worker, transparently
         assert subject.restarts == 1 and subject._worker is not first_worker
         assert again.read_weights().w_q.shape == (2, 4, 8)
         with pytest.raises(WorkerError, match="signal 11"):
-            again.forward(Inputs.self_attention(x))
-        subject.instantiate(CONFIG, 0)
-        assert subject.restarts == 2
-        with pytest.raises(WorkerError, match="signal 11"):
-            subject.instantiate(CONFIG, 0).forward(Inputs.self_attention(x))
+            again.forward(inputs)
         with pytest.raises(WorkerError) as gave_up:
             subject.instantiate(CONFIG, 0)
         assert gave_up.value.status is WorkerStatus.RESTART_LIMIT
-        assert "died 3 times" in str(gave_up.value)
-        assert [status for _, status in
-                ((c, e.status) for c, e in subject.failures)][:3] == [WorkerStatus.CRASHED] * 3
+        assert str(gave_up.value).startswith("the worker died 2 times; not started again")
+        assert [e.status for _, e in subject.failures] == [
+            WorkerStatus.CRASHED, WorkerStatus.CRASHED, WorkerStatus.RESTART_LIMIT]
 
 
-def test_after_a_timeout_the_rest_of_the_check_fails_fast_and_the_next_check_restarts():
+def test_after_a_timeout_the_check_fails_fast_and_the_next_check_restarts():
+    asked = []
+
+    def policy(op, config):  # per-request limits: a later CLI scales them to the case size
+        asked.append((op, config))
+        return 0.5 if op == "forward" else 5.0
+
     with IsolatedSubject(HOSTILE / "infinite_loop", "attention.py::declared", sandbox="none",
-                         limits=FAST.scaled(request_seconds=0.5)) as subject:
+                         limits=FAST, timeout=policy) as subject:
         inputs = Inputs.self_attention(torch.randn(2, 5, 8))
         subject.begin_check("padding")
         start = time.monotonic()
@@ -217,6 +246,7 @@ def test_after_a_timeout_the_rest_of_the_check_fails_fast_and_the_next_check_res
         assert hung.value.status is WorkerStatus.TIMEOUT
         assert str(hung.value) == "forward did not return within 0.5 s"
         assert 0.5 <= time.monotonic() - start < 2.0
+        assert asked == [("build", CONFIG), ("forward", CONFIG)]
         start = time.monotonic()
         for _ in range(20):  # hypothesis replaying and shrinking: each fails at once
             with pytest.raises(WorkerError, match=r"did not return within 0\.5 s"):
@@ -227,37 +257,6 @@ def test_after_a_timeout_the_rest_of_the_check_fails_fast_and_the_next_check_res
         assert subject.restarts == 1
         assert instance.read_weights().w_q.shape == (2, 4, 8)
         assert subject.failures == [("padding", hung.value)]
-
-
-def test_time_limits_are_adjustable_per_request():
-    asked = []
-
-    def policy(op, config):
-        asked.append((op, config))
-        return 0.3 if op == "forward" else 5.0
-
-    with IsolatedSubject(HOSTILE / "infinite_loop", "attention.py::declared", sandbox="none",
-                         limits=FAST, timeout=policy) as subject:
-        instance = subject.instantiate(CONFIG, 3)
-        start = time.monotonic()
-        with pytest.raises(WorkerError, match=r"forward did not return within 0\.3 s"):
-            instance.forward(Inputs.self_attention(torch.randn(2, 5, 8)))
-        assert time.monotonic() - start < 1.5
-    assert asked == [("build", CONFIG), ("forward", CONFIG)]
-
-
-def test_released_instances_ride_on_the_next_request():
-    with IsolatedSubject(SINGLE, "attention.py::MultiHeadAttention", limits=FAST,
-                         sandbox="none") as subject:
-        for _ in range(5):  # each one dropped: its release travels with the next request
-            subject.instantiate(CONFIG, 0)
-        gc.collect()
-        assert len(subject._released) == 1
-        assert subject.state().instances == 0 and subject._released == []
-        kept = subject.instantiate(CONFIG, 0)
-        assert subject.state().instances == 1
-        assert subject.state().max_rss_bytes > 100 << 20  # torch is loaded
-        del kept
 
 
 def test_printed_output_is_captured_for_the_teacher(tmp_path):
@@ -273,24 +272,6 @@ def test_printed_output_is_captured_for_the_teacher(tmp_path):
         assert instance.stdout == "shape torch.Size([2, 5, 8])\n"
         (contract,) = Runner("quick").run(subject, devices=["cpu"], checks=["contract"])
         assert contract.status.value == "failed" and "to stdout" in contract.reason
-
-
-@pytest.mark.parametrize("sandbox", PLAIN_AND_BWRAP)
-def test_protections_are_reported(sandbox):
-    with IsolatedSubject(SINGLE, "attention.py::MultiHeadAttention", limits=FAST,
-                         sandbox=sandbox) as subject:
-        protections = set(subject.protections)
-        assert {"own session", "stdin closed", "clean environment", "scratch copy",
-                "rlimit cpu", "rlimit address space", "rlimit file size", "no core dumps",
-                "no new privileges", "whole process tree killed (subreaper)"} <= protections
-        if sandbox == "bwrap":
-            assert {"pid namespace", "network namespace", "host filesystem hidden",
-                    "private /tmp"} <= protections
-            if os.geteuid() == 0:
-                assert {"unprivileged uid", "rlimit processes"} <= protections
-                assert subject._worker.ready.uid == subject._worker.launch.uid != 0
-        else:
-            assert not protections & {"pid namespace", "host filesystem hidden"}
 
 
 @pytest.mark.skipif("unshare" in SANDBOXES and "bwrap" in SANDBOXES,

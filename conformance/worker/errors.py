@@ -67,12 +67,15 @@ class WorkerError(ImplementationError):
 
 class LoadError(WorkerError):
     """The submission could not be loaded; ``defined_names`` are the classes and functions its
-    target module defines (read from the source, never run), for near-miss suggestions."""
+    target module defines (read from the source, never run), for near-miss suggestions;
+    ``output`` what the worker printed meanwhile (capped), for the teacher."""
 
     def __init__(self, status: WorkerStatus, message: str, *,
-                 defined_names: Sequence[str] = (), fatal: bool | None = None) -> None:
+                 defined_names: Sequence[str] = (), fatal: bool | None = None,
+                 output: str = "") -> None:
         super().__init__(status, message, fatal=fatal)
         self.defined_names = tuple(defined_names)
+        self.output = output
 
 
 class ProtocolError(Exception):

@@ -183,13 +183,14 @@ class IsolatedSubject(Subject):
             self._worker = None
             worker.close()
             raise LoadError(error.status, f"loading {self.spec}: {error}", defined_names=names,
-                            fatal=True) from None
+                            fatal=True, output=worker.printed()) from None
         if not frame.header["ok"]:
             failure = self._failure(frame)
             self._worker = None
             worker.close()
             raise LoadError(failure.status or WorkerStatus.INTERFACE_MISMATCH, failure.message,
-                            defined_names=failure.defined_names, fatal=False)
+                            defined_names=failure.defined_names, fatal=False,
+                            output=worker.printed())
         reply = self._body(worker, frame, "load")
         self._defined_names = reply.defined_names
         return reply.implementations

@@ -1,0 +1,277 @@
+"""The hostile collection (tests/fixtures/hostile): each submission gets the right status, the
+verdicts its real behaviour earns where it has a working class, and changes nothing else: not
+the checker's torch, not files outside its scratch copy, not the network, no process survives."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import socket
+import threading
+import time
+import uuid
+
+import pytest
+import torch
+from worker_support import (
+    FAST,
+    HOSTILE,
+    NETWORK_SANDBOX,
+    PLAIN_AND_BWRAP,
+    descendants,
+    lay_out,
+    needs_bwrap,
+    needs_netns,
+    one_thread,
+    processes_with,
+    snapshot,
+    verdicts,
+    wait_until,
+)
+
+from conformance import Config, Runner, resolve
+from conformance.adapter import InProcessSubject, Inputs
+from conformance.inference import Declarations
+from conformance.worker import IsolatedSubject, LoadError, WorkerError, WorkerStatus
+
+DECLARED = Declarations(call="self", mask="keep_int:broadcast", causal="never",
+                        width_arg="d_model", heads_arg="num_heads",
+                        weights="q_proj,k_proj,v_proj,out_proj")
+"""Everything declared: interface inference would run the hostile forward at load time."""
+CONFIG = Config(batch=2, q_len=5, kv_len=5, d_model=8, num_heads=2)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nothing_survives():
+    before = set(descendants())
+    with one_thread():
+        yield
+    gc.collect()
+    left = [pid for pid in descendants() if pid not in before]
+    assert left == [], f"processes left behind: {left}"
+
+
+def gate(directory, spec, sandbox="none", limits=FAST, checks=("gate", "contract")):
+    """Load, run a few checks, close; (results, subject)."""
+    with IsolatedSubject(directory, spec, limits=limits, sandbox=sandbox) as subject:
+        results = Runner("quick").run(subject, devices=["cpu"], checks=list(checks))
+    return results, subject
+
+
+def test_exit_at_import_is_exited_with_names():
+    with pytest.raises(LoadError) as raised:
+        IsolatedSubject(HOSTILE / "exit_at_import", "attention.py::MultiHeadAttention",
+                        limits=FAST, sandbox="none")
+    assert raised.value.status is WorkerStatus.EXITED
+    assert "the worker exited with status 0 during load" in str(raised.value)
+    assert raised.value.defined_names == ("MultiHeadAttention",)
+
+
+def test_sys_exit_in_forward():
+    with pytest.raises(LoadError) as raised:  # inference calls forward while loading
+        IsolatedSubject(HOSTILE / "sys_exit_in_forward", "attention.py::ExitingAttention",
+                        limits=FAST, sandbox="none")
+    assert raised.value.status is WorkerStatus.EXITED
+    assert str(raised.value) == "loading attention.py::ExitingAttention called sys.exit(3)"
+    (gate_result, contract), subject = gate(HOSTILE / "sys_exit_in_forward",
+                                             "attention.py::declared")
+    assert gate_result.status.value == "failed"
+    assert gate_result.reason == "basic call (float32, no mask): forward called sys.exit(3)"
+    assert contract.status.value == "skipped" and subject.restarts == 0
+
+
+@pytest.mark.parametrize("sandbox", PLAIN_AND_BWRAP)
+def test_infinite_loop_times_out_once(sandbox):
+    start = time.monotonic()
+    results, subject = gate(HOSTILE / "infinite_loop", "attention.py::declared", sandbox,
+                            limits=FAST.scaled(request_seconds=1.0))
+    assert results[0].reason == "basic call (float32, no mask): forward did not return within 1 s"
+    assert [(check, e.status) for check, e in subject.failures] == [("gate", WorkerStatus.TIMEOUT)]
+    assert time.monotonic() - start < 10  # one time limit, not one per example
+    if sandbox != "none":
+        return
+    with pytest.raises(LoadError) as raised:  # undeclared: inference hangs at load time
+        IsolatedSubject(HOSTILE / "infinite_loop", "attention.py::LoopingAttention",
+                        limits=FAST.scaled(load_seconds=1.5), sandbox=sandbox)
+    assert raised.value.status is WorkerStatus.TIMEOUT
+    assert "load did not return within 1.5 s" in str(raised.value)
+
+
+def test_sleep_in_init_times_out():
+    results, subject = gate(HOSTILE / "sleep_in_init", "attention.py::declared",
+                            limits=FAST.scaled(request_seconds=1.0))
+    assert results[0].reason == ("basic call (float32, no mask): constructing it did not return "
+                                 "within 1 s")
+    assert subject.failures[0][1].status is WorkerStatus.TIMEOUT
+
+
+def test_memory_hog_runs_out_of_memory_under_the_limit():
+    with IsolatedSubject(HOSTILE / "memory_hog", "attention.py::declared", limits=FAST,
+                         sandbox="none") as subject:
+        (result,) = Runner("quick").run(subject, devices=["cpu"], checks=["gate"])
+        instance = subject.instantiate(CONFIG, 0)
+        with pytest.raises(WorkerError) as raised:
+            instance.forward(Inputs.self_attention(torch.randn(2, 5, 8)))
+        assert raised.value.status is WorkerStatus.OUT_OF_MEMORY and not raised.value.fatal
+        assert instance.read_weights().w_q.shape == (2, 4, 8)  # the worker lives on
+    # 1 GiB succeeded, 2 GiB did not: the limit (3 GiB for the worker + 0.5 GiB) stopped it, not
+    # this machine (24 GiB, and the tensors are never written).
+    assert result.reason == (
+        "basic call (float32, no mask): forward ran out of memory: it asked for 2.0 GiB more, "
+        "under the worker's 3.5 GiB address-space limit (RuntimeError)")
+
+
+def test_monkeypatching_torch_in_the_worker_changes_no_verdict():
+    allclose, equal, sub = torch.allclose, torch.equal, torch.Tensor.__sub__
+    with IsolatedSubject(HOSTILE / "monkeypatch", "attention.py::MultiHeadAttention",
+                         limits=FAST, sandbox="none") as subject:
+        isolated = Runner("quick").run(subject, devices=["cpu"])
+    assert (torch.allclose, torch.equal, torch.Tensor.__sub__) == (allclose, equal, sub)
+    assert not torch.allclose(torch.zeros(1), torch.ones(1))
+    # The same class, imported here without the patches.
+    (impl,) = resolve(f"{HOSTILE / 'monkeypatch' / 'model.py'}::MultiHeadAttention")
+    expected = Runner("quick").run(InProcessSubject(impl), devices=["cpu"])
+    assert verdicts_without_name(isolated) == verdicts_without_name(expected)
+    failed = {r.check for r in isolated if r.status.value == "failed"}
+    assert {"scale", "reference"} <= failed  # divides by sqrt(d_model): caught all the same
+
+
+def verdicts_without_name(results):
+    rows = verdicts(results)
+    for row in rows:
+        row.pop("implementation")
+    return rows
+
+
+def test_a_lying_tensor_subclass_gets_the_verdicts_of_its_numbers():
+    checks = ["gate", "padding", "fully_masked", "row_stochastic", "head_split", "reference"]
+    with IsolatedSubject(HOSTILE / "tensor_subclass", "attention.py::MultiHeadAttention",
+                         declared=DECLARED, limits=FAST, sandbox="none") as subject:
+        isolated = Runner("quick").run(subject, devices=["cpu"], checks=checks)
+    path = HOSTILE / "tensor_subclass" / "attention.py"
+    (honest,) = resolve(f"{path}::DoubledAttention", DECLARED)
+    expected = Runner("quick").run(InProcessSubject(honest), devices=["cpu"], checks=checks)
+    assert verdicts_without_name(isolated) == verdicts_without_name(expected)
+    assert {r.check for r in isolated if r.status.value == "failed"} == {
+        "fully_masked", "row_stochastic", "head_split", "reference"}
+    # In-process, the subclass's comparisons lie and some of those failures disappear: this is
+    # what the isolation buys.
+    (lying,) = resolve(f"{path}::MultiHeadAttention", DECLARED)
+    fooled = Runner("quick").run(InProcessSubject(lying), devices=["cpu"], checks=checks)
+    assert {r.check for r in fooled if r.status.value == "failed"} < {
+        r.check for r in isolated if r.status.value == "failed"}
+
+
+@pytest.mark.parametrize("sandbox", PLAIN_AND_BWRAP)
+def test_fake_result_files_stay_in_the_scratch_copy(tmp_path, sandbox):
+    submission = lay_out(tmp_path, "writes_files", "correct_single")
+    fake = "/tmp/attention_result_fake.json"
+    had_fake = os.path.exists(fake)
+    before = snapshot(tmp_path)
+    tmp_before = set(os.listdir("/tmp"))
+    with IsolatedSubject(submission, "attention.py::MultiHeadAttention", limits=FAST,
+                         sandbox=sandbox) as subject:
+        (result,) = Runner("quick").run(subject, devices=["cpu"], checks=["reference"])
+        scratch = subject._worker.scratch
+        assert (scratch / "result.json").exists()  # it wrote into its own copy
+    assert result.status.value == "passed"  # planting files is no attention bug
+    assert snapshot(tmp_path) == before  # its directory, the parent, the siblings, the rubric
+    assert not scratch.exists()  # the scratch copy is gone
+    if sandbox == "bwrap":  # its /tmp was private
+        assert os.path.exists(fake) == had_fake
+        assert not [n for n in set(os.listdir("/tmp")) - tmp_before if "attention" in n]
+    elif not had_fake and os.path.exists(fake):
+        os.unlink(fake)  # the plain sandbox can't stop a write to /tmp: documented, cleaned up
+
+
+@needs_bwrap
+def test_secrets_are_not_readable_from_the_sandbox(tmp_path):
+    submission = lay_out(tmp_path, "reads_secrets", "correct_single")
+    targets = [tmp_path / "rubric.toml", tmp_path / "submissions" / "correct_single" /
+               "attention.py", HOSTILE / "correct_single" / "attention.py", "/root/.bashrc",
+               "/etc/shadow"]
+    (submission / "targets.txt").write_text("\n".join(str(t) for t in targets))
+    with IsolatedSubject(submission, "attention.py::MultiHeadAttention", limits=FAST,
+                         sandbox="bwrap") as subject:
+        output = subject.output
+    assert "RUBRIC-SECRET-4711" not in output and "READ " not in output
+    assert output.count("DENIED") >= len(targets)
+    assert "correct_single" not in output.replace(str(targets[1]), "").replace(
+        str(targets[2]), "")  # no listing shows the sibling
+
+
+@pytest.mark.parametrize("sandbox", PLAIN_AND_BWRAP)
+def test_detached_and_forked_processes_do_not_survive(tmp_path, sandbox):
+    submission = lay_out(tmp_path, "detached_process")
+    marker = f"attention-worker-test-{uuid.uuid4().hex}"
+    (submission / "marker.txt").write_text(marker)
+    subject = IsolatedSubject(submission, "attention.py::MultiHeadAttention", limits=FAST,
+                              sandbox=sandbox)
+    try:
+        assert wait_until(lambda: len(processes_with(marker)) == 9), processes_with(marker)
+        daemon_sessions = {os.getsid(pid) for pid in processes_with(marker)}
+        assert len(daemon_sessions) > 1  # some escaped the worker's session
+    finally:
+        subject.close()
+    assert wait_until(lambda: processes_with(marker) == [], 2.0), processes_with(marker)
+
+
+@needs_netns
+def test_a_loopback_connection_is_refused_by_the_network_namespace(tmp_path):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.2)
+    accepted = []
+
+    def accept():
+        with contextlib.suppress(OSError):  # the timeout: nobody connected
+            accepted.append(listener.accept())
+
+    submission = lay_out(tmp_path, "loopback_socket")
+    (submission / "port.txt").write_text(str(listener.getsockname()[1]))
+    try:
+        thread = threading.Thread(target=accept)
+        thread.start()
+        with IsolatedSubject(submission, "attention.py::MultiHeadAttention", limits=FAST,
+                             sandbox=NETWORK_SANDBOX) as subject:
+            output = subject.output
+        thread.join()
+    finally:
+        listener.close()
+    assert accepted == [] and "NO CONNECTION" in output and "CONNECTED" not in output
+
+
+@pytest.mark.parametrize("sandbox", PLAIN_AND_BWRAP)
+def test_segfault_is_crashed_with_the_signal(sandbox):
+    results, subject = gate(HOSTILE / "segfault", "attention.py::declared", sandbox)
+    assert results[0].reason == ("basic call (float32, no mask): the worker was killed by signal "
+                                 "11 (segfault) during forward")
+    assert subject.failures[0][1].status is WorkerStatus.CRASHED
+    assert "Fatal Python error: Segmentation fault" in subject.output  # faulthandler's trace
+
+
+def test_print_floods_hit_the_output_limit_and_the_first_bytes_are_kept():
+    results, _ = gate(HOSTILE / "print_flood", "flood_forward.py::declared")
+    assert results[0].reason == ("basic call (float32, no mask): forward printed 52428800 "
+                                 "characters, over the output limit of 16777216")
+    start = time.monotonic()
+    with pytest.raises(LoadError) as raised:  # 50 MB straight to fd 1 while importing
+        IsolatedSubject(HOSTILE / "print_flood", "flood_import.py::MultiHeadAttention",
+                        limits=FAST.scaled(output_keep=1000), sandbox="none")
+    assert raised.value.status is WorkerStatus.OUTPUT_LIMIT
+    assert "printed more than 16777216 bytes during load" in str(raised.value)
+    assert time.monotonic() - start < 15
+    kept, _, note = raised.value.output.partition("\n[... ")
+    assert kept == "y" * 1000 and note.endswith("more bytes not kept]")
+
+
+@pytest.mark.parametrize("spec, evidence", [
+    ("attention.py::garbage", "malformed reply to forward: not a frame (starts with b'PASS')"),
+    ("attention.py::forged", "a reply that does not answer forward"),
+])
+def test_forged_replies_are_protocol_errors(spec, evidence):
+    results, subject = gate(HOSTILE / "forged_reply", spec)
+    assert results[0].status.value == "failed" and results[0].reason.endswith(evidence)
+    assert subject.failures[0][1].status is WorkerStatus.PROTOCOL_ERROR
