@@ -4,13 +4,17 @@ the checker's torch, not files outside its scratch copy, not the network, no pro
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import gc
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +23,7 @@ from worker_support import (
     HOSTILE,
     NETWORK_SANDBOX,
     PLAIN_AND_BWRAP,
+    SANDBOXES,
     descendants,
     lay_out,
     needs_bwrap,
@@ -81,29 +86,40 @@ def test_sys_exit_in_forward():
     assert contract.status.value == "skipped" and subject.restarts == 0
 
 
-@pytest.mark.parametrize("sandbox", PLAIN_AND_BWRAP)
-def test_infinite_loop_times_out_once(sandbox):
+def test_infinite_loop_times_out_once():
     start = time.monotonic()
-    results, subject = gate(HOSTILE / "infinite_loop", "attention.py::declared", sandbox,
+    results, subject = gate(HOSTILE / "infinite_loop", "attention.py::declared",
                             limits=FAST.scaled(request_seconds=1.0))
     assert results[0].reason == "basic call (float32, no mask): forward did not return within 1 s"
     assert [(check, e.status) for check, e in subject.failures] == [("gate", WorkerStatus.TIMEOUT)]
     assert time.monotonic() - start < 10  # one time limit, not one per example
-    if sandbox != "none":
-        return
     with pytest.raises(LoadError) as raised:  # undeclared: inference hangs at load time
         IsolatedSubject(HOSTILE / "infinite_loop", "attention.py::LoopingAttention",
-                        limits=FAST.scaled(load_seconds=1.5), sandbox=sandbox)
+                        limits=FAST.scaled(load_seconds=1.5), sandbox="none")
     assert raised.value.status is WorkerStatus.TIMEOUT
     assert "load did not return within 1.5 s" in str(raised.value)
 
 
-def test_sleep_in_init_times_out():
+def test_infinite_loop_uses_up_its_cpu_seconds():
+    # Starting (importing torch) takes about 1 CPU second of the 3; the loop burns the rest.
+    results, subject = gate(HOSTILE / "infinite_loop", "attention.py::declared", "bwrap"
+                            if "bwrap" in SANDBOXES else "none",
+                            limits=FAST.scaled(cpu_seconds=3, request_seconds=60))
+    assert results[0].reason == ("basic call (float32, no mask): the worker used up its 3 CPU "
+                                 "seconds during forward")
+    assert subject.failures[0][1].status is WorkerStatus.CPU_LIMIT
+
+
+def test_sleep_in_init_times_out_and_the_lifetime_ends():
     results, subject = gate(HOSTILE / "sleep_in_init", "attention.py::declared",
                             limits=FAST.scaled(request_seconds=1.0))
     assert results[0].reason == ("basic call (float32, no mask): constructing it did not return "
                                  "within 1 s")
     assert subject.failures[0][1].status is WorkerStatus.TIMEOUT
+    results, subject = gate(HOSTILE / "sleep_in_init", "attention.py::declared",
+                            limits=FAST.scaled(request_seconds=60, lifetime_seconds=5))
+    assert results[0].reason == ("basic call (float32, no mask): the worker's lifetime of 5 s ran "
+                                 "out during constructing it")
 
 
 def test_memory_hog_runs_out_of_memory_under_the_limit():
@@ -172,15 +188,22 @@ def test_fake_result_files_stay_in_the_scratch_copy(tmp_path, sandbox):
     tmp_before = set(os.listdir("/tmp"))
     with IsolatedSubject(submission, "attention.py::MultiHeadAttention", limits=FAST,
                          sandbox=sandbox) as subject:
-        (result,) = Runner("quick").run(subject, devices=["cpu"], checks=["reference"])
+        (result,) = Runner("quick").run(subject, devices=["cpu"], checks=["gate"])
         scratch = subject._worker.scratch
         assert (scratch / "result.json").exists()  # it wrote into its own copy
+        environment = subject.output
     assert result.status.value == "passed"  # planting files is no attention bug
+    (line,) = [line for line in environment.splitlines() if line.startswith("ENV ")]
+    names = set(ast.literal_eval(line.removeprefix("ENV ")))
+    # Scrubbed: nothing of the checker's (bubblewrap adds PWD; LD_LIBRARY_PATH passes if set).
+    assert {"HOME", "PATH", "TMPDIR", "LANG", "OMP_NUM_THREADS"} <= names <= {
+        "HOME", "LANG", "LC_ALL", "MKL_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+        "PATH", "TMPDIR", "PWD", "LD_LIBRARY_PATH"}
     assert snapshot(tmp_path) == before  # its directory, the parent, the siblings, the rubric
     assert not scratch.exists()  # the scratch copy is gone
     if sandbox == "bwrap":  # its /tmp was private
         assert os.path.exists(fake) == had_fake
-        assert not [n for n in set(os.listdir("/tmp")) - tmp_before if "attention" in n]
+        assert not [n for n in set(os.listdir("/tmp")) - tmp_before if "result" in n]
     elif not had_fake and os.path.exists(fake):
         os.unlink(fake)  # the plain sandbox can't stop a write to /tmp: documented, cleaned up
 
@@ -215,6 +238,30 @@ def test_detached_and_forked_processes_do_not_survive(tmp_path, sandbox):
     finally:
         subject.close()
     assert wait_until(lambda: processes_with(marker) == [], 2.0), processes_with(marker)
+
+
+def test_a_checker_killed_outright_takes_the_whole_tree_with_it(tmp_path):
+    submission = lay_out(tmp_path, "detached_process")
+    marker = f"attention-worker-test-{uuid.uuid4().hex}"
+    (submission / "marker.txt").write_text(marker)
+    checker = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\n"
+         "from conformance.worker import IsolatedSubject\n"
+         "subject = IsolatedSubject(sys.argv[1], 'attention.py::MultiHeadAttention', "
+         "sandbox=sys.argv[2])\n"
+         "print(subject._worker.scratch, flush=True)\n"
+         "time.sleep(120)\n", str(submission), SANDBOXES[0]],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        scratch = Path(checker.stdout.readline().strip())
+        assert scratch.is_dir() and wait_until(lambda: len(processes_with(marker)) == 9)
+    finally:
+        checker.kill()  # no cleanup code runs: the supervisor sees its control pipe close
+        checker.wait()
+        checker.stdout.close()
+    assert wait_until(lambda: processes_with(marker) == [], 5.0), processes_with(marker)
+    # The supervisor (its command line holds the scratch path) is gone, and the scratch copy.
+    assert wait_until(lambda: processes_with(str(scratch)) == [] and not scratch.exists(), 5.0)
 
 
 @needs_netns

@@ -16,11 +16,13 @@ GiB = 1 << 30
 TORCH_ADDRESS_SPACE = 3 * GiB
 """Address space the worker itself needs before the implementation allocates anything.
 
-Measured here (Linux x86-64, torch 2.13 CPU, Python 3.11): the worker reserves ~0.65 GiB of
-virtual memory after ``import torch`` and the suite, and its peak over the whole catalogue on the
-textbook attention is ~1.1 GiB (most of it address space mapped but never touched: shared
-libraries, glibc malloc arenas, thread stacks). 3 GiB leaves a margin for other torch builds and
-allocator growth; ``Limits.memory_bytes`` comes on top.
+Measured here (Linux x86-64, torch 2.13 CPU, Python 3.11, ``IsolatedSubject.state()``): the
+worker maps 0.62 GB after ``import torch``, the suite and loading a submission (shared libraries,
+glibc malloc arenas, thread stacks: address space, mostly never touched; 0.24 GB resident). Its
+peak over the whole quick catalogue on the textbook attention is 1.12 GB (0.49 GB resident), over
+the thorough one 2.3 GB (1.07 GB resident: larger generated cases). 3 GiB covers the quick
+profile with a margin; ``Limits.memory_bytes`` comes on top, for the implementation and larger
+cases.
 """
 
 

@@ -80,16 +80,26 @@ def _chown_tree(root: Path, uid: int) -> None:
             os.lchown(os.path.join(directory, name), uid, uid)
 
 
-def _remove_tree(path: Path) -> None:
-    def writable(function, failed, _):
-        try:  # a submission may have made its files unwritable; it can't stop their removal
-            os.chmod(os.path.dirname(failed), 0o700)
-            os.chmod(failed, 0o700)
-            function(failed)
-        except OSError:
-            pass
+def _remove_tree(root: Path) -> None:
+    """Delete the scratch tree, even where the submission made it unwritable; never touch
+    anything outside it (the supervisor may have deleted it already)."""
+    if not root.is_dir() or root.is_symlink():
+        return
+    inside = str(root) + os.sep
 
-    shutil.rmtree(path, onerror=writable)
+    def writable(function, failed, _):
+        parent = os.path.dirname(failed)
+        if not (parent + os.sep).startswith(inside) or os.path.islink(failed):
+            return
+        with contextlib.suppress(OSError):
+            os.chmod(parent, 0o700)
+            if not os.path.isdir(failed):
+                function(failed)
+                return
+            os.chmod(failed, 0o700)
+            shutil.rmtree(failed, ignore_errors=True)
+
+    shutil.rmtree(root, onerror=writable)
 
 
 def _close_quietly(*fds: int) -> None:
@@ -143,7 +153,7 @@ class WorkerProcess:
         reply_r, reply_w = os.pipe()
         output_r, output_w = os.pipe()
         config = {"argv": self.launch.argv, "env": self.launch.env, "cwd": self.launch.cwd,
-                  "rlimits": self.launch.rlimits,
+                  "rlimits": self.launch.rlimits, "remove": str(self._scratch_root),
                   "fds": {"1": output_w, "2": output_w, "3": request_r, "4": reply_w}}
         self.started = time.monotonic()
         try:
@@ -176,6 +186,8 @@ class WorkerProcess:
             frame = self.channel.receive(deadline)
             self.ready: Ready = codec.decode(frame.header.get("ready"), Ready, frame.tensors,
                                              "ready")
+            self.startup_seconds = time.monotonic() - self.started
+            """From spawning the supervisor to the worker's first frame (torch imported)."""
         except Deadline:
             self._fail(WorkerStatus.TIMEOUT,
                        f"the worker did not start within {self.limits.start_seconds:g} s")

@@ -94,10 +94,12 @@ class WriteWeightsRequest:
 
 @dataclass(frozen=True)
 class WorkerState:
-    """What the worker holds: live instances, and its peak resident memory."""
+    """What the worker holds: live instances, its peak resident memory and its peak address
+    space (what the memory limit counts)."""
 
     instances: int
     max_rss_bytes: int
+    peak_address_space_bytes: int
 
 
 @dataclass(frozen=True)

@@ -259,7 +259,12 @@ class Server:
 
     def state(self, request: None) -> WorkerState:
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        return WorkerState(len(self.instances), usage.ru_maxrss * 1024)
+        peak = 0
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmPeak:"):
+                    peak = int(line.split()[1]) * 1024
+        return WorkerState(len(self.instances), usage.ru_maxrss * 1024, peak)
 
     # The loop.
 

@@ -10,8 +10,8 @@ Run as ``python -I -S supervisor.py CONFIG_JSON`` by the checker, it
    fds 3 and 4, every other descriptor closed, the scrubbed environment, the scratch directory;
 3. waits until the worker exits or the checker closes the control pipe (its stdin; also what
    happens when the checker dies), then kills every descendant (repeatedly, until none is
-   left: killing a parent re-parents its children here) and reports on stdout, as one JSON
-   line, how the worker ended.
+   left: killing a parent re-parents its children here), deletes the scratch directory and
+   reports on stdout, as one JSON line, how the worker ended.
 
 It imports nothing from the project, so it starts in milliseconds and the untrusted code never
 shares a process with it.
@@ -25,6 +25,7 @@ import json
 import os
 import resource
 import select
+import shutil
 import signal
 import sys
 import time
@@ -179,6 +180,7 @@ def main() -> int:
 
     def terminate(signum, frame):
         supervisor.kill_tree()
+        shutil.rmtree(config["remove"], ignore_errors=True)
         supervisor.report(stopped=True)
         os._exit(0)
 
@@ -191,6 +193,8 @@ def main() -> int:
     exited = supervisor.wait()
     supervisor.kill_tree()
     supervisor._reap()
+    # The scratch copy goes with the tree, even when the checker died without cleaning up.
+    shutil.rmtree(config["remove"], ignore_errors=True)
     supervisor.report(stopped=not exited)
     return 0
 
