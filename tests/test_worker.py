@@ -197,6 +197,11 @@ def test_load_failures_have_a_status_and_the_names_defined(submission):
     assert names["attention.py::MultiHeadAttentoin"] == ("MultiHeadAttention",)
     assert names["needs.py::Attention"] == ("Attention",)
     assert names["broken.py::Attention"] == ("broken",)  # scanned line by line: it doesn't parse
+    with pytest.raises(LoadError) as raised:  # start-up is timed too; nothing is left behind
+        IsolatedSubject(submission, "attention.py::MultiHeadAttention", sandbox="none",
+                        limits=FAST.scaled(start_seconds=0.05))
+    assert raised.value.status is WorkerStatus.TIMEOUT
+    assert str(raised.value) == "the worker did not start within 0.05 s"
     with pytest.raises(ValueError, match="relative, inside the submission"):
         IsolatedSubject(submission, "../other/attention.py::MultiHeadAttention")
     with pytest.raises(ValueError, match="relative, inside the submission"):

@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 import torch
 from worker_support import (
+    EVERY_SANDBOX,
     FAST,
     HOSTILE,
-    NETWORK_SANDBOX,
+    NETWORK_SANDBOXES,
     PLAIN_AND_BWRAP,
     SANDBOXES,
     descendants,
     lay_out,
     needs_bwrap,
-    needs_netns,
     one_thread,
     processes_with,
     snapshot,
@@ -224,7 +224,7 @@ def test_secrets_are_not_readable_from_the_sandbox(tmp_path):
         str(targets[2]), "")  # no listing shows the sibling
 
 
-@pytest.mark.parametrize("sandbox", PLAIN_AND_BWRAP)
+@pytest.mark.parametrize("sandbox", EVERY_SANDBOX)
 def test_detached_and_forked_processes_do_not_survive(tmp_path, sandbox):
     submission = lay_out(tmp_path, "detached_process")
     marker = f"attention-worker-test-{uuid.uuid4().hex}"
@@ -264,8 +264,8 @@ def test_a_checker_killed_outright_takes_the_whole_tree_with_it(tmp_path):
     assert wait_until(lambda: processes_with(str(scratch)) == [] and not scratch.exists(), 5.0)
 
 
-@needs_netns
-def test_a_loopback_connection_is_refused_by_the_network_namespace(tmp_path):
+@pytest.mark.parametrize("sandbox", NETWORK_SANDBOXES)
+def test_a_loopback_connection_is_refused_by_the_network_namespace(tmp_path, sandbox):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
@@ -282,7 +282,7 @@ def test_a_loopback_connection_is_refused_by_the_network_namespace(tmp_path):
         thread = threading.Thread(target=accept)
         thread.start()
         with IsolatedSubject(submission, "attention.py::MultiHeadAttention", limits=FAST,
-                             sandbox=NETWORK_SANDBOX) as subject:
+                             sandbox=sandbox) as subject:
             output = subject.output
         thread.join()
     finally:

@@ -25,14 +25,17 @@ SANDBOXES = available_sandboxes()
 needs_bwrap = pytest.mark.skipif(
     "bwrap" not in SANDBOXES,
     reason="bubblewrap is not installed or not usable here (apt-get install bubblewrap)")
-needs_netns = pytest.mark.skipif(
-    "bwrap" not in SANDBOXES and "unshare" not in SANDBOXES,
-    reason="no network namespace here (neither bubblewrap nor unshare works)")
-
 PLAIN_AND_BWRAP = ["none", pytest.param("bwrap", marks=needs_bwrap)]
 """The default path (rlimits, own session, subreaper), and bubblewrap where it works."""
 
-NETWORK_SANDBOX = "bwrap" if "bwrap" in SANDBOXES else "unshare"
+needs_unshare = pytest.mark.skipif(
+    "unshare" not in SANDBOXES,
+    reason="unshare (util-linux) can't make PID and network namespaces here")
+EVERY_SANDBOX = ["none", pytest.param("bwrap", marks=needs_bwrap),
+                 pytest.param("unshare", marks=needs_unshare)]
+NETWORK_SANDBOXES = [pytest.param("bwrap", marks=needs_bwrap),
+                     pytest.param("unshare", marks=needs_unshare)]
+"""The sandboxes with a network namespace."""
 
 
 @contextlib.contextmanager

@@ -138,13 +138,17 @@ class WorkerProcess:
                        "--message-limit", str(limits.message_bytes),
                        "--output-keep", str(limits.output_keep),
                        "--output-limit", str(limits.output_limit)]
-        self.launch: Launch = plan(scratch, limits, sandbox, worker_args)
-        if self.launch.uid is not None:
-            os.chmod(self._scratch_root, 0o755)
-            _chown_tree(scratch, self.launch.uid)
         self.scratch = scratch
-        self.protections = self.launch.protections
-        self._start()
+        try:
+            self.launch: Launch = plan(scratch, limits, sandbox, worker_args)
+            if self.launch.uid is not None:
+                os.chmod(self._scratch_root, 0o755)
+                _chown_tree(scratch, self.launch.uid)
+            self.protections = self.launch.protections
+            self._start()
+        except BaseException:
+            self.close()
+            raise
 
     # Starting.
 
@@ -195,7 +199,7 @@ class WorkerProcess:
             self._fail(WorkerStatus.OUTPUT_LIMIT, "the worker printed more than the output limit "
                        f"({self.limits.output_limit} bytes) while starting")
         except Closed:
-            self._died("starting")
+            self._died("start-up")
         except (ProtocolError, codec.CodecError) as error:
             self._fail(WorkerStatus.PROTOCOL_ERROR, f"the worker started with a malformed frame: "
                        f"{error}")

@@ -165,7 +165,10 @@ class IsolatedSubject(Subject):
 
     def _start(self) -> tuple[Declaration, ...]:
         """Start a worker and load the submission in it."""
-        worker = WorkerProcess(self.submission, limits=self.limits, sandbox=self.sandbox)
+        try:
+            worker = WorkerProcess(self.submission, limits=self.limits, sandbox=self.sandbox)
+        except WorkerError as error:
+            raise LoadError(error.status, str(error), fatal=True) from None
         self._workers.append(worker)
         self._worker = worker
         body = codec.encode(LoadRequest(self.spec, self._declared), [])
