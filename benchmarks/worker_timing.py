@@ -12,6 +12,7 @@ isolated against in-process. torch runs on one thread on both sides. Medians are
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -44,9 +45,15 @@ def start_up(sandbox: str, repeats: int) -> None:
                              sandbox=sandbox) as subject:
             loaded.append(time.perf_counter() - start)
             ready.append(subject._worker.startup_seconds)
+    inferred = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        with IsolatedSubject(TEXTBOOK, "textbook.py::TextbookAttention", sandbox=sandbox):
+            inferred.append(time.perf_counter() - start)
     print(f"start-up ({sandbox}): process + torch + suite {statistics.median(ready):.2f} s, "
           f"+ load {statistics.median(loaded) - statistics.median(ready):.2f} s, "
-          f"total {statistics.median(loaded):.2f} s (median of {repeats})")
+          f"total {statistics.median(loaded):.2f} s; the undeclared class (inferred in the "
+          f"worker) {statistics.median(inferred):.2f} s (medians of {repeats})")
 
 
 def requests(sandbox: str) -> None:
@@ -93,6 +100,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     sandbox = resolve_kind(args.sandbox)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     start_up(sandbox, max(args.repeats, 5))
     requests(sandbox)
     catalogue(sandbox, args.repeats)

@@ -64,6 +64,11 @@ class WorkerError(ImplementationError):
         self.message = message
         self.fatal = status in FATAL if fatal is None else fatal
 
+    def again(self) -> WorkerError:
+        """A fresh error with the same status and evidence, to raise once more (raising one
+        exception object over and over would grow its traceback each time)."""
+        return WorkerError(self.status, self.message, fatal=self.fatal)
+
 
 class LoadError(WorkerError):
     """The submission could not be loaded; ``defined_names`` are the classes and functions its

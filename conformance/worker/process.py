@@ -294,7 +294,7 @@ class WorkerProcess:
         """Send one request, return the reply frame (``ok`` true or false); raises WorkerError
         when the worker is dead, dies, misses the deadline, floods or sends garbage."""
         if self.dead is not None:
-            raise self.dead
+            raise self.dead.again()
         self._next_id += 1
         lifetime_end = self.started + self.limits.lifetime_seconds
         deadline = min(time.monotonic() + timeout, lifetime_end)

@@ -231,7 +231,7 @@ class IsolatedSubject(Subject):
     def instantiate(self, config: Config, seed: int) -> Instance:
         with self._lock:
             if self._poison is not None:
-                raise self._poison
+                raise self._poison.again()
             try:
                 worker = self._live_worker()
             except WorkerError as error:
@@ -254,9 +254,9 @@ class IsolatedSubject(Subject):
         """One request to ``worker``; the decoded reply, or the failure raised."""
         with self._lock:
             if self._poison is not None:
-                raise self._poison
+                raise self._poison.again()
             if worker.dead is not None:
-                raise worker.dead
+                raise worker.dead.again()
             tensors = list(tensors)
             body = codec.encode(request, tensors)
             release = [number for owner, number in self._released if owner is worker]
