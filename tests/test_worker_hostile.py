@@ -35,6 +35,7 @@ from worker_support import (
     wait_until,
 )
 
+import conformance
 from conformance import Config, Runner, resolve
 from conformance.adapter import InProcessSubject, Inputs
 from conformance.inference import Declarations
@@ -186,8 +187,8 @@ def test_fake_result_files_stay_in_the_scratch_copy(tmp_path, sandbox):
     had_fake = os.path.exists(fake)
     before = snapshot(tmp_path)
     tmp_before = set(os.listdir("/tmp"))
-    with IsolatedSubject(submission, "attention.py::MultiHeadAttention", limits=FAST,
-                         sandbox=sandbox) as subject:
+    with IsolatedSubject(submission, "attention.py::MultiHeadAttention", sandbox=sandbox,
+                         limits=FAST.scaled(file_bytes=1 << 20)) as subject:
         (result,) = Runner("quick").run(subject, devices=["cpu"], checks=["gate"])
         scratch = subject._worker.scratch
         assert (scratch / "result.json").exists()  # it wrote into its own copy
@@ -199,6 +200,8 @@ def test_fake_result_files_stay_in_the_scratch_copy(tmp_path, sandbox):
     assert {"HOME", "PATH", "TMPDIR", "LANG", "OMP_NUM_THREADS"} <= names <= {
         "HOME", "LANG", "LC_ALL", "MKL_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
         "PATH", "TMPDIR", "PWD", "LD_LIBRARY_PATH"}
+    assert "STDIN b''" in environment  # stdin is closed (/dev/null)
+    assert "BIG refused: File too large" in environment  # 2 MiB against a 1 MiB file limit
     assert snapshot(tmp_path) == before  # its directory, the parent, the siblings, the rubric
     assert not scratch.exists()  # the scratch copy is gone
     if sandbox == "bwrap":  # its /tmp was private
@@ -215,11 +218,16 @@ def test_secrets_are_not_readable_from_the_sandbox(tmp_path):
                "attention.py", HOSTILE / "correct_single" / "attention.py", "/root/.bashrc",
                "/etc/shadow"]
     (submission / "targets.txt").write_text("\n".join(str(t) for t in targets))
+    package = Path(conformance.__file__).parent
+    writes = [package, Path(torch.__file__).parent, tmp_path, "/"]
+    (submission / "writes.txt").write_text("\n".join(str(w) for w in writes))
     with IsolatedSubject(submission, "attention.py::MultiHeadAttention", limits=FAST,
                          sandbox="bwrap") as subject:
         output = subject.output
     assert "RUBRIC-SECRET-4711" not in output and "READ " not in output
     assert output.count("DENIED") >= len(targets)
+    assert "WROTE" not in output and output.count("UNWRITABLE") == len(writes)
+    assert not (package / "planted.txt").exists()
     assert "correct_single" not in output.replace(str(targets[1]), "").replace(
         str(targets[2]), "")  # no listing shows the sibling
 
@@ -238,6 +246,21 @@ def test_detached_and_forked_processes_do_not_survive(tmp_path, sandbox):
     finally:
         subject.close()
     assert wait_until(lambda: processes_with(marker) == [], 2.0), processes_with(marker)
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="a worker of its own uid needs a root checker")
+def test_the_fan_out_meets_the_process_limit(tmp_path):
+    submission = lay_out(tmp_path, "detached_process")
+    marker = f"attention-worker-test-{uuid.uuid4().hex}"
+    (submission / "marker.txt").write_text(marker)
+    with pytest.raises(LoadError) as raised:  # the worker's own tasks, the daemon, then no more
+        IsolatedSubject(submission, "attention.py::MultiHeadAttention", sandbox="bwrap",
+                        limits=FAST.scaled(processes=6))
+    assert raised.value.status is WorkerStatus.IMPORT_ERROR
+    assert str(raised.value) == ("importing attention.py raised BlockingIOError: [Errno 11] "
+                                 "Resource temporarily unavailable")
+    assert wait_until(lambda: processes_with(marker) == [], 2.0)
 
 
 def test_a_checker_killed_outright_takes_the_whole_tree_with_it(tmp_path):
