@@ -152,7 +152,10 @@ def test_released_instances_ride_on_the_next_request(plain_single):
     kept = plain_single.instantiate(CONFIG, 0)
     assert plain_single.state().instances == 1
     assert plain_single.state().max_rss_bytes > 100 << 20  # torch is loaded
-    del kept
+    kept.release()  # or at once
+    assert plain_single.state().instances == 0
+    with pytest.raises(WorkerError, match="no instance"):  # the worker's own error, as a status
+        kept.read_weights()
 
 
 @pytest.fixture

@@ -101,10 +101,10 @@ def test_infinite_loop_times_out_once():
     assert "load did not return within 1.5 s" in str(raised.value)
 
 
-def test_infinite_loop_uses_up_its_cpu_seconds():
+@pytest.mark.parametrize("sandbox", EVERY_SANDBOX)  # three ways to end: signal, 128 + it, kill
+def test_infinite_loop_uses_up_its_cpu_seconds(sandbox):
     # Starting (importing torch) takes about 1 CPU second of the 3; the loop burns the rest.
-    results, subject = gate(HOSTILE / "infinite_loop", "attention.py::declared", "bwrap"
-                            if "bwrap" in SANDBOXES else "none",
+    results, subject = gate(HOSTILE / "infinite_loop", "attention.py::declared", sandbox,
                             limits=FAST.scaled(cpu_seconds=3, request_seconds=60))
     assert results[0].reason == ("basic call (float32, no mask): the worker used up its 3 CPU "
                                  "seconds during forward")
@@ -313,7 +313,7 @@ def test_a_loopback_connection_is_refused_by_the_network_namespace(tmp_path, san
     assert accepted == [] and "NO CONNECTION" in output and "CONNECTED" not in output
 
 
-@pytest.mark.parametrize("sandbox", PLAIN_AND_BWRAP)
+@pytest.mark.parametrize("sandbox", EVERY_SANDBOX)
 def test_segfault_is_crashed_with_the_signal(sandbox):
     results, subject = gate(HOSTILE / "segfault", "attention.py::declared", sandbox)
     assert results[0].reason == ("basic call (float32, no mask): the worker was killed by signal "

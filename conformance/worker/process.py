@@ -271,7 +271,11 @@ class WorkerProcess:
         if self.launch.sandbox == "bwrap" and number is None and isinstance(code, int) \
                 and code > 128:
             code, number = None, code - 128  # bubblewrap reports a signal as 128 + its number
-        if number == signal.SIGXCPU:
+        used = (exit_line or {}).get("cpu_seconds")
+        if number == signal.SIGXCPU or (isinstance(used, (int, float))
+                                        and used >= self.limits.cpu_seconds):
+            # SIGXCPU at the soft limit, or SIGKILL at the hard one: a PID namespace's init (the
+            # worker under unshare) ignores SIGXCPU, and unshare then exits with status 1.
             status, message = (WorkerStatus.CPU_LIMIT, f"the worker used up its "
                                f"{self.limits.cpu_seconds} CPU seconds during {what}")
         elif isinstance(number, int):

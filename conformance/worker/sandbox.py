@@ -198,7 +198,7 @@ def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence
     protections = ["own session", "stdin closed",
                    "clean environment", "scratch copy", "rlimit cpu", "rlimit address space",
                    "rlimit file size", "no core dumps", "no new privileges"]
-    rlimits = [("RLIMIT_CPU", limits.cpu_seconds, limits.cpu_seconds + 5),
+    rlimits = [("RLIMIT_CPU", limits.cpu_seconds, limits.cpu_seconds + 1),
                ("RLIMIT_AS", TORCH_ADDRESS_SPACE + limits.memory_bytes,
                 TORCH_ADDRESS_SPACE + limits.memory_bytes),
                ("RLIMIT_FSIZE", limits.file_bytes, limits.file_bytes),

@@ -336,7 +336,13 @@ class IsolatedInstance(Instance):
         self._subject = subject
         self._worker = worker
         self._number = number
-        weakref.finalize(self, subject._release, worker, number)
+        self._finalizer = weakref.finalize(self, subject._release, worker, number)
+
+    def release(self) -> None:
+        """Free it in the worker now (otherwise that happens with the next request after it is
+        garbage collected)."""
+        if self._finalizer.detach() is not None and self._worker.dead is None:
+            self._call("release", InstanceRequest(self._number))
 
     def _call(self, op: str, request: Any, tensors: Sequence[torch.Tensor] = (),
               what: str | None = None) -> Any:
