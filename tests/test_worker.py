@@ -267,6 +267,33 @@ def test_after_a_timeout_the_check_fails_fast_and_the_next_check_restarts():
         assert subject.failures == [("padding", hung.value)]
 
 
+def test_a_feature_that_hangs_at_the_gate_takes_no_other_feature_down(tmp_path):
+    source = (SINGLE / "attention.py").read_text().replace(
+        "        b, n, _ = x.shape", "        while x.dtype == torch.float16:\n            pass\n"
+        "        b, n, _ = x.shape")
+    (tmp_path / "attention.py").write_text(source + """
+
+from conformance import (Capabilities, Implementation, MaskConvention, MaskKind, MaskLayout,
+                         SeparateProjections)
+
+declared = Implementation(
+    "hangs-in-float16", lambda c: MultiHeadAttention(c.d_model, c.num_heads),
+    Capabilities(call="self", mask=MaskConvention(MaskKind.KEEP_INT, MaskLayout.BROADCAST),
+                 dtypes=(torch.float32, torch.float16, torch.float64)),
+    SeparateProjections("q_proj", "k_proj", "v_proj", "out_proj"))
+""")
+    with IsolatedSubject(tmp_path, "attention.py::declared", sandbox="none",
+                         limits=FAST.scaled(request_seconds=1.0)) as subject:
+        gate, low_precision, reference = Runner("quick").run(
+            subject, devices=["cpu"], checks=["gate", "low_precision", "reference"])
+        assert subject.restarts == 1
+    assert gate.status.value == "passed"
+    assert gate.observations == ["declared dtype float16: forward did not return within 1 s; "
+                                 "the other checks run without it"]
+    assert low_precision.status.value == "failed" and "did not return" in low_precision.reason
+    assert reference.status.value == "passed"  # float64 and the mask, tried after it, work
+
+
 def test_printed_output_is_captured_for_the_teacher(tmp_path):
     source = (SINGLE / "attention.py").read_text()
     (tmp_path / "attention.py").write_text(

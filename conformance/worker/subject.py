@@ -11,7 +11,8 @@ raises :class:`WorkerError` with the status and evidence, every instance of that
 same error, and the next ``instantiate`` starts a fresh worker (at most ``Limits.max_restarts``
 times). Within one check (``begin_check``, called by the Runner), a fatal failure makes every
 later call of that check fail at once with the same evidence, so hypothesis replaying and
-shrinking a hang doesn't cost the time limit again for each example.
+shrinking a hang doesn't cost the time limit again for each example (the gate excepted: it tries
+each declared feature once, and each gets its own answer).
 """
 
 from __future__ import annotations
@@ -296,11 +297,15 @@ class IsolatedSubject(Subject):
             self._fatal(worker.dead)
             raise worker.dead from None
 
+    FAIL_FAST_EXEMPT: tuple[str, ...] = ("gate",)
+    """Checks whose calls each deserve their own answer: the gate tries every declared feature
+    once (no shrinking), so a feature that hangs must not take the next feature down with it."""
+
     def _fatal(self, error: WorkerError) -> None:
         if not error.fatal:
             return
         self.failures.append((self._check, error))
-        if self._check is not None:
+        if self._check is not None and self._check not in self.FAIL_FAST_EXEMPT:
             self._poison = error
 
     def _release(self, worker: WorkerProcess, number: int) -> None:
