@@ -171,7 +171,12 @@ def test_load_failures_have_a_status_and_the_names_defined(submission):
     (submission / "needs.py").write_text("import numpyy_not_installed\n\nclass Attention:\n    pass\n")
     (submission / "raises.py").write_text("def helper():\n    pass\n\nraise RuntimeError('no')\n")
     (submission / "plain.py").write_text("VALUE = 3\n\nclass MultiHeadAttention:\n    pass\n")
-    (submission / "attention.py").write_text((SINGLE / "attention.py").read_text())
+    (submission / "attention.py").write_text((SINGLE / "attention.py").read_text() + """
+from conformance import Capabilities, Implementation
+
+wrong = Implementation("wrong", lambda c: MultiHeadAttention(c.d_model, c.num_heads),
+                       Capabilities(call="self", heads="two"))
+""")
     cases = {
         "broken.py::Attention": (WorkerStatus.SYNTAX_ERROR, "syntax error in broken.py"),
         "needs.py::Attention": (WorkerStatus.IMPORT_ERROR, "No module named 'numpyy_not_installed'"),
@@ -180,6 +185,8 @@ def test_load_failures_have_a_status_and_the_names_defined(submission):
         "attention.py::MultiHeadAttentoin": (WorkerStatus.NOT_FOUND, "has no attribute"),
         "missing.py::Attention": (WorkerStatus.NOT_FOUND, "no file missing.py in the submission"),
         "missing_package.attention:Attention": (WorkerStatus.NOT_FOUND, "No module named"),
+        "attention.py::wrong": (WorkerStatus.PROTOCOL_ERROR,
+                                "capabilities.heads: expected an integer, got 'two'"),
     }
 
     def load(spec):

@@ -183,6 +183,10 @@ class IsolatedSubject(Subject):
                 names = self._body(worker, frame, "names")
             frame = worker.request("load", body, [], timeout=self.limits.load_seconds,
                                    what="load")
+            if frame.header["ok"]:
+                # A declaration the checker can't read (a hand-written Capabilities with a wrong
+                # type, or a forged reply) is malformed like any other reply.
+                reply = self._body(worker, frame, "load")
         except WorkerError as error:
             self._worker = None
             worker.close()
@@ -195,7 +199,6 @@ class IsolatedSubject(Subject):
             raise LoadError(failure.status or WorkerStatus.INTERFACE_MISMATCH, failure.message,
                             defined_names=failure.defined_names, fatal=False,
                             output=worker.printed())
-        reply = self._body(worker, frame, "load")
         self._defined_names = reply.defined_names
         return reply.implementations
 
