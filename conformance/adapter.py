@@ -139,6 +139,10 @@ class Subject(ABC):
     def describe(self) -> str:
         """One line: what it declares, for report headers."""
 
+    def begin_check(self, name: str) -> None:  # noqa: B027 (a no-op hook, not abstract)
+        """Called by the Runner before each check (and the gate) runs; a subject behind a process
+        boundary uses it to fail fast within a check after a fatal failure."""
+
 
 class InProcessSubject(Subject):
     """A registered :class:`Implementation` run in this process."""

@@ -87,6 +87,7 @@ class Runner:
         key = (subject.name, device)
         if key not in self._gates:
             start = time.perf_counter()
+            subject.begin_check(GATE.name)
             outcome = GATE.evaluate(self._context(subject, subject.capabilities, device))
             result = CheckResult(subject.name, GATE.name, device, Status.PASSED)
             if outcome.blocked:
@@ -132,6 +133,7 @@ class Runner:
         if outcome.precision is not None and outcome.precision.judged_as != torch.float64:
             context.precision = {torch.float64: outcome.precision.judged_as}
         start = time.perf_counter()
+        subject.begin_check(name)
         result = _verdict(check, context, subject.name, device)
         result.seconds = time.perf_counter() - start
         return self._expectations(subject, result)

@@ -1,0 +1,110 @@
+"""What isolation costs: worker start-up, one forward request, the whole catalogue.
+
+    .venv/bin/python benchmarks/worker_timing.py [--repeats 3] [--sandbox auto]
+
+Start-up is measured from spawning the supervisor to the worker's first frame (interpreter,
+``import torch``, the suite) and then the ``load`` request (importing the submission); a forward
+round trip against ``ModuleInstance.forward`` in this process at a small and a medium size; the
+full quick-profile catalogue on the textbook attention (``implementations/mutants/textbook.py``)
+isolated against in-process. torch runs on one thread on both sides. Medians are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from conformance import Config, Runner
+from conformance.adapter import InProcessSubject, Inputs
+from conformance.worker import IsolatedSubject
+from conformance.worker.sandbox import resolve_kind
+from implementations.mutants.textbook import IMPLEMENTATIONS
+
+TEXTBOOK = Path(__file__).resolve().parents[1] / "implementations" / "mutants" / "textbook.py"
+
+
+def median_time(function, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def start_up(sandbox: str, repeats: int) -> None:
+    ready, loaded = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        with IsolatedSubject(TEXTBOOK, "textbook.py::IMPLEMENTATIONS", name="textbook",
+                             sandbox=sandbox) as subject:
+            loaded.append(time.perf_counter() - start)
+            ready.append(subject._worker.startup_seconds)
+    inferred = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        with IsolatedSubject(TEXTBOOK, "textbook.py::TextbookAttention", sandbox=sandbox):
+            inferred.append(time.perf_counter() - start)
+    print(f"start-up ({sandbox}): process + torch + suite {statistics.median(ready):.2f} s, "
+          f"+ load {statistics.median(loaded) - statistics.median(ready):.2f} s, "
+          f"total {statistics.median(loaded):.2f} s; the undeclared class (inferred in the "
+          f"worker) {statistics.median(inferred):.2f} s (medians of {repeats})")
+
+
+def requests(sandbox: str) -> None:
+    (textbook, _) = IMPLEMENTATIONS
+    with IsolatedSubject(TEXTBOOK, "textbook.py::IMPLEMENTATIONS", name="textbook",
+                         sandbox=sandbox) as subject:
+        for batch, length, d_model, heads in ((2, 5, 8, 2), (4, 128, 64, 4)):
+            config = Config(batch=batch, q_len=length, kv_len=length, d_model=d_model,
+                            num_heads=heads)
+            x = torch.randn(batch, length, d_model)
+            inputs = Inputs(x, x.clone(), x.clone(), keep=torch.rand(batch, length) > 0.2)
+            local = InProcessSubject(textbook).instantiate(config, 0)
+            remote = subject.instantiate(config, 0)
+            calls = 2000 if length < 100 else 300
+            for instance in (local, remote):
+                for _ in range(20):
+                    instance.forward(inputs)
+            here = median_time(lambda i=local, x=inputs: i.forward(x), calls)
+            there = median_time(lambda i=remote, x=inputs: i.forward(x), calls)
+            print(f"forward (B={batch}, L={length}, d={d_model}, H={heads}): in-process "
+                  f"{here * 1e6:.0f} us, isolated {there * 1e6:.0f} us, "
+                  f"overhead {(there - here) * 1e6:.0f} us per request")
+        instance = subject.instantiate(Config(batch=1, q_len=1, kv_len=1, d_model=2,
+                                              num_heads=1), 0)
+        empty = median_time(lambda: instance.stdout, 2000)
+        print(f"empty request (stdout): {empty * 1e6:.0f} us round trip")
+
+
+def catalogue(sandbox: str, repeats: int) -> None:
+    (textbook, _) = IMPLEMENTATIONS
+    here = median_time(lambda: Runner("quick").run(InProcessSubject(textbook), devices=["cpu"]),
+                       repeats)
+    with IsolatedSubject(TEXTBOOK, "textbook.py::IMPLEMENTATIONS", name="textbook",
+                         sandbox=sandbox) as subject:
+        there = median_time(lambda: Runner("quick").run(subject, devices=["cpu"]), repeats)
+    print(f"full catalogue on textbook (quick, cpu): in-process {here:.2f} s, isolated "
+          f"{there:.2f} s ({there / here:.2f}x; start-up not included)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sandbox", default="auto", choices=("auto", "bwrap", "unshare", "none"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    sandbox = resolve_kind(args.sandbox)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    start_up(sandbox, max(args.repeats, 5))
+    requests(sandbox)
+    catalogue(sandbox, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

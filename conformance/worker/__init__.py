@@ -1,0 +1,42 @@
+"""Run untrusted attention code in a sandboxed worker process, behind the suite's boundary.
+
+:class:`IsolatedSubject` is a :class:`~conformance.adapter.Subject` whose implementation lives in
+a worker process (``python -m conformance.worker``) started on a scratch copy of a submission,
+under :class:`Limits`, in the strongest sandbox this machine allows (:func:`available_sandboxes`).
+The catalogue runs on it unchanged and computes every verdict in the checker; the worker's
+failures come back as :class:`WorkerError` with a :class:`WorkerStatus` and one line of evidence.
+
+    from conformance import Runner
+    from conformance.worker import IsolatedSubject, Limits
+
+    with IsolatedSubject("submissions/alice", "attention.py::MultiHeadAttention",
+                         expected_failures={}) as subject:
+        results = Runner("quick").run(subject)
+        print(subject.protections, subject.output)
+"""
+
+from conformance.worker.codec import CodecError, decode, encode
+from conformance.worker.errors import LoadError, WorkerError, WorkerStatus
+from conformance.worker.limits import TORCH_ADDRESS_SPACE, Limits
+from conformance.worker.protocol import Declaration
+from conformance.worker.sandbox import SandboxKind, SandboxUnavailable
+from conformance.worker.sandbox import available as available_sandboxes
+from conformance.worker.subject import IsolatedInstance, IsolatedSubject, TimeoutPolicy
+
+__all__ = [
+    "TORCH_ADDRESS_SPACE",
+    "CodecError",
+    "Declaration",
+    "IsolatedInstance",
+    "IsolatedSubject",
+    "Limits",
+    "LoadError",
+    "SandboxKind",
+    "SandboxUnavailable",
+    "TimeoutPolicy",
+    "WorkerError",
+    "WorkerStatus",
+    "available_sandboxes",
+    "decode",
+    "encode",
+]

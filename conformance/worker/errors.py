@@ -1,0 +1,100 @@
+"""How an isolated implementation failed: a status, and one line of evidence.
+
+Every failure of the worker process (it exited, crashed, hung, ran out of memory, flooded its
+output, sent garbage) reaches the checks as a :class:`WorkerError`, an
+:class:`~conformance.adapter.ImplementationError`, so the check in flight fails with that evidence
+and the run goes on.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+from enum import Enum
+
+from conformance.adapter import ImplementationError
+
+
+class WorkerStatus(str, Enum):
+    """Why an isolated implementation could not be loaded or called."""
+
+    SYNTAX_ERROR = "syntax error"
+    """The submission does not parse."""
+    IMPORT_ERROR = "import error"
+    """Importing it raised (a missing dependency, an exception at import time)."""
+    NOT_FOUND = "not found"
+    """The named file, module or attribute does not exist."""
+    INTERFACE_MISMATCH = "interface mismatch"
+    """It exists but is not checkable: not an attention module, or its interface can't be inferred."""
+    TIMEOUT = "timeout"
+    """A request, the start-up or the worker's lifetime ran past its wall-clock limit."""
+    CRASHED = "crashed"
+    """The worker was killed by a signal (segfault, abort, ...)."""
+    EXITED = "exited"
+    """The worker exited (``os._exit``, ``sys.exit``) or tried to."""
+    OUT_OF_MEMORY = "out of memory"
+    """An allocation failed under the memory limit."""
+    CPU_LIMIT = "cpu limit"
+    """The worker used up its CPU seconds."""
+    OUTPUT_LIMIT = "output limit"
+    """It printed more than the output limit."""
+    PROTOCOL_ERROR = "protocol error"
+    """The worker sent something that is not a well-formed reply."""
+    WORKER_ERROR = "worker error"
+    """The worker's own code failed (e.g. after the submission patched what it relies on)."""
+    RESTART_LIMIT = "restart limit"
+    """The worker died too often; it is not started again."""
+
+
+FATAL = frozenset({WorkerStatus.TIMEOUT, WorkerStatus.CRASHED, WorkerStatus.OUT_OF_MEMORY,
+                   WorkerStatus.CPU_LIMIT, WorkerStatus.OUTPUT_LIMIT, WorkerStatus.PROTOCOL_ERROR,
+                   WorkerStatus.RESTART_LIMIT})
+"""Statuses after which the worker is gone (or is killed): its instances are dead."""
+
+
+class WorkerError(ImplementationError):
+    """A call to an isolated implementation failed with ``status``; ``str()`` is the evidence.
+
+    ``fatal``: the worker died or was killed, so every instance it held is gone.
+    """
+
+    def __init__(self, status: WorkerStatus, message: str, *, fatal: bool | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.fatal = status in FATAL if fatal is None else fatal
+
+    def again(self) -> WorkerError:
+        """A fresh error with the same status and evidence, to raise once more (raising one
+        exception object over and over would grow its traceback each time)."""
+        return WorkerError(self.status, self.message, fatal=self.fatal)
+
+
+class LoadError(WorkerError):
+    """The submission could not be loaded; ``defined_names`` are the classes and functions its
+    target module defines (read from the source, never run), for near-miss suggestions;
+    ``output`` what the worker printed meanwhile (capped), for the teacher."""
+
+    def __init__(self, status: WorkerStatus, message: str, *,
+                 defined_names: Sequence[str] = (), fatal: bool | None = None,
+                 output: str = "") -> None:
+        super().__init__(status, message, fatal=fatal)
+        self.defined_names = tuple(defined_names)
+        self.output = output
+
+
+class ProtocolError(Exception):
+    """A malformed frame or message (from the worker, or to it)."""
+
+
+def describe_signal(number: int) -> str:
+    """``11 (segfault)``-style text for evidence lines."""
+    common = {signal.SIGSEGV: "segfault", signal.SIGABRT: "abort", signal.SIGBUS: "bus error",
+              signal.SIGILL: "illegal instruction", signal.SIGFPE: "arithmetic error",
+              signal.SIGKILL: "SIGKILL", signal.SIGXCPU: "CPU time limit",
+              signal.SIGXFSZ: "file size limit", signal.SIGTERM: "SIGTERM"}
+    try:
+        name = common.get(signal.Signals(number)) or signal.Signals(number).name
+    except ValueError:
+        name = "unknown signal"
+    return f"{number} ({name})"

@@ -1,0 +1,396 @@
+"""The checker's side of one worker process: start it, send requests, tell how it failed, stop it.
+
+The checker's child is the supervisor (``supervisor.py``), which starts the worker under the
+limits and owns its process tree. Requests and replies travel on two pipes; the worker's
+stdout and stderr share a third, drained while waiting for replies (the first
+``Limits.output_keep`` bytes are kept, a worker that writes more than ``Limits.output_limit``
+is stopped); the supervisor reports on its stdout how the worker ended. Every wait has a
+deadline; a worker that misses one, floods its output or sends a malformed frame is killed
+with its whole tree and the call in flight raises :class:`WorkerError` with the evidence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from conformance.worker import codec
+from conformance.worker.errors import WorkerError, WorkerStatus, describe_signal
+from conformance.worker.limits import Limits
+from conformance.worker.protocol import Ready
+from conformance.worker.sandbox import Launch, SandboxKind, plan
+from conformance.worker.wire import CheckerChannel, Closed, Deadline, Frame, ProtocolError
+
+SUPERVISOR = Path(__file__).with_name("supervisor.py")
+
+
+class _OutputFlood(Exception):
+    pass
+
+
+def copy_submission(source: Path, target: Path, limit: int) -> None:
+    """Copy a submission (a directory, or one file) into ``target``: regular files and
+    directories only, symlinks only where they stay inside the submission (the checker never
+    follows a link out of it: it could point at the rubric), at most ``limit`` bytes."""
+    source = source.resolve()
+    target.mkdir(parents=True)
+    if source.is_file():
+        shutil.copyfile(source, target / source.name)
+        return
+    total = 0
+    for directory, subdirs, files in os.walk(source):
+        here = Path(directory)
+        subdirs[:] = [d for d in subdirs if d != "__pycache__" and not (here / d).is_symlink()]
+        (target / here.relative_to(source)).mkdir(exist_ok=True)
+        for name in files:
+            path = here / name
+            destination = target / path.relative_to(source)
+            if path.is_symlink():
+                resolved = path.resolve()
+                if source in resolved.parents and resolved.is_file():
+                    os.symlink(os.path.relpath(resolved, path.parent), destination)
+                continue
+            if not stat.S_ISREG(path.lstat().st_mode):
+                continue
+            total += path.lstat().st_size
+            if total > limit:
+                raise ValueError(f"the submission is larger than {limit} bytes")
+            shutil.copyfile(path, destination)
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    for directory, subdirs, files in os.walk(root):
+        os.lchown(directory, uid, uid)
+        for name in subdirs + files:
+            os.lchown(os.path.join(directory, name), uid, uid)
+
+
+def _remove_tree(root: Path) -> None:
+    """Delete the scratch tree, even where the submission made it unwritable; never touch
+    anything outside it (the supervisor may have deleted it already)."""
+    if not root.is_dir() or root.is_symlink():
+        return
+    inside = str(root) + os.sep
+
+    def writable(function, failed, _):
+        parent = os.path.dirname(failed)
+        if not (parent + os.sep).startswith(inside) or os.path.islink(failed):
+            return
+        with contextlib.suppress(OSError):
+            os.chmod(parent, 0o700)
+            if not os.path.isdir(failed):
+                function(failed)
+                return
+            os.chmod(failed, 0o700)
+            shutil.rmtree(failed, ignore_errors=True)
+
+    shutil.rmtree(root, onerror=writable)
+
+
+def _close_quietly(*fds: int) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+class WorkerProcess:
+    """One running worker on a scratch copy of ``submission``.
+
+    ``request`` sends one request and returns the reply frame, or raises WorkerError (the status
+    and evidence); after a fatal one, ``dead`` holds it and every later request raises it.
+    """
+
+    def __init__(self, submission: Path, *, limits: Limits, sandbox: SandboxKind = "auto") -> None:
+        self.limits = limits
+        self.dead: WorkerError | None = None
+        self.output = bytearray()
+        self.output_total = 0
+        self.exit: dict[str, Any] | None = None
+        self._scratch_root = Path(tempfile.mkdtemp(prefix="attention-worker-"))
+        self._next_id = 0
+        self._fds: list[int] = []
+        self._supervisor: subprocess.Popen | None = None
+        self._finalizer = weakref.finalize(self, WorkerProcess._cleanup, self._fds,
+                                           [None], self._scratch_root)
+        scratch = self._scratch_root / "submission"
+        try:
+            copy_submission(Path(submission), scratch, limits.submission_bytes)
+        except (OSError, ValueError) as error:
+            self.close()
+            raise WorkerError(WorkerStatus.NOT_FOUND,
+                              f"cannot copy the submission {submission}: {error}") from None
+        worker_args = ["--header-limit", str(limits.header_bytes),
+                       "--message-limit", str(limits.message_bytes),
+                       "--output-keep", str(limits.output_keep),
+                       "--output-limit", str(limits.output_limit)]
+        self.scratch = scratch
+        try:
+            self.launch: Launch = plan(scratch, limits, sandbox, worker_args)
+            if self.launch.uid is not None:
+                os.chmod(self._scratch_root, 0o755)
+                _chown_tree(scratch, self.launch.uid)
+            self.protections = self.launch.protections
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    # Starting.
+
+    def _start(self) -> None:
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        output_r, output_w = os.pipe()
+        config = {"argv": self.launch.argv, "env": self.launch.env, "cwd": self.launch.cwd,
+                  "rlimits": self.launch.rlimits, "remove": str(self._scratch_root),
+                  "fds": {"1": output_w, "2": output_w, "3": request_r, "4": reply_w}}
+        self.started = time.monotonic()
+        try:
+            self._supervisor = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(SUPERVISOR), json.dumps(config)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output_w,
+                pass_fds=(request_r, reply_w, output_w), start_new_session=True, env={})
+        finally:
+            _close_quietly(request_r, reply_w, output_w)
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, WorkerProcess._cleanup,
+                                           [request_w, reply_r, output_r], [self._supervisor],
+                                           self._scratch_root)
+        self._fds = [request_w, reply_r, output_r]
+        self._output_fd = output_r
+        os.set_blocking(output_r, False)
+        self._status_fd = self._supervisor.stdout.fileno()
+        os.set_blocking(self._status_fd, False)
+        self._status_buffer = b""
+        self.channel = CheckerChannel(reply_r, request_w, self.limits.header_bytes,
+                                      self.limits.message_bytes, output_r, self._pump)
+        deadline = self.started + self.limits.start_seconds
+        started = self._status_line(deadline)
+        if started is None or started.get("event") != "started":
+            self._fail(WorkerStatus.CRASHED, "the worker's supervisor did not start")
+        self.pid = started["pid"]
+        if started.get("subreaper"):
+            self.protections = (*self.protections, "whole process tree killed (subreaper)")
+        try:
+            frame = self.channel.receive(deadline)
+            self.ready: Ready = codec.decode(frame.header.get("ready"), Ready, frame.tensors,
+                                             "ready")
+            self.startup_seconds = time.monotonic() - self.started
+            """From spawning the supervisor to the worker's first frame (torch imported)."""
+        except Deadline:
+            self._fail(WorkerStatus.TIMEOUT,
+                       f"the worker did not start within {self.limits.start_seconds:g} s")
+        except _OutputFlood:
+            self._fail(WorkerStatus.OUTPUT_LIMIT, "the worker printed more than the output limit "
+                       f"({self.limits.output_limit} bytes) while starting")
+        except Closed:
+            self._died("start-up")
+        except (ProtocolError, codec.CodecError) as error:
+            self._fail(WorkerStatus.PROTOCOL_ERROR, f"the worker started with a malformed frame: "
+                       f"{error}")
+
+    # Waiting.
+
+    def _pump(self) -> None:
+        """Drain printed output (keeping the first bytes); stop a flood."""
+        while True:
+            try:
+                chunk = os.read(self._output_fd, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            if self._take(chunk):
+                raise _OutputFlood()
+
+    def _take(self, chunk: bytes) -> bool:
+        """Account for printed bytes; True once past the output limit."""
+        self.output_total += len(chunk)
+        room = self.limits.output_keep - len(self.output)
+        if room > 0:
+            self.output += chunk[:room]
+        return self.output_total > self.limits.output_limit
+
+    def _status_line(self, deadline: float) -> dict[str, Any] | None:
+        """The supervisor's next JSON line, or None at EOF or the deadline."""
+        while b"\n" not in self._status_buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                chunk = os.read(self._status_fd, 4096)
+            except BlockingIOError:
+                select.select([self._status_fd], [], [], min(left, 0.05))
+                with contextlib.suppress(_OutputFlood):  # it is ending anyway: only the status counts
+                    self._pump()
+                continue
+            if not chunk:
+                return None
+            self._status_buffer += chunk
+        line, _, self._status_buffer = self._status_buffer.partition(b"\n")
+        try:
+            return json.loads(line)
+        except ValueError:
+            return None
+
+    # Failing.
+
+    def _fail(self, status: WorkerStatus, message: str) -> None:
+        """Kill the worker's tree, remember why, and raise."""
+        self.dead = WorkerError(status, message, fatal=True)
+        self.stop()
+        raise self.dead
+
+    def _died(self, what: str) -> None:
+        """The reply pipe closed: read from the supervisor how the worker ended, and raise."""
+        exit_line = None
+        deadline = time.monotonic() + 5.0
+        while exit_line is None and time.monotonic() < deadline:
+            line = self._status_line(deadline)
+            if line is None:
+                break
+            if line.get("event") == "exit":
+                exit_line = line
+        self.exit = exit_line
+        code, number = (exit_line or {}).get("code"), (exit_line or {}).get("signal")
+        if self.launch.sandbox == "bwrap" and number is None and isinstance(code, int) \
+                and code > 128:
+            code, number = None, code - 128  # bubblewrap reports a signal as 128 + its number
+        used = (exit_line or {}).get("cpu_seconds")
+        if number == signal.SIGXCPU or (isinstance(used, (int, float))
+                                        and used >= self.limits.cpu_seconds):
+            # SIGXCPU at the soft limit, or SIGKILL at the hard one: a PID namespace's init (the
+            # worker under unshare) ignores SIGXCPU, and unshare then exits with status 1.
+            status, message = (WorkerStatus.CPU_LIMIT, f"the worker used up its "
+                               f"{self.limits.cpu_seconds} CPU seconds during {what}")
+        elif isinstance(number, int):
+            status = WorkerStatus.CRASHED
+            message = f"the worker was killed by signal {describe_signal(number)} during {what}"
+            if number == signal.SIGKILL:
+                message += " (not by the checker: the system's out-of-memory killer?)"
+        elif isinstance(code, int):
+            status, message = (WorkerStatus.EXITED, f"the worker exited with status {code} "
+                               f"during {what} (os._exit or sys.exit?)")
+        else:
+            status, message = (WorkerStatus.CRASHED,
+                               f"the worker closed its reply pipe during {what}")
+        self._fail(status, message)
+
+    # Requests.
+
+    def request(self, op: str, body: Any, tensors: Sequence[torch.Tensor], *, timeout: float,
+                what: str, release: Sequence[int] = ()) -> Frame:
+        """Send one request, return the reply frame (``ok`` true or false); raises WorkerError
+        when the worker is dead, dies, misses the deadline, floods or sends garbage."""
+        if self.dead is not None:
+            raise self.dead.again()
+        self._next_id += 1
+        lifetime_end = self.started + self.limits.lifetime_seconds
+        deadline = min(time.monotonic() + timeout, lifetime_end)
+        header = {"id": self._next_id, "op": op, "body": body, "release": list(release)}
+        try:
+            self.channel.send(header, tensors, deadline)
+            frame = self.channel.receive(deadline)
+        except Deadline:
+            if deadline >= lifetime_end:
+                self._fail(WorkerStatus.TIMEOUT, f"the worker's lifetime of "
+                           f"{self.limits.lifetime_seconds:g} s ran out during {what}")
+            self._fail(WorkerStatus.TIMEOUT, f"{what} did not return within {timeout:g} s")
+        except _OutputFlood:
+            self._fail(WorkerStatus.OUTPUT_LIMIT, f"the worker printed more than "
+                       f"{self.limits.output_limit} bytes during {what}")
+        except Closed:
+            self._died(what)
+        except ProtocolError as error:
+            self._fail(WorkerStatus.PROTOCOL_ERROR,
+                       f"the worker sent a malformed reply to {what}: {error}")
+        if frame.header.get("id") != self._next_id or not isinstance(frame.header.get("ok"), bool):
+            self._fail(WorkerStatus.PROTOCOL_ERROR,
+                       f"the worker sent a reply that does not answer {what}")
+        return frame
+
+    # Stopping.
+
+    def stop(self) -> None:
+        """Kill the whole tree (the supervisor does it when its control pipe closes) and wait."""
+        supervisor = self._supervisor
+        if supervisor is None or supervisor.returncode is not None:
+            return
+        with contextlib.suppress(OSError):
+            supervisor.stdin.close()
+        deadline = time.monotonic() + 10.0
+        while self.exit is None:
+            line = self._status_line(deadline)
+            if line is None:
+                break
+            if line.get("event") == "exit":
+                self.exit = line
+        try:
+            supervisor.wait(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+        except subprocess.TimeoutExpired:
+            # The supervisor is stuck (it never should be): kill it and the worker's session.
+            supervisor.kill()
+            supervisor.wait()
+            with contextlib.suppress(OSError, AttributeError):
+                os.killpg(self.pid, signal.SIGKILL)
+        self._drain()
+        if self.dead is None:
+            self.dead = WorkerError(WorkerStatus.EXITED, "the worker was stopped", fatal=True)
+
+    def _drain(self) -> None:
+        """Keep what is left in the output pipe (the tree is dead, so it ends soon)."""
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                if not select.select([self._output_fd], [], [], 0.05)[0]:
+                    continue
+                chunk = os.read(self._output_fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return
+            if not chunk:
+                return
+            self._take(chunk)
+
+    def close(self) -> None:
+        """Stop the worker, close the pipes, delete the scratch directory."""
+        self.stop()
+        self._finalizer()
+
+    @staticmethod
+    def _cleanup(fds: list[int], supervisors: list[subprocess.Popen | None],
+                 scratch_root: Path) -> None:
+        for supervisor in supervisors:
+            if supervisor is not None and supervisor.poll() is None:
+                try:
+                    supervisor.stdin.close()
+                    supervisor.wait(timeout=10)
+                except (OSError, subprocess.TimeoutExpired):
+                    supervisor.kill()
+            if supervisor is not None and supervisor.stdout is not None:
+                supervisor.stdout.close()
+        _close_quietly(*fds)
+        _remove_tree(scratch_root)
+
+    def printed(self) -> str:
+        """What the worker printed outside calls (import time, fd-level writes), capped."""
+        text = self.output.decode("utf-8", errors="replace")
+        if self.output_total > len(self.output):
+            text += f"\n[... {self.output_total - len(self.output)} more bytes not kept]"
+        return text

@@ -1,0 +1,133 @@
+"""The requests the checker sends to the worker and what each one answers, as typed plain data.
+
+A request frame's header is ``{"id": n, "op": name, "body": ..., "release": [instance ids]}``;
+the reply's ``{"id": n, "ok": true, "body": ...}`` or ``{"id": n, "ok": false, "failure":
+Failure}``. Bodies go through :mod:`conformance.worker.codec` against the types below, so the
+checker accepts from the worker only values of the type it asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from conformance.adapter import Gradients, Inputs
+from conformance.inference.declarations import Declarations
+from conformance.spec import Capabilities, Config
+from conformance.weights import HeadWeights
+from conformance.worker.errors import WorkerStatus
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The worker's first frame: it started, imported torch, and dropped privileges."""
+
+    pid: int
+    uid: int
+    torch: str
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    spec: str
+    """``path/file.py::Attr`` or ``package.module:Attr``, relative to the submission."""
+    declared: Declarations | None = None
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One implementation as the worker resolved it: what it declares, in plain data."""
+
+    name: str
+    capabilities: Capabilities
+    weight_layout: str | None
+    """The weight layout's one-line description (None: no weight access)."""
+    notes: tuple[str, ...] = ()
+    expected_failures: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class LoadReply:
+    implementations: tuple[Declaration, ...]
+    defined_names: tuple[str, ...]
+    """Classes and functions the target module defines (from its source)."""
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    implementation: str
+    config: Config
+    seed: int
+
+
+@dataclass(frozen=True)
+class ForwardRequest:
+    instance: int
+    inputs: Inputs
+    training: bool = False
+    seed: int | None = None
+    autograd: bool = False
+
+
+@dataclass(frozen=True)
+class GradientsRequest:
+    instance: int
+    inputs: Inputs
+    cotangent: torch.Tensor
+
+
+@dataclass(frozen=True)
+class InstanceRequest:
+    """read_weights, stdout, input_writes, release."""
+
+    instance: int
+
+
+@dataclass(frozen=True)
+class WriteWeightsRequest:
+    instance: int
+    weights: HeadWeights
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    """What the worker holds: live instances, its peak resident memory and its peak address
+    space (what the memory limit counts)."""
+
+    instances: int
+    max_rss_bytes: int
+    peak_address_space_bytes: int
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a request failed in the worker.
+
+    ``implementation``: the implementation raised or misbehaved (an ordinary
+    ImplementationError, message as in-process); ``capability``: the request needed something
+    undeclared (a suite bug); ``status``: a failure with a WorkerStatus.
+    """
+
+    kind: Literal["implementation", "capability", "status"]
+    message: str
+    status: WorkerStatus | None = None
+    defined_names: tuple[str, ...] = ()
+
+
+REQUESTS: dict[str, tuple[type, Any]] = {
+    "names": (LoadRequest, tuple[str, ...]),
+    "load": (LoadRequest, LoadReply),
+    "build": (BuildRequest, int),
+    "forward": (ForwardRequest, torch.Tensor),
+    "gradients": (GradientsRequest, Gradients),
+    "read_weights": (InstanceRequest, HeadWeights),
+    "write_weights": (WriteWeightsRequest, type(None)),
+    "stdout": (InstanceRequest, str),
+    "input_writes": (InstanceRequest, tuple[str, ...]),
+    "release": (InstanceRequest, type(None)),
+    "state": (type(None), WorkerState),
+}
+"""Every operation: (request body type, reply body type)."""

@@ -1,0 +1,237 @@
+"""What containment this machine allows, and the command line that starts a worker in it.
+
+Three tiers, the strongest that works here is used (``sandbox="auto"``):
+
+- ``bwrap`` (bubblewrap installed and usable): new PID, network, IPC and UTS namespaces; a
+  filesystem of read-only system directories, the Python installation and the suite's own
+  package, a private ``/tmp``, and the scratch directory as the only writable place; everything
+  else (the submission's original directory, its siblings, a rubric, home directories) does not
+  exist. A checker running as root also makes the worker drop to a uid of its own before it
+  reads any request (so process limits apply and nothing outside is writable).
+- ``unshare`` (util-linux, as root or with user namespaces): new PID and network namespaces; the
+  filesystem is the host's.
+- ``none``: neither; the plain protections only.
+
+Always: the supervisor (a child subreaper, see ``supervisor.py``) kills the whole process tree;
+the worker gets its own session, rlimits (CPU, address space, file size, core dumps, open files,
+processes where enforceable), a scrubbed environment, stdin from ``/dev/null`` and a scratch copy
+of the submission as its working directory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+import conformance
+from conformance.worker.limits import TORCH_ADDRESS_SPACE, Limits
+
+SandboxKind = Literal["auto", "bwrap", "unshare", "none"]
+
+NAMESPACES = ("--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+              "--unshare-cgroup-try")
+UNSHARE = ("--pid", "--fork", "--kill-child", "--net", "--mount-proc")
+FIRST_WORKER_UID = 1_000_000
+"""Dropped uids are FIRST_WORKER_UID + 16 * checker pid + n: distinct between the workers of
+one checker and between checkers, and far above the uids of real accounts."""
+
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "hosts",
+        "localtime", "host.conf", "resolv.conf")
+_counter = itertools.count()
+
+
+class SandboxUnavailable(Exception):
+    """The requested sandbox does not work on this machine; one line."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything the supervisor needs to start one worker, and what protects it."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    rlimits: list[tuple[str, int, int]]
+    sandbox: Literal["bwrap", "unshare", "none"]
+    uid: int | None
+    """The uid the worker drops to before reading requests (None: it keeps the checker's)."""
+    protections: tuple[str, ...]
+
+
+def _probe(argv: Sequence[str]) -> bool:
+    try:
+        return subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@cache
+def _bwrap() -> str | None:
+    path = shutil.which("bwrap")
+    if path and _probe([path, *NAMESPACES, "--die-with-parent", "--ro-bind", "/", "/",
+                        "--proc", "/proc", "--dev", "/dev", "true"]):
+        return path
+    return None
+
+
+@cache
+def _unshare() -> tuple[str, ...] | None:
+    path = shutil.which("unshare")
+    if path is None:
+        return None
+    for extra in ((), ("--map-root-user",)):
+        if _probe([path, *extra, *UNSHARE, "true"]):
+            return (path, *extra, *UNSHARE)
+    return None
+
+
+def available() -> tuple[str, ...]:
+    """The sandboxes that work here, strongest first ("none" always works)."""
+    found = []
+    if _bwrap():
+        found.append("bwrap")
+    if _unshare():
+        found.append("unshare")
+    return (*found, "none")
+
+
+def resolve_kind(kind: SandboxKind) -> Literal["bwrap", "unshare", "none"]:
+    """The tier ``kind`` means here; SandboxUnavailable if it was asked for and does not work."""
+    usable = available()
+    if kind == "auto":
+        return usable[0]  # type: ignore[return-value]
+    if kind not in usable:
+        raise SandboxUnavailable(
+            f"sandbox {kind!r} does not work on this machine (usable: {', '.join(usable)})"
+            + ("; install bubblewrap (apt-get install bubblewrap)" if kind == "bwrap" else ""))
+    return kind
+
+
+def _python_roots() -> list[Path]:
+    """What the worker's interpreter needs to see: the installation, the environment, the
+    suite's own package (an editable install lives outside site-packages)."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable)),
+             os.path.dirname(os.path.abspath(sys.executable)),
+             str(Path(conformance.__file__).resolve().parent)}
+    for scheme_paths in (sysconfig.get_paths(), sysconfig.get_paths(vars={"base": sys.base_prefix,
+                                                                          "platbase": sys.base_prefix})):
+        paths.update(scheme_paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")
+                     if name in scheme_paths)
+    roots = sorted(Path(p) for p in paths if p and os.path.isdir(p))
+    # Keep only the outermost of nested paths; /usr is bound as a whole anyway.
+    kept: list[Path] = []
+    for root in roots:
+        if root == Path("/usr") or Path("/usr") in root.parents:
+            continue
+        if not any(k == root or k in root.parents for k in kept):
+            kept.append(root)
+    return kept
+
+
+def _ancestors(path: Path) -> list[str]:
+    """``--perms 0755 --dir`` for every parent of ``path`` (bwrap would create them 0700,
+    and an unprivileged worker could not pass through)."""
+    args: list[str] = []
+    for parent in reversed(path.parents):
+        if parent != Path("/"):
+            args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+def _bwrap_argv(scratch: Path, uid: int | None) -> list[str]:
+    argv = [_bwrap() or "bwrap", *NAMESPACES, "--die-with-parent", "--new-session",
+            "--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/") / name
+        if host.is_symlink():
+            argv += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            argv += ["--ro-bind", str(host), str(host)]
+    for name in _ETC:
+        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    argv += ["--proc", "/proc", "--dev", "/dev",
+             # Private /tmp first: the scratch directory may live under the host's /tmp.
+             "--perms", "1777", "--size", str(64 << 20), "--tmpfs", "/tmp"]
+    for root in _python_roots():
+        argv += [*_ancestors(root), "--ro-bind", str(root), str(root)]
+    argv += [*_ancestors(scratch), "--bind", str(scratch), str(scratch), "--chdir", str(scratch)]
+    return argv
+
+
+def _user_tasks(uid: int) -> int:
+    """Processes and threads the real uid ``uid`` runs now (what RLIMIT_NPROC counts)."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+        except (OSError, ValueError):
+            continue
+        if int(fields.get("Uid", "-1").split()[0]) == uid:
+            count += int(fields.get("Threads", "1"))
+    return count
+
+
+def worker_uid() -> int:
+    """A fresh uid for a worker of this checker."""
+    return FIRST_WORKER_UID + 16 * os.getpid() + next(_counter) % 16
+
+
+def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence[str]) -> Launch:
+    """How to start a worker on ``scratch`` under ``limits`` in the ``kind`` sandbox."""
+    tier = resolve_kind(kind)
+    root = os.geteuid() == 0
+    uid = worker_uid() if tier == "bwrap" and root else None
+    protections = ["own session", "stdin closed",
+                   "clean environment", "scratch copy", "rlimit cpu", "rlimit address space",
+                   "rlimit file size", "no core dumps", "no new privileges"]
+    rlimits = [("RLIMIT_CPU", limits.cpu_seconds, limits.cpu_seconds + 1),
+               ("RLIMIT_AS", TORCH_ADDRESS_SPACE + limits.memory_bytes,
+                TORCH_ADDRESS_SPACE + limits.memory_bytes),
+               ("RLIMIT_FSIZE", limits.file_bytes, limits.file_bytes),
+               ("RLIMIT_CORE", 0, 0),
+               ("RLIMIT_NOFILE", limits.open_files, limits.open_files)]
+    # RLIMIT_NPROC counts every task of the real uid, and root is exempt from it.
+    if uid is not None:
+        rlimits.append(("RLIMIT_NPROC", limits.processes, limits.processes))
+        protections.append("rlimit processes")
+    elif not root:
+        allowed = _user_tasks(os.getuid()) + limits.processes
+        rlimits.append(("RLIMIT_NPROC", allowed, allowed))
+        protections.append("rlimit processes")
+
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(scratch), "LANG": "C.UTF-8",
+           "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "OPENBLAS_NUM_THREADS": "1", "TMPDIR": "/tmp" if tier == "bwrap" else str(scratch)}
+    if "LD_LIBRARY_PATH" in os.environ:  # some installations need it to find torch's libraries
+        env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
+    python = [sys.executable, "-I", "-B", "-m", "conformance.worker", *worker_args]
+    if uid is not None:
+        python += ["--uid", str(uid), "--gid", str(uid)]
+
+    if tier == "bwrap":
+        argv = [*_bwrap_argv(scratch, uid), "--", *python]
+        protections += ["pid namespace", "network namespace", "ipc namespace",
+                        "read-only system", "host filesystem hidden", "private /tmp"]
+        if uid is not None:
+            protections.append("unprivileged uid")
+    elif tier == "unshare":
+        argv = [*(_unshare() or ()), "--", *python]
+        protections += ["pid namespace", "network namespace"]
+    else:
+        argv = python
+    return Launch(argv=argv, env=env, cwd=str(scratch), rlimits=rlimits, sandbox=tier, uid=uid,
+                  protections=tuple(protections))

@@ -1,0 +1,381 @@
+"""``IsolatedSubject`` and ``IsolatedInstance``: the suite's boundary, answered by a worker process.
+
+The catalogue runs unchanged on an :class:`IsolatedSubject` (``Runner(profile).run(subject)``):
+every check builds instances, calls them and reads their weights through the abstract
+:class:`~conformance.adapter.Subject` / :class:`~conformance.adapter.Instance` methods, each of
+which is one request to the worker, and computes its verdict here, with this process's torch,
+from the tensors and plain data that come back.
+
+When the worker dies (or is killed: a timeout, a flood, a malformed reply), the call in flight
+raises :class:`WorkerError` with the status and evidence, every instance of that worker raises the
+same error, and the next ``instantiate`` starts a fresh worker (at most ``Limits.max_restarts``
+times). Within one check (``begin_check``, called by the Runner), a fatal failure makes every
+later call of that check fail at once with the same evidence, so hypothesis replaying and
+shrinking a hang doesn't cost the time limit again for each example (the gate excepted: it tries
+each declared feature once, and each gets its own answer).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from conformance.adapter import CapabilityError, Gradients, ImplementationError, Inputs, Instance, Subject
+from conformance.inference.declarations import Declarations
+from conformance.spec import Config
+from conformance.weights import HeadWeights
+from conformance.worker import codec
+from conformance.worker.errors import LoadError, WorkerError, WorkerStatus
+from conformance.worker.limits import Limits
+from conformance.worker.process import WorkerProcess
+from conformance.worker.protocol import (
+    REQUESTS,
+    BuildRequest,
+    Declaration,
+    Failure,
+    ForwardRequest,
+    GradientsRequest,
+    InstanceRequest,
+    LoadRequest,
+    WorkerState,
+    WriteWeightsRequest,
+)
+from conformance.worker.sandbox import SandboxKind
+
+TimeoutPolicy = Callable[[str, "Config | None"], float]
+"""``(operation, config of the instance or None) -> seconds`` for one request."""
+
+_FILE_SPEC = re.compile(r"^(?!/)(?!.*(^|/)\.\.(/|$))[\w./-]+\.py::[A-Za-z_]\w*$")
+_MODULE_SPEC = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+
+
+def check_spec(spec: str) -> None:
+    """ValueError unless ``spec`` names a file inside the submission (``dir/file.py::Attr``) or a
+    module (``package.module:Attr``)."""
+    if not (_FILE_SPEC.match(spec) or _MODULE_SPEC.match(spec)):
+        raise ValueError(f"{spec!r}: give path/file.py::Attr (relative, inside the submission) "
+                         "or package.module:Attr")
+
+
+class IsolatedSubject(Subject):
+    """An implementation in a submission, checked in a sandboxed worker process.
+
+    Args:
+        submission: the submission's directory (or a single ``.py`` file); the worker works on
+            a scratch copy of it.
+        spec: ``path/file.py::Attr`` or ``package.module:Attr`` relative to the submission; an
+            undeclared ``nn.Module`` class is inferred in the worker.
+        name: which implementation, when ``spec`` names several.
+        declared: declarations overriding inference (as ``--width-arg`` etc.).
+        limits: resource limits (:class:`Limits`).
+        sandbox: ``"auto"`` (the strongest that works here), ``"bwrap"``, ``"unshare"``, ``"none"``.
+        expected_failures: ``{check: reason}``; None takes what the implementation declares
+            (pass ``{}`` for untrusted submissions: they must not excuse their own failures).
+        timeout: seconds per request, or a policy ``(operation, config) -> seconds``; default
+            ``limits.request_seconds``.
+
+    Raises :class:`LoadError` (with the status and the names the module defines) when the
+    submission can't be loaded.
+    """
+
+    def __init__(self, submission: str | Path, spec: str, *, name: str | None = None,
+                 declared: Declarations | None = None, limits: Limits | None = None,
+                 sandbox: SandboxKind = "auto", expected_failures: Mapping[str, str] | None = None,
+                 timeout: float | TimeoutPolicy | None = None) -> None:
+        check_spec(spec)
+        self.submission = Path(submission)
+        if "::" in spec:  # a missing file needs no worker to say so
+            file = spec.partition("::")[0]
+            where = (self.submission.parent if self.submission.is_file() else self.submission)
+            if not (where / file).is_file() or (self.submission.is_file()
+                                                and file != self.submission.name):
+                raise LoadError(WorkerStatus.NOT_FOUND, f"no file {file} in the submission",
+                                fatal=False)
+        self.spec = spec
+        self.limits = limits or Limits()
+        self.sandbox = sandbox
+        self._declared = declared
+        self._timeout = timeout
+        self._lock = threading.RLock()
+        self._released: list[tuple[WorkerProcess, int]] = []
+        self._check: str | None = None
+        self._poison: WorkerError | None = None
+        self.restarts = 0
+        self.failures: list[tuple[str | None, WorkerError]] = []
+        """Every fatal failure, with the check it happened in (None outside checks)."""
+        self._worker: WorkerProcess | None = None
+        self._workers: list[WorkerProcess] = []
+        self._finalizer = weakref.finalize(self, IsolatedSubject._stop_all, self._workers)
+        declarations = self._start()
+        names = [d.name for d in declarations]
+        if name is None and len(declarations) != 1:
+            self.close()
+            raise LoadError(WorkerStatus.INTERFACE_MISMATCH,
+                            f"{spec} names {len(names)} implementations ({', '.join(names)}): "
+                            "choose one with name=", fatal=False)
+        chosen = [d for d in declarations if name is None or d.name == name]
+        if not chosen:
+            self.close()
+            raise LoadError(WorkerStatus.NOT_FOUND,
+                            f"{spec} has no implementation named {name!r} ({', '.join(names)})",
+                            fatal=False)
+        self.declaration: Declaration = chosen[0]
+        self.declarations: tuple[Declaration, ...] = tuple(declarations)
+        self.name = self.declaration.name
+        self.capabilities = self.declaration.capabilities
+        self.notes = self.declaration.notes
+        self.expected_failures = dict(self.declaration.expected_failures
+                                      if expected_failures is None else expected_failures)
+
+    # What the grader reads.
+
+    @property
+    def protections(self) -> tuple[str, ...]:
+        """The protections active for the current worker (for a run's header)."""
+        worker = self._worker or (self._workers[-1] if self._workers else None)
+        return worker.protections if worker is not None else ()
+
+    @property
+    def defined_names(self) -> tuple[str, ...]:
+        return self._defined_names
+
+    @property
+    def output(self) -> str:
+        """What the workers printed outside forward calls (import time, fd-level writes), capped
+        per worker; for the teacher's eyes."""
+        return "\n".join(w.printed() for w in self._workers if w.output_total)
+
+    def state(self) -> WorkerState:
+        """The current worker's live instances and peak memory (one request)."""
+        with self._lock:
+            return self.call(self._live_worker(), "state", None, [], None, "reporting its state")
+
+    def describe(self) -> str:
+        text = self.capabilities.describe()
+        if self.declaration.weight_layout is not None:
+            text += f"; {self.declaration.weight_layout}"
+        return text
+
+    # Workers.
+
+    def _start(self) -> tuple[Declaration, ...]:
+        """Start a worker and load the submission in it."""
+        try:
+            worker = WorkerProcess(self.submission, limits=self.limits, sandbox=self.sandbox)
+        except WorkerError as error:
+            raise LoadError(error.status, str(error), fatal=True) from None
+        self._workers.append(worker)
+        self._worker = worker
+        body = codec.encode(LoadRequest(self.spec, self._declared), [])
+        names: tuple[str, ...] = ()
+        try:
+            # The names first (read from the source, nothing run): a submission that kills its
+            # worker while being imported still gets near-miss suggestions.
+            frame = worker.request("names", body, [], timeout=self.limits.load_seconds,
+                                   what="reading the source")
+            if frame.header["ok"]:
+                names = self._body(worker, frame, "names")
+            frame = worker.request("load", body, [], timeout=self.limits.load_seconds,
+                                   what="load")
+            if frame.header["ok"]:
+                # A declaration the checker can't read (a hand-written Capabilities with a wrong
+                # type, or a forged reply) is malformed like any other reply.
+                reply = self._body(worker, frame, "load")
+        except WorkerError as error:
+            self._worker = None
+            worker.close()
+            raise LoadError(error.status, f"loading {self.spec}: {error}", defined_names=names,
+                            fatal=True, output=worker.printed()) from None
+        if not frame.header["ok"]:
+            failure = self._failure(frame)
+            self._worker = None
+            worker.close()
+            raise LoadError(failure.status or WorkerStatus.INTERFACE_MISMATCH, failure.message,
+                            defined_names=failure.defined_names, fatal=False,
+                            output=worker.printed())
+        self._defined_names = reply.defined_names
+        return reply.implementations
+
+    def _live_worker(self) -> WorkerProcess:
+        if self._worker is not None and self._worker.dead is None:
+            return self._worker
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+        if self.restarts >= self.limits.max_restarts:
+            last = self.failures[-1][1] if self.failures else None
+            raise WorkerError(WorkerStatus.RESTART_LIMIT,
+                              f"the worker died {self.restarts + 1} times; not started again"
+                              + (f" (last: {last})" if last else ""), fatal=True)
+        self.restarts += 1
+        try:
+            declarations = self._start()
+        except LoadError as error:
+            raise WorkerError(error.status, f"restarting the worker failed: {error}",
+                              fatal=True) from None
+        again = {d.name: d for d in declarations}.get(self.name)
+        if again is None or codec.encode(again, []) != codec.encode(self.declaration, []):
+            self._worker.close()
+            self._worker = None
+            raise WorkerError(WorkerStatus.INTERFACE_MISMATCH,
+                              "loaded again, the submission declared something else", fatal=True)
+        return self._worker
+
+    def begin_check(self, name: str) -> None:
+        with self._lock:
+            self._check = name
+            self._poison = None
+
+    def instantiate(self, config: Config, seed: int) -> Instance:
+        with self._lock:
+            if self._poison is not None:
+                raise self._poison.again()
+            try:
+                worker = self._live_worker()
+            except WorkerError as error:
+                self._fatal(error)
+                raise
+            request = BuildRequest(self.name, config, seed)
+            number = self.call(worker, "build", request, [], config, "constructing it")
+            return IsolatedInstance(self, worker, number, config)
+
+    # Requests.
+
+    def timeout(self, op: str, config: Config | None) -> float:
+        """Seconds allowed for one request (see ``timeout=``)."""
+        if callable(self._timeout):
+            return float(self._timeout(op, config))
+        return float(self._timeout if self._timeout is not None else self.limits.request_seconds)
+
+    def call(self, worker: WorkerProcess, op: str, request: Any, tensors: Sequence[torch.Tensor],
+             config: Config | None, what: str) -> Any:
+        """One request to ``worker``; the decoded reply, or the failure raised."""
+        with self._lock:
+            if self._poison is not None:
+                raise self._poison.again()
+            if worker.dead is not None:
+                raise worker.dead.again()
+            tensors = list(tensors)
+            body = codec.encode(request, tensors)
+            release = [number for owner, number in self._released if owner is worker]
+            self._released = [(owner, n) for owner, n in self._released
+                              if owner is not worker and owner.dead is None]
+            try:
+                frame = worker.request(op, body, tensors, timeout=self.timeout(op, config),
+                                       what=what, release=release)
+            except WorkerError as error:
+                self._fatal(error)
+                raise
+            if not frame.header["ok"]:
+                failure = self._failure(frame)
+                if failure.kind == "capability":
+                    raise CapabilityError(failure.message)
+                if failure.kind == "implementation":
+                    raise ImplementationError(failure.message)
+                raise WorkerError(failure.status or WorkerStatus.WORKER_ERROR, failure.message,
+                                  fatal=False)
+            return self._body(worker, frame, op)
+
+    def _failure(self, frame) -> Failure:
+        try:
+            return codec.decode(frame.header.get("failure"), Failure, frame.tensors, "failure")
+        except codec.CodecError as error:
+            return Failure("status", f"the worker sent a malformed failure: {error}",
+                           WorkerStatus.PROTOCOL_ERROR)
+
+    def _body(self, worker: WorkerProcess, frame, op: str) -> Any:
+        try:
+            return codec.decode(frame.header.get("body"), REQUESTS[op][1], frame.tensors, op)
+        except codec.CodecError as error:
+            worker.dead = WorkerError(WorkerStatus.PROTOCOL_ERROR,
+                                      f"the worker's reply to {op} is malformed: {error}",
+                                      fatal=True)
+            worker.stop()
+            self._fatal(worker.dead)
+            raise worker.dead from None
+
+    FAIL_FAST_EXEMPT: tuple[str, ...] = ("gate",)
+    """Checks whose calls each deserve their own answer: the gate tries every declared feature
+    once (no shrinking), so a feature that hangs must not take the next feature down with it."""
+
+    def _fatal(self, error: WorkerError) -> None:
+        if not error.fatal:
+            return
+        self.failures.append((self._check, error))
+        if self._check is not None and self._check not in self.FAIL_FAST_EXEMPT:
+            self._poison = error
+
+    def _release(self, worker: WorkerProcess, number: int) -> None:
+        # Called from a finalizer: no request here, the next one carries it.
+        if worker.dead is None:
+            self._released.append((worker, number))
+
+    # Stopping.
+
+    def close(self) -> None:
+        """Stop every worker (and everything they started); delete the scratch copies."""
+        self._finalizer()
+        self._worker = None
+
+    @staticmethod
+    def _stop_all(workers: list[WorkerProcess]) -> None:
+        for worker in workers:
+            worker.close()
+
+    def __enter__(self) -> IsolatedSubject:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class IsolatedInstance(Instance):
+    """One implementation built in a worker; every method is one request."""
+
+    def __init__(self, subject: IsolatedSubject, worker: WorkerProcess, number: int,
+                 config: Config) -> None:
+        self.config = config
+        self._subject = subject
+        self._worker = worker
+        self._number = number
+        self._finalizer = weakref.finalize(self, subject._release, worker, number)
+
+    def release(self) -> None:
+        """Free it in the worker now (otherwise that happens with the next request after it is
+        garbage collected)."""
+        if self._finalizer.detach() is not None and self._worker.dead is None:
+            self._call("release", InstanceRequest(self._number))
+
+    def _call(self, op: str, request: Any, tensors: Sequence[torch.Tensor] = (),
+              what: str | None = None) -> Any:
+        return self._subject.call(self._worker, op, request, tensors, self.config, what or op)
+
+    def forward(self, inputs: Inputs, *, training: bool = False, seed: int | None = None,
+                autograd: bool = False) -> torch.Tensor:
+        return self._call("forward", ForwardRequest(self._number, inputs, training, seed,
+                                                    autograd))
+
+    def gradients(self, inputs: Inputs, cotangent: torch.Tensor) -> Gradients:
+        return self._call("gradients", GradientsRequest(self._number, inputs, cotangent),
+                          what="forward and backward")
+
+    def read_weights(self) -> HeadWeights:
+        return self._call("read_weights", InstanceRequest(self._number), what="reading weights")
+
+    def write_weights(self, weights: HeadWeights) -> None:
+        self._call("write_weights", WriteWeightsRequest(self._number, weights),
+                   what="writing weights")
+
+    @property
+    def stdout(self) -> str:
+        return self._call("stdout", InstanceRequest(self._number))
+
+    @property
+    def input_writes(self) -> list[str]:
+        return list(self._call("input_writes", InstanceRequest(self._number)))

@@ -1,0 +1,203 @@
+"""The supervisor: the trusted root of a worker's process tree (standard library only).
+
+Run as ``python -I -S supervisor.py CONFIG_JSON`` by the checker, it
+
+1. becomes a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``), so every process the worker
+   starts, even one that double-forks and calls ``setsid`` to detach, is re-parented to it rather
+   than to init and stays findable;
+2. forks the worker: a new session (own session and process group), the resource limits, stdin
+   from ``/dev/null``, stdout and stderr to the output pipe, the request and reply pipes on
+   fds 3 and 4, every other descriptor closed, the scrubbed environment, the scratch directory;
+3. waits until the worker exits or the checker closes the control pipe (its stdin; also what
+   happens when the checker dies), then kills every descendant (repeatedly, until none is
+   left: killing a parent re-parents its children here), deletes the scratch directory and
+   reports on stdout, as one JSON line, how the worker ended.
+
+It imports nothing from the project, so it starts in milliseconds and the untrusted code never
+shares a process with it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+DUP_BASE = 64
+
+
+def _set_subreaper() -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid, for every process visible in /proc."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                text = stat.read()
+        except OSError:
+            continue
+        # The command name may hold spaces and parentheses: the fields follow the last ')'.
+        fields = text[text.rfind(b")") + 2:].split()
+        if len(fields) > 1:
+            parents[int(entry)] = int(fields[1])
+    return parents
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below ``root`` (breadth first)."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in _parents().items():
+        children.setdefault(parent, []).append(pid)
+    found, queue = [], list(children.get(root, []))
+    while queue:
+        pid = queue.pop()
+        found.append(pid)
+        queue.extend(children.get(pid, []))
+    return found
+
+
+class Supervisor:
+    def __init__(self, config: dict) -> None:
+        self.config = config
+        self.child = -1
+        self.status: int | None = None
+        self.usage: resource.struct_rusage | None = None
+        self.killed = 0
+
+    def start(self) -> None:
+        fds = {int(target): source for target, source in self.config["fds"].items()}
+        pid = os.fork()
+        if pid == 0:  # the worker: never returns
+            try:
+                self._exec(fds)
+            finally:
+                os._exit(127)
+        self.child = pid
+        for source in set(fds.values()):
+            os.close(source)
+
+    def _exec(self, fds: dict[int, int]) -> None:
+        try:
+            os.setsid()
+            for name, soft, hard in self.config["rlimits"]:
+                resource.setrlimit(getattr(resource, name), (soft, hard))
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            # Move every source above the targets first, so no dup2 overwrites a later source.
+            high = {target: fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, DUP_BASE)
+                    for target, source in {0: devnull, **fds}.items()}
+            for target, source in high.items():
+                os.dup2(source, target, inheritable=True)
+            # Nothing else the checker had open reaches the worker.
+            os.closerange(max(high) + 1, os.sysconf("SC_OPEN_MAX"))
+            os.chdir(self.config["cwd"])
+            os.execve(self.config["argv"][0], self.config["argv"], self.config["env"])
+        except BaseException as error:
+            os.write(2, f"worker supervisor: could not start the worker: {error}\n".encode())
+
+    def _reap(self) -> None:
+        """Collect every exited child (orphans re-parented here included)."""
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.child:
+                self.status, self.usage = status, usage
+
+    def kill_tree(self) -> None:
+        """SIGKILL every descendant until none is left (bounded: about 10 s)."""
+        for _ in range(1000):
+            self._reap()
+            pids = descendants(os.getpid())
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    self.killed += 1
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.01)
+
+    def wait(self) -> bool:
+        """Until the worker exits (True) or the checker closes the control pipe (False)."""
+        poller = select.poll()
+        control = sys.stdin.fileno()
+        poller.register(control, select.POLLIN | select.POLLHUP)
+        pidfd = -1
+        try:
+            pidfd = os.pidfd_open(self.child)
+            poller.register(pidfd, select.POLLIN)
+        except (AttributeError, OSError):
+            pass  # no pidfd: the poll timeout below notices the exit instead
+        while True:
+            events = poller.poll(200)
+            self._reap()
+            if self.status is not None:
+                return True
+            for fd, _ in events:
+                if fd == control and not os.read(control, 4096):
+                    return False
+
+    def report(self, stopped: bool) -> None:
+        status = self.status
+        line = {"event": "exit", "pid": self.child, "stopped": stopped,
+                "code": os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status)
+                else None,
+                "signal": os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status)
+                else None,
+                "killed": self.killed,
+                "maxrss_kb": self.usage.ru_maxrss if self.usage else None,
+                "cpu_seconds": self.usage.ru_utime + self.usage.ru_stime if self.usage else None}
+        sys.stdout.write(json.dumps(line) + "\n")
+        sys.stdout.flush()
+
+
+def main() -> int:
+    config = json.loads(sys.argv[1])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the checker decides when to stop
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    supervisor = Supervisor(config)
+
+    def terminate(signum, frame):
+        supervisor.kill_tree()
+        shutil.rmtree(config["remove"], ignore_errors=True)
+        supervisor.report(stopped=True)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, terminate)
+    subreaper = _set_subreaper()
+    supervisor.start()
+    sys.stdout.write(json.dumps({"event": "started", "pid": supervisor.child,
+                                 "subreaper": subreaper}) + "\n")
+    sys.stdout.flush()
+    exited = supervisor.wait()
+    supervisor.kill_tree()
+    supervisor._reap()
+    # The scratch copy goes with the tree, even when the checker died without cleaning up.
+    shutil.rmtree(config["remove"], ignore_errors=True)
+    supervisor.report(stopped=not exited)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""Frames on a pipe: a JSON header plus raw tensor bytes. Nothing is ever unpickled.
+
+A frame is::
+
+    b"ACW1" | header length (uint32, big-endian) | payload length (uint64, big-endian)
+    header: UTF-8 JSON {"tensors": [{"dtype", "shape", "strides", "device"}, ...], ...message...}
+    payload: each tensor's bytes in memory order, in turn, each starting at a multiple of 64
+
+Strides cross too (only dense layouts: a permutation of contiguous strides), so a transposed
+input reaches the implementation transposed, as it would in-process.
+
+Both lengths are checked against the receiver's limits before anything is read, the tensor
+descriptors (known dtype, sane shape, sizes adding up to the payload) before the payload is
+read, and every read on the checker's side has a deadline. Tensors are rebuilt with
+``torch.frombuffer`` from bytes the receiver owns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import select
+import struct
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from conformance.worker.codec import DTYPES
+from conformance.worker.errors import ProtocolError
+
+MAGIC = b"ACW1"
+PREFIX = struct.Struct(">4sIQ")
+ALIGN = 64
+MAX_DIMS = 8
+_DEVICE = re.compile(r"^(cpu|mps|cuda(:\d{1,2})?)$")
+
+
+class Deadline(Exception):
+    """A read or write on the checker's side did not finish in time."""
+
+
+class Closed(Exception):
+    """The other end closed the pipe."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One message: its JSON header (without the tensor table) and its tensors."""
+
+    header: dict[str, Any]
+    tensors: list[torch.Tensor]
+
+
+def _dense_cpu(tensor: torch.Tensor) -> torch.Tensor:
+    """A fresh CPU copy of the tensor's data, laid out as ``clone()`` lays it out (a dense
+    permuted layout such as a transpose keeps its strides, anything else becomes contiguous), so
+    the receiver sees the memory layout an in-process run would give the implementation. A
+    subclass's ``__torch_function__`` is not consulted: what crosses is the data."""
+    with torch._C.DisableTorchFunctionSubclass():
+        plain = tensor.as_subclass(torch.Tensor) if type(tensor) is not torch.Tensor else tensor
+        return plain.detach().to("cpu").resolve_conj().resolve_neg().clone()
+
+
+def _memory_order_bytes(dense: torch.Tensor) -> memoryview:
+    if dense.numel() == 0:
+        return memoryview(b"")
+    flat = dense.as_strided((dense.numel(),), (1,), dense.storage_offset())
+    return memoryview(flat.view(torch.uint8).numpy())
+
+
+def _dense_strides(shape: list[int], strides: object) -> bool:
+    """Whether ``strides`` lay out ``shape`` densely (a permutation of contiguous strides)."""
+    if (not isinstance(strides, list) or len(strides) != len(shape)
+            or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**62
+                       for s in strides)):
+        return False
+    expected = 1
+    for size, stride in sorted(((n, s) for n, s in zip(shape, strides, strict=True) if n > 1),
+                               key=lambda pair: pair[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _padding(size: int) -> int:
+    return -size % ALIGN
+
+
+def encode_frame(header: dict[str, Any], tensors: Sequence[torch.Tensor]) -> list[memoryview]:
+    """The frame as buffers to write in order (tensor bytes are not copied)."""
+    table, chunks, payload = [], [], 0
+    for tensor in tensors:
+        name = str(tensor.dtype).removeprefix("torch.")
+        if name not in DTYPES:
+            raise ProtocolError(f"a {name} tensor cannot cross")
+        device = str(tensor.device)
+        data = _dense_cpu(tensor)
+        raw = _memory_order_bytes(data)
+        table.append({"dtype": name, "shape": list(data.shape), "strides": list(data.stride()),
+                      "device": device})
+        chunks.append(raw)
+        payload += len(raw) + _padding(len(raw))
+    text = json.dumps({**header, "tensors": table}, separators=(",", ":")).encode()
+    buffers = [memoryview(PREFIX.pack(MAGIC, len(text), payload)), memoryview(text)]
+    for raw in chunks:
+        buffers.append(raw)
+        if _padding(len(raw)):
+            buffers.append(memoryview(bytes(_padding(len(raw)))))
+    return buffers
+
+
+def _layout(table: Any, payload: int, devices: Callable[[str], bool]) -> list[tuple]:
+    """(dtype, shape, device, offset, nbytes) per tensor; ProtocolError unless it all adds up."""
+    if not isinstance(table, list):
+        raise ProtocolError("the tensor table is not a list")
+    layout, offset = [], 0
+    for i, entry in enumerate(table):
+        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "strides", "device"}:
+            raise ProtocolError(f"tensor {i}: malformed descriptor")
+        dtype, shape, device = entry["dtype"], entry["shape"], entry["device"]
+        if dtype not in DTYPES:
+            raise ProtocolError(f"tensor {i}: unknown dtype {str(dtype)[:40]!r}")
+        if (not isinstance(shape, list) or len(shape) > MAX_DIMS
+                or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**40
+                           for n in shape)):
+            raise ProtocolError(f"tensor {i}: malformed shape")
+        if not _dense_strides(shape, entry["strides"]):
+            raise ProtocolError(f"tensor {i}: strides are not a dense layout of its shape")
+        if not isinstance(device, str) or not _DEVICE.match(device) or not devices(device):
+            raise ProtocolError(f"tensor {i}: device {str(device)[:40]!r} is not available here")
+        nbytes = math.prod(shape) * DTYPES[dtype].itemsize
+        layout.append((DTYPES[dtype], shape, entry["strides"], device, offset, nbytes))
+        offset += nbytes + _padding(nbytes)
+    if offset != payload:
+        raise ProtocolError(f"the tensors need {offset} payload bytes, the frame has {payload}")
+    return layout
+
+
+def _tensors(layout: list[tuple], payload: bytearray) -> list[torch.Tensor]:
+    tensors = []
+    for dtype, shape, strides, device, offset, nbytes in layout:
+        if nbytes == 0:
+            tensor = torch.empty(shape, dtype=dtype)
+        else:
+            # A copy: the payload is one buffer, and each tensor gets aligned memory of its own.
+            flat = torch.frombuffer(payload, dtype=dtype, count=nbytes // dtype.itemsize,
+                                    offset=offset).clone()
+            tensor = flat.as_strided(shape, strides)
+        tensors.append(tensor if device == "cpu" else tensor.to(device))
+    return tensors
+
+
+def _parse(prefix: bytes, header_limit: int, payload_limit: int) -> tuple[int, int]:
+    magic, header_size, payload_size = PREFIX.unpack(prefix)
+    if magic != MAGIC:
+        raise ProtocolError(f"not a frame (starts with {prefix[:4]!r})")
+    if header_size > header_limit:
+        raise ProtocolError(f"header of {header_size} bytes exceeds the {header_limit}-byte limit")
+    if payload_size > payload_limit:
+        raise ProtocolError(
+            f"message of {payload_size} bytes exceeds the {payload_limit}-byte limit")
+    return header_size, payload_size
+
+
+def _header(raw: bytes) -> dict[str, Any]:
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise ProtocolError(f"header is not JSON ({type(error).__name__})") from None
+    if not isinstance(header, dict) or "tensors" not in header:
+        raise ProtocolError("header is not a JSON object with a tensor table")
+    return header
+
+
+def _any_device(device: str) -> bool:
+    if device == "cpu":
+        return True
+    if device.startswith("cuda"):
+        index = int(device.partition(":")[2] or 0)
+        return torch.cuda.is_available() and index < torch.cuda.device_count()
+    return device == "mps" and torch.backends.mps.is_available()
+
+
+class BlockingChannel:
+    """The worker's end: blocking reads and writes (the checker is trusted to behave)."""
+
+    def __init__(self, read_fd: int, write_fd: int, header_limit: int, payload_limit: int) -> None:
+        self.read_fd, self.write_fd = read_fd, write_fd
+        self.header_limit, self.payload_limit = header_limit, payload_limit
+
+    def _read(self, size: int) -> bytearray:
+        buffer = bytearray(size)
+        view, got = memoryview(buffer), 0
+        while got < size:
+            n = os.readv(self.read_fd, [view[got:]])
+            if n == 0:
+                raise Closed("the checker closed the pipe")
+            got += n
+        return buffer
+
+    def receive(self) -> Frame:
+        header_size, payload_size = _parse(bytes(self._read(PREFIX.size)), self.header_limit,
+                                           self.payload_limit)
+        header = _header(bytes(self._read(header_size)))
+        layout = _layout(header.pop("tensors"), payload_size, _any_device)
+        return Frame(header, _tensors(layout, self._read(payload_size)))
+
+    def send(self, header: dict[str, Any], tensors: Sequence[torch.Tensor] = ()) -> None:
+        self.write(encode_frame(header, tensors))
+
+    def write(self, buffers: Sequence[memoryview]) -> None:
+        """Write an encoded frame."""
+        for buffer in buffers:
+            while len(buffer):
+                buffer = buffer[os.write(self.write_fd, buffer):]
+
+
+class CheckerChannel:
+    """The checker's end: every read and write has a deadline. While it waits, ``pump`` is
+    called whenever ``side`` (the worker's output pipe) has data, so printed output is drained
+    (and capped) at the same time and a printing worker never blocks on a full pipe."""
+
+    def __init__(self, read_fd: int, write_fd: int, header_limit: int, payload_limit: int,
+                 side: int, pump: Callable[[], None]) -> None:
+        os.set_blocking(read_fd, False)
+        os.set_blocking(write_fd, False)
+        self.read_fd, self.write_fd = read_fd, write_fd
+        self.header_limit, self.payload_limit = header_limit, payload_limit
+        self.side = side
+        self.pump = pump
+        """Drains ``side``; it may raise to abort the wait."""
+
+    def _wait(self, fd: int, event: int, deadline: float) -> None:
+        poller = select.poll()
+        poller.register(fd, event | select.POLLHUP | select.POLLERR)
+        poller.register(self.side, select.POLLIN)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Deadline()
+            ready = poller.poll(left * 1000)
+            if any(ready_fd == self.side for ready_fd, _ in ready):
+                self.pump()
+            if any(ready_fd == fd for ready_fd, _ in ready):
+                return
+            if any(ready_fd == self.side and flags & (select.POLLHUP | select.POLLERR)
+                   for ready_fd, flags in ready):
+                poller.unregister(self.side)  # the output pipe closed: stop watching it
+
+    def _read(self, size: int, deadline: float) -> bytearray:
+        buffer = bytearray(size)
+        view, got = memoryview(buffer), 0
+        while got < size:
+            try:
+                n = os.readv(self.read_fd, [view[got:]])
+            except BlockingIOError:
+                self._wait(self.read_fd, select.POLLIN, deadline)
+                continue
+            if n == 0:
+                raise Closed("the worker closed its end of the pipe")
+            got += n
+        return buffer
+
+    def receive(self, deadline: float) -> Frame:
+        header_size, payload_size = _parse(bytes(self._read(PREFIX.size, deadline)),
+                                           self.header_limit, self.payload_limit)
+        header = _header(bytes(self._read(header_size, deadline)))
+        layout = _layout(header.pop("tensors"), payload_size, _any_device)
+        return Frame(header, _tensors(layout, self._read(payload_size, deadline)))
+
+    def send(self, header: dict[str, Any], tensors: Sequence[torch.Tensor], deadline: float) -> None:
+        for buffer in encode_frame(header, tensors):
+            while len(buffer):
+                try:
+                    buffer = buffer[os.write(self.write_fd, buffer):]
+                except BlockingIOError:
+                    self._wait(self.write_fd, select.POLLOUT, deadline)
+                except BrokenPipeError:
+                    raise Closed("the worker closed its end of the pipe") from None

@@ -1,0 +1,324 @@
+"""The isolated worker on correct submissions: the same verdicts as in-process, side by side,
+load failures with their status, restarts, fail-fast within a check, per-request time limits,
+protections, and no process left behind."""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from worker_support import (
+    FAST,
+    HOSTILE,
+    SANDBOXES,
+    descendants,
+    one_thread,
+    verdicts,
+)
+
+from conformance import Config, Runner, resolve
+from conformance.adapter import InProcessSubject, Inputs
+from conformance.inference import Declarations
+from conformance.worker import (
+    IsolatedSubject,
+    LoadError,
+    SandboxUnavailable,
+    WorkerError,
+    WorkerStatus,
+)
+
+SINGLE = HOSTILE / "correct_single"
+PACKAGE = HOSTILE / "correct_package"
+CONFIG = Config(batch=2, q_len=5, kv_len=5, d_model=8, num_heads=2)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nothing_survives():
+    """After every test of the module, no process started by it is left."""
+    before = set(descendants())
+    with one_thread():
+        yield
+    gc.collect()
+    left = [pid for pid in descendants() if pid not in before]
+    assert left == [], f"processes left behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def in_process_single():
+    (impl,) = resolve(f"{SINGLE / 'attention.py'}::MultiHeadAttention")
+    return Runner("quick").run(InProcessSubject(impl), devices=["cpu"])
+
+
+@pytest.fixture(scope="module")
+def plain_single():
+    """The correct submission in the default sandbox (plain rlimits, own session, subreaper)."""
+    with IsolatedSubject(SINGLE, "attention.py::MultiHeadAttention", limits=FAST,
+                         sandbox="none") as subject:
+        yield subject
+
+
+PLAIN_PROTECTIONS = {"own session", "stdin closed", "clean environment", "scratch copy",
+                     "rlimit cpu", "rlimit address space", "rlimit file size", "no core dumps",
+                     "no new privileges", "whole process tree killed (subreaper)"}
+
+
+def test_correct_submission_gets_the_in_process_verdicts(plain_single, in_process_single):
+    isolated = Runner("quick").run(plain_single, devices=["cpu"])
+    assert plain_single.failures == [] and plain_single.restarts == 0
+    assert verdicts(isolated) == verdicts(in_process_single)
+    assert {r.status.value for r in isolated} == {"passed", "skipped"}
+    assert set(plain_single.protections) >= PLAIN_PROTECTIONS
+    assert not {"pid namespace", "network namespace", "host filesystem hidden",
+                "read-only system", "private /tmp"} & set(plain_single.protections)
+    assert plain_single.expected_failures == {} and plain_single.declaration.weight_layout
+
+
+def test_a_package_over_several_files_gets_the_in_process_verdicts(monkeypatch):
+    sandbox = SANDBOXES[0]  # the strongest here: bubblewrap where it works
+    checks = ["gate", "contract", "padding", "head_split", "reference", "scale", "autograd"]
+    spec = "mha.attention:MultiHeadAttention"
+    declared = Declarations(mask="keep_int:broadcast", causal="never")
+    with IsolatedSubject(PACKAGE, spec, limits=FAST, sandbox=sandbox,
+                         declared=declared) as subject:
+        assert subject.name == "attention:MultiHeadAttention"
+        assert subject.defined_names == ("MultiHeadAttention",)
+        assert any("(declared)" in note for note in subject.notes)  # declarations crossed
+        isolated = Runner("quick").run(subject, devices=["cpu"], checks=checks)
+        protections = set(subject.protections)
+    monkeypatch.syspath_prepend(str(PACKAGE))
+    try:
+        (impl,) = resolve(spec, declared)
+        expected = Runner("quick").run(InProcessSubject(impl), devices=["cpu"], checks=checks)
+    finally:
+        for name in [m for m in sys.modules if m.split(".")[0] in ("mha", "helpers")]:
+            del sys.modules[name]
+    assert verdicts(isolated) == verdicts(expected)
+    assert protections >= PLAIN_PROTECTIONS
+    if sandbox == "bwrap":
+        assert {"pid namespace", "network namespace", "ipc namespace", "read-only system",
+                "host filesystem hidden", "private /tmp"} <= protections
+        if os.geteuid() == 0:
+            assert {"unprivileged uid", "rlimit processes"} <= protections
+
+
+def test_two_workers_side_by_side_agree_with_one_at_a_time(plain_single, in_process_single):
+    checks = ["gate", "padding", "reference", "dropout", "determinism"]
+    expected = [r for r in verdicts(in_process_single) if r["check"] in checks]
+    with IsolatedSubject(SINGLE, "attention.py::MultiHeadAttention", limits=FAST,
+                         sandbox=SANDBOXES[0]) as other:
+        runners = (Runner("quick"), Runner("quick"))
+        interleaved: tuple[list, list] = ([], [])
+        for name in checks:  # both workers alive, their requests interleaved check by check
+            for runner, subject, out in zip(runners, (plain_single, other), interleaved,
+                                            strict=True):
+                out.append(runner.run_check(subject, name, "cpu"))
+        assert verdicts(interleaved[0]) == expected == verdicts(interleaved[1])
+
+        # And truly concurrent: two threads calling their own worker, same bits as one at a time.
+        x = torch.randn(CONFIG.batch, CONFIG.q_len, CONFIG.d_model)
+        inputs = Inputs.self_attention(x, torch.rand(2, 5) > 0.3)
+        alone = plain_single.instantiate(CONFIG, 7).forward(inputs)
+        outputs: dict[int, list[torch.Tensor]] = {0: [], 1: []}
+
+        def hammer(index, subject):
+            instance = subject.instantiate(CONFIG, 7)
+            outputs[index] = [instance.forward(inputs) for _ in range(50)]
+
+        threads = [threading.Thread(target=hammer, args=(i, s))
+                   for i, s in enumerate((plain_single, other))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(outputs[0]) == len(outputs[1]) == 50
+        assert all(torch.equal(out, alone) for out in outputs[0] + outputs[1])
+
+
+def test_released_instances_ride_on_the_next_request(plain_single):
+    plain_single.state()
+    for _ in range(5):  # each one dropped: its release travels with the next request
+        plain_single.instantiate(CONFIG, 0)
+    gc.collect()
+    assert len(plain_single._released) == 1
+    assert plain_single.state().instances == 0 and plain_single._released == []
+    kept = plain_single.instantiate(CONFIG, 0)
+    assert plain_single.state().instances == 1
+    assert plain_single.state().max_rss_bytes > 100 << 20  # torch is loaded
+    kept.release()  # or at once
+    assert plain_single.state().instances == 0
+    with pytest.raises(WorkerError, match="no instance"):  # the worker's own error, as a status
+        kept.read_weights()
+
+
+@pytest.fixture
+def submission(tmp_path):
+    """A fresh submission directory to write bad files into."""
+    directory = tmp_path / "submission"
+    directory.mkdir()
+    return directory
+
+
+def test_load_failures_have_a_status_and_the_names_defined(submission):
+    shutil.copy(Path(__file__).parent / "fixtures" / "syntax_error.py", submission / "broken.py")
+    (submission / "needs.py").write_text("import numpyy_not_installed\n\nclass Attention:\n    pass\n")
+    (submission / "raises.py").write_text("def helper():\n    pass\n\nraise RuntimeError('no')\n")
+    (submission / "plain.py").write_text("VALUE = 3\n\nclass MultiHeadAttention:\n    pass\n")
+    (submission / "attention.py").write_text((SINGLE / "attention.py").read_text() + """
+from conformance import Capabilities, Implementation
+
+wrong = Implementation("wrong", lambda c: MultiHeadAttention(c.d_model, c.num_heads),
+                       Capabilities(call="self", heads="two"))
+""")
+    cases = {
+        "broken.py::Attention": (WorkerStatus.SYNTAX_ERROR, "syntax error in broken.py"),
+        "needs.py::Attention": (WorkerStatus.IMPORT_ERROR, "No module named 'numpyy_not_installed'"),
+        "raises.py::helper": (WorkerStatus.IMPORT_ERROR, "RuntimeError: no"),
+        "plain.py::VALUE": (WorkerStatus.INTERFACE_MISMATCH, "not an nn.Module"),
+        "attention.py::MultiHeadAttentoin": (WorkerStatus.NOT_FOUND, "has no attribute"),
+        "missing.py::Attention": (WorkerStatus.NOT_FOUND, "no file missing.py in the submission"),
+        "missing_package.attention:Attention": (WorkerStatus.NOT_FOUND, "No module named"),
+        "attention.py::wrong": (WorkerStatus.PROTOCOL_ERROR,
+                                "capabilities.heads: expected an integer, got 'two'"),
+    }
+
+    def load(spec):
+        try:
+            IsolatedSubject(submission, spec, limits=FAST, sandbox="none").close()
+        except LoadError as error:
+            return error
+        return None
+
+    with ThreadPoolExecutor(4) as pool:  # the worker starts overlap: the test takes less time
+        errors = dict(zip(cases, pool.map(load, cases), strict=True))
+    names = {}
+    for spec, (status, evidence) in cases.items():
+        assert isinstance(errors[spec], LoadError), spec
+        assert errors[spec].status is status, spec
+        assert evidence in str(errors[spec]), spec
+        names[spec] = errors[spec].defined_names
+    assert names["attention.py::MultiHeadAttentoin"] == ("MultiHeadAttention",)
+    assert names["needs.py::Attention"] == ("Attention",)
+    assert names["broken.py::Attention"] == ("broken",)  # scanned line by line: it doesn't parse
+    with pytest.raises(LoadError) as raised:  # start-up is timed too; nothing is left behind
+        IsolatedSubject(submission, "attention.py::MultiHeadAttention", sandbox="none",
+                        limits=FAST.scaled(start_seconds=0.05))
+    assert raised.value.status is WorkerStatus.TIMEOUT
+    assert str(raised.value) == "the worker did not start within 0.05 s"
+    with pytest.raises(ValueError, match="relative, inside the submission"):
+        IsolatedSubject(submission, "../other/attention.py::MultiHeadAttention")
+    with pytest.raises(ValueError, match="relative, inside the submission"):
+        IsolatedSubject(submission, "/etc/attention.py::MultiHeadAttention")
+
+
+def test_a_crash_restarts_the_worker_for_the_next_instance_within_bounds():
+    inputs = Inputs.self_attention(torch.randn(2, 5, 8))
+    with IsolatedSubject(HOSTILE / "segfault", "attention.py::declared", sandbox="none",
+                         limits=FAST.scaled(max_restarts=1)) as subject:
+        instance = subject.instantiate(CONFIG, 0)
+        first_worker = subject._worker
+        with pytest.raises(WorkerError) as crashed:
+            instance.forward(inputs)
+        assert crashed.value.status is WorkerStatus.CRASHED and crashed.value.fatal
+        assert str(crashed.value) == ("the worker was killed by signal 11 (segfault) during "
+                                      "forward")
+        with pytest.raises(WorkerError, match="signal 11"):  # its instances are gone with it
+            instance.read_weights()
+        again = subject.instantiate(CONFIG, 0)  # a fresh worker, transparently
+        assert subject.restarts == 1 and subject._worker is not first_worker
+        assert again.read_weights().w_q.shape == (2, 4, 8)
+        with pytest.raises(WorkerError, match="signal 11"):
+            again.forward(inputs)
+        with pytest.raises(WorkerError) as gave_up:
+            subject.instantiate(CONFIG, 0)
+        assert gave_up.value.status is WorkerStatus.RESTART_LIMIT
+        assert str(gave_up.value).startswith("the worker died 2 times; not started again")
+        assert [e.status for _, e in subject.failures] == [
+            WorkerStatus.CRASHED, WorkerStatus.CRASHED, WorkerStatus.RESTART_LIMIT]
+
+
+def test_after_a_timeout_the_check_fails_fast_and_the_next_check_restarts():
+    asked = []
+
+    def policy(op, config):  # per-request limits: a later CLI scales them to the case size
+        asked.append((op, config))
+        return 0.5 if op == "forward" else 5.0
+
+    with IsolatedSubject(HOSTILE / "infinite_loop", "attention.py::declared", sandbox="none",
+                         limits=FAST, timeout=policy) as subject:
+        inputs = Inputs.self_attention(torch.randn(2, 5, 8))
+        subject.begin_check("padding")
+        start = time.monotonic()
+        with pytest.raises(WorkerError) as hung:
+            subject.instantiate(CONFIG, 0).forward(inputs)
+        assert hung.value.status is WorkerStatus.TIMEOUT
+        assert str(hung.value) == "forward did not return within 0.5 s"
+        assert 0.5 <= time.monotonic() - start < 2.0
+        assert asked == [("build", CONFIG), ("forward", CONFIG)]
+        start = time.monotonic()
+        for _ in range(20):  # hypothesis replaying and shrinking: each fails at once
+            with pytest.raises(WorkerError, match=r"did not return within 0\.5 s"):
+                subject.instantiate(CONFIG, 0)
+        assert time.monotonic() - start < 0.1 and subject.restarts == 0
+        subject.begin_check("reference")
+        instance = subject.instantiate(CONFIG, 0)  # a new check: a new worker
+        assert subject.restarts == 1
+        assert instance.read_weights().w_q.shape == (2, 4, 8)
+        assert subject.failures == [("padding", hung.value)]
+
+
+def test_a_feature_that_hangs_at_the_gate_takes_no_other_feature_down(tmp_path):
+    source = (SINGLE / "attention.py").read_text().replace(
+        "        b, n, _ = x.shape", "        while x.dtype == torch.float16:\n            pass\n"
+        "        b, n, _ = x.shape")
+    (tmp_path / "attention.py").write_text(source + """
+
+from conformance import (Capabilities, Implementation, MaskConvention, MaskKind, MaskLayout,
+                         SeparateProjections)
+
+declared = Implementation(
+    "hangs-in-float16", lambda c: MultiHeadAttention(c.d_model, c.num_heads),
+    Capabilities(call="self", mask=MaskConvention(MaskKind.KEEP_INT, MaskLayout.BROADCAST),
+                 dtypes=(torch.float32, torch.float16, torch.float64)),
+    SeparateProjections("q_proj", "k_proj", "v_proj", "out_proj"))
+""")
+    with IsolatedSubject(tmp_path, "attention.py::declared", sandbox="none",
+                         limits=FAST.scaled(request_seconds=1.0)) as subject:
+        gate, low_precision, reference = Runner("quick").run(
+            subject, devices=["cpu"], checks=["gate", "low_precision", "reference"])
+        assert subject.restarts == 1
+    assert gate.status.value == "passed"
+    assert gate.observations == ["declared dtype float16: forward did not return within 1 s; "
+                                 "the other checks run without it"]
+    assert low_precision.status.value == "failed" and "did not return" in low_precision.reason
+    assert reference.status.value == "passed"  # float64 and the mask, tried after it, work
+
+
+def test_printed_output_is_captured_for_the_teacher(tmp_path):
+    source = (SINGLE / "attention.py").read_text()
+    (tmp_path / "attention.py").write_text(
+        "print('hello from import time')\n" + source.replace(
+            "        b, n, _ = x.shape", "        print('shape', x.shape)\n        b, n, _ = x.shape"))
+    with IsolatedSubject(tmp_path, "attention.py::MultiHeadAttention", limits=FAST,
+                         sandbox="none") as subject:
+        assert "hello from import time" in subject.output
+        instance = subject.instantiate(CONFIG, 0)
+        instance.forward(Inputs.self_attention(torch.randn(2, 5, 8)))
+        assert instance.stdout == "shape torch.Size([2, 5, 8])\n"
+        (contract,) = Runner("quick").run(subject, devices=["cpu"], checks=["contract"])
+        assert contract.status.value == "failed" and "to stdout" in contract.reason
+
+
+@pytest.mark.skipif("unshare" in SANDBOXES and "bwrap" in SANDBOXES,
+                    reason="every sandbox works here")
+def test_an_unavailable_sandbox_is_refused_in_one_line():
+    missing = "bwrap" if "bwrap" not in SANDBOXES else "unshare"
+    with pytest.raises(SandboxUnavailable, match=f"sandbox '{missing}' does not work"):
+        IsolatedSubject(SINGLE, "attention.py::MultiHeadAttention", sandbox=missing)

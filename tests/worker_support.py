@@ -1,0 +1,133 @@
+"""Shared by the worker tests: small limits, the sandboxes to try, submissions laid out the way a
+grader keeps them, and /proc scans for processes that outlive their worker."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conformance.worker import Limits, available_sandboxes
+
+HOSTILE = Path(__file__).parent / "fixtures" / "hostile"
+
+FAST = Limits(start_seconds=60, load_seconds=30, request_seconds=2.0, lifetime_seconds=300,
+              cpu_seconds=300, memory_bytes=512 << 20, max_restarts=2)
+"""Small limits, so hostile submissions cost the tests little time."""
+
+SANDBOXES = available_sandboxes()
+needs_bwrap = pytest.mark.skipif(
+    "bwrap" not in SANDBOXES,
+    reason="bubblewrap is not installed or not usable here (apt-get install bubblewrap)")
+PLAIN_AND_BWRAP = ["none", pytest.param("bwrap", marks=needs_bwrap)]
+"""The default path (rlimits, own session, subreaper), and bubblewrap where it works."""
+
+needs_unshare = pytest.mark.skipif(
+    "unshare" not in SANDBOXES,
+    reason="unshare (util-linux) can't make PID and network namespaces here")
+EVERY_SANDBOX = ["none", pytest.param("bwrap", marks=needs_bwrap),
+                 pytest.param("unshare", marks=needs_unshare)]
+NETWORK_SANDBOXES = [pytest.param("bwrap", marks=needs_bwrap),
+                     pytest.param("unshare", marks=needs_unshare)]
+"""The sandboxes with a network namespace."""
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch in this process on one thread meanwhile: with the workers (one thread each) and
+    other jobs on a 2-core machine, intra-op threads only spin against each other (a catalogue
+    run took 36 s instead of 3 s with two threads under load)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def lay_out(tmp_path: Path, name: str, *siblings: str) -> Path:
+    """``tmp_path/submissions/name`` (a copy of the hostile fixture), sibling submissions beside
+    it, and a rubric beside them: the layout a grader keeps."""
+    root = tmp_path / "submissions"
+    target = root / name
+    shutil.copytree(HOSTILE / name, target, ignore=shutil.ignore_patterns("__pycache__"))
+    for sibling in siblings:
+        shutil.copytree(HOSTILE / sibling, root / sibling,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "rubric.toml").write_text('secret = "RUBRIC-SECRET-4711"\n')
+    return target
+
+
+def snapshot(*directories: Path) -> dict[str, tuple[int, float]]:
+    """Every file under the directories, with its size and modification time."""
+    found = {}
+    for directory in directories:
+        for path in directory.rglob("*"):
+            try:
+                info = path.lstat()
+            except OSError:
+                continue
+            found[str(path)] = (info.st_size, info.st_mtime)
+    return found
+
+
+def processes_with(marker: str) -> list[int]:
+    """Processes whose command line contains ``marker``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                if marker.encode() in handle.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def descendants(root: int | None = None) -> list[int]:
+    """Every live (not zombie) process below ``root`` (default: this process)."""
+    root = os.getpid() if root is None else root
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, queue = [], list(children.get(root, []))
+    while queue:
+        pid = queue.pop()
+        found.append(pid)
+        queue.extend(children.get(pid, []))
+    return found
+
+
+def wait_until(condition, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def verdicts(results) -> list[dict]:
+    """Everything a result says except how long it took."""
+    rows = []
+    for result in results:
+        row = dataclasses.asdict(result)
+        row.pop("seconds")
+        rows.append(row)
+    return rows
