@@ -160,6 +160,11 @@ def _load_file(path_text: str) -> object:
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ResolveError(f"cannot load {path_text} as a Python module")
+    # As `python path/file.py` does: the file's own folder is importable, so a module split
+    # over several files (`from utils import ...`) loads.
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     try:

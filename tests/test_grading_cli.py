@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
-from conformance.grading import execution, selftest
+from conformance.grading import selftest
 from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome
 from conformance.grading.progress import Progress
 from conformance.grading.rubric import load
 from conformance.results import CheckResult, Status
-from tests.fixtures import fake_worker
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "attention-assignment"
 SUBMISSIONS = EXAMPLE / "submissions"
@@ -53,12 +52,7 @@ def mini(tmp_path):
     return folder, rubric
 
 
-@pytest.fixture
-def with_worker(monkeypatch):
-    monkeypatch.setattr(execution, "worker_api", lambda: fake_worker)
-
-
-def test_grade_writes_every_output_and_says_so(mini, with_worker, tmp_path, capsys):
+def test_grade_writes_every_output_and_says_so(mini, tmp_path, capsys):
     folder, rubric = mini
     out = tmp_path / "out"
     code = main(["grade", str(folder), "--rubric", str(rubric), "--out", str(out),
@@ -78,7 +72,7 @@ def test_grade_writes_every_output_and_says_so(mini, with_worker, tmp_path, caps
     assert "graded 0, reused 2" in capsys.readouterr().out
 
 
-def test_bad_input_is_one_line(mini, with_worker, tmp_path, capsys):
+def test_bad_input_is_one_line(mini, tmp_path, capsys):
     folder, rubric = mini
     for argv, message in [
         (["grade", str(folder), "--rubric", str(rubric), "--only", "1001,42"],
@@ -93,21 +87,18 @@ def test_bad_input_is_one_line(mini, with_worker, tmp_path, capsys):
         assert code == 2 and out == "" and err.count("\n") == 1 and message in err, (argv, err)
 
 
-def test_students_are_never_graded_without_the_sandboxed_worker(mini, tmp_path, capsys,
-                                                                monkeypatch):
-    def missing():
-        raise execution.WorkerUnavailable("the sandboxed worker (conformance.worker) is not "
-                                          "part of this build")
-
-    monkeypatch.setattr(execution, "worker_api", missing)
+def test_students_are_graded_in_the_sandboxed_worker_and_the_run_says_how(mini, tmp_path,
+                                                                          capsys):
     folder, rubric = mini
-    code = main(["grade", str(folder), "--rubric", str(rubric), "--out", str(tmp_path / "out")])
-    _, err = capsys.readouterr()
-    assert code == 2 and "sandboxed worker" in err and err.count("\n") == 1
-    assert not (tmp_path / "out").exists()                   # nothing staged, nothing run
+    out = tmp_path / "out"
+    assert main(["grade", str(folder), "--rubric", str(rubric), "--out", str(out)]) == 0
+    capsys.readouterr()
+    record = json.loads(next((out / "results").glob("*.json")).read_text())
+    assert record["outcome"]["isolation"] == "worker"
+    assert "own session" in " ".join(record["outcome"]["protections"])
 
 
-def test_a_reference_short_of_full_marks_stops_grading_before_any_student(mini, with_worker,
+def test_a_reference_short_of_full_marks_stops_grading_before_any_student(mini,
                                                                            tmp_path, capsys):
     folder, rubric = mini
     wrong = tmp_path / "wrong_reference.py"
@@ -119,7 +110,7 @@ def test_a_reference_short_of_full_marks_stops_grading_before_any_student(mini, 
     assert not (tmp_path / "out" / "grades.csv").exists()
 
 
-def test_gradescope_mode_reads_the_submission_and_writes_results_json(mini, with_worker, tmp_path,
+def test_gradescope_mode_reads_the_submission_and_writes_results_json(mini, tmp_path,
                                                                       capsys):
     _, rubric = mini
     autograder = tmp_path / "autograder"

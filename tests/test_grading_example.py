@@ -1,8 +1,7 @@
 """The example class, end to end: the committed grades.csv, resuming, regrading some students,
 and a hostile submission that changes nobody else's grade.
 
-It runs on the temporary trusted path (each submission in its own child process), the only
-one available until the sandboxed worker lands; the integrator switches it to the worker.
+Every submission runs in the sandboxed worker, as a teacher's run does.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from conformance.grading import pipeline, selftest
-from conformance.grading.execution import Isolation
 from conformance.grading.roster import load as load_roster
 from conformance.grading.rubric import load
 
@@ -26,7 +24,7 @@ AS_OF = datetime(2026, 2, 20, tzinfo=timezone.utc)  # before the due date
 def grade(out: Path, **options):
     return pipeline.grade_class(EXAMPLE / "submissions", load(EXAMPLE / "rubric.toml"), out,
                                 roster=load_roster(EXAMPLE / "roster.csv"),
-                                isolation=Isolation.TRUSTED_UNSANDBOXED, as_of=AS_OF,
+                                as_of=AS_OF,
                                 **{"jobs": 2, **options})
 
 

@@ -21,7 +21,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from conformance.grading import execution, gradescope, pipeline, selftest
+from conformance.grading import gradescope, pipeline, selftest
 from conformance.grading.progress import Progress
 from conformance.grading.roster import Roster, RosterError
 from conformance.grading.roster import load as load_roster
@@ -99,12 +99,10 @@ def run(args: argparse.Namespace) -> int:
         rubric = load_rubric(args.rubric)
         if args.self_test:
             return _self_test(rubric, args)
-        execution.worker_api()  # before any work: students are only graded in the worker
         if args.gradescope:
             return _gradescope(rubric, args)
         return _grade(rubric, args)
-    except (_Usage, RubricError, RosterError, pipeline.GradingInputError,
-            execution.WorkerUnavailable) as error:
+    except (_Usage, RubricError, RosterError, pipeline.GradingInputError) as error:
         return _error(str(error))
 
 

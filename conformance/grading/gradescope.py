@@ -17,7 +17,7 @@ from pathlib import Path
 
 from conformance.grading import feedback, outputs
 from conformance.grading.discovery import Source, Submission, safe_id
-from conformance.grading.execution import Isolation, WorkerAPI, run_submission
+from conformance.grading.execution import run_submission
 from conformance.grading.outcome import SubmissionOutcome
 from conformance.grading.pipeline import Student
 from conformance.grading.rubric import Rubric
@@ -42,8 +42,7 @@ def _who(submission_dir: Path) -> tuple[str, str, str]:
 
 
 def autograde(rubric: Rubric, submission_dir: Path = SUBMISSION, results: Path = RESULTS, *,
-              run_all_cells: bool = False, isolation: Isolation = Isolation.WORKER,
-              api: WorkerAPI | None = None, as_of: datetime | None = None) -> Student:
+              run_all_cells: bool = False, as_of: datetime | None = None) -> Student:
     """Grade the one submission in ``submission_dir``; write ``results`` (and, beside it,
     ``feedback.md``/``feedback.html`` for the instructor's download)."""
     student_id, name, email = _who(submission_dir)
@@ -54,8 +53,8 @@ def autograde(rubric: Rubric, submission_dir: Path = SUBMISSION, results: Path =
         if staged.problem is not None:
             outcome = SubmissionOutcome(staged.problem, staged.message)
         else:
-            outcome = run_submission(staged.directory, rubric, isolation=isolation,
-                                     syntax_errors=staged.syntax_errors, api=api)
+            outcome = run_submission(staged.directory, rubric,
+                                     syntax_errors=staged.syntax_errors)
     record = Record(id=student_id, name=name, layout="gradescope", late=False, repository=None,
                     submission_hash=staged.hash, execution_key=rubric.execution_key(),
                     files=staged.files, notes=staged.notes, outcome=outcome,

@@ -17,7 +17,7 @@ from pathlib import Path
 from conformance.grading import class_report, feedback, outputs
 from conformance.grading.archives import ArchiveError, extract_zip
 from conformance.grading.discovery import Submission, discover
-from conformance.grading.execution import Isolation, WorkerAPI, WorkerUnavailable, run_submission
+from conformance.grading.execution import run_submission
 from conformance.grading.outcome import RunStatus, SubmissionOutcome
 from conformance.grading.progress import Progress
 from conformance.grading.roster import Roster
@@ -92,17 +92,13 @@ def find_submissions(folder: Path, rubric: Rubric, out: Path) -> list[Submission
     return submissions
 
 
-def _run_one(staged: Staged, rubric: Rubric, isolation: Isolation,
-             api: WorkerAPI | None) -> SubmissionOutcome:
+def _run_one(staged: Staged, rubric: Rubric) -> SubmissionOutcome:
     """One submission's outcome; anything going wrong here is that student's row, never the
-    run's (the worker being unavailable aside, which concerns every student)."""
+    run's."""
     if staged.problem is not None:
         return SubmissionOutcome(staged.problem, staged.message)
     try:
-        return run_submission(staged.directory, rubric, isolation=isolation,
-                              syntax_errors=staged.syntax_errors, api=api)
-    except WorkerUnavailable:
-        raise
+        return run_submission(staged.directory, rubric, syntax_errors=staged.syntax_errors)
     except Exception as error:
         last = traceback.format_exception_only(type(error), error)[-1].strip()
         return SubmissionOutcome(RunStatus.GRADER_ERROR,
@@ -111,8 +107,7 @@ def _run_one(staged: Staged, rubric: Rubric, isolation: Isolation,
 
 def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
                 only: set[str] | None = None, roster: Roster | None = None,
-                run_all_cells: bool = False, isolation: Isolation = Isolation.WORKER,
-                api: WorkerAPI | None = None, progress: Progress | None = None,
+                run_all_cells: bool = False, progress: Progress | None = None,
                 as_of: datetime | None = None) -> ClassResult:
     """Grade every submission in ``folder`` into ``out`` and write the outputs.
 
@@ -152,8 +147,7 @@ def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
     by_id = {s.id: s for s in submissions}
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
-        futures = {pool.submit(_run_one, staged[s.id], rubric, isolation, api): s.id
-                   for s in todo}
+        futures = {pool.submit(_run_one, staged[s.id], rubric): s.id for s in todo}
         for future in as_completed(futures):
             student = futures[future]
             submission = by_id[student]

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from conformance.grading.discovery import Source, Submission
-from conformance.grading.execution import Isolation, run_registered, run_submission
-from conformance.grading.outcome import SubmissionOutcome
+from conformance.grading.execution import run_registered, run_submission
+from conformance.grading.outcome import RunStatus, SubmissionOutcome
 from conformance.grading.rubric import Rubric, Target
 from conformance.grading.scoring import State, SubmissionScore, score
 from conformance.grading.staging import stage
@@ -36,6 +36,7 @@ from conformance.grading.staging import stage
 @dataclass(frozen=True)
 class Mutant:
     name: str
+    module: str
     catches: str
     bug: str
     causal: bool
@@ -70,15 +71,19 @@ class SelfTest:
                 if row.verdict == "not covered" and row.score >= row.max_points]
 
     @property
+    def not_run(self) -> list[MutantRow]:
+        return [row for row in self.rows if row.verdict.startswith("COULD NOT RUN")]
+
+    @property
     def ok(self) -> bool:
-        return not self.reference_problems and not self.not_caught
+        return not self.reference_problems and not self.not_caught and not self.not_run
 
 
 def bundled_mutants() -> list[Mutant]:
     """Every mutant of the zoo, with the check that must catch it."""
     from implementations.mutants import MUTANT_MODULES
 
-    return [Mutant(module.IMPLEMENTATION.name, module.CATCHES,
+    return [Mutant(module.IMPLEMENTATION.name, module.__name__, module.CATCHES,
                    module.IMPLEMENTATION.description,
                    module.IMPLEMENTATION.capabilities.causal != "never")
             for module in MUTANT_MODULES]
@@ -113,17 +118,21 @@ def grade_reference(rubric: Rubric) -> tuple[SubmissionScore, SubmissionOutcome,
             outcome = SubmissionOutcome(staged.problem, staged.message)
         else:
             outcome = run_submission(staged.directory, rubric,
-                                     isolation=Isolation.TRUSTED_UNSANDBOXED,
                                      syntax_errors=staged.syntax_errors)
     graded = score(rubric, outcome)
     return graded, outcome, _problems(graded)
 
 
 def _row(rubric: Rubric, target: Target, mutant: Mutant) -> MutantRow:
-    outcome = run_registered(rubric, target, mutant.name)
+    outcome = run_registered(rubric, target, mutant.module)
     single = replace(rubric, targets=(target,))
     graded = score(single, outcome)
     item = next((i for i in graded.items if mutant.catches in i.item.checks), None)
+    if outcome.status is not RunStatus.GRADED:
+        # Points lost to a mutant that never ran prove nothing about the rubric.
+        return MutantRow(mutant, target.name, graded.total, graded.max_points,
+                         item.item.key if item else None, 0.0, 0.0,
+                         f"COULD NOT RUN ({outcome.status.value})")
     if item is None:
         verdict, lost, item_points = "not covered", 0.0, 0.0
     else:
@@ -190,5 +199,8 @@ def render(result: SelfTest) -> str:
             reasons.append(f"{len(result.not_caught)} mutant(s) keep the points of the check "
                            "that should catch them: "
                            + ", ".join(r.mutant.name for r in result.not_caught))
+        if result.not_run:
+            reasons.append(f"{len(result.not_run)} mutant(s) could not be run: "
+                           + ", ".join(r.mutant.name for r in result.not_run))
         lines.append("FAILED: " + "; ".join(reasons))
     return "\n".join(lines)

@@ -109,6 +109,9 @@ class IsolatedSubject(Subject):
         self.restarts = 0
         self.failures: list[tuple[str | None, WorkerError]] = []
         """Every fatal failure, with the check it happened in (None outside checks)."""
+        self.incidents: list[tuple[str | None, WorkerError]] = []
+        """Every failure with a status, fatal or not (a worker that survived running out of
+        memory, or a forward that called sys.exit, too), with its check: what a grader reads."""
         self._worker: WorkerProcess | None = None
         self._workers: list[WorkerProcess] = []
         self._finalizer = weakref.finalize(self, IsolatedSubject._stop_all, self._workers)
@@ -278,8 +281,10 @@ class IsolatedSubject(Subject):
                     raise CapabilityError(failure.message)
                 if failure.kind == "implementation":
                     raise ImplementationError(failure.message)
-                raise WorkerError(failure.status or WorkerStatus.WORKER_ERROR, failure.message,
-                                  fatal=False)
+                error = WorkerError(failure.status or WorkerStatus.WORKER_ERROR,
+                                    failure.message, fatal=False)
+                self.incidents.append((self._check, error))
+                raise error
             return self._body(worker, frame, op)
 
     def _failure(self, frame) -> Failure:
@@ -308,6 +313,7 @@ class IsolatedSubject(Subject):
         if not error.fatal:
             return
         self.failures.append((self._check, error))
+        self.incidents.append((self._check, error))
         if self._check is not None and self._check not in self.FAIL_FAST_EXEMPT:
             self._poison = error
 
