@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -165,6 +166,14 @@ class InProcessSubject(Subject):
         return text
 
 
+def _where(error: BaseException) -> str:
+    """`` (file.py:12)``: where the innermost frame of ``error`` was, for a user to look."""
+    if error.__traceback__ is None:
+        return ""
+    frame = traceback.extract_tb(error.__traceback__)[-1]
+    return f" ({frame.filename}:{frame.lineno})"
+
+
 def _one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
@@ -184,7 +193,8 @@ class ModuleInstance(Instance):
                 seed_generators(seed, "cpu")
                 module = implementation.factory(config)
         except Exception as error:
-            raise ImplementationError(f"constructing it raised {_one_line(error)}") from error
+            raise ImplementationError(f"constructing it raised {_one_line(error)}"
+                                      f"{_where(error)}") from error
         if isinstance(module, nn.Module):
             module = module.to(device=config.device, dtype=config.dtype).eval()
         elif not callable(module):

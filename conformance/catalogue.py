@@ -11,13 +11,14 @@ import contextlib
 import multiprocessing
 import time
 import traceback
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from conformance.adapter import InProcessSubject, Subject
+from conformance.adapter import ImplementationError, InProcessSubject, Subject
+from conformance.constraints import discover
 from conformance.inference.declarations import Declarations
 from conformance.invariants.autograd import Autograd
 from conformance.invariants.base import Check, CheckContext, CheckFailed, Violation
@@ -27,7 +28,7 @@ from conformance.invariants.contract import Contract
 from conformance.invariants.determinism import Determinism
 from conformance.invariants.dropout import Dropout
 from conformance.invariants.fully_masked import FullyMasked
-from conformance.invariants.gate import Gate, GateOutcome
+from conformance.invariants.gate import Gate, GateOutcome, base_case
 from conformance.invariants.head_split import HeadSplit
 from conformance.invariants.low_precision import LowPrecision
 from conformance.invariants.mask_formats import MaskFormats
@@ -40,9 +41,10 @@ from conformance.invariants.scale import Scale
 from conformance.invariants.stability import Stability
 from conformance.precision import FLOAT32_NOISE
 from conformance.profiles import profile_settings
+from conformance.progress import ProgressLine
 from conformance.registry import resolve
 from conformance.results import CheckResult, Status
-from conformance.spec import Implementation
+from conformance.spec import Config, Implementation
 from conformance.strategies import available_devices
 
 GATE = Gate()
@@ -72,16 +74,18 @@ class Runner:
     """
 
     def __init__(self, profile: str = "quick", seed: int | None = None, *,
-                 strict: bool = False) -> None:
+                 strict: bool = False, progress: ProgressLine | None = None) -> None:
         self.profile = profile
         self.settings = profile_settings(profile)
         self.seed = seed
         self.strict = strict
+        self.progress = progress
         self._gates: dict[tuple[str, str], tuple[CheckResult, GateOutcome]] = {}
 
     def _context(self, subject: Subject, capabilities, device: str) -> CheckContext:
         return CheckContext(subject=subject, capabilities=capabilities, device=device,
-                            settings=self.settings, seed=self.seed)
+                            settings=self.settings, seed=self.seed,
+                            on_example=self.progress.example if self.progress else None)
 
     def gate(self, subject: Subject, device: str) -> tuple[CheckResult, GateOutcome]:
         key = (subject.name, device)
@@ -108,6 +112,8 @@ class Runner:
 
     def run_check(self, subject: Subject, name: str, device: str) -> CheckResult:
         """One check's verdict on one device (the gate's, when ``name`` is "gate")."""
+        if self.progress is not None:
+            self.progress.check(subject.name, name)
         with one_thread():
             return self._run_check(subject, name, device)
 
@@ -144,8 +150,12 @@ class Runner:
         unknown = [n for n in names if n not in CHECK_NAMES]
         if unknown:
             raise ValueError(f"unknown check(s) {unknown}: choose from {', '.join(CHECK_NAMES)}")
-        return [self.run_check(subject, name, device)
-                for device in (devices or available_devices()) for name in names]
+        start = time.perf_counter()
+        results = [self.run_check(subject, name, device)
+                   for device in (devices or available_devices()) for name in names]
+        if self.progress is not None:
+            self.progress.finished(subject.name, results, time.perf_counter() - start)
+        return results
 
     def _expectations(self, subject: Subject, result: CheckResult) -> CheckResult:
         """Apply the subject's expected failures and warnings, and ``strict``.
@@ -239,43 +249,189 @@ def _finding(status: Status, error: BaseException, case, implementation: str, ch
     return result
 
 
-def _check_in_worker(spec: str, name: str, expected_failures: dict[str, str],
-                     expected_warnings: dict[str, str], declared: Declarations | None,
-                     profile: str, seed: int | None, strict: bool,
-                     devices: Sequence[str] | None,
-                     checks: Sequence[str] | None) -> list[CheckResult]:
-    """One implementation's verdicts, in a worker process: resolved again there by its IMPL
-    (expected failures and declarations travel along: they may come from files or flags the
-    worker never saw)."""
-    torch.set_num_threads(1)  # the workers share the cores between them
-    (impl,) = [i for i in resolve(spec, declared) if i.name == name]
-    impl = replace(impl, expected_failures=expected_failures, expected_warnings=expected_warnings)
-    return Runner(profile, seed, strict=strict).run(InProcessSubject(impl), devices=devices,
-                                                    checks=checks)
+@dataclass(frozen=True)
+class Isolated:
+    """Every implementation an IMPL string names, to check in worker processes of their own
+    (``check --isolate``), never imported here: what each is expected to fail or warn, by name
+    (from an expected-failures file; their own declarations add theirs), and the time limit of
+    one call (see :class:`conformance.worker.local.CallLimits`)."""
+
+    expected_failures: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    expected_warnings: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    call_seconds: float = 10.0
 
 
-def check_many(targets: Sequence[tuple[str, Implementation]], *, profile: str = "quick",
+Target = tuple[str, "Implementation | Isolated"]
+"""An IMPL string, and what it resolves to: an Implementation (checked in this process), or
+Isolated (its implementations checked in worker processes)."""
+
+Interfaces = dict[str, tuple[str, tuple[str, ...]]]
+"""``{implementation: (what it declares, what was inferred)}``, for reports."""
+
+
+class BadInput(Exception):
+    """An isolated implementation is not checkable (a syntax or import error, not found, an
+    interface that can't be inferred): one line for the user, as in-process resolution gives."""
+
+
+LOAD_PROBLEMS = ("syntax error", "import error", "not found", "interface mismatch")
+"""What a worker says when an implementation is bad input, as opposed to one that hangs or
+crashes while it is loaded (a failed gate, with the evidence)."""
+
+
+def not_loaded(name: str, error: BaseException, devices: Sequence[str] | None,
+               checks: Sequence[str] | None) -> list[CheckResult]:
+    """The verdicts of an implementation the isolated worker could not load (a constructor that
+    hangs, a crash while its interface is inferred): the gate fails with the worker's evidence,
+    the rest is blocked."""
+    status = getattr(error, "status", None)
+    reason = f"{getattr(status, 'value', status)}: loading it in the isolated worker: {error}"
+    return [CheckResult(name, check, device,
+                        Status.FAILED if check == GATE.name else Status.SKIPPED,
+                        reason=reason if check == GATE.name else
+                        f"blocked: the gate failed ({reason})")
+            for device in (devices or available_devices())
+            for check in (list(checks) if checks is not None else list(CHECK_NAMES))]
+
+
+def preflight(subject: Subject) -> None:
+    """BadInput when the constructor raises for every generated configuration: said once, in
+    a line, instead of every check failing (one that rejects some is the gate's to narrow
+    down)."""
+    caps = subject.capabilities
+    case = base_case(caps, caps.dtypes[0], "cpu")
+    try:
+        subject.instantiate(case.config, case.seed)
+    except ImplementationError as error:
+        def builds(heads: int, head_dim: int) -> bool:
+            config = Config(batch=2, q_len=5, kv_len=5, d_model=heads * head_dim,
+                            num_heads=heads, dtype=caps.dtypes[0])
+            try:
+                subject.instantiate(config, 0)
+            except ImplementationError:
+                return False
+            return True
+
+        try:
+            discover(builds, heads=caps.heads)
+        except ValueError:
+            raise BadInput(f"{subject.name}: {error}") from error
+
+
+def _isolated_results(runner: Runner, spec: str, what: Isolated,
+                      declared: Declarations | None, devices: Sequence[str] | None,
+                      checks: Sequence[str] | None,
+                      interfaces: Interfaces) -> list[CheckResult]:
+    from conformance.registry import origin
+    from conformance.worker.errors import LoadError
+    from conformance.worker.local import open_all
+
+    try:
+        subjects = open_all(spec, declared, call_seconds=what.call_seconds)
+    except LoadError as error:
+        if str(getattr(error.status, "value", error.status)) in LOAD_PROBLEMS:
+            raise BadInput(f"{spec}: {error}") from None
+        interfaces[origin(spec)] = ("not loaded", ())
+        return not_loaded(origin(spec), error, devices, checks)
+    results: list[CheckResult] = []
+    try:
+        for subject in subjects:
+            preflight(subject)
+            subject.expected_failures = {**subject.expected_failures,
+                                         **what.expected_failures.get(subject.name, {})}
+            subject.expected_warnings = {**subject.expected_warnings,
+                                         **what.expected_warnings.get(subject.name, {})}
+            interfaces[subject.name] = (subject.describe(), tuple(subject.notes))
+            results += runner.run(subject, devices=devices, checks=checks)
+    finally:
+        for subject in subjects:
+            subject.close()
+    return results
+
+
+def _results(runner: Runner, spec: str, what: Implementation | Isolated,
+             declared: Declarations | None, devices: Sequence[str] | None,
+             checks: Sequence[str] | None, interfaces: Interfaces) -> list[CheckResult]:
+    """Every verdict of one target."""
+    if isinstance(what, Isolated):
+        return _isolated_results(runner, spec, what, declared, devices, checks, interfaces)
+    subject = InProcessSubject(what)
+    interfaces[what.name] = (subject.describe(), tuple(what.notes))
+    return runner.run(subject, devices=devices, checks=checks)
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    """An in-process implementation on its way to a spawned process: its factory may be a local
+    function, so it travels as its name and expectations and is resolved again there."""
+
+    name: str
+    expected_failures: dict[str, str]
+    expected_warnings: dict[str, str]
+
+
+def _travelling(what: Implementation | Isolated) -> _Resolved | Isolated:
+    if isinstance(what, Isolated):
+        return what
+    return _Resolved(what.name, dict(what.expected_failures), dict(what.expected_warnings))
+
+
+def _check_in_worker(spec: str, what: _Resolved | Isolated,
+                     declared: Declarations | None, profile: str, seed: int | None,
+                     strict: bool, devices: Sequence[str] | None,
+                     checks: Sequence[str] | None) -> tuple[list[CheckResult], Interfaces]:
+    """One target's verdicts (and interfaces), in a spawned process: an in-process one is
+    resolved again there by its IMPL (expected failures and declarations travel along: they may
+    come from files or flags the process never saw)."""
+    torch.set_num_threads(1)  # the processes share the cores between them
+    if isinstance(what, _Resolved):
+        (impl,) = [i for i in resolve(spec, declared) if i.name == what.name]
+        what = replace(impl, expected_failures=what.expected_failures,
+                       expected_warnings=what.expected_warnings)
+    interfaces: Interfaces = {}
+    results = _results(Runner(profile, seed, strict=strict), spec, what, declared, devices,
+                       checks, interfaces)
+    return results, interfaces
+
+
+def check_many(targets: Sequence[Target], *, profile: str = "quick",
                devices: Sequence[str] | None = None, checks: Sequence[str] | None = None,
                seed: int | None = None, jobs: int = 1,
-               declared: Declarations | None = None, strict: bool = False) -> list[CheckResult]:
+               declared: Declarations | None = None, strict: bool = False,
+               progress: ProgressLine | None = None,
+               interfaces: Interfaces | None = None) -> list[CheckResult]:
     """Verdicts for several implementations, ``jobs`` at a time; results in input order.
 
     ``targets`` pairs each implementation with the IMPL string (and ``declared``, the
-    declarations) that resolve to it, so a worker process can find it again. The verdicts don't
-    depend on ``jobs``. ``strict`` promotes warnings to failures.
+    declarations) that resolve to it, so a worker process can find it again; an
+    :class:`Isolated` target's implementations run in worker processes of their own. The
+    verdicts don't depend on ``jobs``. ``strict`` promotes warnings to failures. ``interfaces``,
+    when given, receives what each implementation declares and what was inferred. Raises
+    :class:`BadInput` when an isolated implementation is not checkable.
     """
+    interfaces = interfaces if interfaces is not None else {}
     if jobs <= 1 or len(targets) <= 1:
-        runner = Runner(profile, seed, strict=strict)
-        return [result for _, impl in targets
-                for result in runner.run(InProcessSubject(impl), devices=devices, checks=checks)]
+        runner = Runner(profile, seed, strict=strict, progress=progress)
+        return [result for spec, what in targets
+                for result in _results(runner, spec, what, declared, devices, checks,
+                                       interfaces)]
     # Spawned, not forked: torch's thread pools don't survive a fork.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context) as pool:
-        futures = [pool.submit(_check_in_worker, spec, impl.name, dict(impl.expected_failures),
-                               dict(impl.expected_warnings), declared, profile, seed, strict,
-                               devices, checks)
-                   for spec, impl in targets]
-        return [result for future in futures for result in future.result()]
+        futures = [pool.submit(_check_in_worker, spec, _travelling(what), declared, profile,
+                               seed, strict, devices, checks)
+                   for spec, what in targets]
+        results: list[CheckResult] = []
+        start = time.perf_counter()
+        for future in futures:
+            done, seen = future.result()
+            interfaces.update(seen)
+            if progress is not None:
+                for name in dict.fromkeys(r.implementation for r in done):
+                    progress.finished(name, [r for r in done if r.implementation == name],
+                                      time.perf_counter() - start)
+            results += done
+        return results
 
 
 def check(impl: Implementation | Subject | str, *, profile: str = "quick",

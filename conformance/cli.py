@@ -17,20 +17,28 @@ from pathlib import Path
 import torch
 
 from conformance import expectations
-from conformance.adapter import ImplementationError, InProcessSubject, Subject
+from conformance.adapter import InProcessSubject
 from conformance.benchmark.ladder import DEFAULT_LENGTHS, bench
 from conformance.benchmark.render import plot, table, to_json
 from conformance.cases import DTYPES
-from conformance.catalogue import CHECK_NAMES, check_many
-from conformance.constraints import discover
+from conformance.catalogue import (
+    CHECK_NAMES,
+    BadInput,
+    Interfaces,
+    Isolated,
+    Target,
+    check_many,
+    preflight,
+)
 from conformance.grading import cli as grading_cli
 from conformance.inference.declarations import DeclarationError, Declarations, parse_init
-from conformance.invariants.gate import base_case
 from conformance.profiles import PROFILE_NAMES
-from conformance.registry import ResolveError, registered, resolve
+from conformance.progress import ProgressLine
+from conformance.registry import ResolveError, is_located, registered, resolve
 from conformance.report import render_json, render_text
-from conformance.spec import Config, Implementation
+from conformance.spec import Implementation
 from conformance.strategies import available_devices
+from conformance.worker.local import CALL_SECONDS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -60,6 +68,19 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                        help="check N implementations at a time in worker processes "
                             "(0: one per CPU core); verdicts don't depend on it")
+    check.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                       help="run each implementation named by a file or module in a worker "
+                            "process of its own: a call that hangs fails its check after "
+                            "--call-timeout, a crash or os._exit fails with its status, and the "
+                            "run goes on (default: on for files and modules; registered names "
+                            "always run here)")
+    check.add_argument("--call-timeout", type=float, default=CALL_SECONDS, metavar="SECONDS",
+                       help="time limit of one call (build, forward, backward) in an isolated "
+                            "implementation, at the largest generated sizes; larger cases get "
+                            "proportionally more (default %(default)g)")
+    check.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="the live progress line and a line per implementation (default: "
+                            "on a terminal only)")
     check.add_argument("--strict", action="store_true",
                        help="warnings (robustness findings beyond the normal range of the dtype, "
                             "e.g. float16 overflow at extreme activations) fail the run too")
@@ -117,60 +138,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _targets(specs: Sequence[str], expected_file: Path | None = None,
+def _targets(specs: Sequence[str], expected: tuple[dict, dict] = ({}, {}),
              declared: Declarations | None = None) -> list[tuple[str, Implementation]]:
-    """Each implementation to check, with the IMPL string that resolves to it."""
+    """Each implementation to check in this process, with the IMPL string that resolves to it
+    (every registered one, with no IMPL)."""
     try:
         targets = ([(spec, impl) for spec in specs for impl in resolve(spec, declared)] if specs
                    else [(name, impl) for name, impl in registered().items()])
-        if expected_file is not None:
-            expected, warnings = expectations.load_all(expected_file)
-            targets = list(zip([spec for spec, _ in targets],
-                               expectations.apply([impl for _, impl in targets], expected,
-                                                  warnings),
-                               strict=True))
-    except (ResolveError, expectations.ExpectationsError) as error:
+        targets = list(zip([spec for spec, _ in targets],
+                           expectations.apply([impl for _, impl in targets], *expected),
+                           strict=True))
+    except ResolveError as error:
         raise UsageError(str(error)) from error
     if not targets:
         raise UsageError("no implementation to check: name one, or register one")
-    for _, impl in targets:
-        _preflight(InProcessSubject(impl))
+    try:
+        for _, impl in targets:
+            preflight(InProcessSubject(impl))
+    except BadInput as error:
+        raise UsageError(str(error)) from error
     return targets
-
-
-def _preflight(subject: Subject) -> None:
-    """A constructor that raises for every generated configuration is bad input, said once,
-    instead of every check failing (one that rejects some is the gate's to narrow down)."""
-    caps = subject.capabilities
-    case = base_case(caps, caps.dtypes[0], "cpu")
-    try:
-        subject.instantiate(case.config, case.seed)
-    except ImplementationError as error:
-        if _builds_somewhere(subject):
-            return
-        where = ""
-        cause = error.__cause__
-        if cause is not None and cause.__traceback__ is not None:
-            frame = traceback.extract_tb(cause.__traceback__)[-1]
-            where = f" ({frame.filename}:{frame.lineno})"
-        raise UsageError(f"{subject.name}: {error}{where}") from error
-
-
-def _builds_somewhere(subject: Subject) -> bool:
-    def builds(heads: int, head_dim: int) -> bool:
-        config = Config(batch=2, q_len=5, kv_len=5, d_model=heads * head_dim, num_heads=heads,
-                        dtype=subject.capabilities.dtypes[0])
-        try:
-            subject.instantiate(config, 0)
-        except ImplementationError:
-            return False
-        return True
-
-    try:
-        discover(builds, heads=subject.capabilities.heads)
-    except ValueError:
-        return False
-    return True
 
 
 def _unavailable(devices: Sequence[str]) -> list[str]:
@@ -190,25 +177,49 @@ def _check(args: argparse.Namespace) -> int:
                             head_dim_arg=args.head_dim_arg, weights=args.weights, init=init,
                             mask_formats=tuple(args.mask_formats) if args.mask_formats else None,
                             sequence_first=args.sequence_first, dtypes=args.dtypes)
-    targets = _targets(args.impls, args.expected_failures, declared)
-    subjects = [InProcessSubject(impl) for _, impl in targets]
     devices = args.devices or available_devices()
     checks = args.checks or list(CHECK_NAMES)
     start = time.perf_counter()
-    results = check_many(targets, profile=args.profile, devices=devices, checks=checks,
-                         seed=args.seed, jobs=args.jobs or os.cpu_count() or 1,
-                         declared=declared, strict=args.strict)
+    isolate = args.isolate is not False  # files and modules: isolated unless --no-isolate
+    failures, warnings = _expected(args.expected_failures)
+    targets: list[Target] = []
+    for spec in args.impls or [None]:
+        if spec is not None and isolate and is_located(spec):
+            targets.append((spec, Isolated(failures, warnings, args.call_timeout)))
+        else:
+            targets += _targets([spec] if spec else [], (failures, warnings), declared)
+    progress = ProgressLine(live=args.progress, final=args.progress, total=len(targets))
+    interfaces: Interfaces = {}
+    try:
+        results = check_many(targets, profile=args.profile, devices=devices, checks=checks,
+                             seed=args.seed, jobs=args.jobs or os.cpu_count() or 1,
+                             declared=declared, strict=args.strict, progress=progress,
+                             interfaces=interfaces)
+    except BadInput as error:
+        raise UsageError(str(error)) from error
+    finally:
+        progress.close()
     seconds = time.perf_counter() - start
     shown_devices = [d for d in devices if d in available_devices()] or devices
     print(render_text(results, checks=checks, profile=args.profile, devices=shown_devices,
                       unavailable=_unavailable(devices), seconds=seconds,
-                      notes={impl.name: impl.notes for _, impl in targets}))
+                      notes={name: notes for name, (_, notes) in interfaces.items()}))
     if args.json:
-        payload = render_json(results, subjects=subjects, profile=args.profile,
+        payload = render_json(results, interfaces=interfaces, profile=args.profile,
                               devices=shown_devices, unavailable=_unavailable(devices),
                               seconds=seconds)
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
     return EXIT_FAILED if any(r.is_failure for r in results) else EXIT_OK
+
+
+def _expected(path: Path | None) -> tuple[dict, dict]:
+    """Expected failures and warnings from ``--expected-failures``."""
+    if path is None:
+        return {}, {}
+    try:
+        return expectations.load_all(path)
+    except expectations.ExpectationsError as error:
+        raise UsageError(str(error)) from error
 
 
 def _list() -> int:

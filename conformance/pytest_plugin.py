@@ -22,7 +22,7 @@ from conformance.adapter import InProcessSubject, Subject
 from conformance.cases import Case
 from conformance.catalogue import Runner
 from conformance.profiles import PROFILE_NAMES
-from conformance.registry import ResolveError, registered, resolve
+from conformance.registry import ResolveError, is_located, registered, resolve
 from conformance.report import failure_block
 from conformance.results import CheckResult, Status
 from conformance.strategies import available_devices
@@ -49,6 +49,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="sequence lengths for the benchmark fixtures (default 128,512)")
     group.addoption("--attention-bench-dtype", default="float32",
                     choices=("float32", "float64", "float16", "bfloat16"))
+    group.addoption("--attention-isolate", action="store_true",
+                    help="run each implementation named by a file or module in a worker process "
+                         "of its own: a call that hangs fails its test after "
+                         "--attention-call-timeout, a crash fails with its status")
+    group.addoption("--attention-call-timeout", type=float, default=None, metavar="SECONDS",
+                    help="time limit of one call in an isolated implementation (default 10)")
     group.addoption("--attention-strict", action="store_true",
                     help="warnings (robustness findings beyond the normal range) fail the test")
     group.addoption("--attention-xfails", default=None, metavar="FILE",
@@ -76,17 +82,43 @@ def _devices(config: pytest.Config) -> list[str]:
 def _subjects(config: pytest.Config) -> list[Subject]:
     if _SUBJECTS not in config.stash:
         specs = config.getoption("attention_impl")
+        isolate = config.getoption("attention_isolate")
         try:
-            implementations = ([impl for spec in specs for impl in resolve(spec)] if specs
-                               else list(registered().values()))
             xfails = config.getoption("attention_xfails")
-            if xfails:
-                implementations = expectations.apply(implementations,
-                                                     *expectations.load_all(xfails))
+            expected = expectations.load_all(xfails) if xfails else ({}, {})
+            subjects: list[Subject] = []
+            for spec in specs or [None]:
+                if spec is not None and isolate and is_located(spec):
+                    subjects += _isolated(config, spec, expected)
+                    continue
+                implementations = resolve(spec) if spec else list(registered().values())
+                subjects += [InProcessSubject(impl) for impl in
+                             expectations.apply(implementations, *expected)]
         except (ResolveError, expectations.ExpectationsError) as error:
             raise pytest.UsageError(f"attention-conformance: {error}") from error
-        config.stash[_SUBJECTS] = [InProcessSubject(impl) for impl in implementations]
+        config.stash[_SUBJECTS] = subjects
     return config.stash[_SUBJECTS]
+
+
+def _isolated(config: pytest.Config, spec: str, expected: tuple[dict, dict]) -> list[Subject]:
+    """``spec``'s implementations in worker processes of their own, closed with the session; one
+    that can't be loaded is a usage error (it hangs or crashes while loading: the message says)."""
+    from conformance.worker import LoadError
+    from conformance.worker.local import CALL_SECONDS, open_all
+
+    seconds = config.getoption("attention_call_timeout") or CALL_SECONDS
+    try:
+        subjects = open_all(spec, call_seconds=seconds)
+    except LoadError as error:
+        raise pytest.UsageError(f"attention-conformance: {spec}: {error}") from error
+    failures, warnings = expected
+    for subject in subjects:
+        config.add_cleanup(subject.close)
+        subject.expected_failures = {**subject.expected_failures,
+                                     **failures.get(subject.name, {})}
+        subject.expected_warnings = {**subject.expected_warnings,
+                                     **warnings.get(subject.name, {})}
+    return subjects
 
 
 def _wanted(config: pytest.Config) -> bool:

@@ -207,11 +207,9 @@ def resolve(spec: str, declared: Declarations | None = None) -> list[Implementat
     if "::" in spec:
         location, _, attribute = spec.partition("::")
         container = _load_file(location)
-        origin = f"{Path(location).name}::{attribute}"
     elif ":" in spec:
         location, _, attribute = spec.partition(":")
         container = _load_module(location)
-        origin = f"{location.rsplit('.', 1)[-1]}:{attribute}"
     else:
         known = registered()
         if spec in known:
@@ -224,4 +222,20 @@ def resolve(spec: str, declared: Declarations | None = None) -> list[Implementat
         obj = getattr(container, attribute)
     except AttributeError:
         raise ResolveError(f"{location} has no attribute {attribute!r}") from None
-    return _as_implementations(obj, origin, declared)
+    return _as_implementations(obj, origin(spec), declared)
+
+
+def is_located(spec: str) -> bool:
+    """Whether an IMPL string names code by where it lives (a file or a module), rather than a
+    registered name: code that can be loaded in another process."""
+    return ":" in spec
+
+
+def origin(spec: str) -> str:
+    """The name an undeclared implementation gets from its IMPL string: the file's name or the
+    module's last part, and the attribute (``attention.py::MHA``, ``attention:MHA``)."""
+    if "::" in spec:
+        location, _, attribute = spec.partition("::")
+        return f"{Path(location).name}::{attribute}"
+    location, _, attribute = spec.partition(":")
+    return f"{location.rsplit('.', 1)[-1]}:{attribute}"

@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from conformance.adapter import Subject
 from conformance.results import CheckResult, Status
 
 LABELS = {
@@ -124,8 +123,10 @@ def render_text(results: Sequence[CheckResult], *, checks: Sequence[str], profil
     return "\n".join(parts)
 
 
-def render_json(results: Sequence[CheckResult], *, subjects: Sequence[Subject], profile: str,
+def render_json(results: Sequence[CheckResult], *,
+                interfaces: Mapping[str, tuple[str, Sequence[str]]], profile: str,
                 devices: Sequence[str], unavailable: Sequence[str], seconds: float) -> dict:
+    """The run as JSON; ``interfaces``: ``{implementation: (what it declares, inferred)}``."""
     from conformance import __version__
 
     counts = {status.value: sum(r.status is status for r in results) for status in Status}
@@ -136,8 +137,8 @@ def render_json(results: Sequence[CheckResult], *, subjects: Sequence[Subject], 
         "profile": profile,
         "devices": list(devices),
         "unavailable_devices": list(unavailable),
-        "implementations": [{"name": s.name, "declares": s.describe(),
-                             "inferred": list(getattr(s, "notes", ()))} for s in subjects],
+        "implementations": [{"name": name, "declares": declares, "inferred": list(notes)}
+                            for name, (declares, notes) in interfaces.items()],
         "results": [r.to_dict() for r in results],
         "summary": {**counts, "seconds": round(seconds, 3),
                     "ok": counts[Status.FAILED.value] == 0},

@@ -8,9 +8,10 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, NamedTuple
 
 import torch
-from hypothesis import example, given, settings
+from hypothesis import example, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
+from hypothesis.errors import Flaky
 
 from conformance.adapter import ImplementationError, Inputs, Instance, Subject
 from conformance.cases import Case
@@ -38,6 +39,17 @@ class Violation(AssertionError):
         self.details = list(details)
         self.hint = hint
         self.severity = severity
+
+
+def _repeated(error: BaseException | None) -> bool:
+    """Whether ``error`` (or what it wraps) reports an earlier call rather than this one."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:  # a chain of causes may loop
+        if getattr(error, "repeated", False):
+            return True
+        seen.add(id(error))
+        error = error.__cause__
+    return False
 
 
 def _warning(error: BaseException) -> Violation:
@@ -88,6 +100,8 @@ class CheckContext:
     no failure."""
     broken: dict[str, str] = field(default_factory=dict)
     """Declared features the gate saw fail, ``{feature: problem}`` (see GateOutcome)."""
+    on_example: Callable[[], None] | None = None
+    """Called for every example tried (the progress line)."""
     precision: dict[torch.dtype, torch.dtype] = field(default_factory=dict)
     """Dtypes the implementation computes at a lower precision than it runs in, measured by the
     gate: ``{float64: float32}`` for one that computes part of attention in float32."""
@@ -120,7 +134,7 @@ class CheckContext:
             try:
                 return verify(case)
             except (Violation, ImplementationError) as error:
-                if self._severity(error, case) != "warn":
+                if _repeated(error) or self._severity(error, case) != "warn":
                     raise
                 first_warning.setdefault("case", case)
                 return None
@@ -129,6 +143,8 @@ class CheckContext:
             try:
                 return verify(case)
             except (Violation, ImplementationError) as error:
+                if _repeated(error):
+                    raise
                 if self._severity(error, case) == "warn":
                     raise self._as_warning(error, case) from error
                 # A failure found while shrinking a warning is still a failure.
@@ -150,9 +166,13 @@ class CheckContext:
                 self.warnings.append(finding)
 
     def _severity(self, error: BaseException, case: Case) -> Severity:
-        """``warn`` for a warning, and for anything found in a dtype that was only assumed."""
+        """``warn`` for a warning, and for anything found in a dtype that was only assumed,
+        except the end of the implementation's process (a hang, a crash, an exit: no dtype
+        explains those away)."""
         if isinstance(error, Violation) and error.severity == "warn":
             return "warn"
+        if getattr(error, "fatal", False):
+            return "fail"
         return "warn" if case.config.dtype in self.capabilities.assumed_dtypes else "fail"
 
     @staticmethod
@@ -171,10 +191,21 @@ class CheckContext:
         """Hypothesis over ``strategy``: None when ``verify`` holds throughout, else the error
         and the shrunk case."""
         last: dict[str, Case] = {}
+        first: dict[str, Finding] = {}
 
         def property_holds(case: Case) -> None:
             last["case"] = case
-            note = verify(case)
+            if self.on_example is not None:
+                self.on_example()
+            try:
+                note = verify(case)
+            except (Violation, ImplementationError) as error:
+                if _repeated(error):
+                    # The call was not run (its check already lost the implementation to a hang
+                    # or a crash): nothing is known about this example.
+                    reject()
+                first.setdefault("finding", Finding(error, case))
+                raise
             if note:
                 self.observe(note)
 
@@ -192,6 +223,13 @@ class CheckContext:
         except (Violation, ImplementationError) as error:
             # Hypothesis replays the minimal example last, so `last` holds the shrunk case.
             return Finding(error, last.get("case"))
+        except Flaky:
+            # A failure that could not be replayed: a call that hung or crashed the
+            # implementation's process, after which calls are not run. The case that did it is
+            # the evidence (it could not be shrunk).
+            if "finding" in first:
+                return first["finding"]
+            raise
         return None
 
     def platform_or(self, case: Case, violation: Violation,

@@ -58,16 +58,20 @@ class WorkerError(ImplementationError):
     ``fatal``: the worker died or was killed, so every instance it held is gone.
     """
 
-    def __init__(self, status: WorkerStatus, message: str, *, fatal: bool | None = None) -> None:
+    def __init__(self, status: WorkerStatus, message: str, *, fatal: bool | None = None,
+                 repeated: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.fatal = status in FATAL if fatal is None else fatal
+        self.repeated = repeated
+        """Raised again for a later call, without running it (the worker is dead, or its check
+        already failed this way): evidence about an earlier call, not about this one."""
 
     def again(self) -> WorkerError:
-        """A fresh error with the same status and evidence, to raise once more (raising one
-        exception object over and over would grow its traceback each time)."""
-        return WorkerError(self.status, self.message, fatal=self.fatal)
+        """A fresh error with the same status and evidence, to raise once more for a call that
+        is not run (raising one exception object over and over would grow its traceback)."""
+        return WorkerError(self.status, self.message, fatal=self.fatal, repeated=True)
 
 
 class LoadError(WorkerError):

@@ -109,13 +109,16 @@ def _close_quietly(*fds: int) -> None:
 
 
 class WorkerProcess:
-    """One running worker on a scratch copy of ``submission``.
+    """One running worker on a scratch copy of ``submission``, or, ``in_place``, on the folder
+    itself (a user's own code checked for containment only: hangs, crashes, exits; no copy, so
+    the sandbox can't be bubblewrap, whose unprivileged uid would need the files chowned).
 
     ``request`` sends one request and returns the reply frame, or raises WorkerError (the status
     and evidence); after a fatal one, ``dead`` holds it and every later request raises it.
     """
 
-    def __init__(self, submission: Path, *, limits: Limits, sandbox: SandboxKind = "auto") -> None:
+    def __init__(self, submission: Path, *, limits: Limits, sandbox: SandboxKind = "auto",
+                 in_place: bool = False) -> None:
         self.limits = limits
         self.dead: WorkerError | None = None
         self.output = bytearray()
@@ -128,19 +131,26 @@ class WorkerProcess:
         self._finalizer = weakref.finalize(self, WorkerProcess._cleanup, self._fds,
                                            [None], self._scratch_root)
         scratch = self._scratch_root / "submission"
-        try:
-            copy_submission(Path(submission), scratch, limits.submission_bytes)
-        except (OSError, ValueError) as error:
-            self.close()
-            raise WorkerError(WorkerStatus.NOT_FOUND,
-                              f"cannot copy the submission {submission}: {error}") from None
+        if in_place:
+            scratch = Path(submission).resolve()
+            if not scratch.is_dir() or sandbox == "bwrap":
+                self.close()
+                raise ValueError("in_place needs a folder and a sandbox other than bwrap")
+        else:
+            try:
+                copy_submission(Path(submission), scratch, limits.submission_bytes)
+            except (OSError, ValueError) as error:
+                self.close()
+                raise WorkerError(WorkerStatus.NOT_FOUND,
+                                  f"cannot copy the submission {submission}: {error}") from None
         worker_args = ["--header-limit", str(limits.header_bytes),
                        "--message-limit", str(limits.message_bytes),
                        "--output-keep", str(limits.output_keep),
                        "--output-limit", str(limits.output_limit)]
         self.scratch = scratch
         try:
-            self.launch: Launch = plan(scratch, limits, sandbox, worker_args)
+            self.launch: Launch = plan(scratch, limits, sandbox, worker_args,
+                                       home=self._scratch_root if in_place else None)
             if self.launch.uid is not None:
                 os.chmod(self._scratch_root, 0o755)
                 _chown_tree(scratch, self.launch.uid)

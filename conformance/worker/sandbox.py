@@ -195,13 +195,19 @@ def worker_uid() -> int:
     return FIRST_WORKER_UID + 16 * os.getpid() + next(_counter) % 16
 
 
-def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence[str]) -> Launch:
-    """How to start a worker on ``scratch`` under ``limits`` in the ``kind`` sandbox."""
+def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence[str], *,
+         home: Path | None = None) -> Launch:
+    """How to start a worker on ``scratch`` under ``limits`` in the ``kind`` sandbox.
+
+    ``home``: where HOME and temporary files go, when ``scratch`` is not a copy but the
+    caller's own folder (:class:`~conformance.worker.process.WorkerProcess`'s ``in_place``).
+    """
     tier = resolve_kind(kind)
     root = os.geteuid() == 0
     uid = worker_uid() if tier == "bwrap" and root else None
     protections = ["own session", "stdin closed",
-                   "clean environment", "scratch copy", "rlimit cpu", "rlimit address space",
+                   "clean environment", "in place (no copy)" if home else "scratch copy",
+                   "rlimit cpu", "rlimit address space",
                    "rlimit file size", "no core dumps", "no new privileges"]
     rlimits = [("RLIMIT_CPU", limits.cpu_seconds, limits.cpu_seconds + 1),
                ("RLIMIT_AS", TORCH_ADDRESS_SPACE + limits.memory_bytes,
@@ -218,9 +224,10 @@ def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence
         rlimits.append(("RLIMIT_NPROC", allowed, allowed))
         protections.append("rlimit processes")
 
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(scratch), "LANG": "C.UTF-8",
+    home = home or scratch
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
            "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "OPENBLAS_NUM_THREADS": "1", "TMPDIR": "/tmp" if tier == "bwrap" else str(scratch)}
+           "OPENBLAS_NUM_THREADS": "1", "TMPDIR": "/tmp" if tier == "bwrap" else str(home)}
     if "LD_LIBRARY_PATH" in os.environ:  # some installations need it to find torch's libraries
         env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
     python = [sys.executable, "-I", "-B", "-m", "conformance.worker", *worker_args]

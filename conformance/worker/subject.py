@@ -47,6 +47,7 @@ from conformance.worker.protocol import (
     WriteWeightsRequest,
 )
 from conformance.worker.sandbox import SandboxKind
+from conformance.worker.sandbox import available as available_sandboxes
 
 TimeoutPolicy = Callable[[str, "Config | None"], float]
 """``(operation, config of the instance or None) -> seconds`` for one request."""
@@ -79,6 +80,8 @@ class IsolatedSubject(Subject):
             (pass ``{}`` for untrusted submissions: they must not excuse their own failures).
         timeout: seconds per request, or a policy ``(operation, config) -> seconds``; default
             ``limits.request_seconds``.
+        in_place: run on ``submission`` itself, not a scratch copy (a user's own code, checked
+            for containment: hangs, crashes, exits); the sandbox is then at most ``unshare``.
 
     Raises :class:`LoadError` (with the status and the names the module defines) when the
     submission can't be loaded.
@@ -87,9 +90,13 @@ class IsolatedSubject(Subject):
     def __init__(self, submission: str | Path, spec: str, *, name: str | None = None,
                  declared: Declarations | None = None, limits: Limits | None = None,
                  sandbox: SandboxKind = "auto", expected_failures: Mapping[str, str] | None = None,
-                 timeout: float | TimeoutPolicy | None = None) -> None:
+                 timeout: float | TimeoutPolicy | None = None, in_place: bool = False) -> None:
         check_spec(spec)
         self.submission = Path(submission)
+        self.in_place = in_place
+        if in_place and sandbox == "auto":
+            # Containment only (a user's own code): the strongest tier that runs it in place.
+            sandbox = "unshare" if "unshare" in available_sandboxes() else "none"
         if "::" in spec:  # a missing file needs no worker to say so
             file = spec.partition("::")[0]
             where = (self.submission.parent if self.submission.is_file() else self.submission)
@@ -121,7 +128,7 @@ class IsolatedSubject(Subject):
             self.close()
             raise LoadError(WorkerStatus.INTERFACE_MISMATCH,
                             f"{spec} names {len(names)} implementations ({', '.join(names)}): "
-                            "choose one with name=", fatal=False)
+                            "choose one with name=", defined_names=names, fatal=False)
         chosen = [d for d in declarations if name is None or d.name == name]
         if not chosen:
             self.close()
@@ -170,7 +177,8 @@ class IsolatedSubject(Subject):
     def _start(self) -> tuple[Declaration, ...]:
         """Start a worker and load the submission in it."""
         try:
-            worker = WorkerProcess(self.submission, limits=self.limits, sandbox=self.sandbox)
+            worker = WorkerProcess(self.submission, limits=self.limits, sandbox=self.sandbox,
+                                   in_place=self.in_place)
         except WorkerError as error:
             raise LoadError(error.status, str(error), fatal=True) from None
         self._workers.append(worker)
@@ -212,7 +220,8 @@ class IsolatedSubject(Subject):
             self._worker.close()
             self._worker = None
         if self.restarts >= self.limits.max_restarts:
-            last = self.failures[-1][1] if self.failures else None
+            last = next((error for _, error in reversed(self.failures)
+                         if error.status is not WorkerStatus.RESTART_LIMIT), None)
             raise WorkerError(WorkerStatus.RESTART_LIMIT,
                               f"the worker died {self.restarts + 1} times; not started again"
                               + (f" (last: {last})" if last else ""), fatal=True)
