@@ -28,6 +28,10 @@ from conformance.weights import HeadWeights, WeightLayoutError
 class ImplementationError(Exception):
     """The implementation raised, or returned something that is not a tensor."""
 
+    fatal: bool = False
+    """The implementation's process ended or was killed (a hang, a crash): not something the
+    call's arguments explain (an isolated subject's errors set it)."""
+
 
 class CapabilityError(Exception):
     """A check asked for something the implementation does not declare (a suite bug)."""

@@ -204,18 +204,14 @@ def resolve(spec: str, declared: Declarations | None = None) -> list[Implementat
         declared = merged(from_pyproject(spec), declared or Declarations())
     except DeclarationError as error:
         raise ResolveError(str(error)) from error
-    if "::" in spec:
-        location, _, attribute = spec.partition("::")
-        container = _load_file(location)
-    elif ":" in spec:
-        location, _, attribute = spec.partition(":")
-        container = _load_module(location)
-    else:
+    if not is_located(spec):
         known = registered()
         if spec in known:
             return [known[spec]]
         raise ResolveError(f"no implementation named {spec!r} (see `attention-conformance list`; "
                            "or give package.module:Attr or path/to/file.py::Attr)")
+    container = load_code(spec)
+    location, attribute = _split(spec)
     if not attribute:
         raise ResolveError(f"{spec}: name the attribute after the colon")
     try:
@@ -223,6 +219,19 @@ def resolve(spec: str, declared: Declarations | None = None) -> list[Implementat
     except AttributeError:
         raise ResolveError(f"{location} has no attribute {attribute!r}") from None
     return _as_implementations(obj, origin(spec), declared)
+
+
+def load_code(spec: str) -> object:
+    """Import the file or module a located IMPL string names (once per process: later calls
+    return the same module), running its top level. Raises ResolveError with a one-line reason."""
+    location, _ = _split(spec)
+    return _load_file(location) if "::" in spec else _load_module(location)
+
+
+def _split(spec: str) -> tuple[str, str]:
+    separator = "::" if "::" in spec else ":"
+    location, _, attribute = spec.partition(separator)
+    return location, attribute
 
 
 def is_located(spec: str) -> bool:

@@ -11,7 +11,7 @@ import torch
 from conformance import Config, Status
 from conformance.catalogue import check_many
 from conformance.inference import Declarations, InferenceError, infer
-from conformance.kernels import PLATFORM_NOTE
+from conformance.kernels import PLATFORM_NOTE, matmul_spreads_nan
 from conformance.registry import resolve
 from implementations import bundled, expected_results, expected_warnings
 from implementations import seed000_multihead_self_attention as seed000
@@ -81,7 +81,7 @@ def test_inference_alone_finds_what_the_registration_finds(inferred_findings, na
     assert warned <= registered | registered_warnings, CHECKED[name]
     caps = impl.capabilities
     for check in registered - failed:
-        explained = ((check in warned and check == "low_precision" and caps.assumed_dtypes)
+        explained = ((check in warned and caps.assumed_dtypes)
                      or caps.mask_problem is not None or caps.mask_doubt is not None)
         assert explained, (CHECKED[name], check)
     mutant = MUTANTS.get(name)
@@ -157,17 +157,20 @@ def style_results():
 
 def test_twelve_user_styles_are_inferred_and_pass_everything_they_can(style_results):
     assert len(style_results) >= 12
-    # Nothing fails. The one finding allowed is a warning: computing q @ k^T before scaling
-    # overflows float16 for q/k of std ~80, beyond the normal range.
+    # Nothing fails. The findings allowed are warnings: computing q @ k^T before scaling
+    # overflows float16 for q/k of std ~80, beyond the normal range; and a defect of this
+    # platform's bfloat16 matmul (NaN rows of fully masked elements spread to their neighbours).
     for name, results in style_results.items():
         for result in results:
             assert result.status is not Status.FAILED, (name, result.check, result.reason)
-            if result.status is Status.WARNED:
+            if result.status is Status.WARNED and result.reason.startswith(PLATFORM_NOTE):
+                assert matmul_spreads_nan(torch.bfloat16), (name, result.check, result.reason)
+            elif result.status is Status.WARNED:
                 assert result.check == "stability", (name, result.check, result.reason)
                 assert result.reason.startswith("in float16 with q and k of std 80"), name
                 assert "overflow float16" in result.hint
     overflowing = {name for name, results in style_results.items()
-                   if any(r.status is Status.WARNED for r in results)}
+                   if any(r.status is Status.WARNED and r.check == "stability" for r in results)}
     assert "user_styles:SDPAInside" not in overflowing  # SDPA scales q first
     passed = {name: {r.check for r in results if r.status is Status.PASSED}
               for name, results in style_results.items()}

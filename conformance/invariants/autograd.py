@@ -47,7 +47,7 @@ def finite_difference_problem(instance: Instance, inputs: Inputs, case: Case,
     None when they agree at the ``judged`` precision (float64, or float32 for an implementation
     that computes part of attention in float32), else what disagreed."""
     step, rtol = FD_STEP.get(judged, FD_STEP[torch.float32]), FD_RTOL.get(judged, 2e-3)
-    output = instance.forward(inputs)
+    output = instance.forward(inputs, autograd=True)
     cotangent = case.tensor(*output.shape, stream=101)
     gradients = instance.gradients(inputs, cotangent).inputs
     c = cotangent.to(torch.float64).cpu()
@@ -57,7 +57,9 @@ def finite_difference_problem(instance: Instance, inputs: Inputs, case: Case,
         analytic = sum(float((gradients[name].to(torch.float64).cpu()
                               * d.to(torch.float64).cpu()).sum())
                        for name, d in direction.items())
-        values = {t: instance.forward(_shifted(inputs, direction, t * step)).to(
+        # With autograd enabled: the function backward differentiates (a no-grad path that
+        # computes something else is path_agreement's finding, not this one).
+        values = {t: instance.forward(_shifted(inputs, direction, t * step), autograd=True).to(
             torch.float64).cpu() for t in (-2, -1, 1, 2)}
         phi = {t: float((c * value).sum()) for t, value in values.items()}
         numeric = (phi[-2] - 8 * phi[-1] + 8 * phi[1] - phi[2]) / (12 * step)

@@ -171,7 +171,7 @@ class CheckContext:
         explains those away)."""
         if isinstance(error, Violation) and error.severity == "warn":
             return "warn"
-        if getattr(error, "fatal", False):
+        if isinstance(error, ImplementationError) and error.fatal:
             return "fail"
         return "warn" if case.config.dtype in self.capabilities.assumed_dtypes else "fail"
 

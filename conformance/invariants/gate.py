@@ -120,6 +120,9 @@ class Gate:
             try:
                 outcome.constraint = discover(
                     lambda h, d: self._builds(context, h, d), heads=caps.heads)
+            except ImplementationError as error:
+                outcome.blocking = f"basic call ({dtype_name(first)}, no mask): {error}"
+                return outcome
             except ValueError:
                 problem = try_call(context, base_case(caps, first, device))
                 outcome.blocking = (f"no generated configuration builds (1 to 8 heads, head_dim "
@@ -181,7 +184,9 @@ class Gate:
                         dtype=context.capabilities.dtypes[0], device=context.device)
         try:
             context.subject.instantiate(config, 0)
-        except ImplementationError:
+        except ImplementationError as error:
+            if error.fatal:  # a hang or a crash is no constraint on the shapes: stop looking
+                raise
             return False
         return True
 

@@ -106,10 +106,17 @@ class Padding(Check):
         if float(leaked.max()) <= eps(context.judged(case.config.dtype)):
             return
         b, h, row, key = worst_index(leaked)
+        weights = attention[b, h, row]
+        if not bool(weights[keep[b].cpu()].isfinite().any()):
+            # Not a leak: the kept keys' weights are lost too.
+            hint = (f"the kept keys' weights are not finite either: the softmax of this row "
+                    f"overflowed in {case.dtype} (an exp taken without subtracting the row's "
+                    "maximum first?)")
+        else:
+            hint = "is the mask applied after the softmax, or to the wrong axis?"
         raise Violation(
             f"batch {b}, head {h}, row {row} gives masked key {key} attention weight "
             f"{fmt(float(attention[b, h, row, key]))}, not 0",
             details=[f"batch {b} keeps keys {_positions(keep[b])}",
-                     "weights of that row: " + ", ".join(
-                         fmt(float(w)) for w in attention[b, h, row])],
-            hint="is the mask applied after the softmax, or to the wrong axis?")
+                     "weights of that row: " + ", ".join(fmt(float(w)) for w in weights)],
+            hint=hint)

@@ -27,10 +27,11 @@ import torch
 
 from conformance.adapter import CapabilityError, ImplementationError, ModuleInstance
 from conformance.inference import DeclarationError, InferenceError
-from conformance.registry import ResolveError, resolve
+from conformance.registry import ResolveError, load_code, resolve
 from conformance.spec import Config, Implementation
 from conformance.worker import codec
 from conformance.worker.errors import WorkerStatus
+from conformance.worker.pristine import Pristine
 from conformance.worker.protocol import (
     REQUESTS,
     BuildRequest,
@@ -169,6 +170,8 @@ class Server:
         self.implementations: dict[str, Implementation] = {}
         self.instances: dict[int, WorkerInstance] = {}
         self._next_instance = 0
+        # Before any of the submission runs: what the suite's own code here relies on.
+        self.pristine = Pristine()
 
     # Requests.
 
@@ -181,6 +184,11 @@ class Server:
         if str(self.scratch) not in sys.path:
             sys.path.insert(0, str(self.scratch))
         try:
+            try:
+                load_code(request.spec)
+            finally:
+                # Inference (in resolve) compares outputs here: with torch as it was.
+                self.pristine.restore()
             found = resolve(request.spec, request.declared)
         except ResolveError as error:
             raise _LoadFailure(_load_status(error, request.spec), str(error), names) from None
@@ -292,7 +300,10 @@ class Server:
                 raise KeyError(f"unknown request {op!r}")
             body_type, _ = REQUESTS[op]
             body = codec.decode(header.get("body"), body_type, tensors, op)
-            result = getattr(self, op)(body)
+            try:
+                result = getattr(self, op)(body)
+            finally:
+                self.pristine.restore()  # before the reply is turned into bytes
             out: list[torch.Tensor] = []
             return encode_frame({"id": number, "ok": True, "body": codec.encode(result, out)}, out)
         except _LoadFailure as failure:
