@@ -6,6 +6,10 @@ written independently of the suite and proved correct against their own float64 
 ``tests/test_wild_styles_are_correct.py``; the HuggingFace wrappers where transformers imports).
 Warnings are allowed: they are findings beyond the normal range, in dtypes nobody declared, or
 about an intent inference can't know, and never change the exit status.
+
+They run in this process (``--no-isolate``, about half the time): an isolated run gets the same
+verdicts (``tests/test_worker.py``), and a correct module checked isolated beside misbehaving ones
+passes (``tests/test_containment.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ SPECS = ([f"tests.fixtures.user_styles:{cls.__name__}" for cls in user_styles.ST
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> tuple[int, dict]:
     path = tmp_path_factory.mktemp("report") / "report.json"
-    code = main(["check", *SPECS, "--jobs", "2", "--json", str(path)])
+    code = main(["check", *SPECS, "--jobs", "2", "--no-isolate", "--json", str(path)])
     return code, json.loads(path.read_text())
 
 
