@@ -152,8 +152,10 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
     if cross and caps.cross_attention and not causal:
         kv_len = draw(_just_or_integers(q_len, min_len, max_len))
     num_heads = draw(_heads(caps, min_heads, max_heads, grouped))
-    kv_head_count = draw(kv_heads(caps, num_heads, grouped))
-    window = draw(windows(caps))
+    # Drawn only where declared: an implementation without these forms gets the very cases it
+    # got before they existed.
+    kv_head_count = None if caps.kv_heads is None else draw(kv_heads(caps, num_heads, grouped))
+    window = None if caps.window is None else draw(windows(caps))
     if probe:
         # One-hot values need head_dim >= kv_len; the content channel needs d_model > kv_len.
         low = max(kv_len, 1 if num_heads > 1 else kv_len + 1)

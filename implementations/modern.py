@@ -99,8 +99,7 @@ class ModernAttention(nn.Module):
     rope: str | None = "half"
     alibi = False
 
-    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None,
-                 window: int | None = None, rope_theta: float = 10000.0) -> None:
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None) -> None:
         super().__init__()
         num_kv_heads = num_kv_heads or num_heads
         if d_model % num_heads or num_heads % num_kv_heads:
@@ -110,8 +109,9 @@ class ModernAttention(nn.Module):
         self.head_dim = d_model // num_heads
         if self.rope and self.head_dim % 2:
             raise ValueError(f"rotary embeddings need an even head_dim, got {self.head_dim}")
-        self.window = window
-        self.rope_theta = rope_theta
+        if self.rope:
+            self.rope_theta = 10000.0
+        self.window: int | None = None
         self.q_proj = nn.Linear(d_model, num_heads * self.head_dim)
         self.k_proj = nn.Linear(d_model, num_kv_heads * self.head_dim)
         self.v_proj = nn.Linear(d_model, num_kv_heads * self.head_dim)
@@ -224,7 +224,8 @@ class MistralAttention(ModernAttention):
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None,
                  sliding_window: int = 4) -> None:
-        super().__init__(d_model, num_heads, num_kv_heads, window=sliding_window)
+        super().__init__(d_model, num_heads, num_kv_heads)
+        self.window = sliding_window
 
 
 class SlidingWindowAttention(ModernAttention):
@@ -235,7 +236,13 @@ class SlidingWindowAttention(ModernAttention):
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None,
                  sliding_window: int = 4) -> None:
-        super().__init__(d_model, num_heads, num_kv_heads, window=sliding_window)
+        super().__init__(d_model, num_heads, num_kv_heads)
+        self.window = sliding_window
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                past_key_value: tuple[torch.Tensor, torch.Tensor] | None = None,
+                use_cache: bool = False):
+        return super().forward(x, attention_mask, None, past_key_value, use_cache)
 
 
 class AlibiAttention(ModernAttention):
