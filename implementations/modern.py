@@ -404,8 +404,11 @@ def declare_alibi(name: str, module: type[AlibiAttention], *, description: str,
 def declare_buffered(name: str, module: type[MetaLlamaAttention], *, description: str,
                      benchmark: bool = False) -> Implementation:
     """A MetaLlamaAttention-shaped module: preallocated cache buffers written at start_pos."""
+    # Buffers as long as the configuration's sequence and a margin: what a model allocates for
+    # the longest sequence it will see.
     return Implementation(
-        name, lambda c: module(c.d_model, c.num_heads, c.num_kv_heads),
+        name, lambda c: module(c.d_model, c.num_heads, c.num_kv_heads,
+                               max_seq_len=max(c.q_len, c.kv_len) + 64),
         Capabilities(call="self", causal="always", dtypes=ALL_DTYPES, kv_heads="config",
                      positional=ROTARY, relative="rotary", kv_cache=CacheStyle.BUFFERS,
                      cache_argument="start_pos", max_batch=8),
