@@ -65,6 +65,41 @@ def _misshaped(weights: HeadWeights, inputs: Inputs, *, causal: bool, split_tran
     return merged if w.w_o is None else merged @ w.w_o.T + w.b_o
 
 
+def repeat_words(weights: HeadWeights) -> str:
+    return (f"matches key/value heads expanded with repeat instead of repeat_interleave: query "
+            f"head h reads key/value head h mod {weights.num_kv_heads}, not h // {weights.group}")
+
+
+def form_hint(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causal: bool,
+              rows: torch.Tensor | None = None, window: int | None = None) -> str | None:
+    """The likely bug in a modern form (grouped key/value heads paired by repeat, a window one key
+    off) when ``output`` matches it: for checks whose own hint is about something else."""
+    for words, variant in _form_variants(weights, inputs, causal=causal, window=window):
+        if _matches(output, variant(), rows):
+            return words
+    return None
+
+
+def _form_variants(weights: HeadWeights, inputs: Inputs, *, causal: bool,
+                   window: int | None) -> list[tuple[str, Callable[[], torch.Tensor]]]:
+    def ref(w: HeadWeights = weights, width: int | None = window) -> torch.Tensor:
+        return reference_attention(w, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
+                                   causal=causal, window=width).output
+
+    variants: list[tuple[str, Callable[[], torch.Tensor]]] = []
+    if weights.group > 1:
+        variants.append((repeat_words(weights), lambda: ref(tiled_groups(weights))))
+    if causal and window is not None:
+        variants.append((f"matches a window of {window + 1} keys instead of the declared "
+                         f"{window}: is the window one key too wide (i - j <= W)?",
+                         lambda: ref(width=window + 1)))
+        if window > 1:
+            variants.append((f"matches a window of {window - 1} keys instead of the declared "
+                             f"{window}: is the window one key too narrow?",
+                             lambda: ref(width=window - 1)))
+    return variants
+
+
 def tiled_groups(weights: HeadWeights) -> HeadWeights:
     """Grouped weights rearranged so that the reference's ``repeat_interleave`` expansion gives
     what ``repeat`` (tiling) gives: query head h reading key/value head h mod Hkv."""
@@ -105,11 +140,7 @@ def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causa
     variants.append(("matches heads merged with reshape(B, L, H * Dh) and no transpose back",
                      lambda: _misshaped(weights, inputs, causal=causal, split_transposed=True,
                                         merge_transposed=False, window=window)))
-    if weights.group > 1:
-        variants.append((f"matches key/value heads expanded with repeat instead of "
-                         f"repeat_interleave: query head h reads key/value head h mod "
-                         f"{weights.num_kv_heads}, not h // {weights.group}",
-                         lambda: ref(tiled_groups(weights))))
+    variants += _form_variants(weights, inputs, causal=causal, window=window)
     for words, compute in variants:
         if _matches(output, compute(), rows):
             return words

@@ -80,7 +80,9 @@ class Scale(Check):
             raise Violation(
                 "the attention weights are not softmax(s * q.k) over the keys for any single "
                 f"scale s (log-weight residual {fmt(residual)})",
-                hint="is the softmax taken over the wrong axis, or the mask applied after it?")
+                hint="is the softmax taken over the wrong axis, or the mask applied after it?"
+                + (" With grouped key/value heads: does each query head read its own group's "
+                   "key/value head (see kv_groups)?" if context.capabilities.kv_heads else ""))
         if abs(fitted - expected) <= tolerance * expected:
             return
         hint = None

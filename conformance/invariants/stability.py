@@ -22,6 +22,7 @@ import torch
 
 from conformance.adapter import ImplementationError, Instance
 from conformance.cases import Case
+from conformance.diagnosis import form_hint
 from conformance.invariants.base import (
     Check,
     CheckContext,
@@ -97,8 +98,10 @@ class Stability(Check):
                                        reference_weights=reference_weights)
         if not seen.ok:
             b, row, _ = seen.worst
+            form = form_hint(output, reference_weights or weights, inputs, causal=case.causal,
+                             rows=rows, window=case.window)
             raise Violation(f"{what}: the output differs from the reference ({seen.describe()}, "
-                            f"row {row} of batch {b})", hint=hint)
+                            f"row {row} of batch {b})", hint=form or hint)
 
     def large_and_shifted(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)
