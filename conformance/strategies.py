@@ -187,7 +187,19 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
                 kv_heads=kv_head_count, window=window)
     if causal and masks in ("kept", "partly_masked") and not bool(case.attendable_rows().all()):
         case = replace(case, mask_seed=None)  # right padding keeps key 0: every row sees a key
+        if window is not None:
+            case = window_padding(case, window, masked=masks == "partly_masked")
     return case
+
+
+def window_padding(case: Case, window: int, *, masked: bool = False) -> Case:
+    """``case`` (right-padded) with no row left without a key in its window of ``window`` keys:
+    at most ``window - 1`` keys padded at the end (at least one where ``masked``). Rows with no
+    key to attend to are the fully_masked check's; elsewhere every row sees one, windows too."""
+    floor = case.kv_len - window + 1
+    if masked and floor >= case.kv_len:
+        reject()  # a one-key window and a masked key always leave that key's row empty
+    return replace(case, kept=tuple(max(count, floor) for count in case.kept))
 
 
 DEFAULT_WINDOW = 4
