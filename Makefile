@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip
 
-.PHONY: check test lint bench bench-suite clean
+.PHONY: check test lint bench bench-decode bench-suite clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ lint: $(STAMP)
 # The speed of the implementations themselves, beside SDPA.
 bench: $(STAMP)
 	$(BIN)/attention-conformance bench --json docs/bench-cpu.json --plot docs/bench-cpu.png
+
+# The decode step with a KV cache, per token, beside SDPA over a concatenated cache.
+bench-decode: $(STAMP)
+	$(BIN)/attention-conformance bench --decode --rounds 15 --json docs/bench-decode-cpu.json
 
 # The speed of the suite: where checking one implementation spends its time, phase by phase.
 bench-suite: $(STAMP)

@@ -290,7 +290,8 @@ def _bench_decode(args: argparse.Namespace, implementations: list[Implementation
         raise UsageError(f"--contexts {args.contexts!r}: give comma-separated integers") from error
     if args.device not in available_devices():
         raise UsageError(f"--device {args.device}: not available on this machine")
-    heading = (f"attention-conformance bench --decode · one token per call, eval, no_grad · "
+    heading = (f"attention-conformance bench --decode · one token per call, eval, no_grad, one "
+               f"torch thread · "
                f"{args.dtype} · {args.device} · batch {args.batch}, {args.heads} heads x "
                f"{args.head_dim} · median of {args.rounds} calls, interleaved with SDPA over a "
                "concatenated cache · torch " + torch.__version__)

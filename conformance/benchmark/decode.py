@@ -5,7 +5,9 @@ tokens into a fresh cache, then decode calls of one token each, timed interleave
 calls on the baseline (q/k/v/out projections, the cache concatenated along the sequence, one
 ``F.scaled_dot_product_attention`` call: what a decode step needs and no more), both through the
 suite's boundary with the same sizes and inputs. Each timed call adds its token to the cache, so
-the contexts measured are C .. C + warm-up + rounds, a few tokens more than C.
+the contexts measured are C .. C + warm-up + rounds, a few tokens more than C. One torch thread:
+a decode step is a few small matmuls, where threads cost more than they save and, on a shared
+machine, make the timing erratic (steps of 0.4 ms measured at 44 ms with two threads).
 """
 
 from __future__ import annotations
@@ -100,6 +102,18 @@ def decode_bench(implementations: Sequence[Implementation], *,
                  head_dim: int = 32, dtype: torch.dtype = torch.float32, device: str = "cpu",
                  rounds: int = 15) -> list[DecodePoint]:
     """Time per decoded token of each implementation, beside the SDPA baseline."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _decode_points(implementations, contexts, batch, heads, head_dim, dtype, device,
+                              rounds)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _decode_points(implementations: Sequence[Implementation], contexts: Sequence[int],
+                   batch: int, heads: int, head_dim: int, dtype: torch.dtype, device: str,
+                   rounds: int) -> list[DecodePoint]:
     points = []
     for implementation in implementations:
         caps = implementation.capabilities
