@@ -30,7 +30,7 @@ from conformance.invariants.dropout import Dropout
 from conformance.invariants.fully_masked import FullyMasked
 from conformance.invariants.gate import Gate, GateOutcome
 from conformance.invariants.head_split import HeadSplit
-from conformance.invariants.kv_cache import KVCache
+from conformance.invariants.kv_cache import KVCacheDecoding
 from conformance.invariants.kv_groups import KVGroups
 from conformance.invariants.low_precision import LowPrecision
 from conformance.invariants.mask_formats import MaskFormats
@@ -57,7 +57,7 @@ CATALOGUE: tuple[Check, ...] = (
     ReferenceAgreement(), Scale(), MaskFormats(), Permutation(), BatchIndependence(),
     Stability(), LowPrecision(), Dropout(), Autograd(), Determinism(), PathAgreement(),
     # The modern forms, each skipped (at no cost) by an implementation that doesn't declare it.
-    KVGroups(), PositionShift(), Alibi(), SlidingWindow(), KVCache(), Packed(),
+    KVGroups(), PositionShift(), Alibi(), SlidingWindow(), KVCacheDecoding(), Packed(),
 )
 """The checks after the gate, in report order."""
 

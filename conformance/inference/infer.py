@@ -378,7 +378,8 @@ def _weights(plan: _Plan, declared: Declarations, probe, constraint: Constraint 
     other = _other_pair(plan, constraint, heads)
     if other is not None:
         module = _built(plan, other[0], other[1])
-        if not fits(layout, module, other[0], module.config_d_model, module.config_d_model):
+        width = other[0] * other[1]
+        if not fits(layout, module, other[0], width, width):
             notes.append(f"projections {layout.describe().removeprefix('weights from ')} fit "
                          f"{heads} heads but not {other[0]}: the checks that need weights are "
                          "skipped (declare them with --weights)")
@@ -404,12 +405,11 @@ def _weights(plan: _Plan, declared: Declarations, probe, constraint: Constraint 
     return layout
 
 
-def _built(plan: _Plan, heads: int, head_dim: int, kv_heads: int | None = None):
+def _built(plan: _Plan, heads: int, head_dim: int, kv_heads: int | None = None) -> nn.Module:
+    """The module (in the suite's wrapper) built with ``heads`` heads of ``head_dim``."""
     config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim, num_heads=heads,
                     num_kv_heads=kv_heads)
-    module = InProcessSubject(plan.implementation("probe")).instantiate(config, 0).module
-    module.config_d_model = config.d_model
-    return module
+    return InProcessSubject(plan.implementation("probe")).instantiate(config, 0).module
 
 
 def _kv_argument_groups(plan: _Plan, layout, heads: int, head_dim: int,
@@ -429,8 +429,8 @@ def _kv_argument_groups(plan: _Plan, layout, heads: int, head_dim: int,
         read = layout.read(module, heads, kv).num_kv_heads
     except (ImplementationError, WeightLayoutError):
         read = None
-    if read != kv or not fits(layout, module, heads, module.config_d_model,
-                              module.config_d_model, num_kv_heads=kv):
+    width = heads * head_dim
+    if read != kv or not fits(layout, module, heads, width, width, num_kv_heads=kv):
         notes.append(f"built with {role}={kv}, its projections don't read as {kv} key/value "
                      f"heads of {heads}: the checks that need weights are skipped (declare "
                      "them with --weights)")

@@ -39,7 +39,7 @@ def _chunks(length: int, prefix: int, size: int) -> list[tuple[int, int]]:
     return bounds
 
 
-class KVCache(Check):
+class KVCacheDecoding(Check):
     """Prefill then decode with the cache equals the full causal forward."""
 
     name = "kv_cache"
