@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from conformance.adapter import ImplementationError, InProcessSubject
+from conformance.call_arguments import positions_argument
 from conformance.cases import dtype_name
 from conformance.constraints import Constraint, discover
 from conformance.inference import kv_cache, packing, window
@@ -181,8 +182,12 @@ def _first_call(plan: _Plan, config: Config) -> torch.Tensor | tuple:
     inputs = [torch.randn(shape) for _ in range(1 if plan.convention.call == "self" else 3)]
     kwargs = (dict(zip(plan.convention.inputs, inputs, strict=True)) if plan.convention.by_keyword
               else {})
+    argument = plan.convention.position_argument
+    if argument and plan.convention.position_required:  # a call without it can't be made
+        kwargs[argument] = positions_argument(FILLABLE_POSITIONS[argument], 0, config.batch,
+                                              config.q_len, "cpu")
     with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
-        return module(**kwargs) if kwargs else module(*inputs)
+        return module(**kwargs) if plan.convention.by_keyword else module(*inputs, **kwargs)
 
 
 def _roles(cls: type, declared: Declarations, label: str) -> ConstructorRoles:
@@ -284,6 +289,10 @@ def infer(cls: type, *, name: str | None = None,
     config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim, num_heads=heads)
     _read_output(plan, config, notes)
     capabilities: dict[str, object] = {"shapes": constraint.pairs if constraint else None}
+    try:
+        _position_argument(plan, declared, capabilities, notes)
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
 
     def build(**changes: object):
         implementation = plan.implementation(label, **{**capabilities, **changes})
@@ -293,7 +302,7 @@ def infer(cls: type, *, name: str | None = None,
     probe = build()
     layout = _weights(plan, declared, probe, constraint, heads, notes, capabilities)
     try:
-        _positions(plan, declared, capabilities, probe, notes)
+        _position_encoding(plan, declared, capabilities, probe, notes)
         _causality(plan, declared, capabilities, build, heads, head_dim, notes)
         _window(plan, declared, capabilities, config, label, heads, head_dim, notes)
         _cache(plan, declared, capabilities, build, heads, head_dim, notes)
@@ -488,10 +497,9 @@ def _causality(plan: _Plan, declared: Declarations, capabilities: dict, build, h
                      "declare --causal always)")
 
 
-def _positions(plan: _Plan, declared: Declarations, capabilities: dict, probe,
-               notes: list[str]) -> None:
-    """A position encoding inside (rotary, ALiBi: relative; another: a position input), and a
-    position argument the suite can fill."""
+def _position_encoding(plan: _Plan, declared: Declarations, capabilities: dict, probe,
+                       notes: list[str]) -> None:
+    """A position encoding inside (rotary, ALiBi: relative; another: a position input)."""
     stated = declared.declared_encoding()
     found = position_encoding(probe.module.inner, plan.convention.positions)
     if stated == "none":
@@ -514,6 +522,11 @@ def _positions(plan: _Plan, declared: Declarations, capabilities: dict, probe,
                 " against the paper's (declared)" if declared.alibi == "standard" else
                 " (declare --alibi standard to hold them to the paper's)"))
         notes.append(text)
+
+
+def _position_argument(plan: _Plan, declared: Declarations, capabilities: dict,
+                       notes: list[str]) -> None:
+    """A position argument the suite can fill (declared, or read from its name)."""
     stated_positions = declared.position_argument()
     if stated_positions is not None:
         argument, form = stated_positions
