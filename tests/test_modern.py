@@ -147,6 +147,18 @@ def test_declarations_of_the_modern_forms_read_and_refuse_in_one_line():
         assert "\n" not in str(raised.value)
 
 
+def test_the_modern_declarations_have_their_toml_spellings():
+    from conformance.inference.declarations import from_mapping
+
+    declared = from_mapping({"kv-heads-arg": "n_kv", "window-arg": "window_size:left",
+                             "kv-cache": "returned@past", "packed": "mask",
+                             "positions": "position_ids", "position-encoding": "rotary",
+                             "alibi": "standard"}, "pyproject.toml")
+    assert declared.kv_heads_arg == "n_kv" and declared.window() == ("window_size", "left")
+    assert declared.cache() == (CacheStyle.RETURNED, "past", None)
+    assert declared.declared_encoding() == "rotary" and declared.alibi == "standard"
+
+
 class FixedGroups(nn.Module):
     """Grouped-query attention whose constructor fixes two key/value heads under a name inference
     doesn't know."""
