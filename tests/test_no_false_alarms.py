@@ -86,7 +86,7 @@ def test_the_modern_forms_were_understood_and_checked(report):
         "modern_styles:LocalCausalAttention": "window_size: a causal sliding window, W keys "
                                               "before the row, plus itself",
         "modern_styles:MPTAlibiAttention": "ALiBi position biases inside (inferred from buffer "
-                                           "alibi_slopes)",
+                                           "alibi_slopes",
         "modern_styles:PackedSequenceAttention": "cu_seqlens: packed sequences, tokens (1, "
                                                  "total, D) (probed)",
         "wild_styles:GroupedQueryAttention": "probed: built with n_kv_heads=1",

@@ -511,8 +511,9 @@ def _position_encoding(plan: _Plan, declared: Declarations, capabilities: dict, 
         kind, evidence = found
         origin = "declared" if evidence == "declared" else f"inferred from {evidence}"
         capabilities["positional"] = f"{POSITION_WORDS[kind]} ({origin})"
-        text = (f"{POSITION_WORDS[kind]} inside ({origin}): the checks that assume "
-                "position-free attention skip")
+        text = (f"{POSITION_WORDS[kind]} inside ({origin}"
+                + ("" if evidence == "declared" else "; if not, declare --position-encoding none")
+                + "): the checks that assume position-free attention skip")
         if kind in ("rotary", "alibi"):
             capabilities["relative"] = kind
             text += "; position_shift checks that shifting every position changes nothing"
@@ -624,8 +625,9 @@ def _cache(plan: _Plan, declared: Declarations, capabilities: dict, build, heads
                      "--kv-cache STYLE@ARG)")
         return
     capabilities.update(found.capabilities())
-    notes.append(f"KV cache: {found.describe()} ({how}; probed: a prefill through it works); "
-                 "kv_cache checks decoding against the full forward")
+    notes.append(f"KV cache: {found.describe()} ({how}; probed: a prefill through it works; "
+                 "another style is declared with --kv-cache STYLE@ARG); kv_cache checks decoding "
+                 "against the full forward")
 
 
 def _packed(plan: _Plan, declared: Declarations, capabilities: dict, build, heads: int,
