@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip
 
-.PHONY: check test lint bench bench-suite clean
+.PHONY: check test lint bench bench-decode bench-suite clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,9 +19,10 @@ $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 check: $(STAMP)
 	$(BIN)/attention-conformance check --jobs 0
 
+# Two pytest-xdist workers, a test file each at a time (a file's module fixtures run once).
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -29,6 +30,10 @@ lint: $(STAMP)
 # The speed of the implementations themselves, beside SDPA.
 bench: $(STAMP)
 	$(BIN)/attention-conformance bench --json docs/bench-cpu.json --plot docs/bench-cpu.png
+
+# The decode step with a KV cache, per token, beside SDPA over a concatenated cache.
+bench-decode: $(STAMP)
+	$(BIN)/attention-conformance bench --decode --rounds 15 --json docs/bench-decode-cpu.json
 
 # The speed of the suite: where checking one implementation spends its time, phase by phase.
 bench-suite: $(STAMP)

@@ -19,12 +19,15 @@ from conformance.inference import Declarations, Inferred, infer, infer_function
 from conformance.registry import ResolveError, implementation, register, registered, resolve
 from conformance.results import CheckResult, Status
 from conformance.spec import (
+    CacheStyle,
     Capabilities,
     Config,
     Implementation,
     MaskConvention,
     MaskKind,
     MaskLayout,
+    PackedForm,
+    PositionForm,
 )
 from conformance.weights import (
     FusedProjection,
@@ -39,6 +42,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CHECK_NAMES",
+    "CacheStyle",
     "Capabilities",
     "CheckResult",
     "Config",
@@ -53,8 +57,10 @@ __all__ = [
     "MaskConvention",
     "MaskKind",
     "MaskLayout",
+    "PackedForm",
     "PackedInProjection",
     "PerHeadModules",
+    "PositionForm",
     "ResolveError",
     "Runner",
     "SeparateProjections",

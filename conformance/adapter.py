@@ -20,8 +20,10 @@ from types import MappingProxyType
 import torch
 from torch import nn
 
+from conformance.cache_session import CacheProtocolError, CacheSession
+from conformance.call_arguments import block_diagonal, cu_seqlens, positions_argument
 from conformance.masks import MaskEncodingError, encode_mask
-from conformance.spec import Capabilities, Config, Implementation, MaskConvention
+from conformance.spec import Capabilities, Config, Implementation, MaskConvention, PackedForm
 from conformance.weights import HeadWeights, WeightLayoutError
 
 
@@ -41,7 +43,10 @@ class CapabilityError(Exception):
 class Inputs:
     """One call's inputs: ``query`` (B, Lq, D), ``key``/``value`` (B, Lk, D), ``keep`` (B, Lk).
 
-    For self-attention ``query``, ``key`` and ``value`` are the same tensor ``x``.
+    For self-attention ``query``, ``key`` and ``value`` are the same tensor ``x``. Everything
+    here is a tensor or plain data; the modern forms are asked for the same way: ``position``
+    (token positions, through the declared position argument), ``cache`` (continue the
+    instance's KV cache) and ``segments`` (packed sequences).
     """
 
     query: torch.Tensor
@@ -53,6 +58,18 @@ class Inputs:
     """Encode ``keep`` in this declared alternative format instead of the primary one."""
     options: tuple[tuple[str, object], ...] = ()
     """Extra keyword arguments for forward (a declared path such as ``need_weights=True``)."""
+    position: int = 0
+    """The first query token's position: passed through the declared position argument (the
+    tokens are at ``position .. position + Lq - 1``); for a cached call, the number of tokens
+    the cache already holds."""
+    cache: bool = False
+    """Run through the declared KV cache: at ``position`` 0 a fresh cache (prefill), otherwise
+    the cache this instance's earlier cached calls filled, which holds exactly ``position``
+    tokens. The cache stays beside the implementation; only this flag crosses."""
+    segments: tuple[int, ...] | None = None
+    """Packed variable-length sequences: the tokens of each batch element are sequences of
+    these lengths (summing to Lq), passed in the declared packed form (cu_seqlens, or a
+    block-diagonal mask)."""
 
     @classmethod
     def self_attention(cls, x: torch.Tensor, keep: torch.Tensor | None = None,
@@ -192,6 +209,7 @@ class ModuleInstance(Instance):
         self._capabilities = implementation.capabilities
         self._printed = io.StringIO()
         self._input_writes: list[str] = []
+        self._cache = CacheSession(implementation.capabilities)
         try:
             with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(self._printed):
                 seed_generators(seed, "cpu")
@@ -222,13 +240,20 @@ class ModuleInstance(Instance):
         copies = {name: tensor.clone() for name, tensor in named.items()}
         args: list[object] = list(copies.values())
         kwargs: dict[str, object] = dict(inputs.options)
-        if inputs.keep is not None:
+        batch, q_len = inputs.query.shape[:2]
+        flat = inputs.segments is not None and caps.packed is PackedForm.CU_SEQLENS_FLAT
+        keep = inputs.keep
+        if inputs.segments is not None:
+            keep = self._packed(inputs, kwargs, keep)
+            if flat:
+                args = [tensor[0] for tensor in args]
+        if keep is not None:
             convention = inputs.mask_convention or caps.mask
             if convention is None:
                 raise CapabilityError(f"{self._implementation.name} declares no mask")
             try:
-                mask = encode_mask(inputs.keep, convention, num_heads=self.config.num_heads,
-                                   q_len=inputs.query.shape[1], dtype=inputs.query.dtype)
+                mask = encode_mask(keep, convention, num_heads=self.config.num_heads,
+                                   q_len=q_len, dtype=inputs.query.dtype)
             except MaskEncodingError as error:
                 raise CapabilityError(f"{self._implementation.name}: {error}") from error
             if convention.argument:
@@ -240,6 +265,20 @@ class ModuleInstance(Instance):
                 raise CapabilityError(f"{self._implementation.name} is not causal")
             if caps.causal == "optional":
                 kwargs[caps.causal_argument] = True
+        if caps.positions:
+            kwargs[caps.positions] = positions_argument(caps.position_form, inputs.position,
+                                                        batch, q_len, inputs.query.device)
+        elif inputs.position and not inputs.cache:
+            raise CapabilityError(f"{self._implementation.name} declares no position argument")
+        if inputs.cache:
+            if caps.kv_cache is None:
+                raise CapabilityError(f"{self._implementation.name} declares no KV cache")
+            try:
+                kwargs.update(self._cache.arguments(inputs.position))
+            except ValueError as error:
+                raise CapabilityError(f"{self._implementation.name}: {error}") from error
+            except CacheProtocolError as error:
+                raise ImplementationError(str(error)) from error
         if isinstance(self.module, nn.Module):
             self.module.train(training)
         try:
@@ -247,6 +286,11 @@ class ModuleInstance(Instance):
                 output = self.module(*args, **kwargs)
         except Exception as error:
             raise ImplementationError(f"forward raised {_one_line(error)}") from error
+        if inputs.cache:
+            try:
+                output = self._cache.collect(output, q_len)
+            except CacheProtocolError as error:
+                raise ImplementationError(str(error)) from error
         for name, tensor in named.items():
             written = not torch.equal(torch.nan_to_num(copies[name].detach()),
                                       torch.nan_to_num(tensor.detach()))
@@ -255,7 +299,29 @@ class ModuleInstance(Instance):
         if not isinstance(output, torch.Tensor):
             raise ImplementationError(
                 f"forward returned {type(output).__name__}, not a tensor")
-        return output
+        return output[None] if flat else output
+
+    def _packed(self, inputs: Inputs, kwargs: dict[str, object],
+                keep: torch.Tensor | None) -> torch.Tensor | None:
+        """Add the declared packed form of ``inputs.segments`` to ``kwargs``; the mask to pass
+        (a block-diagonal one where packing goes through the mask)."""
+        caps = self._capabilities
+        if caps.packed is None:
+            raise CapabilityError(f"{self._implementation.name} declares no packed sequences")
+        if sum(inputs.segments) != inputs.query.shape[1]:
+            raise CapabilityError(f"segments {inputs.segments} don't cover "
+                                  f"{inputs.query.shape[1]} tokens")
+        if caps.packed is PackedForm.MASK:
+            if keep is not None:
+                raise CapabilityError("packed sequences through the mask take no other mask")
+            return block_diagonal(inputs.segments, inputs.query.shape[0], False,
+                                  inputs.query.device)
+        if inputs.query.shape[0] != 1:
+            raise CapabilityError("sequences packed with cu_seqlens come as one batch element")
+        kwargs[caps.packed_argument] = cu_seqlens(inputs.segments, inputs.query.device)
+        if caps.max_seqlen_argument:
+            kwargs[caps.max_seqlen_argument] = max(inputs.segments)
+        return keep
 
     def forward(self, inputs: Inputs, *, training: bool = False, seed: int | None = None,
                 autograd: bool = False) -> torch.Tensor:
@@ -309,7 +375,8 @@ class ModuleInstance(Instance):
 
     def read_weights(self) -> HeadWeights:
         try:
-            return self._layout().read(self.module, self.config.num_heads)
+            return self._layout().read(self.module, self.config.num_heads,
+                                       self.config.num_kv_heads)
         except WeightLayoutError as error:
             raise ImplementationError(f"reading its weights failed: {error}") from error
 

@@ -49,6 +49,8 @@ class Case:
     causal: bool = False
     dropout: float = 0.0
     shared_mask: bool = False
+    kv_heads: int | None = None
+    window: int | None = None
 
     def __repr__(self) -> str:
         defaults = {f.name: f.default for f in fields(self)}
@@ -61,7 +63,8 @@ class Case:
     def config(self) -> Config:
         return Config(batch=self.batch, q_len=self.q_len, kv_len=self.kv_len,
                       d_model=self.num_heads * self.head_dim, num_heads=self.num_heads,
-                      dropout=self.dropout, dtype=DTYPES[self.dtype], device=self.device)
+                      dropout=self.dropout, dtype=DTYPES[self.dtype], device=self.device,
+                      num_kv_heads=self.kv_heads, window=self.window)
 
     @property
     def d_model(self) -> int:
@@ -88,7 +91,8 @@ class Case:
         """(B, Lq) bool on the CPU: rows with at least one key to attend to (mask and causality)."""
         keep = self.keep()
         allowed = allowed_keys(self.batch, self.q_len, self.kv_len,
-                               None if keep is None else keep.cpu(), self.causal)
+                               None if keep is None else keep.cpu(), self.causal,
+                               window=self.window)
         return allowed.any(dim=-1)[:, 0]
 
     def tensor(self, *shape: int, stream: int = 0, scale: float = 1.0) -> torch.Tensor:

@@ -20,6 +20,7 @@ import torch
 from conformance.adapter import ImplementationError, InProcessSubject, Subject
 from conformance.constraints import discover
 from conformance.inference.declarations import Declarations
+from conformance.invariants.alibi import Alibi
 from conformance.invariants.autograd import Autograd
 from conformance.invariants.base import Check, CheckContext, CheckFailed, Violation
 from conformance.invariants.batch_independence import BatchIndependence
@@ -30,14 +31,19 @@ from conformance.invariants.dropout import Dropout
 from conformance.invariants.fully_masked import FullyMasked
 from conformance.invariants.gate import Gate, GateOutcome, base_case
 from conformance.invariants.head_split import HeadSplit
+from conformance.invariants.kv_cache import KVCacheDecoding
+from conformance.invariants.kv_groups import KVGroups
 from conformance.invariants.low_precision import LowPrecision
 from conformance.invariants.mask_formats import MaskFormats
+from conformance.invariants.packed import Packed
 from conformance.invariants.padding import Padding
 from conformance.invariants.path_agreement import PathAgreement
 from conformance.invariants.permutation import Permutation
+from conformance.invariants.position_shift import PositionShift
 from conformance.invariants.reference_agreement import ReferenceAgreement
 from conformance.invariants.row_stochastic import RowStochastic
 from conformance.invariants.scale import Scale
+from conformance.invariants.sliding_window import SlidingWindow
 from conformance.invariants.stability import Stability
 from conformance.precision import FLOAT32_NOISE
 from conformance.profiles import profile_settings
@@ -52,6 +58,8 @@ CATALOGUE: tuple[Check, ...] = (
     Contract(), Padding(), FullyMasked(), RowStochastic(), HeadSplit(), Causal(),
     ReferenceAgreement(), Scale(), MaskFormats(), Permutation(), BatchIndependence(),
     Stability(), LowPrecision(), Dropout(), Autograd(), Determinism(), PathAgreement(),
+    # The modern forms, each skipped (at no cost) by an implementation that doesn't declare it.
+    KVGroups(), PositionShift(), Alibi(), SlidingWindow(), KVCacheDecoding(), Packed(),
 )
 """The checks after the gate, in report order."""
 

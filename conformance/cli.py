@@ -18,6 +18,7 @@ import torch
 
 from conformance import expectations
 from conformance.adapter import InProcessSubject
+from conformance.benchmark.decode import DEFAULT_CONTEXTS, decode_bench, decode_table
 from conformance.benchmark.ladder import DEFAULT_LENGTHS, bench
 from conformance.benchmark.render import plot, table, to_json
 from conformance.cases import DTYPES
@@ -110,6 +111,25 @@ def _parser() -> argparse.ArgumentParser:
                          help="a constructor keyword, e.g. causal=True (repeatable)")
     declare.add_argument("--mask-format", action="append", dest="mask_formats",
                          metavar="KIND:LAYOUT", help="another mask format it accepts (repeatable)")
+    declare.add_argument("--kv-heads-arg", metavar="NAME",
+                         help="constructor argument for the key/value heads (grouped-query)")
+    declare.add_argument("--window-arg", metavar="NAME[:keys|left]",
+                         help="constructor argument for a causal sliding window: keys = the keys "
+                              "a row sees, itself included (HuggingFace's sliding_window); left "
+                              "= the keys before it (FlashAttention's window_size)")
+    declare.add_argument("--positions", metavar="NAME[:ids|vector|start]",
+                         help="forward argument for the tokens' positions: (B, L) ids, an (L,) "
+                              "vector, or the first position as an int")
+    declare.add_argument("--position-encoding", choices=("rotary", "alibi", "none"),
+                         help="the position encoding inside (overrides what names suggest)")
+    declare.add_argument("--alibi", choices=("standard", "measured"),
+                         help="ALiBi slopes: the paper's (standard), or any positive ones")
+    declare.add_argument("--kv-cache", metavar="STYLE@ARG[=module:Class]",
+                         help="returned@past_key_value, buffers@start_pos, "
+                              "object@cache=mypkg.cache:KVCache, or none")
+    declare.add_argument("--packed", metavar="FORM[@ARG]",
+                         help="cu_seqlens@ARG (tokens (1, T, D)), cu_seqlens_flat@ARG (tokens "
+                              "(T, D)), or mask (a block-diagonal mask)")
     check.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
 
     commands.add_parser("list", help="list the registered implementations")
@@ -131,6 +151,12 @@ def _parser() -> argparse.ArgumentParser:
                        default="float32")
     bench.add_argument("--device", default="cpu")
     bench.add_argument("--backward", action="store_true", help="time forward + backward")
+    bench.add_argument("--decode", action="store_true",
+                       help="time the decode step with the KV cache, per token, beside SDPA "
+                            "with a cache (implementations that declare a cache)")
+    bench.add_argument("--contexts", default=",".join(map(str, DEFAULT_CONTEXTS)),
+                       help="--decode: comma-separated tokens cached before the step "
+                            "(default: %(default)s)")
     bench.add_argument("--rounds", type=int, default=7, help="timed calls each (default 7)")
     bench.add_argument("--json", type=Path, metavar="PATH", help="also write the points as JSON")
     bench.add_argument("--plot", type=Path, metavar="FILE.png",
@@ -176,7 +202,10 @@ def _check(args: argparse.Namespace) -> int:
                             width_arg=args.width_arg, heads_arg=args.heads_arg,
                             head_dim_arg=args.head_dim_arg, weights=args.weights, init=init,
                             mask_formats=tuple(args.mask_formats) if args.mask_formats else None,
-                            sequence_first=args.sequence_first, dtypes=args.dtypes)
+                            sequence_first=args.sequence_first, dtypes=args.dtypes,
+                            kv_heads_arg=args.kv_heads_arg, window_arg=args.window_arg,
+                            positions=args.positions, position_encoding=args.position_encoding,
+                            alibi=args.alibi, kv_cache=args.kv_cache, packed=args.packed)
     devices = args.devices or available_devices()
     checks = args.checks or list(CHECK_NAMES)
     start = time.perf_counter()
@@ -236,7 +265,10 @@ def _bench(args: argparse.Namespace) -> int:
     if args.impls:
         implementations = [impl for _, impl in _targets(args.impls)]
     else:
-        implementations = [impl for impl in registered().values() if impl.benchmark]
+        implementations = [impl for impl in registered().values() if impl.benchmark and (
+            impl.capabilities.kv_cache is not None or not args.decode)]
+    if args.decode:
+        return _bench_decode(args, implementations)
     try:
         lengths = [int(n) for n in args.lengths.split(",")]
     except ValueError as error:
@@ -259,6 +291,30 @@ def _bench(args: argparse.Namespace) -> int:
             plot(points, str(args.plot), heading)
         except ImportError as error:
             raise UsageError("--plot needs matplotlib: pip install -e .[plot]") from error
+    return EXIT_OK
+
+
+def _bench_decode(args: argparse.Namespace, implementations: list[Implementation]) -> int:
+    try:
+        contexts = [int(n) for n in args.contexts.split(",")]
+    except ValueError as error:
+        raise UsageError(f"--contexts {args.contexts!r}: give comma-separated integers") from error
+    if args.device not in available_devices():
+        raise UsageError(f"--device {args.device}: not available on this machine")
+    heading = (f"attention-conformance bench --decode · one token per call, eval, no_grad, one "
+               f"torch thread · "
+               f"{args.dtype} · {args.device} · batch {args.batch}, {args.heads} heads x "
+               f"{args.head_dim} · median of {args.rounds} calls, interleaved with SDPA over a "
+               "concatenated cache · torch " + torch.__version__)
+    points = decode_bench(implementations, contexts=contexts, batch=args.batch,
+                          heads=args.heads, head_dim=args.head_dim, dtype=DTYPES[args.dtype],
+                          device=args.device, rounds=args.rounds)
+    print(decode_table(points, heading))
+    if args.json:
+        settings = {k: str(v) for k, v in vars(args).items() if k not in ("json", "plot")}
+        args.json.write_text(json.dumps({"settings": settings,
+                                         "points": [p.to_dict() for p in points]}, indent=2)
+                             + "\n")
     return EXIT_OK
 
 

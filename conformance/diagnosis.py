@@ -38,9 +38,9 @@ def scale_candidates(head_dim: int, num_heads: int) -> dict[str, float]:
 
 
 def _misshaped(weights: HeadWeights, inputs: Inputs, *, causal: bool, split_transposed: bool,
-               merge_transposed: bool) -> torch.Tensor:
+               merge_transposed: bool, window: int | None = None) -> torch.Tensor:
     """float64 attention with a head split or merge done by reshape alone (no transpose)."""
-    w = weights.map(lambda t: t.to(torch.float64).cpu())
+    w = weights.expanded().map(lambda t: t.to(torch.float64).cpu())
     heads, head_dim = w.num_heads, w.head_dim
 
     def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -55,7 +55,8 @@ def _misshaped(weights: HeadWeights, inputs: Inputs, *, causal: bool, split_tran
     v = project(inputs.value, w.w_v, w.b_v)
     logits = (q / math.sqrt(head_dim)) @ k.transpose(-1, -2)
     allowed = allowed_keys(q.shape[0], q.shape[2], k.shape[2],
-                           None if inputs.keep is None else inputs.keep.cpu(), causal)
+                           None if inputs.keep is None else inputs.keep.cpu(), causal,
+                           window=window)
     attention = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
     out = attention @ v
     batch, _, length, _ = out.shape
@@ -64,17 +65,61 @@ def _misshaped(weights: HeadWeights, inputs: Inputs, *, causal: bool, split_tran
     return merged if w.w_o is None else merged @ w.w_o.T + w.b_o
 
 
+def repeat_words(weights: HeadWeights) -> str:
+    return (f"matches key/value heads expanded with repeat instead of repeat_interleave: query "
+            f"head h reads key/value head h mod {weights.num_kv_heads}, not h // {weights.group}")
+
+
+def form_hint(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causal: bool,
+              rows: torch.Tensor | None = None, window: int | None = None) -> str | None:
+    """The likely bug in a modern form (grouped key/value heads paired by repeat, a window one key
+    off) when ``output`` matches it: for checks whose own hint is about something else."""
+    for words, variant in _form_variants(weights, inputs, causal=causal, window=window):
+        if _matches(output, variant(), rows):
+            return words
+    return None
+
+
+def _form_variants(weights: HeadWeights, inputs: Inputs, *, causal: bool,
+                   window: int | None) -> list[tuple[str, Callable[[], torch.Tensor]]]:
+    def ref(w: HeadWeights = weights, width: int | None = window) -> torch.Tensor:
+        return reference_attention(w, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
+                                   causal=causal, window=width).output
+
+    variants: list[tuple[str, Callable[[], torch.Tensor]]] = []
+    if weights.group > 1:
+        variants.append((repeat_words(weights), lambda: ref(tiled_groups(weights))))
+    if causal and window is not None:
+        variants.append((f"matches a window of {window + 1} keys instead of the declared "
+                         f"{window}: is the window one key too wide (i - j <= W)?",
+                         lambda: ref(width=window + 1)))
+        if window > 1:
+            variants.append((f"matches a window of {window - 1} keys instead of the declared "
+                             f"{window}: is the window one key too narrow?",
+                             lambda: ref(width=window - 1)))
+    return variants
+
+
+def tiled_groups(weights: HeadWeights) -> HeadWeights:
+    """Grouped weights rearranged so that the reference's ``repeat_interleave`` expansion gives
+    what ``repeat`` (tiling) gives: query head h reading key/value head h mod Hkv."""
+    expanded_by_repeat = {name: getattr(weights, name).repeat(
+        weights.group, *([1] * (getattr(weights, name).dim() - 1)))
+        for name in ("w_k", "b_k", "w_v", "b_v")}
+    return replace(weights, **expanded_by_repeat)
+
+
 def _matches(output: torch.Tensor, variant: torch.Tensor, rows: torch.Tensor | None) -> bool:
     scale = max(1.0, float(variant.abs().max()))
     return float(only_rows(abs_error(output, variant), rows).max()) <= MATCH * scale
 
 
 def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causal: bool,
-            rows: torch.Tensor | None = None) -> str | None:
+            rows: torch.Tensor | None = None, window: int | None = None) -> str | None:
     """The likely bug behind ``output``, when it matches a known mistake."""
     def ref(w: HeadWeights = weights, **options) -> torch.Tensor:
         return reference_attention(w, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
-                                   causal=causal, **options).output
+                                   causal=causal, window=window, **options).output
 
     variants: list[tuple[str, Callable[[], torch.Tensor]]] = [
         (f"matches the reference at scale {words}", lambda s=s: ref(scale=s))
@@ -91,10 +136,11 @@ def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causa
                          lambda: ref(replace(weights, w_v=weights.w_k, b_v=weights.b_k))))
     variants.append(("matches heads split with view(B, H, L, Dh) and no transpose",
                      lambda: _misshaped(weights, inputs, causal=causal, split_transposed=False,
-                                        merge_transposed=True)))
+                                        merge_transposed=True, window=window)))
     variants.append(("matches heads merged with reshape(B, L, H * Dh) and no transpose back",
                      lambda: _misshaped(weights, inputs, causal=causal, split_transposed=True,
-                                        merge_transposed=False)))
+                                        merge_transposed=False, window=window)))
+    variants += _form_variants(weights, inputs, causal=causal, window=window)
     for words, compute in variants:
         if _matches(output, compute(), rows):
             return words

@@ -1,40 +1,30 @@
 """Encode the suite's canonical key-padding mask in an implementation's declared convention.
 
-The canonical mask is a boolean ``keep`` tensor of shape (batch, kv_len): True = the key takes part.
+The canonical mask is a boolean ``keep`` tensor of shape (batch, kv_len): True = the key takes part;
+or, for patterns that differ from row to row (a block-diagonal mask over packed sequences), of
+shape (batch, q_len, kv_len), which only the layouts with a query axis can express.
 """
 
 from __future__ import annotations
 
 import torch
 
-from conformance.spec import MaskConvention, MaskKind, MaskLayout
+from conformance.spec import LAYOUT_SHAPES, MaskConvention, MaskKind, MaskLayout
 
 
 class MaskEncodingError(ValueError):
     """The canonical mask can't be expressed in the convention (a shared (Lq, Lk) mask for
-    batch elements with different padding)."""
+    batch elements with different padding, a per-row pattern in a layout without a query axis)."""
 
 
 def encode_mask(keep: torch.Tensor, convention: MaskConvention, *, num_heads: int, q_len: int,
                 dtype: torch.dtype) -> torch.Tensor:
-    """``keep`` (B, Lk) bool -> the tensor the implementation expects for ``convention``."""
-    batch, kv_len = keep.shape
-    layout = convention.layout
-    if layout is MaskLayout.KEY_PADDING:
-        shaped = keep
-    elif layout is MaskLayout.BROADCAST:
-        shaped = keep[:, None, None, :]
-    elif layout is MaskLayout.PER_QUERY:
-        shaped = keep[:, None, :].expand(batch, q_len, kv_len).contiguous()
-    elif layout is MaskLayout.PER_QUERY_BROADCAST:
-        shaped = keep[:, None, None, :].expand(batch, 1, q_len, kv_len).contiguous()
-    elif layout is MaskLayout.SHARED:
-        if batch and not bool((keep == keep[:1]).all()):
-            raise MaskEncodingError("a shared (Lq, Lk) mask can't give batch elements different "
-                                    "padding")
-        shaped = keep[0][None, :].expand(q_len, kv_len).contiguous()
+    """``keep`` (B, Lk) or (B, Lq, Lk) bool -> the tensor the implementation expects for
+    ``convention``."""
+    if keep.dim() == 3:
+        shaped = _per_query(keep, convention.layout, num_heads)
     else:
-        shaped = keep[:, None, None, :].expand(batch, num_heads, q_len, kv_len).contiguous()
+        shaped = _key_padding(keep, convention.layout, num_heads, q_len)
 
     kind = convention.kind
     if kind is MaskKind.KEEP_INT:
@@ -48,3 +38,41 @@ def encode_mask(keep: torch.Tensor, convention: MaskConvention, *, num_heads: in
     fill = torch.finfo(dtype).min if kind is MaskKind.ADDITIVE_MIN else float("-inf")
     additive = torch.zeros(shaped.shape, dtype=dtype, device=keep.device)
     return additive.masked_fill(~shaped, fill)
+
+
+def _key_padding(keep: torch.Tensor, layout: MaskLayout, num_heads: int,
+                 q_len: int) -> torch.Tensor:
+    """(B, Lk) key padding in ``layout``."""
+    batch, kv_len = keep.shape
+    if layout is MaskLayout.KEY_PADDING:
+        return keep
+    if layout is MaskLayout.BROADCAST:
+        return keep[:, None, None, :]
+    if layout is MaskLayout.PER_QUERY:
+        return keep[:, None, :].expand(batch, q_len, kv_len).contiguous()
+    if layout is MaskLayout.PER_QUERY_BROADCAST:
+        return keep[:, None, None, :].expand(batch, 1, q_len, kv_len).contiguous()
+    if layout is MaskLayout.SHARED:
+        if batch and not bool((keep == keep[:1]).all()):
+            raise MaskEncodingError("a shared (Lq, Lk) mask can't give batch elements different "
+                                    "padding")
+        return keep[0][None, :].expand(q_len, kv_len).contiguous()
+    return keep[:, None, None, :].expand(batch, num_heads, q_len, kv_len).contiguous()
+
+
+def _per_query(keep: torch.Tensor, layout: MaskLayout, num_heads: int) -> torch.Tensor:
+    """(B, Lq, Lk) in a layout that has a query axis."""
+    batch, q_len, kv_len = keep.shape
+    if layout is MaskLayout.PER_QUERY:
+        return keep
+    if layout is MaskLayout.PER_QUERY_BROADCAST:
+        return keep[:, None]
+    if layout is MaskLayout.PER_HEAD:
+        return keep[:, None].expand(batch, num_heads, q_len, kv_len).contiguous()
+    if layout is MaskLayout.SHARED:
+        if batch and not bool((keep == keep[:1]).all()):
+            raise MaskEncodingError("a shared (Lq, Lk) mask can't give batch elements different "
+                                    "patterns")
+        return keep[0]
+    raise MaskEncodingError(f"a mask of shape {LAYOUT_SHAPES[layout]} has no query axis: it "
+                            "can't give rows different keys")

@@ -39,20 +39,23 @@ def probe_unfit_reason(weights: HeadWeights, kv_len: int) -> str | None:
 def _probe_weights(original: HeadWeights, kv_len: int, generator: torch.Generator,
                    gain: float) -> HeadWeights:
     heads, head_dim, d_in = original.num_heads, original.head_dim, original.d_in
+    kv_heads = original.num_kv_heads
     content = d_in - kv_len
 
-    def content_reader() -> torch.Tensor:
-        w = torch.zeros(heads, head_dim, d_in, dtype=torch.float64)
-        w[:, :, kv_len:] = torch.randn(heads, head_dim, content, generator=generator,
+    def content_reader(count: int) -> torch.Tensor:
+        w = torch.zeros(count, head_dim, d_in, dtype=torch.float64)
+        w[:, :, kv_len:] = torch.randn(count, head_dim, content, generator=generator,
                                        dtype=torch.float64) * (gain / content**0.5)
         return w
 
-    w_v = torch.zeros(heads, original.value_dim, d_in, dtype=torch.float64)
+    # Grouped key/value heads: every group's values are the same one-hot positions, so each
+    # query head's block still reads its own attention row.
+    w_v = torch.zeros(kv_heads, original.value_dim, d_in, dtype=torch.float64)
     w_v[:, torch.arange(kv_len), torch.arange(kv_len)] = 1.0
     probe = HeadWeights(
-        w_q=content_reader(), b_q=torch.zeros(heads, head_dim, dtype=torch.float64),
-        w_k=content_reader(), b_k=torch.zeros(heads, head_dim, dtype=torch.float64),
-        w_v=w_v, b_v=torch.zeros(heads, original.value_dim, dtype=torch.float64),
+        w_q=content_reader(heads), b_q=torch.zeros(heads, head_dim, dtype=torch.float64),
+        w_k=content_reader(kv_heads), b_k=torch.zeros(kv_heads, head_dim, dtype=torch.float64),
+        w_v=w_v, b_v=torch.zeros(kv_heads, original.value_dim, dtype=torch.float64),
         w_o=None if original.w_o is None else torch.eye(original.w_o.shape[0], dtype=torch.float64),
         b_o=None if original.b_o is None else torch.zeros_like(original.b_o, dtype=torch.float64),
     )
@@ -110,7 +113,7 @@ def probe(instance: Instance, case: Case, call: str, *, keep: torch.Tensor | Non
     q_case = kv_case if call == "self" else q_in.to(**to_case)
     inputs = (Inputs.self_attention(kv_case, keep, causal) if call == "self"
               else Inputs(q_case, kv_case, kv_case, keep, causal))
-    w64 = weights.map(lambda t: t.to(torch.float64).cpu())
+    w64 = weights.expanded().map(lambda t: t.to(torch.float64).cpu())
     q = torch.einsum("bld,hed->bhle", q_case.to(torch.float64).cpu(), w64.w_q)
     k = torch.einsum("bld,hed->bhle", kv_case.to(torch.float64).cpu(), w64.w_k)
 

@@ -25,7 +25,7 @@ from conformance.profiles import PROFILE_NAMES
 from conformance.registry import ResolveError, is_located, registered, resolve
 from conformance.report import failure_block
 from conformance.results import CheckResult, Status
-from conformance.strategies import available_devices
+from conformance.strategies import available_devices, fixed_features
 
 CATALOGUE_MODULE = Path(__file__).with_name("test_conformance.py")
 BENCHMARK_MODULE = Path(__file__).with_name("test_benchmarks.py")
@@ -190,7 +190,7 @@ class BenchCase:
         heads = caps.heads or 4
         case = Case(batch=2, q_len=self.length, kv_len=self.length, num_heads=heads,
                     head_dim=128 // heads, dtype=self.dtype, device=self.device, seed=0,
-                    causal=caps.causal == "always")
+                    causal=caps.causal == "always", **fixed_features(caps))
         if caps.max_len is not None and self.length > caps.max_len:
             pytest.skip(f"beyond its max_len {caps.max_len}")
         instance = self.subject.instantiate(case.config, case.seed)

@@ -5,6 +5,10 @@ Policy for a query row with no key to attend to (every key masked, or masked by 
 the layer output is ``b_o`` (what ``F.scaled_dot_product_attention`` does since PyTorch 2.5);
 ``"nan"`` gives NaN; ``"uniform"`` spreads the weight evenly over all keys (what a finite fill
 value such as -1e9 gives).
+
+Grouped-query weights (fewer key/value heads than query heads) are expanded with
+``repeat_interleave`` along the head axis: query head h reads key/value head h // (H / Hkv). A
+sliding window of W keys restricts causal row t to keys t - W + 1 .. t.
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ class ReferenceResult:
 
 
 def allowed_keys(batch: int, q_len: int, kv_len: int, keep: torch.Tensor | None, causal: bool,
-                 device: torch.device | str = "cpu") -> torch.Tensor:
-    """(B, 1, Lq, Lk) bool: which key each query row may attend to (causal is top-left aligned)."""
+                 device: torch.device | str = "cpu", *, window: int | None = None) -> torch.Tensor:
+    """(B, 1, Lq, Lk) bool: which key each query row may attend to (causal is top-left aligned;
+    with a ``window`` of W keys, row t sees keys t - W + 1 .. t)."""
     allowed = torch.ones(batch, 1, q_len, kv_len, dtype=torch.bool, device=device)
     if keep is not None:
         allowed = allowed & keep.to(device)[:, None, None, :]
@@ -38,6 +43,8 @@ def allowed_keys(batch: int, q_len: int, kv_len: int, keep: torch.Tensor | None,
         rows = torch.arange(q_len, device=device)[:, None]
         cols = torch.arange(kv_len, device=device)[None, :]
         allowed = allowed & (cols <= rows)
+        if window is not None:
+            allowed = allowed & (rows - cols < window)
     return allowed
 
 
@@ -54,6 +61,7 @@ def reference_attention(
     dtype: torch.dtype = torch.float64,
     softmax_over: Literal["keys", "queries"] = "keys",
     scale_first: bool = True,
+    window: int | None = None,
 ) -> ReferenceResult:
     """Multi-head attention, computed in ``dtype`` (float64 for the reference).
 
@@ -61,9 +69,10 @@ def reference_attention(
     defaults to 1/sqrt(head_dim). Passing the case's own dtype gives the suite's plain same-dtype
     attention, the baseline that tolerances are measured against. ``softmax_over="queries"``
     computes a known mistake, for diagnosis only. ``scale_first=False`` scales the product
-    instead of q (another rounding path; the same in exact arithmetic).
+    instead of q (another rounding path; the same in exact arithmetic). ``window``: a causal
+    sliding window of that many keys.
     """
-    w = weights.map(lambda t: t.to(dtype))
+    w = weights.expanded().map(lambda t: t.to(dtype))
     q_in, k_in, v_in = (t.to(dtype) for t in (query, key, value))
     # (B, L, D) x (H, Dh, D) -> (B, H, L, Dh)
     q = torch.einsum("bld,hed->bhle", q_in, w.w_q) + w.b_q[None, :, None, :]
@@ -74,7 +83,7 @@ def reference_attention(
     logits = (q * scale) @ k.transpose(-1, -2) if scale_first else (q @ k.transpose(-1, -2)) * scale
 
     batch, q_len, kv_len = q_in.shape[0], q_in.shape[1], k_in.shape[1]
-    allowed = allowed_keys(batch, q_len, kv_len, keep, causal, q_in.device)
+    allowed = allowed_keys(batch, q_len, kv_len, keep, causal, q_in.device, window=window)
     logits = logits.masked_fill(~allowed, float("-inf"))
     empty_rows = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, Lq, 1)
     # Softmax of a row of -inf is NaN; give those rows finite logits and apply the policy after.
@@ -94,8 +103,9 @@ def reference_attention(
 
 def plain_attention(weights: HeadWeights, query: torch.Tensor, key: torch.Tensor,
                     value: torch.Tensor, *, keep: torch.Tensor | None, causal: bool,
-                    dtype: torch.dtype) -> list[torch.Tensor]:
+                    dtype: torch.dtype, window: int | None = None) -> list[torch.Tensor]:
     """The suite's plain attention in ``dtype``, in both textbook orders (scale q first, scale
     the product): the baselines a same-dtype implementation is measured against."""
     return [reference_attention(weights, query, key, value, keep=keep, causal=causal,
-                                dtype=dtype, scale_first=first).output for first in (True, False)]
+                                dtype=dtype, scale_first=first, window=window).output
+            for first in (True, False)]

@@ -30,6 +30,60 @@ FullyMaskedPolicy = Literal["zeros", "nan", "uniform", "report"]
 """What a row with every key masked gives: zero weights (output = output bias), NaN, uniform
 weights over all keys, or whatever it gives (``report``: only reported)."""
 
+KVHeads = int | Literal["config"] | None
+"""Grouped-query attention: ``None``, one key/value head per query head; ``"config"``, the
+factory honours ``Config.num_kv_heads`` (generated as divisors of the head count); an int, a
+number of key/value heads the module fixes itself (head counts are generated as its
+multiples)."""
+
+Window = int | Literal["config"] | None
+"""A causal sliding window, counted as the keys a row sees, itself included (row t sees
+t - W + 1 .. t): ``"config"`` when the factory honours ``Config.window``, an int when fixed."""
+
+RelativeEncoding = Literal["rotary", "alibi"]
+"""A relative position encoding inside the module: logits depend on positions only through
+i - j (RoPE rotates q and k by their positions; ALiBi adds -m_h (i - j))."""
+
+AlibiSlopes = Literal["standard", "measured"]
+"""ALiBi slopes: ``standard``, the paper's geometric sequence (2^(-8 (h + 1) / H) for H a power
+of two, its interpolation otherwise); ``measured``, any positive per-head slopes (reported)."""
+
+
+class CacheStyle(str, Enum):
+    """How a KV cache is handed to the module between decoding calls."""
+
+    RETURNED = "returned"
+    """The past comes in through an argument and the present goes out in the output tuple
+    (HuggingFace's legacy ``past_key_value`` + ``use_cache``, nanoGPT's ``layer_past``)."""
+    BUFFERS = "buffers"
+    """The module holds preallocated cache buffers; an integer argument says where the new
+    tokens start (Meta Llama's ``start_pos``)."""
+    OBJECT = "object"
+    """A cache object passed in and updated in place (HuggingFace's ``Cache`` /
+    ``DynamicCache``, or the module's own cache class)."""
+
+
+class PositionForm(str, Enum):
+    """How a forward argument takes the positions of the tokens."""
+
+    IDS = "ids"
+    """(batch, length) int64, HuggingFace's ``position_ids``."""
+    VECTOR = "vector"
+    """(length,) int64, HuggingFace's ``cache_position``."""
+    START = "start"
+    """An int, the first token's position."""
+
+
+class PackedForm(str, Enum):
+    """How packed variable-length sequences are passed."""
+
+    CU_SEQLENS = "cu_seqlens"
+    """Tokens (1, total, D) with cumulative lengths (n + 1,) int32 [0, l_1, l_1 + l_2, ...]."""
+    CU_SEQLENS_FLAT = "cu_seqlens_flat"
+    """The same with the tokens flattened to (total, D), as FlashAttention's varlen functions."""
+    MASK = "mask"
+    """A block-diagonal mask through the declared (per-query) mask argument."""
+
 
 class MaskKind(str, Enum):
     """How mask values are read."""
@@ -121,10 +175,19 @@ class Config:
     dropout: float = 0.0
     dtype: torch.dtype = torch.float32
     device: str = "cpu"
+    num_kv_heads: int | None = None
+    """Key/value heads (grouped-query attention), None for one per query head."""
+    window: int | None = None
+    """Sliding window: the keys each row sees, itself included; None for none."""
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """The number of key/value heads (``num_heads`` unless grouped)."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
 
 DEFAULT_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
@@ -162,6 +225,20 @@ class Capabilities:
         paths: other ways to call it that must give the same output, as
             ``(name, ((keyword, value), ...))`` pairs, e.g. ``("need_weights", (("need_weights",
             True),))``.
+        kv_heads: grouped-query key/value heads (see KVHeads).
+        relative: a relative position encoding inside ("rotary", "alibi"); ``position_shift``
+            checks that shifting every position changes nothing.
+        alibi: the ALiBi slopes it promises (see AlibiSlopes); ``alibi`` measures them.
+        positions: the forward keyword that takes token positions, and ``position_form`` how.
+        window: a causal sliding window (see Window).
+        kv_cache: how a KV cache is handed over between decoding calls (see CacheStyle);
+            ``cache_argument`` names the keyword (the start position for ``buffers``),
+            ``cache_options`` are keywords a cached call adds (``use_cache=True``), and
+            ``cache_factory`` ("module:Class") builds a fresh cache object for ``object``.
+        packed: how packed variable-length sequences are passed (see PackedForm);
+            ``packed_argument`` names the cu_seqlens keyword, ``max_seqlen_argument`` the
+            longest sequence's.
+        max_batch: the largest batch it takes (a preallocated cache's ``max_batch_size``).
     """
 
     call: CallConvention = "self"
@@ -182,6 +259,20 @@ class Capabilities:
     dropout: DropoutKind = "none"
     mask_formats: tuple[MaskConvention, ...] = ()
     paths: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
+    kv_heads: KVHeads = None
+    relative: RelativeEncoding | None = None
+    alibi: AlibiSlopes | None = None
+    positions: str | None = None
+    position_form: PositionForm | None = None
+    window: Window = None
+    kv_cache: CacheStyle | None = None
+    cache_argument: str | None = None
+    cache_options: tuple[tuple[str, object], ...] = ()
+    cache_factory: str | None = None
+    packed: PackedForm | None = None
+    packed_argument: str | None = None
+    max_seqlen_argument: str | None = None
+    max_batch: int | None = None
 
     def describe(self) -> str:
         call = "self-attention f(x[, mask])" if self.call == "self" else "f(q, k, v[, mask])"
@@ -194,6 +285,18 @@ class Capabilities:
             parts.append(f"{self.heads} head(s)")
         if self.max_len is not None:
             parts.append(f"max length {self.max_len}")
+        if self.kv_heads is not None:
+            parts.append("grouped key/value heads" + (
+                f" ({self.kv_heads})" if isinstance(self.kv_heads, int) else ""))
+        if self.relative:
+            parts.append({"rotary": "rotary positions", "alibi": "ALiBi"}[self.relative])
+        if self.window is not None:
+            parts.append("sliding window" + (
+                f" of {self.window}" if isinstance(self.window, int) else ""))
+        if self.kv_cache is not None:
+            parts.append(f"KV cache ({self.kv_cache.value} through {self.cache_argument})")
+        if self.packed is not None:
+            parts.append(f"packed sequences ({self.packed.value})")
         parts.append("canonical weights" if self.weights else "no weight access")
         return "; ".join(parts)
 
@@ -234,6 +337,21 @@ class Implementation:
             )
         if self.capabilities.call == "self" and self.capabilities.cross_attention:
             raise ValueError(f"{self.name}: cross-attention needs the 'qkv' call convention")
-        if self.capabilities.causal == "optional" and not self.capabilities.causal_argument:
+        caps = self.capabilities
+        if caps.causal == "optional" and not caps.causal_argument:
             raise ValueError(f"{self.name}: causal='optional' needs causal_argument")
+        if caps.kv_cache is not None and (caps.causal == "never" or not caps.cache_argument):
+            raise ValueError(f"{self.name}: a KV cache needs causal attention and cache_argument")
+        if caps.kv_cache is CacheStyle.OBJECT and not caps.cache_factory:
+            raise ValueError(f"{self.name}: an object cache needs cache_factory ('module:Class')")
+        if caps.window is not None and caps.causal != "always":
+            raise ValueError(f"{self.name}: a sliding window is declared for always-causal "
+                             "attention")
+        if caps.positions and caps.position_form is None:
+            raise ValueError(f"{self.name}: positions needs position_form")
+        if caps.packed in (PackedForm.CU_SEQLENS, PackedForm.CU_SEQLENS_FLAT) and not (
+                caps.packed_argument):
+            raise ValueError(f"{self.name}: cu_seqlens packing needs packed_argument")
+        if caps.packed is PackedForm.MASK and caps.mask is None:
+            raise ValueError(f"{self.name}: packing through a mask needs a declared mask")
 

@@ -4,7 +4,9 @@ Shapes: batch 1..4; lengths 1..33 (capped by a declared ``max_len``), with ``q_l
 drawn often because ``B == L`` hides no transposition bug the way unequal sizes do, and
 ``kv_len != q_len`` only where cross-attention is declared; heads 1..8 with more than one head
 the common case; head_dim 1..16. Masks keep at least one key per batch element, or separately
-mask every key of some elements.
+mask every key of some elements. Grouped-query attention: key/value heads a divisor of the head
+count (a proper one first), or the head count a multiple of a fixed number of key/value heads.
+Sliding windows: 1 to 8 keys.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ MAX_HEAD_DIM = 16
 SEEDS = st.integers(0, 2**16 - 1)
 # Shrinks towards 2 heads: a counterexample with several heads says more than one with one.
 HEAD_COUNTS = (2, 3, 4, 1, 5, 6, 7, 8)
+# Shrinks towards a window of 3 keys: shorter than most sequences, wider than one key.
+WINDOWS = (3, 1, 2, 4, 5, 6, 8)
 
 MaskStyle = Literal["none", "auto", "kept", "partly_masked", "fully_masked"]
 """``kept``: at least one kept key per batch element; ``auto``: ``kept`` where a mask is declared,
@@ -62,19 +66,51 @@ def _some_elements(batch: int) -> st.SearchStrategy[list[int]]:
 _MASK_SEEDS = st.one_of(st.none(), SEEDS)
 
 
-def _heads(caps: Capabilities, min_heads: int, max_heads: int) -> st.SearchStrategy[int]:
-    return _head_counts(caps.heads, caps.shapes, min_heads, max_heads)
+def _heads(caps: Capabilities, min_heads: int, max_heads: int,
+           grouped: bool = False) -> st.SearchStrategy[int]:
+    fixed_kv = caps.kv_heads if isinstance(caps.kv_heads, int) else 1
+    if grouped:  # at least two query heads per key/value head
+        min_heads = max(min_heads, 2 * fixed_kv)
+    return _head_counts(caps.heads, caps.shapes, min_heads, max_heads, fixed_kv)
 
 
 @cache
 def _head_counts(fixed: int | None, shapes: tuple[tuple[int, int], ...] | None, min_heads: int,
-                 max_heads: int) -> st.SearchStrategy[int]:
+                 max_heads: int, multiple: int = 1) -> st.SearchStrategy[int]:
     if fixed is not None:
         return st.just(fixed)
-    buildable = HEAD_COUNTS if shapes is None else {h for h, _ in shapes}
+    buildable = {h for h in HEAD_COUNTS if h % multiple == 0} if shapes is None else {
+        h for h, _ in shapes if h % multiple == 0}
     options = [h for h in HEAD_COUNTS if min_heads <= h <= max_heads and h in buildable]
     # A constructor constraint can leave none in the range asked for: take what builds.
     return _sampled(tuple(options or [h for h in HEAD_COUNTS if h in buildable]))
+
+
+@cache
+def _kv_head_counts(num_heads: int, grouped: bool) -> st.SearchStrategy[int]:
+    """Divisors of ``num_heads``: proper ones first, largest first (so a counterexample keeps
+    several groups), the head count itself last (plain multi-head) unless ``grouped``."""
+    proper = [k for k in range(num_heads - 1, 0, -1) if num_heads % k == 0]
+    options = proper if grouped and proper else [*proper, num_heads]
+    return _sampled(tuple(options))
+
+
+def kv_heads(caps: Capabilities, num_heads: int, grouped: bool = False) -> st.SearchStrategy:
+    """The key/value head counts a case with ``num_heads`` heads may have (None: not grouped)."""
+    if caps.kv_heads is None:
+        return st.none()
+    if isinstance(caps.kv_heads, int):
+        return st.just(caps.kv_heads)
+    return _kv_head_counts(num_heads, grouped)
+
+
+def windows(caps: Capabilities) -> st.SearchStrategy:
+    """The sliding windows a case may have (None: no window)."""
+    if caps.window is None:
+        return st.none()
+    if isinstance(caps.window, int):
+        return st.just(caps.window)
+    return _sampled(WINDOWS)
 
 
 def _head_dims(caps: Capabilities, num_heads: int, low: int,
@@ -93,12 +129,13 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
           causal: bool = False, cross: bool = True, min_heads: int = 1, min_len: int = 1,
           probe: bool = False, min_batch: int = 1, dtypes: tuple[torch.dtype, ...] | None = None,
           max_len: int = MAX_LEN, max_batch: int = 4, max_heads: int = 8,
-          max_head_dim: int = MAX_HEAD_DIM) -> Case:
+          max_head_dim: int = MAX_HEAD_DIM, grouped: bool = False) -> Case:
     """A case the implementation can take.
 
     ``probe``: shapes where the attention-matrix probe fits (``kv_len <= head_dim`` and
     ``d_model > kv_len``, see :mod:`conformance.probes`). ``causal``: the case asks for causal
-    attention, with ``q_len == kv_len``. ``dtypes`` narrows the declared dtypes.
+    attention, with ``q_len == kv_len``. ``dtypes`` narrows the declared dtypes. ``grouped``:
+    fewer key/value heads than query heads (for grouped-query implementations).
     """
     causal = causal or caps.causal == "always"  # the case must say what the implementation does
     if masks == "auto":
@@ -108,12 +145,17 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
         max_len = min(max_len, MAX_HEAD_DIM - 1)
     if masks == "partly_masked":
         min_len = max(min_len, 2)
+    max_batch = min(max_batch, caps.max_batch or max_batch)
     batch = draw(_integers(max(min_batch, 2 if masks == "fully_masked" else 1), max_batch))
     q_len = draw(_just_or_integers(max(min(batch, max_len), min_len), min_len, max_len))
     kv_len = q_len
     if cross and caps.cross_attention and not causal:
         kv_len = draw(_just_or_integers(q_len, min_len, max_len))
-    num_heads = draw(_heads(caps, min_heads, max_heads))
+    num_heads = draw(_heads(caps, min_heads, max_heads, grouped))
+    # Drawn only where declared: an implementation without these forms gets the very cases it
+    # got before they existed.
+    kv_head_count = None if caps.kv_heads is None else draw(kv_heads(caps, num_heads, grouped))
+    window = None if caps.window is None else draw(windows(caps))
     if probe:
         # One-hot values need head_dim >= kv_len; the content channel needs d_model > kv_len.
         low = max(kv_len, 1 if num_heads > 1 else kv_len + 1)
@@ -141,10 +183,38 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
         mask_seed = draw(_MASK_SEEDS)
     case = Case(batch=batch, q_len=q_len, kv_len=kv_len, num_heads=num_heads,
                 head_dim=head_dim, dtype=dtype, device=device, seed=draw(SEEDS), kept=kept,
-                mask_seed=mask_seed, causal=causal, shared_mask=shared and kept is not None)
+                mask_seed=mask_seed, causal=causal, shared_mask=shared and kept is not None,
+                kv_heads=kv_head_count, window=window)
     if causal and masks in ("kept", "partly_masked") and not bool(case.attendable_rows().all()):
         case = replace(case, mask_seed=None)  # right padding keeps key 0: every row sees a key
+        if window is not None:
+            case = window_padding(case, window, masked=masks == "partly_masked")
     return case
+
+
+def window_padding(case: Case, window: int, *, masked: bool = False) -> Case:
+    """``case`` (right-padded) with no row left without a key in its window of ``window`` keys:
+    at most ``window - 1`` keys padded at the end (at least one where ``masked``). Rows with no
+    key to attend to are the fully_masked check's; elsewhere every row sees one, windows too."""
+    floor = case.kv_len - window + 1
+    if masked and floor >= case.kv_len:
+        reject()  # a one-key window and a masked key always leave that key's row empty
+    return replace(case, kept=tuple(max(count, floor) for count in case.kept))
+
+
+DEFAULT_WINDOW = 4
+"""The window of a case built by hand for a module that takes its window from the
+configuration."""
+
+
+def fixed_features(caps: Capabilities) -> dict[str, int | None]:
+    """``kv_heads`` and ``window`` for a case built by hand (not drawn): what the module fixes
+    itself; where the factory takes them from the configuration, one key/value head per query
+    head and a window of DEFAULT_WINDOW keys."""
+    window = caps.window if isinstance(caps.window, int) else (
+        DEFAULT_WINDOW if caps.window == "config" else None)
+    return {"kv_heads": caps.kv_heads if isinstance(caps.kv_heads, int) else None,
+            "window": window}
 
 
 def shared_masks(caps: Capabilities) -> bool:

@@ -2,15 +2,19 @@
 
 The canonical form (all tensors in the module's dtype and device):
 
-    w_q: (H, Dh, D_in)   b_q: (H, Dh)
-    w_k: (H, Dh, D_in)   b_k: (H, Dh)
-    w_v: (H, Dv, D_in)   b_v: (H, Dv)
+    w_q: (H, Dh, D_in)    b_q: (H, Dh)
+    w_k: (Hkv, Dh, D_in)  b_k: (Hkv, Dh)
+    w_v: (Hkv, Dv, D_in)  b_v: (Hkv, Dv)
     w_o: (D_out, H * Dv) or None (no output projection: the output is the concatenated heads)
     b_o: (D_out,) or None
 
-Head ``h`` computes ``softmax((x w_q[h]^T + b_q[h]) (x w_k[h]^T + b_k[h])^T / sqrt(Dh))
-(x w_v[h]^T + b_v[h])``; the heads are concatenated in order and projected by ``w_o``, ``b_o``.
-A missing bias reads as zeros; writing a non-zero bias where the module has none is an error.
+``Hkv`` = H for multi-head attention; grouped-query attention has fewer key/value heads
+(``H % Hkv == 0``, G = H / Hkv query heads per group; multi-query attention has one), and query
+head ``h`` reads key/value head ``g(h) = h // G``: the grouping of ``repeat_interleave(G)`` along
+the head axis (HuggingFace's ``repeat_kv``). Head ``h`` computes
+``softmax((x w_q[h]^T + b_q[h]) (x w_k[g]^T + b_k[g])^T / sqrt(Dh)) (x w_v[g]^T + b_v[g])``; the
+heads are concatenated in order and projected by ``w_o``, ``b_o``. A missing bias reads as zeros;
+writing a non-zero bias where the module has none is an error.
 """
 
 from __future__ import annotations
@@ -57,6 +61,27 @@ class HeadWeights:
         return self.w_q.shape[2]
 
     @property
+    def num_kv_heads(self) -> int:
+        return self.w_k.shape[0]
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head (1 for multi-head attention)."""
+        return self.num_heads // self.num_kv_heads
+
+    def kv_head(self, h: int) -> int:
+        """The key/value head query head ``h`` reads."""
+        return h // self.group
+
+    def expanded(self) -> HeadWeights:
+        """The same attention with one key/value head per query head (``repeat_interleave``)."""
+        if self.group == 1:
+            return self
+        moved = {name: getattr(self, name).repeat_interleave(self.group, dim=0)
+                 for name in ("w_k", "b_k", "w_v", "b_v")}
+        return replace(self, **moved)
+
+    @property
     def d_out(self) -> int:
         return self.num_heads * self.value_dim if self.w_o is None else self.w_o.shape[0]
 
@@ -67,12 +92,19 @@ class HeadWeights:
         })
 
     def permute_heads(self, order: Sequence[int]) -> HeadWeights:
-        """Relabel heads: new head ``i`` is old head ``order[i]``; ``w_o``'s column blocks follow."""
+        """Relabel heads: new head ``i`` is old head ``order[i]``; ``w_o``'s column blocks follow.
+
+        With grouped key/value heads the order must move whole groups (the key/value heads
+        follow their groups) and may reorder query heads within a group."""
         index = torch.as_tensor(list(order), device=self.w_q.device)
-        moved = {
-            name: getattr(self, name)[index]
-            for name in ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v")
-        }
+        group = self.group
+        kv_order = [order[i * group] // group for i in range(self.num_kv_heads)]
+        if any(order[i] // group != kv_order[i // group] for i in range(len(order))):
+            raise ValueError(f"head order {list(order)} splits a group of {group} query heads")
+        kv_index = torch.as_tensor(kv_order, device=self.w_q.device)
+        moved = {name: getattr(self, name)[index] for name in ("w_q", "b_q")}
+        moved.update({name: getattr(self, name)[kv_index] for name in ("w_k", "b_k", "w_v",
+                                                                        "b_v")})
         w_o = self.w_o
         if w_o is not None:
             blocks = w_o.reshape(w_o.shape[0], self.num_heads, self.value_dim)
@@ -80,11 +112,13 @@ class HeadWeights:
         return replace(self, w_o=w_o, **moved)
 
     def head(self, h: int) -> HeadWeights:
-        """Head ``h`` alone, as a one-head module with no output projection."""
+        """Query head ``h`` alone with its key/value head, as a one-head module with no output
+        projection."""
+        g = self.kv_head(h)
         return HeadWeights(
             w_q=self.w_q[h : h + 1], b_q=self.b_q[h : h + 1],
-            w_k=self.w_k[h : h + 1], b_k=self.b_k[h : h + 1],
-            w_v=self.w_v[h : h + 1], b_v=self.b_v[h : h + 1],
+            w_k=self.w_k[g : g + 1], b_k=self.b_k[g : g + 1],
+            w_v=self.w_v[g : g + 1], b_v=self.b_v[g : g + 1],
         )
 
     def _fields(self) -> list[tuple[str, torch.Tensor | None]]:
@@ -96,8 +130,12 @@ class WeightLayout(ABC):
     """Where a module keeps its projections; reads and writes them in the canonical form."""
 
     @abstractmethod
-    def read(self, module: nn.Module, num_heads: int) -> HeadWeights:
-        """The module's current weights, canonical form, detached copies."""
+    def read(self, module: nn.Module, num_heads: int,
+             num_kv_heads: int | None = None) -> HeadWeights:
+        """The module's current weights, canonical form, detached copies.
+
+        ``num_kv_heads``: the key/value heads it was built with (grouped-query attention), where
+        the layout can't tell them from shapes alone; None reads them from the shapes."""
 
     @abstractmethod
     def write(self, module: nn.Module, weights: HeadWeights) -> None:
@@ -143,6 +181,17 @@ def _split_heads(matrix: torch.Tensor, bias: torch.Tensor | None, heads: int, pa
     return w, b.reshape(heads, rows // heads)
 
 
+def _kv_heads(rows: int, head_dim: int, num_heads: int, path: str) -> int:
+    """Key/value heads of ``head_dim`` in ``rows`` output rows: a divisor of ``num_heads``
+    (``num_heads`` itself for multi-head attention)."""
+    if head_dim and rows % head_dim == 0:
+        count = rows // head_dim
+        if count and num_heads % count == 0:
+            return count
+    raise WeightLayoutError(f"{path!r} has {rows} output rows: not key/value heads of width "
+                            f"{head_dim} grouping {num_heads} query heads")
+
+
 def _copy_into(param: torch.Tensor | None, value: torch.Tensor | None, path: str) -> None:
     if param is None:
         if value is not None and bool(torch.any(value != 0)):
@@ -154,16 +203,23 @@ def _copy_into(param: torch.Tensor | None, value: torch.Tensor | None, path: str
         param.copy_(value.reshape(param.shape))
 
 
-def _split_packed(weight: torch.Tensor, bias: torch.Tensor | None, heads: int, path: str):
-    """[q; k; v] stacked rows -> the canonical q, k, v parts."""
-    if weight.shape[0] % 3:
-        raise WeightLayoutError(f"{path!r} has {weight.shape[0]} rows, not 3 equal parts")
-    rows = weight.shape[0] // 3
-    parts = {}
-    for i, role in enumerate("qkv"):
-        part_bias = None if bias is None else bias[i * rows : (i + 1) * rows]
+def _split_packed(weight: torch.Tensor, bias: torch.Tensor | None, heads: int, path: str,
+                  kv_heads: int | None = None):
+    """[q; k; v] stacked rows -> the canonical q, k, v parts (with ``kv_heads`` key/value heads,
+    the rows are H Dh + 2 Hkv Dh)."""
+    kv_heads = heads if kv_heads is None else kv_heads
+    units = heads + 2 * kv_heads
+    if weight.shape[0] % units:
+        raise WeightLayoutError(f"{path!r} has {weight.shape[0]} rows, not q, k, v parts for "
+                                f"{heads} query and {kv_heads} key/value heads")
+    head_dim = weight.shape[0] // units
+    sizes = (heads * head_dim, kv_heads * head_dim, kv_heads * head_dim)
+    parts, start = {}, 0
+    for role, size, count in zip("qkv", sizes, (heads, kv_heads, kv_heads), strict=True):
+        part_bias = None if bias is None else bias[start : start + size]
         parts[f"w_{role}"], parts[f"b_{role}"] = _split_heads(
-            weight[i * rows : (i + 1) * rows], part_bias, heads, path)
+            weight[start : start + size], part_bias, count, path)
+        start += size
     return parts
 
 
@@ -202,12 +258,19 @@ class SeparateProjections(WeightLayout):
     v: str
     o: str | None = None
 
-    def read(self, module: nn.Module, num_heads: int) -> HeadWeights:
+    def read(self, module: nn.Module, num_heads: int,
+             num_kv_heads: int | None = None) -> HeadWeights:
         parts = {}
-        for role in ("q", "k", "v"):
-            path = getattr(self, role)
-            weight, bias = _linear_parts(_get(module, path), path)
-            parts[f"w_{role}"], parts[f"b_{role}"] = _split_heads(weight, bias, num_heads, path)
+        weight, bias = _linear_parts(_get(module, self.q), self.q)
+        parts["w_q"], parts["b_q"] = _split_heads(weight, bias, num_heads, self.q)
+        weight, bias = _linear_parts(_get(module, self.k), self.k)
+        # Key heads of the query's width (fewer of them in grouped-query attention); the values
+        # have as many heads, of any width.
+        heads = num_kv_heads or _kv_heads(weight.shape[0], parts["w_q"].shape[1], num_heads,
+                                          self.k)
+        parts["w_k"], parts["b_k"] = _split_heads(weight, bias, heads, self.k)
+        weight, bias = _linear_parts(_get(module, self.v), self.v)
+        parts["w_v"], parts["b_v"] = _split_heads(weight, bias, heads, self.v)
         if self.o is not None:
             parts.update(_read_output(_get(module, self.o), self.o))
         return HeadWeights(**parts)
@@ -233,9 +296,10 @@ class FusedProjection(WeightLayout):
     qkv: str
     o: str | None = None
 
-    def read(self, module: nn.Module, num_heads: int) -> HeadWeights:
+    def read(self, module: nn.Module, num_heads: int,
+             num_kv_heads: int | None = None) -> HeadWeights:
         weight, bias = _linear_parts(_get(module, self.qkv), self.qkv)
-        parts = _split_packed(weight, bias, num_heads, self.qkv)
+        parts = _split_packed(weight, bias, num_heads, self.qkv, num_kv_heads)
         if self.o is not None:
             parts.update(_read_output(_get(module, self.o), self.o))
         return HeadWeights(**parts)
@@ -261,7 +325,8 @@ class PerHeadModules(WeightLayout):
     v: str
     o: str | None = None
 
-    def read(self, module: nn.Module, num_heads: int) -> HeadWeights:
+    def read(self, module: nn.Module, num_heads: int,
+             num_kv_heads: int | None = None) -> HeadWeights:
         head_list = list(_get(module, self.heads))
         if len(head_list) != num_heads:
             raise WeightLayoutError(f"{self.heads!r} holds {len(head_list)} heads, expected {num_heads}")
@@ -309,7 +374,8 @@ class PackedInProjection(WeightLayout):
                 f"{self.path or type(module).__name__!r} has no packed in_proj_weight")
         return mha
 
-    def read(self, module: nn.Module, num_heads: int) -> HeadWeights:
+    def read(self, module: nn.Module, num_heads: int,
+             num_kv_heads: int | None = None) -> HeadWeights:
         mha = self._mha(module)
         parts = _split_packed(mha.in_proj_weight, mha.in_proj_bias, num_heads, "in_proj_weight")
         parts.update(_read_output(mha.out_proj, "out_proj"))

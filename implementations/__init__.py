@@ -1,5 +1,6 @@
 """Implementations bundled with the suite: the seed variants (as written, bugs included), two
-correct references, and the mutant zoo. ``bundled()`` is the entry point the suite discovers.
+correct references, the modern forms (grouped-query heads, RoPE, ALiBi, sliding windows, KV
+caches, packed sequences), and the mutant zoo. ``bundled()`` is the entry point the suite discovers.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def expected_warnings() -> dict[str, dict[str, str]]:
 
 def bundled() -> list[Implementation]:
     """Every bundled implementation, with its expected failures from ``expected_results.toml``."""
-    from implementations import reference_sdpa, reference_torch_mha, seeds
+    from implementations import modern, reference_sdpa, reference_torch_mha, seeds
     from implementations.mutants import MUTANT_MODULES, textbook
 
     declared = [
@@ -32,6 +33,7 @@ def bundled() -> list[Implementation]:
         reference_sdpa.IMPLEMENTATION,
         reference_torch_mha.IMPLEMENTATION,
         *textbook.IMPLEMENTATIONS,
+        *modern.IMPLEMENTATIONS,
         *(module.IMPLEMENTATION for module in MUTANT_MODULES),
     ]
     expected, warnings = expectations.load_all(EXPECTED_RESULTS)

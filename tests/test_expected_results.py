@@ -13,11 +13,28 @@ from implementations import bundled, expected_results, expected_warnings
 from implementations.mutants import MUTANT_MODULES
 
 IMPLEMENTATIONS = {impl.name: impl for impl in bundled()}
+MODERN = {"kv_groups", "position_shift", "alibi", "sliding_window", "kv_cache", "packed"}
+"""The modern-form checks: a classic implementation declares none of their forms."""
+POSITIONAL = {"head_split", "reference", "scale", "stability", "permutation"}
+"""What a module with a position encoding inside skips (the reference is position-free)."""
 CORRECT = {  # correct implementations, and the checks they declare they can't take part in
-    "reference-sdpa": set(),
-    "reference-torch-mha": set(),
-    "textbook": {"causal"},
-    "textbook-causal": {"permutation"},
+    "reference-sdpa": MODERN,
+    "reference-torch-mha": MODERN,
+    "textbook": {"causal"} | MODERN,
+    "textbook-causal": {"permutation"} | MODERN,
+    # Causal and without dropout: permutation and dropout never apply; one mask format.
+    "modern-llama": POSITIONAL | {"dropout", "mask_formats", "alibi", "sliding_window",
+                                  "packed"},
+    "modern-mistral": POSITIONAL | {"dropout", "mask_formats", "alibi", "packed"},
+    "modern-sliding-window": {"permutation", "dropout", "mask_formats", "alibi",
+                              "position_shift"},
+    "modern-alibi": POSITIONAL | {"dropout", "mask_formats", "kv_groups", "sliding_window",
+                                  "packed"},
+    # No mask: padding and fully_masked don't apply.
+    "modern-llama-sdpa": POSITIONAL | {"dropout", "mask_formats", "padding", "fully_masked",
+                                       "alibi", "sliding_window", "packed", "position_shift"},
+    "modern-varlen": {"permutation", "dropout", "mask_formats", "padding", "fully_masked",
+                      "alibi", "sliding_window", "kv_cache", "position_shift"},
 }
 
 

@@ -40,6 +40,11 @@ ONE_FLAG = {
     "mutant-encoder-with-causal-mask": Declarations(causal="never"),
     # Its bug lives in an alternative mask format, which is declared, not inferred.
     "mutant-bool-mask-inverted": Declarations(mask_formats=("keep_bool:broadcast",)),
+    # Packing through a block-diagonal mask is a promise nothing in a signature shows.
+    "modern-sliding-window": Declarations(packed="mask"),
+    # Its bug breaks a promise (the paper's slopes) inference can't know was made: it measures
+    # the slopes and holds them only to ALiBi's form (linear, positive).
+    "mutant-alibi-slopes-reversed": Declarations(alibi="standard"),
 }
 CHECKED = {impl.name: _spec(impl) for impl in bundled()}
 MUTANTS = {module.IMPLEMENTATION.name: module for module in MUTANT_MODULES}

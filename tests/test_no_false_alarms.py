@@ -1,9 +1,12 @@
-"""No false alarm on correct attention written in the wild: every correct module of both
+"""No false alarm on correct attention written in the wild: every correct module of the three
 collections exits 0 with nothing declared, through the command line a user types.
 
-``tests/fixtures/user_styles.py`` (12 styles) and ``tests/fixtures/wild_styles.py`` (21 styles,
+``tests/fixtures/user_styles.py`` (12 styles), ``tests/fixtures/wild_styles.py`` (21 styles,
 written independently of the suite and proved correct against their own float64 reference in
-``tests/test_wild_styles_are_correct.py``; the HuggingFace wrappers where transformers imports).
+``tests/test_wild_styles_are_correct.py``; the HuggingFace wrappers where transformers imports)
+and ``tests/fixtures/modern_styles.py`` (7 modern forms: KV caches in the three styles, sliding
+windows in both counts, ALiBi, packed sequences; proved in
+``tests/test_modern_styles_are_correct.py``).
 Warnings are allowed: they are findings beyond the normal range, in dtypes nobody declared, or
 about an intent inference can't know, and never change the exit status.
 
@@ -19,10 +22,11 @@ import json
 import pytest
 
 from conformance.cli import main
-from tests.fixtures import user_styles, wild_styles
+from tests.fixtures import modern_styles, user_styles, wild_styles
 
 SPECS = ([f"tests.fixtures.user_styles:{cls.__name__}" for cls in user_styles.STYLES]
-         + [f"tests.fixtures.wild_styles:{cls.__name__}" for cls in wild_styles.STYLES])
+         + [f"tests.fixtures.wild_styles:{cls.__name__}" for cls in wild_styles.STYLES]
+         + [f"tests.fixtures.modern_styles:{cls.__name__}" for cls in modern_styles.STYLES])
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +42,7 @@ def test_every_correct_module_exits_0_with_nothing_declared(report):
                 for r in payload["results"] if r["status"] == "failed"]
     assert failures == []
     assert code == 0
-    assert len({r["implementation"] for r in payload["results"]}) == len(SPECS) >= 30
+    assert len({r["implementation"] for r in payload["results"]}) == len(SPECS) >= 36
 
 
 def test_the_hard_styles_were_understood(report):
@@ -50,7 +54,7 @@ def test_the_hard_styles_were_understood(report):
     assert "computes part of attention in float32" not in inferred[  # said by the gate
         "wild_styles:Qwen2StyleAttention"]
     assert "head width = head_size" in inferred["wild_styles:Head"]
-    assert "builds only with num_heads a multiple of 2" in inferred[
+    assert "key/value heads = n_kv_heads: generated as divisors of num_heads" in inferred[
         "wild_styles:GroupedQueryAttention"]
     assert "rotary position embeddings" in inferred["wild_styles:RotarySelfAttention"]
     assert "bool mask, True = ignore" in inferred["wild_styles:TorchMHASelfAttention"]
@@ -61,3 +65,55 @@ def test_the_hard_styles_were_understood(report):
                if r["implementation"] == "wild_styles:MultiHeadedAttention"
                and r["check"] == "padding"]
     assert doubted[0]["status"] == "warning"  # OpenNMT: True = masked, under the name `mask`
+
+
+def _verdicts(payload: dict) -> dict[str, dict[str, str]]:
+    verdicts: dict[str, dict[str, str]] = {}
+    for result in payload["results"]:
+        verdicts.setdefault(result["implementation"], {})[result["check"]] = result["status"]
+    return verdicts
+
+
+def test_the_modern_forms_were_understood_and_checked(report):
+    """What each modern module is was inferred and said, and its checks ran (passed, not
+    skipped): grouped key/value heads, the three cache styles, both window counts, ALiBi,
+    packing, relative positions."""
+    _, payload = report
+    inferred = {i["name"]: " ".join(i["inferred"]) for i in payload["implementations"]}
+    said = {
+        "modern_styles:NanoGPTCachedAttention": "KV cache: layer_past in, use_cache=True, the "
+                                                "present cache out beside the output",
+        "modern_styles:MetaLlamaCachedAttention": "KV cache: buffers it keeps, start_pos = the "
+                                                  "new tokens' first position",
+        "modern_styles:MistralStyleAttention": "sliding_window: a causal sliding window, W keys "
+                                               "per row, itself included",
+        "modern_styles:LocalCausalAttention": "window_size: a causal sliding window, W keys "
+                                              "before the row, plus itself",
+        "modern_styles:MPTAlibiAttention": "ALiBi position biases inside (inferred from buffer "
+                                           "alibi_slopes",
+        "modern_styles:PackedSequenceAttention": "cu_seqlens: packed sequences, tokens (1, "
+                                                 "total, D) (probed)",
+        "wild_styles:GroupedQueryAttention": "probed: built with n_kv_heads=1",
+    }
+    for name, words in said.items():
+        assert words in inferred[name], name
+    verdicts = _verdicts(payload)
+    ran = {
+        "modern_styles:NanoGPTCachedAttention": {"kv_cache", "reference", "head_split"},
+        "modern_styles:MetaLlamaCachedAttention": {"kv_cache", "kv_groups"},
+        "modern_styles:MistralStyleAttention": {"kv_cache", "kv_groups", "sliding_window",
+                                                "position_shift"},
+        "modern_styles:LocalCausalAttention": {"sliding_window", "reference", "head_split"},
+        "modern_styles:MPTAlibiAttention": {"alibi", "position_shift"},
+        "modern_styles:PackedSequenceAttention": {"packed", "kv_groups", "reference"},
+        # The grouped-query wild style now gets the grouped reference and head split.
+        "wild_styles:GroupedQueryAttention": {"kv_groups", "head_split", "reference", "scale"},
+        "wild_styles:RotarySelfAttention": {"position_shift"},
+        "wild_styles:LlamaAttentionMeta": {"position_shift"},
+    }
+    if "modern_styles:HFLlamaCachedAttention" in verdicts:
+        ran["modern_styles:HFLlamaCachedAttention"] = {"kv_cache", "kv_groups", "position_shift"}
+        ran["wild_styles:HFLlamaSelfAttention"] = {"kv_groups", "position_shift"}
+    for name, checks in ran.items():
+        assert {check: verdicts[name][check] for check in checks} == dict.fromkeys(
+            checks, "passed"), name

@@ -14,6 +14,7 @@ from conformance.adapter import ImplementationError, InProcessSubject
 from conformance.benchmark.measure import WARMUP, attention_flops, peak_memory, time_interleaved
 from conformance.cases import Case, dtype_name
 from conformance.spec import Implementation
+from conformance.strategies import fixed_features
 
 DEFAULT_LENGTHS = (32, 64, 128, 256, 512, 1024, 2048)
 
@@ -110,7 +111,8 @@ def _measure(impl: Implementation, baseline: Implementation, length: int, batch:
     num_heads = impl.capabilities.heads or heads
     case = Case(batch=batch, q_len=length, kv_len=length, num_heads=num_heads,
                 head_dim=heads * head_dim // num_heads, dtype=dtype_name(dtype), device=device,
-                seed=0, causal=impl.capabilities.causal == "always")
+                seed=0, causal=impl.capabilities.causal == "always",
+                **fixed_features(impl.capabilities))
     calls = {}
     try:
         for name, subject in (("impl", impl), ("sdpa", baseline)):

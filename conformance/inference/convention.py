@@ -5,6 +5,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
+from conformance.spec import PositionForm
+
 QUERY_NAMES = ("q", "query", "queries", "x_q")
 KEY_NAMES = ("k", "key", "keys", "x_k")
 VALUE_NAMES = ("v", "value", "values", "x_v")
@@ -18,7 +20,21 @@ EITHER_MASK_NAMES = ("attn_mask",)
 BIAS_NAMES = ("attn_bias", "attention_bias", "bias", "position_bias", "mask_bias")
 CAUSAL_NAMES = ("is_causal", "causal")
 POSITION_NAMES = ("position_ids", "position_embeddings", "positions", "freqs_cis",
-                  "rotary_pos_emb", "rope", "cos_sin", "pos_emb")
+                  "rotary_pos_emb", "rope", "cos_sin", "pos_emb", "cache_position", "start_pos",
+                  "input_pos", "pos_ids")
+FILLABLE_POSITIONS = {"position_ids": PositionForm.IDS, "pos_ids": PositionForm.IDS,
+                      "cache_position": PositionForm.VECTOR, "input_pos": PositionForm.VECTOR,
+                      "start_pos": PositionForm.START}
+"""Position arguments the suite can fill, and how (HuggingFace's (B, L) ``position_ids`` and
+(L,) ``cache_position``, gpt-fast's ``input_pos``, Meta's int ``start_pos``); others
+(``position_embeddings``, ``freqs_cis``) carry precomputed tables and are left to defaults."""
+CACHE_NAMES = ("past_key_value", "past_key_values", "layer_past", "past", "kv_cache", "cache",
+               "past_kv", "cache_kv")
+START_NAMES = ("start_pos", "start_position", "seqlen_offset")
+"""An int that says where new tokens go in buffers the module keeps (Meta Llama's cache)."""
+USE_CACHE_NAMES = ("use_cache",)
+PACKED_NAMES = ("cu_seqlens", "cu_seq_lens", "cu_seqlens_q", "cu_seqlen")
+MAX_SEQLEN_NAMES = ("max_seqlen", "max_seqlen_q", "max_seq_len_in_batch")
 
 MaskFamily = str
 """The conventions a mask argument's name admits:
@@ -65,6 +81,18 @@ class ForwardConvention:
     """Inputs are (length, batch, width), as nn.MultiheadAttention's default."""
     by_keyword: bool = False
     """Pass q, k, v by name: the signature orders them otherwise (OpenNMT's key, value, query)."""
+    position_argument: str | None = None
+    """A position argument the suite can fill (see FILLABLE_POSITIONS)."""
+    position_required: bool = False
+    cache: str | None = None
+    """A KV cache argument: a past cache (``past_key_value``), or a start position into buffers
+    the module keeps (``start_pos``, see START_NAMES)."""
+    cache_annotation: object = None
+    """The cache argument's annotation, as written (a class names a cache object's type)."""
+    use_cache: str | None = None
+    packed: str | None = None
+    """A cu_seqlens argument (packed variable-length sequences)."""
+    max_seqlen: str | None = None
 
     def describe(self) -> str:
         if self.call == "self":
@@ -118,4 +146,17 @@ def read_forward(function) -> ForwardConvention:
     convention.causal = next((n for n in rest if n in CAUSAL_NAMES), None)
     convention.need_weights = "need_weights" in rest
     convention.positions = tuple(n for n in rest if n in POSITION_NAMES)
+    by_name = {p.name: p for p in parameters}
+    fillable = next((n for n in rest if n in FILLABLE_POSITIONS), None)
+    if fillable is not None:
+        convention.position_argument = fillable
+        convention.position_required = by_name[fillable].default is by_name[fillable].empty
+    cache = next((n for n in rest if n in START_NAMES), None) or next(
+        (n for n in rest if n in CACHE_NAMES), None)
+    if cache is not None:
+        convention.cache = cache
+        convention.cache_annotation = by_name[cache].annotation
+    convention.use_cache = next((n for n in rest if n in USE_CACHE_NAMES), None)
+    convention.packed = next((n for n in rest if n in PACKED_NAMES), None)
+    convention.max_seqlen = next((n for n in rest if n in MAX_SEQLEN_NAMES), None)
     return convention

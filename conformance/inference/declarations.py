@@ -19,6 +19,20 @@ Spellings (the same in flags and TOML):
 - ``sequence-first``: ``true`` when forward takes (length, batch, width) inputs
 - ``dtypes``: the dtypes it supports, e.g. ``float32,float64`` (without it, float16 and
   bfloat16 are assumed too, and what breaks there is a warning)
+- ``kv-heads-arg``: the constructor argument for the key/value heads (grouped-query attention)
+- ``window-arg``: the constructor argument for a causal sliding window, ``NAME[:keys|left]``:
+  ``keys`` when it counts the keys a row sees, itself included (HuggingFace's
+  ``sliding_window``), ``left`` when it counts the keys before the row (FlashAttention's
+  ``window_size=(left, 0)``)
+- ``positions``: the forward argument for token positions, ``NAME[:ids|vector|start]``
+  ((B, L) int64, (L,) int64, or the first position as an int)
+- ``position-encoding``: ``rotary``, ``alibi`` or ``none`` (what names suggested, overridden)
+- ``alibi``: ``standard`` (the paper's slopes are promised) or ``measured`` (any positive slopes)
+- ``kv-cache``: ``STYLE@ARG[=module:Class]`` with STYLE ``returned`` (past in, present in the
+  output tuple), ``buffers`` (ARG is the start position into buffers the module keeps) or
+  ``object`` (a cache object built by ``module:Class()`` and updated in place); ``none``
+- ``packed``: ``cu_seqlens@ARG`` (tokens (1, T, D)), ``cu_seqlens_flat@ARG`` (tokens (T, D)),
+  or ``mask`` (a block-diagonal mask through the mask argument)
 """
 
 from __future__ import annotations
@@ -29,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from conformance.spec import MaskConvention, MaskKind, MaskLayout
+from conformance.spec import CacheStyle, MaskConvention, MaskKind, MaskLayout, PackedForm, PositionForm
 from conformance.weights import (
     FusedProjection,
     PackedInProjection,
@@ -57,6 +71,13 @@ class Declarations:
     mask_formats: tuple[str, ...] | None = None
     sequence_first: str | None = None
     dtypes: str | None = None
+    kv_heads_arg: str | None = None
+    window_arg: str | None = None
+    positions: str | None = None
+    position_encoding: str | None = None
+    alibi: str | None = None
+    kv_cache: str | None = None
+    packed: str | None = None
 
     def any(self) -> bool:
         return any(getattr(self, f.name) is not None for f in fields(self))
@@ -101,6 +122,68 @@ class Declarations:
             raise DeclarationError(f"dtypes {self.dtypes!r}: give a comma-separated list of "
                                    f"{', '.join(known)}")
         return tuple(known[n] for n in names)
+
+    def window(self) -> tuple[str, str] | None:
+        """(argument, "keys" or "left"), or None."""
+        if self.window_arg is None:
+            return None
+        name, _, convention = self.window_arg.partition(":")
+        convention = convention or "keys"
+        if not name.isidentifier() or convention not in ("keys", "left"):
+            raise DeclarationError(f"window-arg {self.window_arg!r}: use NAME[:keys|left]")
+        return name, convention
+
+    def position_argument(self) -> tuple[str, PositionForm] | None:
+        """(argument, form), or None."""
+        if self.positions is None:
+            return None
+        name, _, form = self.positions.partition(":")
+        try:
+            return name, PositionForm(form or "ids")
+        except ValueError:
+            raise DeclarationError(f"positions {self.positions!r}: use NAME[:ids|vector|start]") \
+                from None
+
+    def declared_encoding(self) -> str | None:
+        """``rotary``, ``alibi``, ``none``, or None (left to inference)."""
+        if self.position_encoding not in (None, "rotary", "alibi", "none"):
+            raise DeclarationError(f"position-encoding {self.position_encoding!r}: use rotary, "
+                                   "alibi or none")
+        if self.alibi not in (None, "standard", "measured"):
+            raise DeclarationError(f"alibi {self.alibi!r}: use standard or measured")
+        return self.position_encoding
+
+    def cache(self) -> tuple[CacheStyle, str, str | None] | str | None:
+        """(style, argument, factory), ``"none"``, or None (left to inference)."""
+        if self.kv_cache is None or self.kv_cache == "none":
+            return self.kv_cache
+        style, _, rest = self.kv_cache.partition("@")
+        argument, _, factory = rest.partition("=")
+        try:
+            parsed = CacheStyle(style)
+        except ValueError:
+            parsed = None
+        if parsed is None or not argument.isidentifier() or (
+                (parsed is CacheStyle.OBJECT) != bool(factory)) or (
+                factory and ":" not in factory):
+            raise DeclarationError(f"kv-cache {self.kv_cache!r}: use returned@ARG, buffers@ARG, "
+                                   "object@ARG=module:Class or none")
+        return parsed, argument, factory or None
+
+    def packing(self) -> tuple[PackedForm, str | None] | None:
+        """(form, cu_seqlens argument), or None."""
+        if self.packed is None:
+            return None
+        form, _, argument = self.packed.partition("@")
+        try:
+            parsed = PackedForm(form)
+        except ValueError:
+            parsed = None
+        if parsed is None or (parsed is PackedForm.MASK) == bool(argument) or (
+                argument and not argument.isidentifier()):
+            raise DeclarationError(f"packed {self.packed!r}: use cu_seqlens@ARG, "
+                                   "cu_seqlens_flat@ARG or mask")
+        return parsed, argument or None
 
     def declares_sequence_first(self) -> bool | None:
         if self.sequence_first is None:

@@ -11,9 +11,17 @@ import torch
 from torch import nn
 
 from conformance.adapter import ImplementationError, InProcessSubject
+from conformance.call_arguments import positions_argument
 from conformance.cases import dtype_name
 from conformance.constraints import Constraint, discover
-from conformance.inference.convention import ForwardConvention, mask_family, read_forward
+from conformance.inference import kv_cache, packing, window
+from conformance.inference.convention import (
+    FILLABLE_POSITIONS,
+    START_NAMES,
+    ForwardConvention,
+    mask_family,
+    read_forward,
+)
 from conformance.inference.declarations import DeclarationError, Declarations
 from conformance.inference.positional import position_encoding
 from conformance.inference.probing import (
@@ -24,11 +32,27 @@ from conformance.inference.probing import (
     sequence_first,
 )
 from conformance.inference.projections import fits, infer_layout
-from conformance.inference.roles import CONTEXT_LENGTH, ConstructorRoles, read_roles
-from conformance.spec import Capabilities, Config, Implementation
+from conformance.inference.roles import (
+    CONTEXT_LENGTH,
+    MAX_BATCH_SIZE,
+    ConstructorRoles,
+    read_roles,
+)
+from conformance.spec import (
+    Capabilities,
+    Config,
+    Implementation,
+    MaskLayout,
+    PackedForm,
+    PositionForm,
+)
+from conformance.weights import WeightLayoutError
 
 ALL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 ASSUMED_DTYPES = (torch.float16, torch.bfloat16)
+WIDE_WINDOW = 1024
+"""The window a window argument is given where the configuration has none (probes, and modules
+not checked as windowed): wider than any generated sequence, so it never applies."""
 """What an undeclared module is assumed to run in besides float32/float64: an nn.Module casts to
 them, but nobody said it works there, so what breaks there is a warning."""
 
@@ -58,9 +82,12 @@ class InferredModule(nn.Module):
         self.tuple_output = tuple_output
 
     def forward(self, *tensors: torch.Tensor, mask: torch.Tensor | None = None,
-                is_causal: bool = False) -> torch.Tensor:
+                is_causal: bool = False, **options: object) -> torch.Tensor | tuple:
+        """``options`` (positions, a cache, cu_seqlens) go to the module by their own names; a
+        call with the cache argument returns the module's whole output (the cache session takes
+        the present from it)."""
         convention = self.convention
-        kwargs: dict[str, object] = {}
+        kwargs: dict[str, object] = dict(options)
         if mask is not None:
             kwargs[convention.mask] = mask
         if is_causal:
@@ -73,8 +100,11 @@ class InferredModule(nn.Module):
             kwargs.update(zip(convention.inputs, tensors, strict=True))
             tensors = ()
         output = self.inner(*tensors, **kwargs)
-        if self.tuple_output and isinstance(output, tuple):
-            output = output[0]
+        cached = convention.cache is not None and convention.cache in options
+        if isinstance(output, tuple) and (cached or self.tuple_output):
+            if convention.sequence_first and isinstance(output[0], torch.Tensor):
+                output = (output[0].transpose(0, 1), *output[1:])
+            return output if cached else output[0]
         if convention.sequence_first and isinstance(output, torch.Tensor):
             output = output.transpose(0, 1)
         return output
@@ -90,6 +120,9 @@ class _Plan:
     per_head_output: bool = False
     tuple_output: bool = False
     init: tuple[tuple[str, object], ...] = ()
+    window_offset: int = 0
+    """The window argument is the window in keys plus this (-1 where it counts the keys before
+    the row)."""
 
     def arguments(self, config: Config) -> dict[str, object]:
         roles, kwargs = self.roles, {}
@@ -107,6 +140,13 @@ class _Plan:
             kwargs[roles.context] = CONTEXT_LENGTH
         if roles.batch_first:
             kwargs[roles.batch_first] = True
+        if roles.kv_heads:
+            kwargs[roles.kv_heads] = config.kv_heads
+        if roles.window:
+            kwargs[roles.window] = (WIDE_WINDOW if config.window is None
+                                    else config.window + self.window_offset)
+        if roles.max_batch:
+            kwargs[roles.max_batch] = MAX_BATCH_SIZE
         kwargs.update(self.init)
         return kwargs
 
@@ -127,6 +167,7 @@ class _Plan:
     def implementation(self, name: str, **capabilities: object) -> Implementation:
         declared = dict(call=self.convention.call, heads=None if self.roles.heads else 1,
                         max_len=CONTEXT_LENGTH if self.roles.context else None,
+                        max_batch=MAX_BATCH_SIZE if self.roles.max_batch else None,
                         cross_attention=self.convention.call == "qkv", dtypes=ALL_DTYPES,
                         assumed_dtypes=ASSUMED_DTYPES)
         declared.update(capabilities)
@@ -141,14 +182,24 @@ def _first_call(plan: _Plan, config: Config) -> torch.Tensor | tuple:
     inputs = [torch.randn(shape) for _ in range(1 if plan.convention.call == "self" else 3)]
     kwargs = (dict(zip(plan.convention.inputs, inputs, strict=True)) if plan.convention.by_keyword
               else {})
+    argument = plan.convention.position_argument
+    if argument and plan.convention.position_required:  # a call without it can't be made
+        kwargs[argument] = positions_argument(FILLABLE_POSITIONS[argument], 0, config.batch,
+                                              config.q_len, "cpu")
     with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
-        return module(**kwargs) if kwargs else module(*inputs)
+        return module(**kwargs) if plan.convention.by_keyword else module(*inputs, **kwargs)
 
 
 def _roles(cls: type, declared: Declarations, label: str) -> ConstructorRoles:
     roles = read_roles(cls)
+    try:
+        stated_window = declared.window()
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
     for role, argument in (("width", declared.width_arg), ("heads", declared.heads_arg),
-                           ("head_dim", declared.head_dim_arg)):
+                           ("head_dim", declared.head_dim_arg),
+                           ("kv_heads", declared.kv_heads_arg),
+                           ("window", stated_window[0] if stated_window else None)):
         if argument:
             if argument in roles.unknown:
                 roles.unknown.remove(argument)
@@ -238,6 +289,10 @@ def infer(cls: type, *, name: str | None = None,
     config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim, num_heads=heads)
     _read_output(plan, config, notes)
     capabilities: dict[str, object] = {"shapes": constraint.pairs if constraint else None}
+    try:
+        _position_argument(plan, declared, capabilities, notes)
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
 
     def build(**changes: object):
         implementation = plan.implementation(label, **{**capabilities, **changes})
@@ -245,16 +300,17 @@ def infer(cls: type, *, name: str | None = None,
 
     _sequence_first(plan, declared, build, heads, head_dim, notes)
     probe = build()
-    layout = _weights(plan, declared, probe, constraint, heads, notes)
-    found = position_encoding(probe.module.inner, plan.convention.positions)
-    if found is not None:
-        kind, evidence = found
-        capabilities["positional"] = f"{POSITION_WORDS[kind]} (inferred from {evidence})"
-        notes.append(f"{POSITION_WORDS[kind]} inside (inferred from {evidence}): the checks that "
-                     "assume position-free attention skip")
-    _causality(plan, declared, capabilities, build, heads, head_dim, notes)
-    _dropout(plan, capabilities, probe, heads, head_dim, notes)
-    _mask(plan, declared, capabilities, build, heads, head_dim, notes)
+    layout = _weights(plan, declared, probe, constraint, heads, notes, capabilities)
+    try:
+        _position_encoding(plan, declared, capabilities, probe, notes)
+        _causality(plan, declared, capabilities, build, heads, head_dim, notes)
+        _window(plan, declared, capabilities, config, label, heads, head_dim, notes)
+        _cache(plan, declared, capabilities, build, heads, head_dim, notes)
+        _dropout(plan, capabilities, probe, heads, head_dim, notes)
+        _mask(plan, declared, capabilities, build, heads, head_dim, notes)
+        _packed(plan, declared, capabilities, build, heads, head_dim, notes)
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
     _dtypes(declared, capabilities, notes)
     implementation = replace(plan.implementation(label, **capabilities), weight_layout=layout,
                              notes=tuple(notes))
@@ -306,33 +362,92 @@ def _sequence_first(plan: _Plan, declared: Declarations, build, heads: int, head
 
 
 def _weights(plan: _Plan, declared: Declarations, probe, constraint: Constraint | None,
-             heads: int, notes: list[str]):
-    """The weight layout: declared, or found by names and shapes that fit at two head counts."""
+             heads: int, notes: list[str], capabilities: dict):
+    """The weight layout: declared, or found by names and shapes that fit at two head counts;
+    and the key/value heads (grouped-query attention): a constructor argument confirmed to set
+    them, or a count the projections fix at every head count."""
     if declared.weights:
         try:
             layout = declared.weight_layout("inner")
         except DeclarationError as error:
             raise InferenceError(str(error)) from error
         notes.append((layout.describe() if layout else "no weight access") + " (declared)")
+        if plan.roles.kv_heads:
+            capabilities["kv_heads"] = "config"
+            notes.append(f"key/value heads = {plan.roles.kv_heads}: generated as divisors of "
+                         "num_heads")
         return layout
     d_model = probe.config.d_model
     layout = infer_layout(probe.module, "inner", heads, d_model, d_model)
     if layout is None:
         notes.append("no recognisable projections: the checks that need weights are skipped "
-                     "(declare them with --weights q,k,v[,o])")
+                      "(declare them with --weights q,k,v[,o])")
         return None
+    kv_counts = {heads: layout.read(probe.module, heads).num_kv_heads}
     other = _other_pair(plan, constraint, heads)
     if other is not None:
-        config = Config(batch=2, q_len=6, kv_len=6, d_model=other[0] * other[1],
-                        num_heads=other[0])
-        module = InProcessSubject(plan.implementation("probe")).instantiate(config, 0).module
-        if not fits(layout, module, other[0], config.d_model, config.d_model):
+        module = _built(plan, other[0], other[1])
+        width = other[0] * other[1]
+        if not fits(layout, module, other[0], width, width):
             notes.append(f"projections {layout.describe().removeprefix('weights from ')} fit "
-                         f"{heads} heads but not {other[0]} (key/value heads of their own?): the "
-                         "checks that need weights are skipped (declare them with --weights)")
+                         f"{heads} heads but not {other[0]}: the checks that need weights are "
+                         "skipped (declare them with --weights)")
             return None
+        kv_counts[other[0]] = layout.read(module, other[0]).num_kv_heads
+    if plan.roles.kv_heads:
+        if not _kv_argument_groups(plan, layout, heads, probe.config.head_dim, notes):
+            return None
+        capabilities["kv_heads"] = "config"
+    elif any(kv != h for h, kv in kv_counts.items()):
+        counts = set(kv_counts.values())
+        if len(counts) != 1:
+            notes.append(f"projections {layout.describe().removeprefix('weights from ')} give "
+                         f"key/value heads {kv_counts} for the head counts tried: the checks that "
+                         "need weights are skipped (declare --kv-heads-arg NAME)")
+            return None
+        (count,) = counts
+        capabilities["kv_heads"] = count
+        notes.append(f"{count} key/value head(s) at every head count (inferred from projection "
+                     "shapes: grouped-query attention whose constructor fixes them; if an "
+                     "argument sets them, declare --kv-heads-arg NAME)")
     notes.append(layout.describe())
     return layout
+
+
+def _built(plan: _Plan, heads: int, head_dim: int, kv_heads: int | None = None) -> nn.Module:
+    """The module (in the suite's wrapper) built with ``heads`` heads of ``head_dim``."""
+    config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim, num_heads=heads,
+                    num_kv_heads=kv_heads)
+    return InProcessSubject(plan.implementation("probe")).instantiate(config, 0).module
+
+
+def _kv_argument_groups(plan: _Plan, layout, heads: int, head_dim: int,
+                        notes: list[str]) -> bool:
+    """Whether the key/value-heads argument sets the key/value projections' heads (built with
+    fewer key/value heads than query heads, the layout reads that many); the note says what was
+    found."""
+    role = plan.roles.kv_heads
+    divisors = [k for k in range(heads - 1, 0, -1) if heads % k == 0]
+    if not divisors:
+        notes.append(f"key/value heads = {role}: generated as divisors of num_heads "
+                     "(grouped-query attention)")
+        return True
+    kv = divisors[0]
+    try:
+        module = _built(plan, heads, head_dim, kv)
+        read = layout.read(module, heads, kv).num_kv_heads
+    except (ImplementationError, WeightLayoutError):
+        read = None
+    width = heads * head_dim
+    if read != kv or not fits(layout, module, heads, width, width, num_kv_heads=kv):
+        notes.append(f"built with {role}={kv}, its projections don't read as {kv} key/value "
+                     f"heads of {heads}: the checks that need weights are skipped (declare "
+                     "them with --weights)")
+        return False
+    notes.append(f"key/value heads = {role}: generated as divisors of num_heads (grouped-query "
+                 f"attention; probed: built with {role}={kv}, {layout.describe()} read {kv} "
+                 f"key/value heads for {heads} query heads)")
+    return True
 
 
 def _other_pair(plan: _Plan, constraint: Constraint | None,
@@ -380,6 +495,199 @@ def _causality(plan: _Plan, declared: Declarations, capabilities: dict, build, h
     else:
         notes.append("not causal (probed: rows see later positions; if it is meant to be, "
                      "declare --causal always)")
+
+
+def _position_encoding(plan: _Plan, declared: Declarations, capabilities: dict, probe,
+                       notes: list[str]) -> None:
+    """A position encoding inside (rotary, ALiBi: relative; another: a position input)."""
+    stated = declared.declared_encoding()
+    found = position_encoding(probe.module.inner, plan.convention.positions)
+    if stated == "none":
+        found = None
+        notes.append("no position encoding (declared)")
+    elif stated is not None:
+        found = (stated, "declared")
+    if found is not None:
+        kind, evidence = found
+        origin = "declared" if evidence == "declared" else f"inferred from {evidence}"
+        capabilities["positional"] = f"{POSITION_WORDS[kind]} ({origin})"
+        text = (f"{POSITION_WORDS[kind]} inside ({origin}"
+                + ("" if evidence == "declared" else "; if not, declare --position-encoding none")
+                + "): the checks that assume position-free attention skip")
+        if kind in ("rotary", "alibi"):
+            capabilities["relative"] = kind
+            text += "; position_shift checks that shifting every position changes nothing"
+        if kind == "alibi":
+            capabilities["alibi"] = declared.alibi or "measured"
+            text += ("; alibi measures the slopes" + (
+                " against the paper's (declared)" if declared.alibi == "standard" else
+                " (declare --alibi standard to hold them to the paper's)"))
+        notes.append(text)
+
+
+def _position_argument(plan: _Plan, declared: Declarations, capabilities: dict,
+                       notes: list[str]) -> None:
+    """A position argument the suite can fill (declared, or read from its name)."""
+    stated_positions = declared.position_argument()
+    if stated_positions is not None:
+        argument, form = stated_positions
+        how = "declared"
+    elif plan.convention.position_argument:
+        argument = plan.convention.position_argument
+        form = FILLABLE_POSITIONS[argument]
+        buffers_start = argument == plan.convention.cache and argument in START_NAMES
+        if buffers_start and not plan.convention.position_required:
+            return  # the cache's start position, passed only with the cache
+        how = "its name says so"
+    else:
+        return
+    capabilities.update(positions=argument, position_form=form)
+    notes.append(f"{argument}: the tokens' positions, passed as {POSITION_FORM_WORDS[form]} "
+                 f"({how})")
+
+
+POSITION_FORM_WORDS = {PositionForm.IDS: "(B, L) int64", PositionForm.VECTOR: "(L,) int64",
+                       PositionForm.START: "the first position, an int"}
+
+
+def _window(plan: _Plan, declared: Declarations, capabilities: dict, config: Config,
+            label: str, heads: int, head_dim: int, notes: list[str]) -> None:
+    """A sliding-window argument: how it counts (declared, settled by its name, or probed)."""
+    name = plan.roles.window
+    if not name:
+        return
+    if capabilities.get("causal") != "always":
+        notes.append(f"{name}: a window argument, but the module is not always causal: built "
+                     f"with {name}={WIDE_WINDOW} (a window wider than any sequence), not checked "
+                     "as windowed")
+        return
+    stated = declared.window()
+    if stated is not None:
+        convention, how = stated[1], "declared"
+    elif name in window.SETTLED:
+        convention = window.SETTLED[name]
+        how = ("its name says so; if it counts the keys before the row, declare "
+               f"--window-arg {name}:left")
+    else:
+        def built(width: int):
+            implementation = plan.implementation(label, **capabilities)
+            return InProcessSubject(implementation).instantiate(replace(config, window=width), 0)
+
+        case = probe_case(heads, head_dim, kept=None, batch=1, q_len=window.LENGTH,
+                          kv_len=window.LENGTH, causal=True)
+        convention, seen = window.probe_convention(built, case, plan.convention.call)
+        if convention is None:
+            convention = "keys"
+            how = (f"probed: built with {name}={window.PROBE_WINDOW}, the last row sees "
+                   f"positions {seen}, neither convention; checked as W keys (see "
+                   f"sliding_window; declare --window-arg {name}:left if that is meant)")
+        else:
+            other = "left" if convention == "keys" else "keys"
+            how = (f"probed: built with {name}={window.PROBE_WINDOW}, the last row sees "
+                   f"{len(seen)} positions; declare --window-arg {name}:{other} if the other "
+                   "count was meant")
+    plan.window_offset = -1 if convention == "left" else 0
+    capabilities["window"] = "config"
+    notes.append(f"{name}: a causal sliding window, {window.CONVENTION_WORDS[convention]} "
+                 f"({how}); generated as 1 to 8 keys")
+
+
+def _cache(plan: _Plan, declared: Declarations, capabilities: dict, build, heads: int,
+           head_dim: int, notes: list[str]) -> None:
+    """A KV cache argument: its style (declared, or read from the signature), confirmed by a
+    prefill through it."""
+    stated = declared.cache()
+    if stated == "none":
+        notes.append("no KV cache (declared)")
+        return
+    if stated is not None:
+        style, argument, factory = stated
+        options = (((plan.convention.use_cache, True),) if plan.convention.use_cache else ())
+        found = kv_cache.CacheProtocol(style, argument, options, factory)
+        how = "declared"
+    elif plan.convention.cache:
+        found, how = kv_cache.protocol(plan.convention, plan.cls.forward)
+        if found is None:
+            notes.append(f"{plan.convention.cache}: {how}: the KV cache is not checked (declare "
+                         "it with --kv-cache object@ARG=module:Class)")
+            return
+    else:
+        return
+    if capabilities.get("causal", "never") == "never":
+        notes.append(f"{found.argument}: a KV cache argument, but the module is not causal: "
+                     "the cache is not checked")
+        return
+    case = probe_case(heads, head_dim, kept=None, causal=True)
+    problem = kv_cache.confirm(build, found, case, plan.convention.call)
+    if problem is not None:
+        notes.append(f"{found.argument}: a prefill through the cache as {found.describe()} "
+                     f"failed ({problem}): the KV cache is not checked (declare it with "
+                     "--kv-cache STYLE@ARG)")
+        return
+    capabilities.update(found.capabilities())
+    notes.append(f"KV cache: {found.describe()} ({how}; probed: a prefill through it works; "
+                 "another style is declared with --kv-cache STYLE@ARG); kv_cache checks decoding "
+                 "against the full forward")
+
+
+def _packed(plan: _Plan, declared: Declarations, capabilities: dict, build, heads: int,
+            head_dim: int, notes: list[str]) -> None:
+    """Packed sequences: a cu_seqlens argument (its token layout probed), or declared."""
+    stated = declared.packing()
+    case = probe_case(heads, head_dim, kept=None, batch=1,
+                      causal=capabilities.get("causal") == "always")
+    if stated is not None and stated[0] is PackedForm.MASK:
+        mask = capabilities.get("mask")
+        if (mask is None or mask.layout not in QUERY_AXIS_LAYOUTS) and not _per_query_mask(
+                plan, capabilities, build, heads, head_dim, notes):
+            return
+        capabilities["packed"] = PackedForm.MASK
+        notes.append("packed sequences through a block-diagonal mask (declared)")
+        return
+    argument = stated[1] if stated is not None else plan.convention.packed
+    if not argument:
+        return
+    max_seqlen = plan.convention.max_seqlen
+    if stated is not None:
+        form, how = stated[0], "declared"
+    else:
+        form = packing.probe_form(build, case, plan.convention.call, argument, max_seqlen)
+        how = "probed"
+        if form is None:
+            notes.append(f"{argument}: a cu_seqlens argument, but no packed call works (tokens "
+                         "(total, D) or (1, total, D)): packing is not checked (declare "
+                         f"--packed cu_seqlens@{argument})")
+            return
+    capabilities.update(packed=form, packed_argument=argument, max_seqlen_argument=max_seqlen)
+    tokens = "(total, D)" if form is PackedForm.CU_SEQLENS_FLAT else "(1, total, D)"
+    notes.append(f"{argument}: packed sequences, tokens {tokens} ({how})"
+                 + (f", with {max_seqlen}" if max_seqlen else ""))
+
+
+QUERY_AXIS_LAYOUTS = (MaskLayout.PER_QUERY, MaskLayout.PER_QUERY_BROADCAST,
+                      MaskLayout.PER_HEAD, MaskLayout.SHARED)
+
+
+def _per_query_mask(plan: _Plan, capabilities: dict, build, heads: int, head_dim: int,
+                    notes: list[str]) -> bool:
+    """For packing through the mask: a mask convention with a query axis, searched again among
+    those layouts only."""
+    argument = plan.convention.mask
+    if not argument:
+        raise InferenceError("packed=mask is declared, but forward takes no mask argument")
+    search = infer_mask(build(mask=None, mask_problem=None), probe_case(heads, head_dim),
+                        plan.convention.call, plan.convention.mask_family, argument,
+                        name_settles=plan.convention.mask_name_settles,
+                        layouts=QUERY_AXIS_LAYOUTS)
+    if search.convention is None:
+        notes.append(f"packed=mask is declared, but {argument} takes no mask with a query axis "
+                     "((B, Lq, Lk), (B, 1, Lq, Lk), (B, H, Lq, Lk), (Lq, Lk)): packing is not "
+                     "checked")
+        return False
+    capabilities["mask"] = search.convention
+    notes.append(f"{argument}: {search.convention.describe()} (probed among the layouts with a "
+                 "query axis, for packing)")
+    return True
 
 
 def _dropout(plan: _Plan, capabilities: dict, probe, heads: int, head_dim: int,

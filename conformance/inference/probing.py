@@ -130,12 +130,15 @@ def _summary(tried: list[tuple[MaskConvention, str]]) -> str:
 
 
 def infer_mask(instance: Instance, case: Case, call: str, family: str, argument: str, *,
-               name_settles: bool = True) -> MaskSearch:
+               name_settles: bool = True,
+               layouts: tuple[MaskLayout, ...] | None = None) -> MaskSearch:
     """Search the conventions ``family`` admits on ``instance`` (called through the keyword
     ``mask`` of the suite's wrapper, which passes it as ``argument``); where the name does not
-    settle the polarity, a working complement is accepted with a doubt."""
+    settle the polarity, a working complement is accepted with a doubt. ``layouts`` narrows the
+    layouts tried."""
     search = MaskSearch(None)
-    for layout in LAYOUTS[family]:
+    tried_layouts = [layout for layout in LAYOUTS[family] if layouts is None or layout in layouts]
+    for layout in tried_layouts:
         for kind in KINDS[family]:
             convention = MaskConvention(kind, layout, "mask")
             outcome = mask_behaviour(instance, case, call, convention)
@@ -148,7 +151,7 @@ def infer_mask(instance: Instance, case: Case, call: str, family: str, argument:
                 return search
             search.tried.append((convention, outcome))
     for kind in COMPLEMENT.get(family, ()):
-        for layout in LAYOUTS[family]:
+        for layout in tried_layouts:
             convention = MaskConvention(kind, layout, "mask")
             if (mask_behaviour(instance, case, call, convention) is None and
                     mask_behaviour(instance, confirming_case(case), call, convention) is None):

@@ -116,19 +116,20 @@ def _layout_parameters(layout: WeightLayout, root: nn.Module) -> list[nn.Paramet
 
 
 def fits(layout: WeightLayout, root: nn.Module, num_heads: int, d_model: int,
-         out_width: int, inner: str = "inner") -> bool:
-    """Whether ``layout`` reads ``root``'s weights with consistent shapes (q/k/v heads of equal
-    size over the model width, an output projection (if any) from the concatenated heads to the
-    output) and accounts for every weight matrix under ``inner``."""
+         out_width: int, inner: str = "inner", num_kv_heads: int | None = None) -> bool:
+    """Whether ``layout`` reads ``root``'s weights with consistent shapes (q heads over the model
+    width; key heads of the query's width, as many as the query heads or a divisor of them
+    (grouped-query attention); as many value heads; an output projection (if any) from the
+    concatenated heads to the output) and accounts for every weight matrix under ``inner``."""
     try:
-        weights = layout.read(root, num_heads)
+        weights = layout.read(root, num_heads, num_kv_heads)
     except WeightLayoutError:
         return False
     if not _covered(layout, root, inner):
         return False
-    if weights.d_in != d_model or weights.w_k.shape != weights.w_q.shape:
+    if weights.d_in != d_model or weights.w_k.shape[1:] != weights.w_q.shape[1:]:
         return False
-    if weights.w_v.shape[:1] != weights.w_q.shape[:1]:
+    if weights.num_heads % weights.num_kv_heads or weights.w_v.shape[0] != weights.num_kv_heads:
         return False
     if weights.w_o is None:
         return weights.num_heads * weights.value_dim == out_width
@@ -136,10 +137,10 @@ def fits(layout: WeightLayout, root: nn.Module, num_heads: int, d_model: int,
 
 
 def infer_layout(root: nn.Module, inner: str, num_heads: int, d_model: int,
-                 out_width: int) -> WeightLayout | None:
+                 out_width: int, num_kv_heads: int | None = None) -> WeightLayout | None:
     """The first layout that :func:`fits` the module."""
     module = root.get_submodule(inner) if inner else root
     for layout in _nested_candidates(module, f"{inner}." if inner else "", depth=2):
-        if fits(layout, root, num_heads, d_model, out_width, inner):
+        if fits(layout, root, num_heads, d_model, out_width, inner, num_kv_heads):
             return layout
     return None

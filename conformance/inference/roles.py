@@ -19,6 +19,17 @@ CONTEXT = ("block_size", "context_length", "max_seq_len", "max_position_embeddin
            "max_len", "seq_len")
 CAUSAL = ("causal", "is_causal")
 BATCH_FIRST = ("batch_first",)
+KV_HEADS = ("n_kv_heads", "num_kv_heads", "num_key_value_heads", "kv_heads", "n_kv_head",
+            "num_kv_head", "n_head_kv", "num_query_groups", "kv_head_count", "n_kv")
+"""Key/value heads of grouped-query attention (Megatron's ``num_query_groups`` counts them
+too; HuggingFace's ``num_key_value_groups`` is the ratio, not the count, and is not here)."""
+WINDOW = ("sliding_window", "window_size", "window", "attention_window", "local_window",
+          "window_length", "sliding_window_size", "local_window_size")
+MAX_BATCH = ("max_batch_size", "max_batch")
+
+MAX_BATCH_SIZE = 8
+"""What a maximum-batch parameter (a preallocated cache's) is set to: above the largest generated
+batch."""
 
 CONTEXT_LENGTH = 512
 """What a context-length parameter is set to: as long as the longest generated sequence (the
@@ -37,13 +48,17 @@ class ConstructorRoles:
     context: str | None = None
     causal: str | None = None
     batch_first: str | None = None
+    kv_heads: str | None = None
+    window: str | None = None
+    max_batch: str | None = None
     unknown: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         parts = [f"{role} = {name}" for role, name in (
             ("width", self.width), ("heads", self.heads), ("head width", self.head_dim),
             ("output width", self.output), ("dropout", self.dropout),
-            ("context", self.context)) if name]
+            ("context", self.context), ("key/value heads", self.kv_heads),
+            ("sliding window", self.window), ("max batch", self.max_batch)) if name]
         return "constructor " + (", ".join(parts) if parts else "takes no known role")
 
 
@@ -58,7 +73,8 @@ def read_roles(cls: type) -> ConstructorRoles:
         for role, names in (("width", WIDTH), ("heads", HEADS), ("head_dim", HEAD_DIM),
                             ("output", OUTPUT),
                             ("dropout", DROPOUT), ("context", CONTEXT), ("causal", CAUSAL),
-                            ("batch_first", BATCH_FIRST)):
+                            ("batch_first", BATCH_FIRST), ("kv_heads", KV_HEADS),
+                            ("window", WINDOW), ("max_batch", MAX_BATCH)):
             if name in names and getattr(roles, role) is None:
                 setattr(roles, role, name)
                 break

@@ -305,9 +305,10 @@ def agree_with_reference(output: torch.Tensor, weights: HeadWeights, inputs: Inp
     (plus the logit-rounding allowance where ``largest_logit`` is given). Returns the agreement
     and the reference output."""
     expected = reference_attention(reference_weights or weights, inputs.query, inputs.key,
-                                   inputs.value, keep=inputs.keep, causal=case.causal).output
+                                   inputs.value, keep=inputs.keep, causal=case.causal,
+                                   window=case.window).output
     baselines = plain_attention(weights, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
-                                causal=case.causal, dtype=judged)
+                                causal=case.causal, dtype=judged, window=case.window)
     extra = logit_rounding(judged, largest_logit, expected) if largest_logit else 0.0
     return agreement(output, expected, baselines, judged, rows, extra=extra), expected
 

@@ -4,7 +4,9 @@ Property: for a causal implementation (q_len == kv_len), output row t is unchang
 input at a position > t changes, and the gradient of rows <= t with respect to every input at a
 position > t is exactly zero; and nothing is over-masked: every row t gives positive attention
 weight to every position s <= t (measured with the attention-matrix probe, or, without weight
-access, as a non-zero gradient of row t with respect to each position s <= t).
+access, as a non-zero gradient of row t with respect to each position s <= t). With a sliding
+window of W keys, "every position s <= t" is every position t - W + 1 <= s <= t (what lies
+before the window is the sliding_window check's).
 """
 
 from __future__ import annotations
@@ -114,7 +116,9 @@ class Causal(Check):
                 f"{fmt(float(attention[b, h, row, key]))}, not 0",
                 hint="does the causal mask show the next token (triu diagonal off by one)?"
                 if key == row + 1 else None)
-        past = attention.masked_fill(later, float("inf"))
+        window = case.window or length
+        before_window = torch.tril(torch.ones(length, length, dtype=torch.bool), diagonal=-window)
+        past = attention.masked_fill(later | before_window, float("inf"))
         if float(past.min()) <= 0.0:
             b, h, row, key = worst_index(-past)
             raise Violation(
@@ -132,9 +136,11 @@ class Causal(Check):
         cotangent[:, row] = case.tensor(case.batch, output.shape[-1], stream=32)
         gradients = instance.gradients(inputs, cotangent).inputs
         gradient = gradients["x"] if "x" in gradients else gradients["value"]
-        reach = gradient[:, : row + 1].abs().to(torch.float64).cpu().amax(dim=-1)
+        first = max(0, row + 1 - (case.window or row + 1))
+        reach = gradient[:, first : row + 1].abs().to(torch.float64).cpu().amax(dim=-1)
         if float(reach.min()) == 0.0:
             b, position = worst_index(-reach)
+            position += first
             raise Violation(
                 f"output row {row} of batch {b} does not depend on position {position} <= {row}:"
                 " over-masked",

@@ -120,18 +120,14 @@ class FullyMasked(Check):
         empty_rows_finite = bool(torch.isfinite(output[~rows.to(output.device)]).all())
         if empty_rows_finite:
             self._finite_gradients(backward, case, empty)
-        notes = []
-        for name, gradient in gradients.items():
-            bad = ~torch.isfinite(gradient[clean])
-            if bool(bad.any()):
-                i, position, _ = (int(v) for v in torch.nonzero(bad)[0])
-                raise Violation(
-                    f"the gradient with respect to {name} of batch element {clean[i]} "
-                    f"(position {position}) is not finite when batch element(s) {empty} are fully "
-                    "masked", hint="a NaN from the fully masked rows flows back through a shared "
-                                   "reduction")
-            if not bool(torch.isfinite(gradient).all()):
-                notes.append(name)
+        try:
+            self._clean_gradients(gradients, clean, empty)
+        except Violation as violation:
+            raise context.platform_or(case, violation,
+                                      lambda other: self._recheck_gradients(context, other)) \
+                from violation
+        notes = [name for name, gradient in gradients.items()
+                 if not bool(torch.isfinite(gradient).all())]
 
         behaviour = self._behaviour(context, case, rows, instance)
         declared = caps.fully_masked
@@ -143,6 +139,33 @@ class FullyMasked(Check):
                          f"finite ({', '.join(notes)}): such a batch poisons training")
             context.observe(self_note)
         return f"rows with every key masked give {behaviour}"
+
+    @staticmethod
+    def _clean_gradients(gradients: dict[str, torch.Tensor], clean: list[int],
+                         empty: list[int]) -> None:
+        """The input gradients of elements without a fully masked row are finite."""
+        for name, gradient in gradients.items():
+            bad = ~torch.isfinite(gradient[clean])
+            if bool(bad.any()):
+                i, position, _ = (int(v) for v in torch.nonzero(bad)[0])
+                raise Violation(
+                    f"the gradient with respect to {name} of batch element {clean[i]} "
+                    f"(position {position}) is not finite when batch element(s) {empty} are fully "
+                    "masked", hint="a NaN from the fully masked rows flows back through a shared "
+                                   "reduction")
+
+    def _recheck_gradients(self, context: CheckContext, case: Case) -> None:
+        """The clean elements' gradients on ``case`` (for the platform attribution)."""
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        rows = case.attendable_rows()
+        output = context.run(instance, inputs, case)
+        cotangent = torch.where(rows.to(output.device)[:, :, None],
+                                case.tensor(*output.shape, stream=41), 0.0)
+        whole = rows.all(dim=-1).tolist()
+        self._clean_gradients(instance.gradients(inputs, cotangent).inputs,
+                              [b for b in range(case.batch) if whole[b]],
+                              [b for b, count in enumerate(case.kept) if count == 0])
 
     @staticmethod
     def _finite_gradients(backward, case: Case, empty: list[int]) -> None:

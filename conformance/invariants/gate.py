@@ -24,7 +24,7 @@ from conformance.constraints import Constraint, discover
 from conformance.invariants.base import CheckContext, Violation, expect_output
 from conformance.precision import Precision, classify, rounding_noise
 from conformance.spec import Capabilities, Config
-from conformance.strategies import shared_masks
+from conformance.strategies import fixed_features, shared_masks
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -55,7 +55,8 @@ class GateOutcome:
 def base_pair(caps: Capabilities) -> tuple[int, int]:
     """(num_heads, head_dim) of the small configuration: 2 heads of 4 (or the fixed count), or
     the buildable pair nearest to it."""
-    preferred = (caps.heads or 2, 4)
+    fixed_kv = caps.kv_heads if isinstance(caps.kv_heads, int) else 1
+    preferred = (caps.heads or 2 * fixed_kv, 4)
     if caps.shapes is None or preferred in caps.shapes:
         return preferred
     return min(caps.shapes, key=lambda p: (abs(p[0] - preferred[0]) + abs(p[1] - 4), p))
@@ -68,7 +69,7 @@ def base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) ->
     length = min(5, caps.max_len or 5)
     heads, head_dim = base_pair(caps)
     case = Case(batch=2, q_len=length, kv_len=length, num_heads=heads, head_dim=head_dim,
-                dtype=dtype_name(dtype), device=device, seed=0)
+                dtype=dtype_name(dtype), device=device, seed=0, **fixed_features(caps))
     case = replace(case, **changes)
     if case.kept is not None and shared_masks(caps):
         case = replace(case, kept=(min(case.kept),) * case.batch, shared_mask=True)
@@ -91,9 +92,11 @@ def _weights_problem(context: CheckContext, case: Case) -> str | None:
         instance = context.build(case)
         weights = instance.read_weights()
         expected = (case.num_heads, case.head_dim, case.d_model)
-        if tuple(weights.w_q.shape) != expected or tuple(weights.w_k.shape) != expected:
-            return (f"weights read as w_q {tuple(weights.w_q.shape)}, expected (heads, head_dim, "
-                    f"d_in) = {expected}")
+        expected_kv = (case.config.kv_heads, case.head_dim, case.d_model)
+        if tuple(weights.w_q.shape) != expected or tuple(weights.w_k.shape) != expected_kv:
+            return (f"weights read as w_q {tuple(weights.w_q.shape)}, w_k "
+                    f"{tuple(weights.w_k.shape)}, expected (heads, head_dim, d_in) = {expected} "
+                    f"and {expected_kv}")
         inputs = case.inputs(context.capabilities.call)
         before = instance.forward(inputs)
         instance.write_weights(weights)

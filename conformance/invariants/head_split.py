@@ -1,10 +1,12 @@
 """Head split: multi-head attention is H single-head attentions, concatenated, then projected.
 
 Property: the output equals ``concat_h(attention_h) W_o^T + b_o``, where ``attention_h`` is
-single-head attention computed in float64 from the per-head slices ``W_q[h], b_q[h], W_k[h],
-b_k[h], W_v[h], b_v[h]`` of the implementation's own projections (within the tolerance rule of
-:mod:`conformance.tolerance`); and relabelling the heads consistently (permuting the head blocks
-of W_q, W_k, W_v and the matching column blocks of W_o) leaves the output unchanged.
+single-head attention computed in float64 from the per-head slices ``W_q[h], b_q[h], W_k[g],
+b_k[g], W_v[g], b_v[g]`` of the implementation's own projections, g = h for multi-head attention
+and g = h // (H / Hkv), the query head's group, for grouped-query attention (within the tolerance
+rule of :mod:`conformance.tolerance`); and relabelling the heads consistently (permuting the head
+blocks of W_q, W_k, W_v and the matching column blocks of W_o; with groups, whole groups and the
+query heads within them) leaves the output unchanged.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from conformance.tolerance import abs_error, agreement, only_rows, worst_index
 from conformance.weights import HeadWeights
 
 
-def concatenated_heads(weights: HeadWeights, inputs, *, causal: bool) -> torch.Tensor:
-    """float64 ``concat_h(single-head attention h) W_o^T + b_o`` from per-head weight slices."""
+def concatenated_heads(weights: HeadWeights, inputs, *, causal: bool,
+                       window: int | None = None) -> torch.Tensor:
+    """float64 ``concat_h(single-head attention h) W_o^T + b_o`` from per-head weight slices
+    (query head h with its group's key/value head)."""
     per_head = [
         reference_attention(weights.head(h), inputs.query, inputs.key, inputs.value,
-                            keep=inputs.keep, causal=causal).output
+                            keep=inputs.keep, causal=causal, window=window).output
         for h in range(weights.num_heads)
     ]
     concat = torch.cat(per_head, dim=-1)
@@ -40,11 +44,15 @@ def concatenated_heads(weights: HeadWeights, inputs, *, causal: bool) -> torch.T
     return concat @ weights.w_o.to(torch.float64).T + weights.b_o.to(torch.float64)
 
 
-def _relabelling(num_heads: int, seed: int) -> list[int]:
-    """A head permutation that moves at least one head."""
-    order = torch.randperm(num_heads, generator=torch.Generator().manual_seed(seed)).tolist()
+def _relabelling(num_heads: int, group: int, seed: int) -> list[int]:
+    """A head permutation that moves at least one head, and moves groups of ``group`` query
+    heads whole (their key/value head goes with them)."""
+    generator = torch.Generator().manual_seed(seed)
+    groups = torch.randperm(num_heads // group, generator=generator).tolist()
+    within = torch.randperm(group, generator=generator).tolist()
+    order = [g * group + i for g in groups for i in within]
     if order == sorted(order):
-        order = order[1:] + order[:1]
+        order = order[group:] + order[:group] if len(groups) > 1 else order[1:] + order[:1]
     return order
 
 
@@ -72,10 +80,11 @@ class HeadSplit(Check):
     def verify(self, context: CheckContext, case: Case) -> None:
         instance, inputs, output, rows = context.first_call(case, finite=True)
         weights = instance.read_weights()
-        expected = concatenated_heads(weights, inputs, causal=case.causal)
+        expected = concatenated_heads(weights, inputs, causal=case.causal, window=case.window)
         judged = context.judged(case.config.dtype)
         baseline = plain_attention(weights, inputs.query, inputs.key, inputs.value,
-                                   keep=inputs.keep, causal=case.causal, dtype=judged)
+                                   keep=inputs.keep, causal=case.causal, dtype=judged,
+                                   window=case.window)
         seen = agreement(output, expected, baseline, judged, rows)
         if not seen.ok:
             b, row, feature = seen.worst
@@ -86,9 +95,12 @@ class HeadSplit(Check):
                          f"reference {fmt(float(expected[b, row, feature]))}; mean error "
                          f"{fmt(seen.mean_error)}; same-dtype baseline error "
                          f"{fmt(seen.baseline_error)}"],
-                hint=explain(output, weights, inputs, causal=case.causal, rows=rows))
+                hint=explain(output, weights, inputs, causal=case.causal, rows=rows,
+                             window=case.window))
 
-        order = _relabelling(case.num_heads, case.seed)
+        order = _relabelling(case.num_heads, weights.group, case.seed)
+        if order == list(range(case.num_heads)):
+            return  # one head: nothing to relabel
         instance.write_weights(weights.permute_heads(order))
         relabelled = context.run(instance, inputs, case)
         if weights.w_o is None:

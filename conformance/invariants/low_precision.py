@@ -28,7 +28,7 @@ from conformance.invariants.base import (
 )
 from conformance.invariants.gate import LOW_PRECISION, base_pair
 from conformance.spec import Capabilities
-from conformance.strategies import SEEDS, cases
+from conformance.strategies import SEEDS, cases, fixed_features, window_padding
 
 LONG_OFFSET = 1.0
 """Common component of the long case's inputs."""
@@ -98,8 +98,12 @@ class LowPrecision(Check):
         head_dim = min(head_dims, key=lambda d: abs(d - 16))
         q_len = 8 if caps.cross_attention and caps.causal == "never" else LONG_KEYS
         keep = None if caps.mask is None else (LONG_KEYS - 37,)
-        return Case(batch=1, q_len=q_len, kv_len=LONG_KEYS, num_heads=heads, head_dim=head_dim,
-                    dtype=dtype, device=device, kept=keep, causal=caps.causal == "always")
+        case = Case(batch=1, q_len=q_len, kv_len=LONG_KEYS, num_heads=heads, head_dim=head_dim,
+                    dtype=dtype, device=device, kept=keep, causal=caps.causal == "always",
+                    **fixed_features(caps))
+        if case.window is not None and keep is not None:
+            case = window_padding(case, case.window)  # every row keeps a key in its window
+        return case
 
     def verify(self, context: CheckContext, case: Case, offset: float = 0.0) -> None:
         hint = ("is a low-precision intermediate (logits, softmax sum) kept where the same-dtype "

@@ -30,7 +30,8 @@ from conformance.weights import HeadWeights
 
 
 def reference_gradients(weights: HeadWeights, inputs: Inputs, cotangent: torch.Tensor, *,
-                        causal: bool, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+                        causal: bool, dtype: torch.dtype,
+                        window: int | None = None) -> dict[str, torch.Tensor]:
     """Input gradients of the reference computed in ``dtype``, keyed as Instance.gradients."""
     if inputs.is_self:
         x = inputs.query.detach().to(dtype).requires_grad_(True)
@@ -41,7 +42,7 @@ def reference_gradients(weights: HeadWeights, inputs: Inputs, cotangent: torch.T
         q, k, v = leaves["query"], leaves["key"], leaves["value"]
     with torch.enable_grad():
         output = reference_attention(weights, q, k, v, keep=inputs.keep, causal=causal,
-                                     dtype=dtype).output
+                                     dtype=dtype, window=window).output
         (output * cotangent.to(dtype)).sum().backward()
     return {name: leaf.grad for name, leaf in leaves.items()}
 
@@ -78,14 +79,16 @@ class ReferenceAgreement(Check):
                 details=[f"implementation {fmt(float(output[b, row, feature]))}, reference "
                          f"{fmt(float(reference[b, row, feature]))}; same-dtype baseline error "
                          f"{fmt(seen.baseline_error)}"],
-                hint=explain(output, weights, inputs, causal=case.causal, rows=rows))
+                hint=explain(output, weights, inputs, causal=case.causal, rows=rows,
+                             window=case.window))
         if not bool(rows.all()):
             return  # a fully masked row's gradient is the fully_masked check's business
         cotangent = case.tensor(*output.shape, stream=51)
         actual = instance.gradients(inputs, cotangent).inputs
         expected = reference_gradients(weights, inputs, cotangent, causal=case.causal,
-                                       dtype=torch.float64)
-        plain = reference_gradients(weights, inputs, cotangent, causal=case.causal, dtype=dtype)
+                                       dtype=torch.float64, window=case.window)
+        plain = reference_gradients(weights, inputs, cotangent, causal=case.causal, dtype=dtype,
+                                    window=case.window)
         for name, gradient in actual.items():
             seen = agreement(gradient, expected[name], plain[name], dtype)
             if not seen.ok:

@@ -72,13 +72,17 @@ class Scale(Check):
                          causal=case.causal)
         rows = case.attendable_rows()
         fitted, residual = fit_scale(measured.attention, measured.logits, rows)
+        if math.isnan(fitted) and residual == 0.0:
+            return  # no row sees two keys (a window of one key): nothing to fit a scale to
         expected = 1 / math.sqrt(case.head_dim)
         tolerance = 0.01
         if residual > 0.05 or math.isnan(fitted):
             raise Violation(
                 "the attention weights are not softmax(s * q.k) over the keys for any single "
                 f"scale s (log-weight residual {fmt(residual)})",
-                hint="is the softmax taken over the wrong axis, or the mask applied after it?")
+                hint="is the softmax taken over the wrong axis, or the mask applied after it?"
+                + (" With grouped key/value heads: does each query head read its own group's "
+                   "key/value head (see kv_groups)?" if context.capabilities.kv_heads else ""))
         if abs(fitted - expected) <= tolerance * expected:
             return
         hint = None

@@ -22,6 +22,7 @@ import torch
 
 from conformance.adapter import ImplementationError, Instance
 from conformance.cases import Case
+from conformance.diagnosis import form_hint
 from conformance.invariants.base import (
     Check,
     CheckContext,
@@ -45,7 +46,7 @@ FLOAT16_HINT = ("does q @ k^T overflow float16 (largest finite 65504) before the
 
 def _projections(weights: HeadWeights, inputs, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     """float64 per-head q and k (B, H, L, Dh) from the weights and inputs."""
-    w = weights.map(lambda t: t.to(torch.float64).cpu())
+    w = weights.expanded().map(lambda t: t.to(torch.float64).cpu())
     q = torch.einsum("bld,hed->bhle", inputs.query.to(torch.float64).cpu(), w.w_q) + w.b_q[
         None, :, None]
     k = torch.einsum("bld,hed->bhle", inputs.key.to(torch.float64).cpu(), w.w_k) + w.b_k[
@@ -97,8 +98,10 @@ class Stability(Check):
                                        reference_weights=reference_weights)
         if not seen.ok:
             b, row, _ = seen.worst
+            form = form_hint(output, reference_weights or weights, inputs, causal=case.causal,
+                             rows=rows, window=case.window)
             raise Violation(f"{what}: the output differs from the reference ({seen.describe()}, "
-                            f"row {row} of batch {b})", hint=hint)
+                            f"row {row} of batch {b})", hint=form or hint)
 
     def large_and_shifted(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)
@@ -115,7 +118,7 @@ class Stability(Check):
 
         # u with q_i . u / sqrt(Dh) of about ROW_SHIFT on average: every row moves by its own constant.
         typical = float(q.norm(dim=-1).mean()) / case.head_dim**0.5
-        direction = case.tensor(case.num_heads, case.head_dim, stream=91).to(weights.b_k.dtype)
+        direction = case.tensor(*weights.b_k.shape, stream=91).to(weights.b_k.dtype)
         direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         shift = direction * (ROW_SHIFT / max(typical, 1e-12))
         shifted = replace(weights, b_k=weights.b_k + shift.to(weights.b_k.device))

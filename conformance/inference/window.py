@@ -1,0 +1,58 @@
+"""How a sliding-window argument counts: the keys a row sees (itself included), or the keys
+before it.
+
+HuggingFace's ``sliding_window=W`` lets row t see t - W + 1 .. t (W keys); FlashAttention's
+``window_size=(W, 0)`` lets it see t - W .. t (W + 1). The name ``sliding_window`` settles it
+(HuggingFace's meaning); for other names the module is built with a window of 3 and a causal
+row is probed: which earlier positions change it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from conformance.adapter import ImplementationError, Instance
+from conformance.cases import Case
+from conformance.tolerance import abs_error, unchanged_tolerance
+
+SETTLED = {"sliding_window": "keys", "sliding_window_size": "keys"}
+"""Names whose meaning settles the count (HuggingFace's configs)."""
+PROBE_WINDOW = 3
+LENGTH = 8
+
+CONVENTION_WORDS = {"keys": "W keys per row, itself included (HuggingFace's sliding_window)",
+                    "left": "W keys before the row, plus itself (FlashAttention's "
+                            "window_size=(W, 0))"}
+
+
+def seen_positions(instance: Instance, case: Case, call: str) -> list[int]:
+    """The positions whose inputs change the last row's output."""
+    inputs = case.inputs(call, use_mask=False)
+    before = instance.forward(inputs)
+    tolerance = unchanged_tolerance(before.dtype, before)
+    seen = []
+    for position in range(case.q_len):
+        where = torch.zeros(case.batch, case.kv_len, dtype=torch.bool)
+        where[:, position] = True
+        after = instance.forward(case.replace_positions(inputs, where, stream=9, scale=3.0,
+                                                        query_too=True))
+        if float(abs_error(after, before)[:, -1].max()) > tolerance:
+            seen.append(position)
+    return seen
+
+
+def probe_convention(build: Callable[[int], Instance], case: Case,
+                     call: str) -> tuple[str | None, list[int]]:
+    """("keys" or "left", the positions the last row sees) with the window built as
+    PROBE_WINDOW; None when it is neither."""
+    try:
+        seen = seen_positions(build(PROBE_WINDOW), case, call)
+    except ImplementationError:
+        return None, []
+    last = case.q_len - 1
+    for convention, count in (("keys", PROBE_WINDOW), ("left", PROBE_WINDOW + 1)):
+        if seen == list(range(last - count + 1, last + 1)):
+            return convention, seen
+    return None, seen
