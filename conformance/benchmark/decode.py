@@ -18,42 +18,30 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from conformance.adapter import ImplementationError, InProcessSubject, Inputs
 from conformance.benchmark.measure import WARMUP, time_interleaved
 from conformance.cases import Case, dtype_name
+from conformance.head_projections import HeadProjections
 from conformance.spec import CacheStyle, Capabilities, Implementation
 from conformance.weights import SeparateProjections
 
 DEFAULT_CONTEXTS = (128, 512, 2048)
 
 
-class SDPAWithCache(nn.Module):
+class SDPAWithCache(HeadProjections):
     """The baseline decode step: projections, the cache concatenated along the sequence, SDPA
     (no mask: one new token sees every cached key), the output projection."""
 
-    def __init__(self, d_model: int, num_heads: int) -> None:
-        super().__init__()
-        self.num_heads = num_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
-
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        return x.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
-
     def forward(self, x: torch.Tensor, past_key_value=None, use_cache: bool = False):
-        q, k, v = (self._heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = self.heads(x, x, x)
         if past_key_value is not None:
             k = torch.cat([past_key_value[0], k], dim=2)
             v = torch.cat([past_key_value[1], v], dim=2)
         length, keys = q.shape[2], k.shape[2]
         mask = None if length == 1 else torch.ones(length, keys, dtype=torch.bool,
                                                    device=x.device).tril(keys - length)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        out = self.out_proj(out.transpose(1, 2).flatten(2))
+        out = self.merge(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
         return (out, (k, v)) if use_cache else out
 
 

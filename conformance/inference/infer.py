@@ -14,6 +14,7 @@ from conformance.adapter import ImplementationError, InProcessSubject
 from conformance.call_arguments import positions_argument
 from conformance.cases import dtype_name
 from conformance.constraints import Constraint, discover
+from conformance.head_projections import HeadProjections
 from conformance.inference import kv_cache, packing, window
 from conformance.inference.convention import (
     FILLABLE_POSITIONS,
@@ -768,28 +769,15 @@ def _dtypes(declared: Declarations, capabilities: dict, notes: list[str]) -> Non
                      "them part of its contract")
 
 
-class CoreFunctionModule(nn.Module):
+class CoreFunctionModule(HeadProjections):
     """A core attention function over per-head tensors (B, H, L, Dh), inside the suite's own
     q/k/v/out projections: the projections are correct by construction, so every check applies
     to the function, and any failure is the function's."""
 
     function = staticmethod(lambda q, k, v, **options: q)
 
-    def __init__(self, d_model: int, num_heads: int) -> None:
-        super().__init__()
-        self.num_heads = num_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
-
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        return x.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
-
     def forward(self, query, key, value, *args, **options):
-        out = self.function(self._heads(self.q_proj(query)), self._heads(self.k_proj(key)),
-                            self._heads(self.v_proj(value)), *args, **options)
-        return self.out_proj(out.transpose(1, 2).flatten(2))
+        return self.merge(self.function(*self.heads(query, key, value), *args, **options))
 
 
 def core_function_class(function) -> type[CoreFunctionModule]:
