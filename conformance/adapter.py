@@ -101,6 +101,9 @@ class Gradients:
     output: torch.Tensor
     inputs: dict[str, torch.Tensor]
     parameters: dict[str, torch.Tensor | None]
+    unused: tuple[str, ...] = ()
+    """Parameters without a gradient whose submodule the forward never called (a wrapped
+    layer's feed-forward weights, say): no detachment, they are just not part of it."""
 
 
 class Instance(ABC):
@@ -253,7 +256,8 @@ class ModuleInstance(Instance):
                 raise CapabilityError(f"{self._implementation.name} declares no mask")
             try:
                 mask = encode_mask(keep, convention, num_heads=self.config.num_heads,
-                                   q_len=q_len, dtype=inputs.query.dtype)
+                                   q_len=q_len, dtype=inputs.query.dtype, causal=inputs.causal,
+                                   window=self.config.window)
             except MaskEncodingError as error:
                 raise CapabilityError(f"{self._implementation.name}: {error}") from error
             if convention.argument:
@@ -353,7 +357,7 @@ class ModuleInstance(Instance):
         parameters = self._parameters()
         for parameter in parameters.values():
             parameter.grad = None
-        with torch.enable_grad():
+        with torch.enable_grad(), _calls_recorded(self.module) as called:
             output = self._call(call_inputs, training=False)
             if not output.requires_grad:
                 raise ImplementationError("the output does not require grad: is autograd cut?")
@@ -365,7 +369,9 @@ class ModuleInstance(Instance):
                  for name, leaf in leaves.items()}
         params = {name: None if p.grad is None else p.grad.detach().clone()
                   for name, p in parameters.items()}
-        return Gradients(output.detach(), grads, params)
+        unused = tuple(name for name, grad in params.items()
+                       if grad is None and name.rpartition(".")[0] not in called)
+        return Gradients(output.detach(), grads, params, unused)
 
     def _layout(self):
         layout = self._implementation.weight_layout
@@ -385,6 +391,23 @@ class ModuleInstance(Instance):
             self._layout().write(self.module, weights)
         except WeightLayoutError as error:
             raise ImplementationError(f"writing its weights failed: {error}") from error
+
+
+@contextlib.contextmanager
+def _calls_recorded(module: object):
+    """While open, the paths of the submodules (of ``module``, itself as "") the forward
+    calls collect in the yielded set."""
+    called: set[str] = {""}
+    if not isinstance(module, nn.Module):
+        yield called
+        return
+    handles = [child.register_forward_pre_hook(lambda *_, path=path: called.add(path))
+               for path, child in module.named_modules() if path]
+    try:
+        yield called
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def seed_generators(seed: int, device: str) -> None:

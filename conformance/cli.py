@@ -12,6 +12,7 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -102,6 +103,25 @@ def _parser() -> argparse.ArgumentParser:
                          help="constructor argument for each head's width (head_size, d_k, ...)")
     declare.add_argument("--sequence-first", action="store_const", const="true",
                          help="forward takes (length, batch, width) inputs")
+    declare.add_argument("--batch-first", action="store_const", const="true",
+                         help="forward takes (batch, length, width) inputs (never read "
+                              "sequence-first)")
+    declare.add_argument("--returns", choices=("tensor", "tuple"),
+                         help="forward returns one tensor (a tuple is then a contract failure), "
+                              "or a tuple whose first element is the output")
+    declare.add_argument("--layout", choices=("bhld", "blhd"),
+                         help="a core function's q, k, v axes: (batch, heads, length, dim) or "
+                              "(batch, length, heads, dim) (FlashAttention's)")
+    declare.add_argument("--kv-grouping", choices=("interleaved", "tiled"),
+                         help="grouped-query heads: query head h reads key/value head h // G "
+                              "(interleaved, HuggingFace's) or h mod Hkv (tiled)")
+    declare.add_argument("--padded-queries", choices=("zero", "self", "any"),
+                         help="what it outputs at a padded query position (self-attention): "
+                              "zero, attention to itself alone, or as any row; unjudged unless "
+                              "declared")
+    declare.add_argument("--rope", metavar="PAIRING[:THETA[:FRACTION]]",
+                         help="RoPE as meant: half or interleaved pairs, theta, rotated "
+                              "fraction, e.g. half:10000:0.25")
     declare.add_argument("--dtypes", metavar="D,D,...",
                          help="the dtypes it supports, e.g. float32,float64 (default: those two, "
                               "and float16/bfloat16 assumed: findings there are warnings)")
@@ -198,14 +218,10 @@ def _check(args: argparse.Namespace) -> int:
         init = tuple(parse_init(item) for item in args.init) if args.init else None
     except DeclarationError as error:
         raise UsageError(str(error)) from error
-    declared = Declarations(call=args.call, mask=args.mask, causal=args.causal,
-                            width_arg=args.width_arg, heads_arg=args.heads_arg,
-                            head_dim_arg=args.head_dim_arg, weights=args.weights, init=init,
-                            mask_formats=tuple(args.mask_formats) if args.mask_formats else None,
-                            sequence_first=args.sequence_first, dtypes=args.dtypes,
-                            kv_heads_arg=args.kv_heads_arg, window_arg=args.window_arg,
-                            positions=args.positions, position_encoding=args.position_encoding,
-                            alibi=args.alibi, kv_cache=args.kv_cache, packed=args.packed)
+    declared = Declarations(**{
+        **{f.name: getattr(args, f.name) for f in fields(Declarations)},
+        "init": init,
+        "mask_formats": tuple(args.mask_formats) if args.mask_formats else None})
     devices = args.devices or available_devices()
     checks = args.checks or list(CHECK_NAMES)
     start = time.perf_counter()

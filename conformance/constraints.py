@@ -1,10 +1,11 @@
 """Constructor constraints: the configurations an implementation agrees to be built for.
 
-Some correct modules reject part of the generated configurations in their constructor (RoPE
-needs an even head_dim; grouped-query attention needs the head count divisible by its key/value
-heads). Building every (num_heads, head_dim) pair the strategies draw from finds which ones it
+Some correct modules reject part of the generated configurations, in their constructor or only
+when the forward runs (RoPE needs an even head_dim; grouped-query attention needs the head count
+divisible by its key/value heads; a layout that changes form at one head). Building every
+(num_heads, head_dim) pair the strategies draw from, and calling it once, finds which ones it
 accepts; generation is then restricted to those, and the report states the rule in words. A
-module is failed for its constructor only when nothing builds.
+module is failed for this only when nothing builds and runs.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class Constraint:
     words: str
 
     def describe(self) -> str:
-        return f"builds only with {self.words}: generating those configurations"
+        return f"builds and runs only with {self.words}: generating those configurations"
 
 
 def describe(allowed: set[Pair], grid: Iterable[Pair]) -> str:

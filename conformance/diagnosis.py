@@ -10,7 +10,9 @@ from dataclasses import replace
 import torch
 
 from conformance.adapter import Inputs
+from conformance.position_encoding import encode
 from conformance.reference import allowed_keys, reference_attention
+from conformance.spec import PositionEncoding, Rotary
 from conformance.tolerance import abs_error, only_rows
 from conformance.weights import HeadWeights
 
@@ -38,7 +40,8 @@ def scale_candidates(head_dim: int, num_heads: int) -> dict[str, float]:
 
 
 def _misshaped(weights: HeadWeights, inputs: Inputs, *, causal: bool, split_transposed: bool,
-               merge_transposed: bool, window: int | None = None) -> torch.Tensor:
+               merge_transposed: bool, window: int | None = None,
+               encoding: PositionEncoding | None = None) -> torch.Tensor:
     """float64 attention with a head split or merge done by reshape alone (no transpose)."""
     w = weights.expanded().map(lambda t: t.to(torch.float64).cpu())
     heads, head_dim = w.num_heads, w.head_dim
@@ -53,7 +56,12 @@ def _misshaped(weights: HeadWeights, inputs: Inputs, *, causal: bool, split_tran
     q = project(inputs.query, w.w_q, w.b_q)
     k = project(inputs.key, w.w_k, w.b_k)
     v = project(inputs.value, w.w_v, w.b_v)
+    keep = None if inputs.keep is None else inputs.keep.cpu()
+    q, k, bias = encode(q, k, encoding, keep, inputs.position,
+                        heads=(0, weights.num_heads, weights.num_kv_heads))
     logits = (q / math.sqrt(head_dim)) @ k.transpose(-1, -2)
+    if bias is not None:
+        logits = logits + bias
     allowed = allowed_keys(q.shape[0], q.shape[2], k.shape[2],
                            None if inputs.keep is None else inputs.keep.cpu(), causal,
                            window=window)
@@ -71,20 +79,26 @@ def repeat_words(weights: HeadWeights) -> str:
 
 
 def form_hint(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causal: bool,
-              rows: torch.Tensor | None = None, window: int | None = None) -> str | None:
+              rows: torch.Tensor | None = None, window: int | None = None,
+              encoding: PositionEncoding | None = None) -> str | None:
     """The likely bug in a modern form (grouped key/value heads paired by repeat, a window one key
-    off) when ``output`` matches it: for checks whose own hint is about something else."""
-    for words, variant in _form_variants(weights, inputs, causal=causal, window=window):
+    off, RoPE's frequencies or pairing) when ``output`` matches it: for checks whose own hint is
+    about something else."""
+    for words, variant in _form_variants(weights, inputs, causal=causal, window=window,
+                                         encoding=encoding):
         if _matches(output, variant(), rows):
             return words
     return None
 
 
-def _form_variants(weights: HeadWeights, inputs: Inputs, *, causal: bool,
-                   window: int | None) -> list[tuple[str, Callable[[], torch.Tensor]]]:
-    def ref(w: HeadWeights = weights, width: int | None = window) -> torch.Tensor:
+def _form_variants(weights: HeadWeights, inputs: Inputs, *, causal: bool, window: int | None,
+                   encoding: PositionEncoding | None = None
+                   ) -> list[tuple[str, Callable[[], torch.Tensor]]]:
+    def ref(w: HeadWeights = weights, width: int | None = window,
+            used: PositionEncoding | None = encoding) -> torch.Tensor:
         return reference_attention(w, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
-                                   causal=causal, window=width).output
+                                   causal=causal, window=width, encoding=used,
+                                   start=inputs.position).output
 
     variants: list[tuple[str, Callable[[], torch.Tensor]]] = []
     if weights.group > 1:
@@ -97,7 +111,38 @@ def _form_variants(weights: HeadWeights, inputs: Inputs, *, causal: bool,
             variants.append((f"matches a window of {window - 1} keys instead of the declared "
                              f"{window}: is the window one key too narrow?",
                              lambda: ref(width=window - 1)))
+    if encoding is not None and encoding.rotary is not None:
+        variants += [(words, lambda other=other: ref(used=replace(encoding, rotary=other)))
+                     for words, other in rotary_mistakes(encoding.rotary, weights)]
     return variants
+
+
+def rotary_mistakes(rotary: Rotary, weights: HeadWeights) -> list[tuple[str, Rotary]]:
+    """RoPE done another recognisable way than ``rotary`` promises, each with the likely bug."""
+    head_dim, d_model = weights.head_dim, weights.head_dim * weights.num_heads
+    dims = rotary.rotated_dims(head_dim)
+    other_pairing = "interleaved" if rotary.pairing == "half" else "half"
+    mistakes = [(f"matches RoPE on {other_pairing} pairs instead of {rotary.pairing} ones: are "
+                 "the rotated dimensions paired the other way (rotate_half vs (2i, 2i + 1))?",
+                 replace(rotary, pairing=other_pairing))]
+    if dims and d_model != head_dim:
+        # theta^(-2i / d_model) = (theta^(r / d_model))^(-2i / r)
+        mistakes.append((f"matches RoPE frequencies computed over d_model = {d_model} instead "
+                         f"of the rotated head dimensions ({dims}): theta^(-2i/d_model)?",
+                         replace(rotary, theta=rotary.theta ** (dims / d_model))))
+    for theta in (10000.0, 500000.0, 1000000.0, 100.0, math.sqrt(rotary.theta)):
+        if not math.isclose(theta, rotary.theta):
+            mistakes.append((f"matches RoPE with theta {theta:g} instead of {rotary.theta:g}: "
+                             "is the base (theta) or its exponent wrong?",
+                             replace(rotary, theta=theta)))
+    for fraction in (1.0, 0.5, 0.25):
+        other = replace(rotary, fraction=fraction, dims=None)
+        if other.rotated_dims(head_dim) != dims:
+            mistakes.append((f"matches RoPE rotating {other.rotated_dims(head_dim)} of "
+                             f"{head_dim} dimensions per head instead of {dims}: is the rotary "
+                             "fraction (partial_rotary_factor, rotary_pct) applied as meant?",
+                             other))
+    return mistakes
 
 
 def tiled_groups(weights: HeadWeights) -> HeadWeights:
@@ -115,11 +160,13 @@ def _matches(output: torch.Tensor, variant: torch.Tensor, rows: torch.Tensor | N
 
 
 def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causal: bool,
-            rows: torch.Tensor | None = None, window: int | None = None) -> str | None:
+            rows: torch.Tensor | None = None, window: int | None = None,
+            encoding: PositionEncoding | None = None) -> str | None:
     """The likely bug behind ``output``, when it matches a known mistake."""
     def ref(w: HeadWeights = weights, **options) -> torch.Tensor:
         return reference_attention(w, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
-                                   causal=causal, window=window, **options).output
+                                   causal=causal, window=window, encoding=encoding,
+                                   start=inputs.position, **options).output
 
     variants: list[tuple[str, Callable[[], torch.Tensor]]] = [
         (f"matches the reference at scale {words}", lambda s=s: ref(scale=s))
@@ -136,11 +183,13 @@ def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causa
                          lambda: ref(replace(weights, w_v=weights.w_k, b_v=weights.b_k))))
     variants.append(("matches heads split with view(B, H, L, Dh) and no transpose",
                      lambda: _misshaped(weights, inputs, causal=causal, split_transposed=False,
-                                        merge_transposed=True, window=window)))
+                                        merge_transposed=True, window=window,
+                                        encoding=encoding)))
     variants.append(("matches heads merged with reshape(B, L, H * Dh) and no transpose back",
                      lambda: _misshaped(weights, inputs, causal=causal, split_transposed=True,
-                                        merge_transposed=False, window=window)))
-    variants += _form_variants(weights, inputs, causal=causal, window=window)
+                                        merge_transposed=False, window=window,
+                                        encoding=encoding)))
+    variants += _form_variants(weights, inputs, causal=causal, window=window, encoding=encoding)
     for words, compute in variants:
         if _matches(output, compute(), rows):
             return words

@@ -18,6 +18,8 @@ import torch
 
 from conformance.adapter import ImplementationError, Inputs, Instance
 from conformance.cases import Case
+from conformance.position_encoding import encode
+from conformance.spec import PositionEncoding
 from conformance.weights import HeadWeights
 
 QK_GAIN = 1.5
@@ -65,10 +67,12 @@ def _probe_weights(original: HeadWeights, kv_len: int, generator: torch.Generato
 @dataclass(frozen=True)
 class Probe:
     """``attention`` (B, H, Lq, Lk) as measured, and the unscaled ``logits`` q_i . k_j the probe's
-    weights and inputs give (float64), so a scale can be fitted."""
+    weights and inputs give (float64; after RoPE where the module has it), so a scale can be
+    fitted; ``bias``: the logit bias a position encoding adds (ALiBi), unscaled, or None."""
 
     attention: torch.Tensor
     logits: torch.Tensor
+    bias: torch.Tensor | None = None
 
 
 def measure_attention(instance: Instance, case: Case, call: str, *,
@@ -85,8 +89,10 @@ def measure_attention(instance: Instance, case: Case, call: str, *,
 
 
 def probe(instance: Instance, case: Case, call: str, *, keep: torch.Tensor | None = None,
-          causal: bool = False, gain: float = QK_GAIN) -> Probe:
-    """Measure the attention matrix (see :func:`measure_attention`), with the probe's logits."""
+          causal: bool = False, gain: float = QK_GAIN,
+          encoding: PositionEncoding | None = None) -> Probe:
+    """Measure the attention matrix (see :func:`measure_attention`), with the probe's logits
+    (the module's relative position ``encoding`` applied to them)."""
     original = instance.read_weights()
     kv_len = case.kv_len
     reason = probe_unfit_reason(original, kv_len)
@@ -116,6 +122,8 @@ def probe(instance: Instance, case: Case, call: str, *, keep: torch.Tensor | Non
     w64 = weights.expanded().map(lambda t: t.to(torch.float64).cpu())
     q = torch.einsum("bld,hed->bhle", q_case.to(torch.float64).cpu(), w64.w_q)
     k = torch.einsum("bld,hed->bhle", kv_case.to(torch.float64).cpu(), w64.w_k)
+    q, k, bias = encode(q, k, encoding, None if keep is None else keep.cpu(),
+                        heads=(0, weights.num_heads, weights.num_kv_heads))
 
     output = instance.forward(inputs).to(torch.float64).cpu()
     heads, value_dim = original.num_heads, original.value_dim
@@ -129,4 +137,4 @@ def probe(instance: Instance, case: Case, call: str, *, keep: torch.Tensor | Non
         raise ImplementationError(
             "with one-hot values and identity projections, output features past kv_len are "
             f"{float(stray.max()):.3g}, not 0: forward does not use its projections as declared")
-    return Probe(attention=blocks[..., :kv_len], logits=q @ k.transpose(-1, -2))
+    return Probe(attention=blocks[..., :kv_len], logits=q @ k.transpose(-1, -2), bias=bias)

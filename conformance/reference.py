@@ -8,7 +8,9 @@ value such as -1e9 gives).
 
 Grouped-query weights (fewer key/value heads than query heads) are expanded with
 ``repeat_interleave`` along the head axis: query head h reads key/value head h // (H / Hkv). A
-sliding window of W keys restricts causal row t to keys t - W + 1 .. t.
+sliding window of W keys restricts causal row t to keys t - W + 1 .. t. A relative position
+encoding (RoPE, ALiBi; see :mod:`conformance.position_encoding`) is applied with the queries at
+positions ``start .. start + Lq - 1`` and the keys at ``start .. start + Lk - 1``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Literal
 
 import torch
 
+from conformance.position_encoding import encode
+from conformance.spec import PositionEncoding
 from conformance.weights import HeadWeights
 
 FullyMaskedPolicy = Literal["zeros", "nan", "uniform"]
@@ -62,6 +66,9 @@ def reference_attention(
     softmax_over: Literal["keys", "queries"] = "keys",
     scale_first: bool = True,
     window: int | None = None,
+    encoding: PositionEncoding | None = None,
+    start: int = 0,
+    heads: tuple[int, int, int] | None = None,
 ) -> ReferenceResult:
     """Multi-head attention, computed in ``dtype`` (float64 for the reference).
 
@@ -70,7 +77,9 @@ def reference_attention(
     attention, the baseline that tolerances are measured against. ``softmax_over="queries"``
     computes a known mistake, for diagnosis only. ``scale_first=False`` scales the product
     instead of q (another rounding path; the same in exact arithmetic). ``window``: a causal
-    sliding window of that many keys.
+    sliding window of that many keys. ``encoding``: RoPE / ALiBi, tokens from position
+    ``start`` on; ``heads`` = (first, total, key/value heads) when the weights are heads first ..
+    of a module with ``total`` heads (ALiBi's slopes are per head).
     """
     w = weights.expanded().map(lambda t: t.to(dtype))
     q_in, k_in, v_in = (t.to(dtype) for t in (query, key, value))
@@ -78,9 +87,13 @@ def reference_attention(
     q = torch.einsum("bld,hed->bhle", q_in, w.w_q) + w.b_q[None, :, None, :]
     k = torch.einsum("bld,hed->bhle", k_in, w.w_k) + w.b_k[None, :, None, :]
     v = torch.einsum("bld,hed->bhle", v_in, w.w_v) + w.b_v[None, :, None, :]
+    q, k, bias = encode(q, k, encoding, keep, start,
+                        heads=heads or (0, weights.num_heads, weights.num_kv_heads))
     scale = 1.0 / math.sqrt(weights.head_dim) if scale is None else scale
     # Scale q before the product, as SDPA does: in float16 the unscaled product can overflow.
     logits = (q * scale) @ k.transpose(-1, -2) if scale_first else (q @ k.transpose(-1, -2)) * scale
+    if bias is not None:
+        logits = logits + bias.to(logits.device)
 
     batch, q_len, kv_len = q_in.shape[0], q_in.shape[1], k_in.shape[1]
     allowed = allowed_keys(batch, q_len, kv_len, keep, causal, q_in.device, window=window)
@@ -103,9 +116,12 @@ def reference_attention(
 
 def plain_attention(weights: HeadWeights, query: torch.Tensor, key: torch.Tensor,
                     value: torch.Tensor, *, keep: torch.Tensor | None, causal: bool,
-                    dtype: torch.dtype, window: int | None = None) -> list[torch.Tensor]:
+                    dtype: torch.dtype, window: int | None = None,
+                    encoding: PositionEncoding | None = None,
+                    start: int = 0) -> list[torch.Tensor]:
     """The suite's plain attention in ``dtype``, in both textbook orders (scale q first, scale
     the product): the baselines a same-dtype implementation is measured against."""
     return [reference_attention(weights, query, key, value, keep=keep, causal=causal,
-                                dtype=dtype, scale_first=first, window=window).output
+                                dtype=dtype, scale_first=first, window=window,
+                                encoding=encoding, start=start).output
             for first in (True, False)]

@@ -49,6 +49,95 @@ AlibiSlopes = Literal["standard", "measured"]
 of two, its interpolation otherwise); ``measured``, any positive per-head slopes (reported)."""
 
 
+RotaryPairing = Literal["half", "interleaved"]
+"""Which dimensions RoPE rotates together: ``half`` pairs i with i + r/2 (HuggingFace's
+``rotate_half``, GPT-NeoX), ``interleaved`` pairs 2i with 2i + 1 (Meta Llama, GPT-J,
+torchtune)."""
+
+
+@dataclass(frozen=True)
+class Rotary:
+    """Rotary position embeddings as a module applies them (see :mod:`conformance.
+    position_encoding`): the first ``rotated_dims(head_dim)`` dimensions of every query and key
+    head turn in pairs (``pairing``), pair i by ``p * theta^(-2i / r)`` at position p."""
+
+    pairing: RotaryPairing = "half"
+    theta: float = 10000.0
+    fraction: float = 1.0
+    """The rotated share of each head's dimensions, rounded down to an even count
+    (HuggingFace's ``partial_rotary_factor`` / ``rotary_pct``)."""
+    dims: int | None = None
+    """A fixed number of rotated dimensions (x-transformers' rotary dim), capped at head_dim;
+    overrides ``fraction``."""
+    table: tuple[tuple[int, int, float], ...] = ()
+    """Measured per head width where no one rule covers them all: (head_dim, rotated dims,
+    theta); overrides the rule for those widths."""
+
+    def _entry(self, head_dim: int) -> tuple[int, float] | None:
+        return next(((dims, theta) for width, dims, theta in self.table if width == head_dim),
+                    None)
+
+    def rotated_dims(self, head_dim: int) -> int:
+        entry = self._entry(head_dim)
+        if entry is not None:
+            return entry[0]
+        count = min(self.dims, head_dim) if self.dims is not None else int(head_dim * self.fraction)
+        return count - count % 2
+
+    def frequencies(self, head_dim: int) -> torch.Tensor:
+        """(r / 2,) float64: theta^(-2i / r) for the r rotated dimensions."""
+        dims = self.rotated_dims(head_dim)
+        entry = self._entry(head_dim)
+        theta = self.theta if entry is None else entry[1]
+        return theta ** (-torch.arange(0, dims, 2, dtype=torch.float64) / max(dims, 1))
+
+    def describe(self) -> str:
+        pairs = {"half": "half-split pairs (i, i + r/2)",
+                 "interleaved": "interleaved pairs (2i, 2i + 1)"}[self.pairing]
+        if self.table:
+            widths = ", ".join(f"{dims} of {width} at theta {theta:.6g}"
+                               for width, dims, theta in self.table)
+            return f"RoPE on {pairs}, measured per head width: {widths}"
+        share = (f"{self.dims} dims" if self.dims is not None else
+                 "every dim" if self.fraction == 1.0 else f"{self.fraction:g} of the dims")
+        return f"RoPE on {pairs}, {share}, theta {self.theta:g}"
+
+
+@dataclass(frozen=True)
+class AlibiBias:
+    """ALiBi as a module applies it: head h's logits get ``-m_h (i - j)`` (``-m_h |i - j|``
+    where ``symmetric``), with the paper's slopes; ``counts_kept``: positions count the kept
+    tokens only (BLOOM's ``cumsum(mask) - 1``)."""
+
+    symmetric: bool = False
+    counts_kept: bool = False
+    tiled: bool = False
+    """The slopes follow the module's own head order where its grouped query heads are read
+    relabelled (tiled grouping, see ``conformance.layouts.RelabelledHeads``): canonical head
+    c carries the slope of module head (c mod G) Hkv + c // G."""
+
+    def describe(self) -> str:
+        return ("ALiBi with the paper's slopes, " + ("-m |i - j|" if self.symmetric else
+                                                     "-m (i - j)")
+                + (", positions counting kept tokens only" if self.counts_kept else ""))
+
+
+@dataclass(frozen=True)
+class PositionEncoding:
+    """The relative position encoding the float64 reference applies (RoPE, ALiBi, or both)."""
+
+    rotary: Rotary | None = None
+    alibi: AlibiBias | None = None
+
+    def describe(self) -> str:
+        return "; ".join(part.describe() for part in (self.rotary, self.alibi) if part)
+
+
+PaddedQueries = Literal["zero", "self", "any"]
+"""What a self-attention module outputs at a padded query position: zeros, attention to itself
+alone, or attention like any other row (to the kept keys)."""
+
+
 class CacheStyle(str, Enum):
     """How a KV cache is handed to the module between decoding calls."""
 
@@ -121,6 +210,11 @@ class MaskLayout(str, Enum):
     ``attn_mask``): only masks that are the same for every batch element can be given."""
 
 
+QUERY_AXIS_LAYOUTS = (MaskLayout.PER_QUERY, MaskLayout.PER_QUERY_BROADCAST,
+                      MaskLayout.PER_HEAD, MaskLayout.SHARED)
+"""Mask layouts with a query axis: those that can give rows different keys."""
+
+
 @dataclass(frozen=True)
 class MaskConvention:
     """How the implementation takes a padding mask.
@@ -132,14 +226,21 @@ class MaskConvention:
     kind: MaskKind
     layout: MaskLayout
     argument: str | None = None
+    carries_causality: bool = False
+    """The module takes the mask as the whole mask, causality included (HuggingFace's 4-D
+    masks, torchtune's): for a causal call the suite folds the causal triangle (and a sliding
+    window) into it. Only layouts with a query axis can."""
 
     def describe(self) -> str:
-        return f"{KIND_WORDS[self.kind]}, shape {LAYOUT_SHAPES[self.layout]}"
+        return (f"{KIND_WORDS[self.kind]}, shape {LAYOUT_SHAPES[self.layout]}"
+                + (", the causal triangle included (the mask is the whole mask)"
+                   if self.carries_causality else ""))
 
     def spec(self) -> str:
-        """The declaration that states this convention: ``KIND:LAYOUT[@ARGUMENT]``."""
+        """The declaration that states this convention: ``KIND:LAYOUT[+causal][@ARGUMENT]``."""
         argument = f"@{self.argument}" if self.argument else ""
-        return f"{self.kind.value}:{self.layout.value}{argument}"
+        causal = "+causal" if self.carries_causality else ""
+        return f"{self.kind.value}:{self.layout.value}{causal}{argument}"
 
 
 KIND_WORDS = {
@@ -205,6 +306,9 @@ class Capabilities:
             other mask checks skip.
         mask_doubt: what inference could not decide about the mask it accepted (a polarity the
             argument's name does not settle); ``padding`` gives it as a warning.
+        mask_assumed: why ``mask`` was assumed rather than confirmed (no convention makes
+            masked keys invisible; this one runs and only leaks); ``padding`` says so beside
+            the leak it finds.
         causal: whether it masks the future.
         causal_argument: keyword that turns causality on, when ``causal == "optional"``.
         cross_attention: whether ``kv_len != q_len`` is supported (``"qkv"`` only).
@@ -239,12 +343,27 @@ class Capabilities:
             ``packed_argument`` names the cu_seqlens keyword, ``max_seqlen_argument`` the
             longest sequence's.
         max_batch: the largest batch it takes (a preallocated cache's ``max_batch_size``).
+        encoding: the relative position encoding the float64 reference applies for it (RoPE,
+            ALiBi); where set, the checks that compare with the reference run (``positional``
+            then only describes it).
+        kv_doubt: what inference could not decide about grouped key/value heads: the module
+            pairs query head h with key/value head h mod Hkv (tiled), a relabelling of the
+            heads that is a bug only where HuggingFace's interleaved pairing (h // G) was
+            meant; ``kv_groups`` gives it as a warning.
+        weights_doubt: what behaviour can't settle about the weights it found: a layer the
+            forward never calls with the shape of the projection the layout lacks (an output
+            projection defined and skipped?); ``reference`` gives it as a warning.
+        padded_queries: what a self-attention module promises at a padded query position
+            (``zero``, ``self``, ``any``); None leaves those rows unjudged.
+        returns_tensor: forward is declared to return one tensor: a tuple is a contract
+            failure.
     """
 
     call: CallConvention = "self"
     mask: MaskConvention | None = None
     mask_problem: str | None = None
     mask_doubt: str | None = None
+    mask_assumed: str | None = None
     causal: Causality = "never"
     causal_argument: str | None = None
     cross_attention: bool = False
@@ -273,6 +392,11 @@ class Capabilities:
     packed_argument: str | None = None
     max_seqlen_argument: str | None = None
     max_batch: int | None = None
+    encoding: PositionEncoding | None = None
+    kv_doubt: str | None = None
+    weights_doubt: str | None = None
+    padded_queries: PaddedQueries | None = None
+    returns_tensor: bool = False
 
     def describe(self) -> str:
         call = "self-attention f(x[, mask])" if self.call == "self" else "f(q, k, v[, mask])"

@@ -146,7 +146,8 @@ class WeightLayout(ABC):
         """One line naming the submodules, for reports."""
 
 
-def _get(module: nn.Module, path: str) -> nn.Module:
+def submodule(module: nn.Module, path: str) -> nn.Module:
+    """The submodule at ``path``; WeightLayoutError when there is none."""
     try:
         return module.get_submodule(path)
     except AttributeError as error:
@@ -158,7 +159,7 @@ def is_conv1d(module: nn.Module) -> bool:
     return type(module).__name__ == "Conv1D"
 
 
-def _linear_parts(linear: nn.Module, path: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+def linear_parts(linear: nn.Module, path: str) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(weight as (out, in), bias); a Conv1D's weight comes back as a transposed view, so
     writing into it writes the module's own parameter."""
     weight = getattr(linear, "weight", None)
@@ -192,7 +193,7 @@ def _kv_heads(rows: int, head_dim: int, num_heads: int, path: str) -> int:
                             f"{head_dim} grouping {num_heads} query heads")
 
 
-def _copy_into(param: torch.Tensor | None, value: torch.Tensor | None, path: str) -> None:
+def copy_into(param: torch.Tensor | None, value: torch.Tensor | None, path: str) -> None:
     if param is None:
         if value is not None and bool(torch.any(value != 0)):
             raise WeightLayoutError(f"{path!r} has no bias, cannot set a non-zero one")
@@ -226,23 +227,23 @@ def _split_packed(weight: torch.Tensor, bias: torch.Tensor | None, heads: int, p
 def _write_packed(weight: torch.Tensor, bias: torch.Tensor | None, weights: HeadWeights,
                   path: str) -> None:
     d_in = weights.d_in
-    _copy_into(weight, torch.cat([weights.w_q.reshape(-1, d_in), weights.w_k.reshape(-1, d_in),
+    copy_into(weight, torch.cat([weights.w_q.reshape(-1, d_in), weights.w_k.reshape(-1, d_in),
                                   weights.w_v.reshape(-1, d_in)]), path)
-    _copy_into(bias, torch.cat([weights.b_q.reshape(-1), weights.b_k.reshape(-1),
+    copy_into(bias, torch.cat([weights.b_q.reshape(-1), weights.b_k.reshape(-1),
                                 weights.b_v.reshape(-1)]), path)
 
 
-def _read_output(linear: nn.Module, path: str) -> dict[str, torch.Tensor]:
-    weight, bias = _linear_parts(linear, path)
+def read_output(linear: nn.Module, path: str) -> dict[str, torch.Tensor]:
+    weight, bias = linear_parts(linear, path)
     zeros = torch.zeros(weight.shape[0], dtype=weight.dtype, device=weight.device)
     return {"w_o": weight.detach().clone(),
             "b_o": zeros if bias is None else bias.detach().clone()}
 
 
-def _write_output(linear: nn.Module, weights: HeadWeights, path: str) -> None:
-    weight, bias = _linear_parts(linear, path)
-    _copy_into(weight, weights.w_o, path)
-    _copy_into(bias, weights.b_o, path)
+def write_output(linear: nn.Module, weights: HeadWeights, path: str) -> None:
+    weight, bias = linear_parts(linear, path)
+    copy_into(weight, weights.w_o, path)
+    copy_into(bias, weights.b_o, path)
 
 
 @dataclass(frozen=True)
@@ -261,28 +262,28 @@ class SeparateProjections(WeightLayout):
     def read(self, module: nn.Module, num_heads: int,
              num_kv_heads: int | None = None) -> HeadWeights:
         parts = {}
-        weight, bias = _linear_parts(_get(module, self.q), self.q)
+        weight, bias = linear_parts(submodule(module, self.q), self.q)
         parts["w_q"], parts["b_q"] = _split_heads(weight, bias, num_heads, self.q)
-        weight, bias = _linear_parts(_get(module, self.k), self.k)
+        weight, bias = linear_parts(submodule(module, self.k), self.k)
         # Key heads of the query's width (fewer of them in grouped-query attention); the values
         # have as many heads, of any width.
         heads = num_kv_heads or _kv_heads(weight.shape[0], parts["w_q"].shape[1], num_heads,
                                           self.k)
         parts["w_k"], parts["b_k"] = _split_heads(weight, bias, heads, self.k)
-        weight, bias = _linear_parts(_get(module, self.v), self.v)
+        weight, bias = linear_parts(submodule(module, self.v), self.v)
         parts["w_v"], parts["b_v"] = _split_heads(weight, bias, heads, self.v)
         if self.o is not None:
-            parts.update(_read_output(_get(module, self.o), self.o))
+            parts.update(read_output(submodule(module, self.o), self.o))
         return HeadWeights(**parts)
 
     def write(self, module: nn.Module, weights: HeadWeights) -> None:
         for role in ("q", "k", "v"):
             path = getattr(self, role)
-            weight, bias = _linear_parts(_get(module, path), path)
-            _copy_into(weight, getattr(weights, f"w_{role}"), path)
-            _copy_into(bias, getattr(weights, f"b_{role}").reshape(-1), path)
+            weight, bias = linear_parts(submodule(module, path), path)
+            copy_into(weight, getattr(weights, f"w_{role}"), path)
+            copy_into(bias, getattr(weights, f"b_{role}").reshape(-1), path)
         if self.o is not None:
-            _write_output(_get(module, self.o), weights, self.o)
+            write_output(submodule(module, self.o), weights, self.o)
 
     def describe(self) -> str:
         names = [self.q, self.k, self.v] + ([self.o] if self.o else [])
@@ -298,17 +299,17 @@ class FusedProjection(WeightLayout):
 
     def read(self, module: nn.Module, num_heads: int,
              num_kv_heads: int | None = None) -> HeadWeights:
-        weight, bias = _linear_parts(_get(module, self.qkv), self.qkv)
+        weight, bias = linear_parts(submodule(module, self.qkv), self.qkv)
         parts = _split_packed(weight, bias, num_heads, self.qkv, num_kv_heads)
         if self.o is not None:
-            parts.update(_read_output(_get(module, self.o), self.o))
+            parts.update(read_output(submodule(module, self.o), self.o))
         return HeadWeights(**parts)
 
     def write(self, module: nn.Module, weights: HeadWeights) -> None:
-        weight, bias = _linear_parts(_get(module, self.qkv), self.qkv)
+        weight, bias = linear_parts(submodule(module, self.qkv), self.qkv)
         _write_packed(weight, bias, weights, self.qkv)
         if self.o is not None:
-            _write_output(_get(module, self.o), weights, self.o)
+            write_output(submodule(module, self.o), weights, self.o)
 
     def describe(self) -> str:
         return f"fused q/k/v weights from {self.qkv}" + (
@@ -327,31 +328,31 @@ class PerHeadModules(WeightLayout):
 
     def read(self, module: nn.Module, num_heads: int,
              num_kv_heads: int | None = None) -> HeadWeights:
-        head_list = list(_get(module, self.heads))
+        head_list = list(submodule(module, self.heads))
         if len(head_list) != num_heads:
             raise WeightLayoutError(f"{self.heads!r} holds {len(head_list)} heads, expected {num_heads}")
         parts: dict[str, list[torch.Tensor]] = {}
         for head in head_list:
             for role in ("q", "k", "v"):
                 path = f"{self.heads}[*].{getattr(self, role)}"
-                weight, bias = _linear_parts(_get(head, getattr(self, role)), path)
+                weight, bias = linear_parts(submodule(head, getattr(self, role)), path)
                 w, b = _split_heads(weight, bias, 1, path)
                 parts.setdefault(f"w_{role}", []).append(w[0])
                 parts.setdefault(f"b_{role}", []).append(b[0])
         stacked = {name: torch.stack(values) for name, values in parts.items()}
         if self.o is not None:
-            stacked.update(_read_output(_get(module, self.o), self.o))
+            stacked.update(read_output(submodule(module, self.o), self.o))
         return HeadWeights(**stacked)
 
     def write(self, module: nn.Module, weights: HeadWeights) -> None:
-        for h, head in enumerate(_get(module, self.heads)):
+        for h, head in enumerate(submodule(module, self.heads)):
             for role in ("q", "k", "v"):
                 path = f"{self.heads}[{h}].{getattr(self, role)}"
-                weight, bias = _linear_parts(_get(head, getattr(self, role)), path)
-                _copy_into(weight, getattr(weights, f"w_{role}")[h], path)
-                _copy_into(bias, getattr(weights, f"b_{role}")[h], path)
+                weight, bias = linear_parts(submodule(head, getattr(self, role)), path)
+                copy_into(weight, getattr(weights, f"w_{role}")[h], path)
+                copy_into(bias, getattr(weights, f"b_{role}")[h], path)
         if self.o is not None:
-            _write_output(_get(module, self.o), weights, self.o)
+            write_output(submodule(module, self.o), weights, self.o)
 
     def describe(self) -> str:
         return (f"per-head weights from {self.heads}[h].{self.q}/{self.k}/{self.v}"
@@ -368,7 +369,7 @@ class PackedInProjection(WeightLayout):
     path: str = ""
 
     def _mha(self, module: nn.Module) -> nn.Module:
-        mha = _get(module, self.path) if self.path else module
+        mha = submodule(module, self.path) if self.path else module
         if getattr(mha, "in_proj_weight", None) is None:
             raise WeightLayoutError(
                 f"{self.path or type(module).__name__!r} has no packed in_proj_weight")
@@ -378,13 +379,13 @@ class PackedInProjection(WeightLayout):
              num_kv_heads: int | None = None) -> HeadWeights:
         mha = self._mha(module)
         parts = _split_packed(mha.in_proj_weight, mha.in_proj_bias, num_heads, "in_proj_weight")
-        parts.update(_read_output(mha.out_proj, "out_proj"))
+        parts.update(read_output(mha.out_proj, "out_proj"))
         return HeadWeights(**parts)
 
     def write(self, module: nn.Module, weights: HeadWeights) -> None:
         mha = self._mha(module)
         _write_packed(mha.in_proj_weight, mha.in_proj_bias, weights, "in_proj_weight")
-        _write_output(mha.out_proj, weights, "out_proj")
+        write_output(mha.out_proj, weights, "out_proj")
 
     def describe(self) -> str:
         prefix = f"{self.path}." if self.path else ""

@@ -45,8 +45,13 @@ ONE_FLAG = {
     # Its bug breaks a promise (the paper's slopes) inference can't know was made: it measures
     # the slopes and holds them only to ALiBi's form (linear, positive).
     "mutant-alibi-slopes-reversed": Declarations(alibi="standard"),
+    # Query heads reading key/value heads tiled (h mod Hkv) is a relabelling of the heads, a bug
+    # only where HuggingFace's interleaved pairing is meant: bare, inference warns; declared,
+    # the mismatch fails.
+    "mutant-gqa-repeat": Declarations(kv_grouping="interleaved"),
 }
 CHECKED = {impl.name: _spec(impl) for impl in bundled()}
+COMPARED_WITH_REFERENCE = ("reference", "head_split", "stability", "low_precision")
 MUTANTS = {module.IMPLEMENTATION.name: module for module in MUTANT_MODULES}
 
 
@@ -78,7 +83,9 @@ def test_inference_alone_finds_what_the_registration_finds(inferred_findings, na
     the hand-written registration, it is for a stated reason: float16/bfloat16 are assumed, not
     declared (findings there are warnings), or no mask convention could be inferred (padding
     fails once, the checks that need the mask skip), or a mask named ``mask`` is read with the
-    polarity the module uses (a warning: inference can't know the intent)."""
+    polarity the module uses (a warning: inference can't know the intent), or a layer the
+    forward never calls has the shape of the output projection the found weights lack
+    (``reference`` warns: behaviour can't tell a skipped projection from a spare layer)."""
     failed, warned, impl = inferred_findings[name]
     registered = set(expected_results().get(name, {}))
     registered_warnings = set(expected_warnings().get(name, {}))
@@ -87,7 +94,9 @@ def test_inference_alone_finds_what_the_registration_finds(inferred_findings, na
     caps = impl.capabilities
     for check in registered - failed:
         explained = ((check in warned and caps.assumed_dtypes)
-                     or caps.mask_problem is not None or caps.mask_doubt is not None)
+                     or caps.mask_problem is not None or caps.mask_doubt is not None
+                     or (check in COMPARED_WITH_REFERENCE and "reference" in warned
+                         and caps.weights_doubt is not None))
         assert explained, (CHECKED[name], check)
     mutant = MUTANTS.get(name)
     if mutant is not None:
@@ -101,7 +110,9 @@ def test_inference_alone_finds_what_the_registration_finds(inferred_findings, na
 def test_the_report_opens_with_what_was_inferred():
     notes = infer(seed000.MultiHeadAttention).notes
     assert notes[0] == "self-attention forward(X, attention_mask)"
-    assert "weights from inner.q_proj/inner.k_proj/inner.v_proj/inner.out_proj" in notes
+    assert any(note.startswith("weights: inner.q_proj/inner.k_proj/inner.v_proj/inner.out_proj "
+                               "(found by behaviour: the float64 reference from these weights "
+                               "reproduces its output") for note in notes)
     assert any(note.startswith("attention_mask: int mask, 0 = masked, shape (B, 1, 1, Lk) "
                                "(probed; to state it: --mask keep_int:broadcast@attention_mask)")
                for note in notes)
@@ -132,10 +143,12 @@ def test_a_mask_named_mask_read_the_other_way_is_accepted_and_doubted():
 
 def test_torch_multihead_attention_through_inference_alone():
     notes = infer(torch.nn.MultiheadAttention).notes
-    assert "forward returns a tuple: its first element is taken as the output" in notes
+    assert any(note.startswith("forward returns a tuple: its first element is taken as the "
+                               "output") for note in notes)
     assert any(note.startswith("key_padding_mask: bool mask, True = ignore, shape (B, Lk) "
                                "(probed") for note in notes)
-    assert "weights from inner.in_proj_weight/inner.out_proj" in notes
+    assert any(note.startswith("weights: inner.in_proj_weight/inner.out_proj (found by "
+                               "behaviour") for note in notes)
 
 
 def test_unfillable_constructor_is_one_clear_line():

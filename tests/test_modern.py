@@ -177,8 +177,8 @@ class FixedGroups(nn.Module):
 def test_a_fixed_key_value_head_count_is_read_from_the_projections():
     inferred = infer(FixedGroups)
     assert inferred.implementation.capabilities.kv_heads == 2
-    assert any(note.startswith("2 key/value head(s) at every head count (inferred from "
-                               "projection shapes") for note in inferred.notes)
+    assert any(note.startswith("2 key/value head(s) at every head count (read from the "
+                               "projections") for note in inferred.notes)
     flagged = infer(FixedGroups, declared=Declarations(kv_heads_arg="groups_of_kv"))
     assert flagged.implementation.capabilities.kv_heads == "config"
 

@@ -56,7 +56,8 @@ def test_the_hard_styles_were_understood(report):
     assert "head width = head_size" in inferred["wild_styles:Head"]
     assert "key/value heads = n_kv_heads: generated as divisors of num_heads" in inferred[
         "wild_styles:GroupedQueryAttention"]
-    assert "rotary position embeddings" in inferred["wild_styles:RotarySelfAttention"]
+    assert "RoPE on half-split pairs (i, i + r/2), every dim, theta 10000 inside (found by behaviour" in inferred[
+        "wild_styles:RotarySelfAttention"]
     assert "bool mask, True = ignore" in inferred["wild_styles:TorchMHASelfAttention"]
     gate = {r["implementation"]: r for r in payload["results"] if r["check"] == "gate"}
     assert any("computes part of attention in float32 for float64 inputs" in note
@@ -89,8 +90,8 @@ def test_the_modern_forms_were_understood_and_checked(report):
                                                "per row, itself included",
         "modern_styles:LocalCausalAttention": "window_size: a causal sliding window, W keys "
                                               "before the row, plus itself",
-        "modern_styles:MPTAlibiAttention": "ALiBi position biases inside (inferred from buffer "
-                                           "alibi_slopes",
+        "modern_styles:MPTAlibiAttention": "ALiBi with the paper's slopes, -m (i - j) inside "
+                                           "(found by behaviour",
         "modern_styles:PackedSequenceAttention": "cu_seqlens: packed sequences, tokens (1, "
                                                  "total, D) (probed)",
         "wild_styles:GroupedQueryAttention": "probed: built with n_kv_heads=1",
@@ -104,12 +105,15 @@ def test_the_modern_forms_were_understood_and_checked(report):
         "modern_styles:MistralStyleAttention": {"kv_cache", "kv_groups", "sliding_window",
                                                 "position_shift"},
         "modern_styles:LocalCausalAttention": {"sliding_window", "reference", "head_split"},
-        "modern_styles:MPTAlibiAttention": {"alibi", "position_shift"},
+        # The float64 reference applies their RoPE and ALiBi: the reference checks ran.
+        "modern_styles:MPTAlibiAttention": {"alibi", "position_shift", "reference", "head_split",
+                                            "scale", "stability"},
         "modern_styles:PackedSequenceAttention": {"packed", "kv_groups", "reference"},
         # The grouped-query wild style now gets the grouped reference and head split.
         "wild_styles:GroupedQueryAttention": {"kv_groups", "head_split", "reference", "scale"},
-        "wild_styles:RotarySelfAttention": {"position_shift"},
-        "wild_styles:LlamaAttentionMeta": {"position_shift"},
+        "wild_styles:RotarySelfAttention": {"position_shift", "reference", "head_split", "scale",
+                                            "stability"},
+        "wild_styles:LlamaAttentionMeta": {"position_shift", "reference", "head_split"},
     }
     if "modern_styles:HFLlamaCachedAttention" in verdicts:
         ran["modern_styles:HFLlamaCachedAttention"] = {"kv_cache", "kv_groups", "position_shift"}

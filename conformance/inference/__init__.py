@@ -7,8 +7,9 @@ the tool assumed; probing never turns a bug into an accepted convention (see
 :mod:`conformance.inference.probing`).
 """
 
+from conformance.inference.core_function import infer_function
 from conformance.inference.declarations import DeclarationError, Declarations
-from conformance.inference.infer import InferenceError, Inferred, infer, infer_function
+from conformance.inference.infer import InferenceError, Inferred, infer
 
 __all__ = ["DeclarationError", "Declarations", "InferenceError", "Inferred", "infer",
            "infer_function"]

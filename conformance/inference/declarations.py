@@ -33,6 +33,19 @@ Spellings (the same in flags and TOML):
   ``object`` (a cache object built by ``module:Class()`` and updated in place); ``none``
 - ``packed``: ``cu_seqlens@ARG`` (tokens (1, T, D)), ``cu_seqlens_flat@ARG`` (tokens (T, D)),
   or ``mask`` (a block-diagonal mask through the mask argument)
+- ``batch-first``: ``true`` when forward takes (batch, length, width) inputs (the opposite of
+  ``sequence-first``; a module that mixes batch elements then fails instead of being read
+  sequence-first)
+- ``returns``: ``tensor`` (forward returns one tensor; a tuple is a contract failure) or
+  ``tuple`` (its first element is the output)
+- ``layout``: ``bhld`` or ``blhd``, the axes of a core function's q, k, v and output
+- ``kv-grouping``: ``interleaved`` (query head h reads key/value head h // G: HuggingFace's
+  ``repeat_kv``, SDPA's ``enable_gqa``) or ``tiled`` (h mod Hkv: ``repeat``)
+- ``padded-queries``: what a self-attention module outputs at a padded query position:
+  ``zero``, ``self`` (it attends to itself alone), or ``any`` (as every other row);
+  unspecified (not judged) unless declared
+- ``rope``: ``PAIRING[:THETA[:FRACTION]]``, RoPE as the module is meant to apply it, e.g.
+  ``half:10000`` or ``interleaved:500000:0.5``
 """
 
 from __future__ import annotations
@@ -43,7 +56,15 @@ from pathlib import Path
 
 import torch
 
-from conformance.spec import CacheStyle, MaskConvention, MaskKind, MaskLayout, PackedForm, PositionForm
+from conformance.spec import (
+    QUERY_AXIS_LAYOUTS,
+    CacheStyle,
+    MaskConvention,
+    MaskKind,
+    MaskLayout,
+    PackedForm,
+    PositionForm,
+)
 from conformance.weights import (
     FusedProjection,
     PackedInProjection,
@@ -78,6 +99,12 @@ class Declarations:
     alibi: str | None = None
     kv_cache: str | None = None
     packed: str | None = None
+    batch_first: str | None = None
+    returns: str | None = None
+    layout: str | None = None
+    kv_grouping: str | None = None
+    padded_queries: str | None = None
+    rope: str | None = None
 
     def any(self) -> bool:
         return any(getattr(self, f.name) is not None for f in fields(self))
@@ -88,13 +115,22 @@ class Declarations:
             return None
         spec, _, _ = self.mask.partition("@")
         kind, _, layout = spec.partition(":")
+        layout, plus, causal = layout.partition("+")
         try:
-            return MaskConvention(MaskKind(kind), MaskLayout(layout or "broadcast"), argument)
+            if plus and causal != "causal":
+                raise ValueError(causal)
+            convention = MaskConvention(MaskKind(kind), MaskLayout(layout or "broadcast"),
+                                        argument, carries_causality=bool(plus))
         except ValueError:
             raise DeclarationError(
-                f"mask {self.mask!r}: use KIND:LAYOUT[@ARGUMENT], KIND one of "
+                f"mask {self.mask!r}: use KIND:LAYOUT[+causal][@ARGUMENT], KIND one of "
                 f"{', '.join(k.value for k in MaskKind)}, LAYOUT one of "
-                f"{', '.join(layout.value for layout in MaskLayout)}") from None
+                f"{', '.join(layout.value for layout in MaskLayout)}; +causal when the module "
+                "takes the mask as the whole mask, causality included") from None
+        if convention.carries_causality and convention.layout not in QUERY_AXIS_LAYOUTS:
+            raise DeclarationError(f"mask {self.mask!r}: only a layout with a query axis can "
+                                   "carry causality")
+        return convention
 
     @property
     def mask_argument(self) -> str | None:
@@ -186,9 +222,37 @@ class Declarations:
         return parsed, argument or None
 
     def declares_sequence_first(self) -> bool | None:
-        if self.sequence_first is None:
+        """True for sequence-first, False for batch-first, None when neither is declared."""
+        first = None if self.sequence_first is None else _truth(self.sequence_first)
+        batch = None if self.batch_first is None else _truth(self.batch_first)
+        if first is not None and batch is not None and first == batch:
+            raise DeclarationError("sequence-first and batch-first contradict each other")
+        return first if first is not None else (None if batch is None else not batch)
+
+    def choice(self, name: str, options: tuple[str, ...]) -> str | None:
+        """The declared value of ``name`` (one of ``options``), or None."""
+        value = getattr(self, name)
+        if value is not None and value not in options:
+            raise DeclarationError(f"{name.replace('_', '-')} {value!r}: use "
+                                   f"{', '.join(options)}")
+        return value
+
+    def rotary(self) -> tuple[str, float | None, float | None] | None:
+        """(pairing, theta or None, fraction or None), or None."""
+        if self.rope is None:
             return None
-        return str(self.sequence_first).lower() in ("true", "1", "yes")
+        pairing, _, rest = self.rope.partition(":")
+        theta_text, _, fraction_text = rest.partition(":")
+        try:
+            theta = float(theta_text) if theta_text else None
+            fraction = float(fraction_text) if fraction_text else None
+        except ValueError:
+            theta = fraction = -1.0
+        if pairing not in ("half", "interleaved") or (theta is not None and theta <= 1) or (
+                fraction is not None and not 0 < fraction <= 1):
+            raise DeclarationError(f"rope {self.rope!r}: use PAIRING[:THETA[:FRACTION]], "
+                                   "PAIRING half or interleaved, e.g. half:10000:0.25")
+        return pairing, theta, fraction
 
     def weight_layout(self, prefix: str) -> WeightLayout | None:
         """The declared layout (paths under ``prefix``), None for ``none``."""
@@ -206,6 +270,10 @@ class Declarations:
             raise DeclarationError(f"weights {spec!r}: use q,k,v[,o], fused:qkv[,o], "
                                    "packed[:path] or none")
         return SeparateProjections(*names)
+
+
+def _truth(value: object) -> bool:
+    return str(value).lower() in ("true", "1", "yes")
 
 
 def merged(base: Declarations, override: Declarations) -> Declarations:

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import inspect
 import io
 from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
-from conformance.adapter import ImplementationError, InProcessSubject
+from conformance.adapter import ImplementationError, InProcessSubject, ModuleInstance
 from conformance.call_arguments import positions_argument
 from conformance.cases import dtype_name
 from conformance.constraints import Constraint, discover
-from conformance.head_projections import HeadProjections
-from conformance.inference import kv_cache, packing, window
+from conformance.inference import kv_cache, packing, weight_roles, window
 from conformance.inference.convention import (
     FILLABLE_POSITIONS,
     START_NAMES,
@@ -32,22 +30,22 @@ from conformance.inference.probing import (
     probe_case,
     sequence_first,
 )
-from conformance.inference.projections import fits, infer_layout
 from conformance.inference.roles import (
     CONTEXT_LENGTH,
     MAX_BATCH_SIZE,
     ConstructorRoles,
     read_roles,
 )
+from conformance.inference.weight_roles import WeightOutcome
 from conformance.spec import (
+    QUERY_AXIS_LAYOUTS,
     Capabilities,
     Config,
     Implementation,
-    MaskLayout,
     PackedForm,
     PositionForm,
 )
-from conformance.weights import WeightLayoutError
+from conformance.weights import WeightLayout
 
 ALL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 ASSUMED_DTYPES = (torch.float16, torch.bfloat16)
@@ -155,13 +153,23 @@ class _Plan:
         return InferredModule(self.cls(**self.arguments(config)), self.convention,
                               self.tuple_output)
 
-    def builds(self, heads: int, head_dim: int) -> bool:
+    def constructs(self, heads: int, head_dim: int) -> bool:
         """Whether the constructor accepts ``heads`` heads of ``head_dim``."""
-        config = Config(batch=2, q_len=5, kv_len=5, d_model=heads * head_dim, num_heads=heads)
+        config = Config(batch=2, q_len=3, kv_len=3, d_model=heads * head_dim, num_heads=heads)
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 self.cls(**self.arguments(config))
         except Exception:  # the constructor's own validation, whatever it raises
+            return False
+        return True
+
+    def builds(self, heads: int, head_dim: int) -> bool:
+        """Whether the constructor accepts ``heads`` heads of ``head_dim``, and the forward
+        then runs (RoPE's even head_dim is often the forward's to find out)."""
+        config = Config(batch=2, q_len=3, kv_len=3, d_model=heads * head_dim, num_heads=heads)
+        try:
+            _first_call(self, config)
+        except Exception:  # the constructor's or the forward's own validation, whatever it raises
             return False
         return True
 
@@ -236,8 +244,19 @@ def _convention(cls: type, declared: Declarations, label: str) -> ForwardConvent
 
 
 def _constraint(plan: _Plan, label: str, notes: list[str]) -> Constraint | None:
+    """The configurations it builds and runs for; where the forward runs for none (a basic call
+    that always fails: the gate's to report), those it builds for."""
+    heads = None if plan.roles.heads else 1
     try:
-        constraint = discover(plan.builds, heads=None if plan.roles.heads else 1)
+        constraint = discover(plan.builds, heads=heads)
+    except ValueError:
+        constraint = None
+    else:
+        if constraint is not None:
+            notes.append(f"{constraint.describe()} (probed)")
+        return constraint
+    try:
+        constraint = discover(plan.constructs, heads=heads)
     except ValueError:
         config = Config(batch=2, q_len=5, kv_len=5, d_model=8, num_heads=2 if plan.roles.heads
                         else 1)
@@ -251,6 +270,37 @@ def _constraint(plan: _Plan, label: str, notes: list[str]) -> Constraint | None:
     if constraint is not None:
         notes.append(f"{constraint.describe()} (probed)")
     return constraint
+
+
+def _layout_constraint(plan: _Plan, layout: WeightLayout | None,
+                       constraint: Constraint | None, notes: list[str]) -> Constraint | None:
+    """The configurations where the weight layout also reads the module, heads of the right
+    width: a layout that changes form at some head count (x-transformers has no output
+    projection at one head) limits them as a constructor that refuses them would."""
+    if layout is None:
+        return constraint
+    allowed = set(constraint.pairs) if constraint else None
+
+    def reads(heads: int, head_dim: int) -> bool:
+        if allowed is not None and (heads, head_dim) not in allowed:
+            return False
+        config = Config(batch=2, q_len=3, kv_len=3, d_model=heads * head_dim, num_heads=heads)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                weights = layout.read(plan.construct(config), heads)
+        except Exception:  # the constructor, or the layout's reading: not this configuration
+            return False
+        return tuple(weights.w_q.shape[:2]) == (heads, head_dim)
+
+    try:
+        found = discover(reads, heads=None if plan.roles.heads else 1)
+    except ValueError:
+        return constraint  # nowhere: the gate reports the weights as broken
+    if found is None or (constraint is not None and found.pairs == constraint.pairs):
+        return constraint
+    notes.append(f"its weights read as found only with {found.words}: generating those "
+                 "configurations (probed)")
+    return found
 
 
 def _probe_pair(plan: _Plan, constraint: Constraint | None) -> tuple[int, int]:
@@ -288,8 +338,17 @@ def infer(cls: type, *, name: str | None = None,
     constraint = _constraint(plan, label, notes)
     heads, head_dim = _probe_pair(plan, constraint)
     config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim, num_heads=heads)
-    _read_output(plan, config, notes)
-    capabilities: dict[str, object] = {"shapes": constraint.pairs if constraint else None}
+    try:
+        returns = declared.choice("returns", ("tensor", "tuple"))
+        padded = declared.choice("padded_queries", ("zero", "self", "any"))
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
+    _read_output(plan, config, notes, returns)
+    capabilities: dict[str, object] = {"shapes": constraint.pairs if constraint else None,
+                                       "returns_tensor": returns == "tensor",
+                                       "padded_queries": padded}
+    if padded is not None:
+        notes.append(f"padded queries: {padded} (declared; checked by padding)")
     try:
         _position_argument(plan, declared, capabilities, notes)
     except DeclarationError as error:
@@ -301,10 +360,12 @@ def infer(cls: type, *, name: str | None = None,
 
     _sequence_first(plan, declared, build, heads, head_dim, notes)
     probe = build()
-    layout = _weights(plan, declared, probe, constraint, heads, notes, capabilities)
+    _causality(plan, declared, capabilities, build, heads, head_dim, notes)
+    layout, outcome = _weights(plan, declared, label, constraint, notes, capabilities)
+    constraint = _layout_constraint(plan, layout, constraint, notes)
+    capabilities["shapes"] = constraint.pairs if constraint else None
     try:
-        _position_encoding(plan, declared, capabilities, probe, notes)
-        _causality(plan, declared, capabilities, build, heads, head_dim, notes)
+        _position_encoding(plan, declared, capabilities, probe, outcome, notes)
         _window(plan, declared, capabilities, config, label, heads, head_dim, notes)
         _cache(plan, declared, capabilities, build, heads, head_dim, notes)
         _dropout(plan, capabilities, probe, heads, head_dim, notes)
@@ -322,18 +383,25 @@ POSITION_WORDS = {"rotary": "rotary position embeddings (RoPE)", "alibi": "ALiBi
                   "positions": "a position input"}
 
 
-def _read_output(plan: _Plan, config: Config, notes: list[str]) -> None:
-    """Whether forward returns a tuple, and whether an output-width argument is per head."""
+def _read_output(plan: _Plan, config: Config, notes: list[str], returns: str | None) -> None:
+    """Whether forward returns a tuple (its first element is then the output, unless it is
+    declared to return one tensor), and whether an output-width argument is per head."""
     try:
         first = _first_call(plan, config)
     except Exception as error:  # the gate reports a broken basic call; inference goes on
         notes.append(f"calling it as {plan.convention.describe()} without a mask raised "
                      f"{type(error).__name__}: the output's form is not inferred")
         return
+    if isinstance(first, tuple) and returns == "tensor":
+        notes.append("forward returns a tuple, but it is declared to return one tensor: the "
+                     "gate fails on it")
+        return
     if isinstance(first, tuple):
         plan.tuple_output = True
         first = first[0]
-        notes.append("forward returns a tuple: its first element is taken as the output")
+        notes.append("forward returns a tuple: its first element is taken as the output"
+                     + (" (declared)" if returns == "tuple" else
+                        " (declare --returns tensor if it must return one tensor)"))
     roles = plan.roles
     if (roles.output and isinstance(first, torch.Tensor)
             and first.shape[-1] == config.num_heads * config.d_model and config.num_heads > 1):
@@ -362,11 +430,10 @@ def _sequence_first(plan: _Plan, declared: Declarations, build, heads: int, head
                      "--sequence-first to state it)")
 
 
-def _weights(plan: _Plan, declared: Declarations, probe, constraint: Constraint | None,
-             heads: int, notes: list[str], capabilities: dict):
-    """The weight layout: declared, or found by names and shapes that fit at two head counts;
-    and the key/value heads (grouped-query attention): a constructor argument confirmed to set
-    them, or a count the projections fix at every head count."""
+def _weights(plan: _Plan, declared: Declarations, label: str, constraint: Constraint | None,
+             notes: list[str], capabilities: dict) -> tuple[WeightLayout | None, WeightOutcome]:
+    """The weight layout: declared, or found by behaviour (see
+    :mod:`conformance.inference.weight_roles`); and the key/value heads."""
     if declared.weights:
         try:
             layout = declared.weight_layout("inner")
@@ -377,88 +444,32 @@ def _weights(plan: _Plan, declared: Declarations, probe, constraint: Constraint 
             capabilities["kv_heads"] = "config"
             notes.append(f"key/value heads = {plan.roles.kv_heads}: generated as divisors of "
                          "num_heads")
-        return layout
-    d_model = probe.config.d_model
-    layout = infer_layout(probe.module, "inner", heads, d_model, d_model)
-    if layout is None:
-        notes.append("no recognisable projections: the checks that need weights are skipped "
-                      "(declare them with --weights q,k,v[,o])")
-        return None
-    kv_counts = {heads: layout.read(probe.module, heads).num_kv_heads}
-    other = _other_pair(plan, constraint, heads)
-    if other is not None:
-        module = _built(plan, other[0], other[1])
-        width = other[0] * other[1]
-        if not fits(layout, module, other[0], width, width):
-            notes.append(f"projections {layout.describe().removeprefix('weights from ')} fit "
-                         f"{heads} heads but not {other[0]}: the checks that need weights are "
-                         "skipped (declare them with --weights)")
-            return None
-        kv_counts[other[0]] = layout.read(module, other[0]).num_kv_heads
-    if plan.roles.kv_heads:
-        if not _kv_argument_groups(plan, layout, heads, probe.config.head_dim, notes):
-            return None
-        capabilities["kv_heads"] = "config"
-    elif any(kv != h for h, kv in kv_counts.items()):
-        counts = set(kv_counts.values())
-        if len(counts) != 1:
-            notes.append(f"projections {layout.describe().removeprefix('weights from ')} give "
-                         f"key/value heads {kv_counts} for the head counts tried: the checks that "
-                         "need weights are skipped (declare --kv-heads-arg NAME)")
-            return None
-        (count,) = counts
-        capabilities["kv_heads"] = count
-        notes.append(f"{count} key/value head(s) at every head count (inferred from projection "
-                     "shapes: grouped-query attention whose constructor fixes them; if an "
-                     "argument sets them, declare --kv-heads-arg NAME)")
-    notes.append(layout.describe())
-    return layout
+        return layout, WeightOutcome()
 
+    def build_at(heads: int, head_dim: int, kv_heads: int | None) -> ModuleInstance:
+        config = Config(batch=2, q_len=weight_roles.LENGTH, kv_len=weight_roles.LENGTH,
+                        d_model=heads * head_dim, num_heads=heads, num_kv_heads=kv_heads,
+                        dtype=torch.float64)
+        implementation = plan.implementation(label, **capabilities)
+        return InProcessSubject(implementation).instantiate(config, seed=0)
 
-def _built(plan: _Plan, heads: int, head_dim: int, kv_heads: int | None = None) -> nn.Module:
-    """The module (in the suite's wrapper) built with ``heads`` heads of ``head_dim``."""
-    config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim, num_heads=heads,
-                    num_kv_heads=kv_heads)
-    return InProcessSubject(plan.implementation("probe")).instantiate(config, 0).module
-
-
-def _kv_argument_groups(plan: _Plan, layout, heads: int, head_dim: int,
-                        notes: list[str]) -> bool:
-    """Whether the key/value-heads argument sets the key/value projections' heads (built with
-    fewer key/value heads than query heads, the layout reads that many); the note says what was
-    found."""
-    role = plan.roles.kv_heads
-    divisors = [k for k in range(heads - 1, 0, -1) if heads % k == 0]
-    if not divisors:
-        notes.append(f"key/value heads = {role}: generated as divisors of num_heads "
-                     "(grouped-query attention)")
-        return True
-    kv = divisors[0]
     try:
-        module = _built(plan, heads, head_dim, kv)
-        read = layout.read(module, heads, kv).num_kv_heads
-    except (ImplementationError, WeightLayoutError):
-        read = None
-    width = heads * head_dim
-    if read != kv or not fits(layout, module, heads, width, width, num_kv_heads=kv):
-        notes.append(f"built with {role}={kv}, its projections don't read as {kv} key/value "
-                     f"heads of {heads}: the checks that need weights are skipped (declare "
-                     "them with --weights)")
-        return False
-    notes.append(f"key/value heads = {role}: generated as divisors of num_heads (grouped-query "
-                 f"attention; probed: built with {role}={kv}, {layout.describe()} read {kv} "
-                 f"key/value heads for {heads} query heads)")
-    return True
-
-
-def _other_pair(plan: _Plan, constraint: Constraint | None,
-                heads: int) -> tuple[int, int] | None:
-    """A buildable configuration with another head count, to confirm a layout on."""
-    if not plan.roles.heads:
-        return None
-    pairs = constraint.pairs if constraint else [(h, 4) for h in (4, 3, 6, 8)]
-    others = [p for p in pairs if p[0] != heads]
-    return max(others, key=lambda p: (p[0], -abs(p[1] - 4))) if others else None
+        grouping = declared.choice("kv_grouping", ("interleaved", "tiled"))
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
+    outcome = weight_roles.find(
+        build_at, plan.cls, plan.convention.call,
+        causal=capabilities.get("causal") == "always", single_head=not plan.roles.heads,
+        kv_argument=plan.roles.kv_heads, pairs=constraint.pairs if constraint else None,
+        max_len=CONTEXT_LENGTH if plan.roles.context else None, notes=notes,
+        grouping=grouping)
+    if outcome.kv_heads is not None:
+        capabilities["kv_heads"] = outcome.kv_heads
+    if outcome.kv_doubt is not None:
+        capabilities["kv_doubt"] = outcome.kv_doubt
+    if outcome.weights_doubt is not None:
+        capabilities["weights_doubt"] = outcome.weights_doubt
+    return outcome.layout, outcome
 
 
 def _causality(plan: _Plan, declared: Declarations, capabilities: dict, build, heads: int,
@@ -499,10 +510,33 @@ def _causality(plan: _Plan, declared: Declarations, capabilities: dict, build, h
 
 
 def _position_encoding(plan: _Plan, declared: Declarations, capabilities: dict, probe,
-                       notes: list[str]) -> None:
-    """A position encoding inside (rotary, ALiBi: relative; another: a position input)."""
+                       outcome: WeightOutcome, notes: list[str]) -> None:
+    """A position encoding inside: the RoPE or ALiBi that reproduced the module's output (the
+    float64 reference then models it), else what names and a position argument suggest (the
+    checks that need the reference skip), or nothing where the output is position-free."""
     stated = declared.declared_encoding()
+    reproduced = outcome.encoding
+    if reproduced is not None and stated in (None, "rotary" if reproduced.rotary else "alibi"):
+        kind = "rotary" if reproduced.rotary else "alibi"
+        capabilities.update(positional=f"{reproduced.describe()} (reproduced)", relative=kind,
+                            encoding=reproduced)
+        text = (f"{reproduced.describe()} inside (found by behaviour: its output depends on "
+                "the tokens' positions, and the float64 reference with this encoding reproduces "
+                "it; the reference checks apply it); position_shift checks that shifting every "
+                "position changes nothing")
+        if kind == "alibi":
+            capabilities["alibi"] = declared.alibi or "standard"
+            text += "; alibi holds the slopes to the paper's (they reproduced the output)"
+        notes.append(text)
+        return
     found = position_encoding(probe.module.inner, plan.convention.positions)
+    if found is not None and not outcome.dependent and outcome.layout is not None:
+        # Names suggest a position encoding, behaviour shows none (permuting the tokens
+        # permutes the output): behaviour decides.
+        notes.append(f"{found[1]} suggests a position encoding, but its output does not depend "
+                     "on the tokens' positions (probed): checked as position-free (declare "
+                     f"--position-encoding {found[0]} if it is meant to have one)")
+        found = None
     if stated == "none":
         found = None
         notes.append("no position encoding (declared)")
@@ -567,8 +601,9 @@ def _window(plan: _Plan, declared: Declarations, capabilities: dict, config: Con
         convention, how = stated[1], "declared"
     elif name in window.SETTLED:
         convention = window.SETTLED[name]
-        how = ("its name says so; if it counts the keys before the row, declare "
-               f"--window-arg {name}:left")
+        other = "left" if convention == "keys" else "keys"
+        how = (f"its name says so; if it counts the other way, declare --window-arg "
+               f"{name}:{other}")
     else:
         def built(width: int):
             implementation = plan.implementation(label, **capabilities)
@@ -665,10 +700,6 @@ def _packed(plan: _Plan, declared: Declarations, capabilities: dict, build, head
                  + (f", with {max_seqlen}" if max_seqlen else ""))
 
 
-QUERY_AXIS_LAYOUTS = (MaskLayout.PER_QUERY, MaskLayout.PER_QUERY_BROADCAST,
-                      MaskLayout.PER_HEAD, MaskLayout.SHARED)
-
-
 def _per_query_mask(plan: _Plan, capabilities: dict, build, heads: int, head_dim: int,
                     notes: list[str]) -> bool:
     """For packing through the mask: a mask convention with a query axis, searched again among
@@ -722,8 +753,9 @@ def _mask(plan: _Plan, declared: Declarations, capabilities: dict, build, heads:
         capabilities["mask"] = declared_mask
         notes.append(f"{argument}: {declared_mask.describe()} (declared)")
     elif argument:
-        search = infer_mask(build(), probe_case(heads, head_dim), plan.convention.call,
-                            plan.convention.mask_family, argument,
+        causal = capabilities.get("causal") == "always"
+        search = infer_mask(build(), probe_case(heads, head_dim, causal=causal),
+                            plan.convention.call, plan.convention.mask_family, argument,
                             name_settles=plan.convention.mask_name_settles)
         if search.convention is None:
             capabilities["mask_problem"] = search.problem
@@ -732,7 +764,11 @@ def _mask(plan: _Plan, declared: Declarations, capabilities: dict, build, heads:
             capabilities["mask"] = search.convention
             stated = replace(search.convention, argument=argument).spec()
             text = f"{argument}: {search.convention.describe()} (probed"
-            if search.doubt:
+            if search.assumed:
+                capabilities["mask_assumed"] = search.assumed
+                text += (f"; assumed, no convention works: masked keys leak, see padding; if it "
+                         f"reads its mask another way, declare it: --mask {stated})")
+            elif search.doubt:
                 capabilities["mask_doubt"] = search.doubt
                 text += f"; doubtful, see padding; to state it: --mask {stated})"
             elif plan.convention.mask_family == "either" and search.polarity_probed:
@@ -767,44 +803,3 @@ def _dtypes(declared: Declarations, capabilities: dict, notes: list[str]) -> Non
         notes.append("float16 and bfloat16 assumed (an nn.Module can be cast to them, nobody "
                      "declared them): what breaks there is a warning; declare --dtypes to make "
                      "them part of its contract")
-
-
-class CoreFunctionModule(HeadProjections):
-    """A core attention function over per-head tensors (B, H, L, Dh), inside the suite's own
-    q/k/v/out projections: the projections are correct by construction, so every check applies
-    to the function, and any failure is the function's."""
-
-    function = staticmethod(lambda q, k, v, **options: q)
-
-    def forward(self, query, key, value, *args, **options):
-        return self.merge(self.function(*self.heads(query, key, value), *args, **options))
-
-
-def core_function_class(function) -> type[CoreFunctionModule]:
-    """A CoreFunctionModule subclass calling ``function``, whose forward carries the function's
-    own parameter names (so its mask and causal arguments are read as for any class)."""
-    signature = inspect.signature(function)
-    parameters = list(signature.parameters.values())
-    if len([p for p in parameters if p.default is p.empty]) < 3:
-        raise InferenceError(f"{getattr(function, '__name__', function)}: a core function takes "
-                             "(q, k, v[, mask][, is_causal]) over (batch, heads, length, dim)")
-
-    def forward(self, query, key, value, *args, **options):
-        return CoreFunctionModule.forward(self, query, key, value, *args, **options)
-
-    forward.__signature__ = signature.replace(parameters=[
-        inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *parameters])
-    return type(getattr(function, "__name__", "core_function"), (CoreFunctionModule,),
-                {"function": staticmethod(function), "forward": forward,
-                 "__module__": getattr(function, "__module__", __name__)})
-
-
-def infer_function(function, *, name: str | None = None,
-                   declared: Declarations | None = None) -> Inferred:
-    """Declaration for a core function ``f(q, k, v[, mask][, is_causal])`` over (B, H, L, Dh)."""
-    label = name or getattr(function, "__name__", "core_function")
-    inferred = infer(core_function_class(function), name=label, declared=declared)
-    note = ("core function over (batch, heads, length, head_dim), wrapped in the suite's own "
-            "q/k/v/out projections: every check applies to the function")
-    notes = (note, *inferred.notes[2:])  # the wrapper's constructor and forward say nothing
-    return Inferred(replace(inferred.implementation, notes=notes), notes)

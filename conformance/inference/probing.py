@@ -2,18 +2,25 @@
 
 Mask: every kind the argument's name admits (see :data:`~conformance.inference.convention.
 MaskFamily`: int, bool and float 1/0 keep masks, bool ignore masks, additive masks with -inf and
-with finfo.min) in every layout ((B, Lk), (B, 1, 1, Lk), (B, Lq, Lk), (B, 1, Lq, Lk),
-(B, H, Lq, Lk), (Lq, Lk) shared over the batch) is tried; a convention is accepted when masked
-keys are invisible (perturbing them changes no row) and kept keys are not (perturbing them
-does). A call that raises (a shape or dtype the module does not take) prunes the convention after
-one call. An accepted convention is confirmed on a second case whose batch exceeds its length (a
-mask sliced as ``mask[:L, :L]`` or broadcast by coincidence works on one shape only).
+with finfo.min) in every layout ((B, Lk) first, then (B, 1, 1, Lk), (B, Lq, Lk), (B, 1, Lq, Lk),
+(B, H, Lq, Lk), (Lq, Lk) shared over the batch) is tried; for a causal module the layouts with a
+query axis are tried also as the whole mask, the causal triangle folded in (HuggingFace's 4-D
+masks, torchtune's). A convention is accepted when it has the properties that define a mask: a
+mask that keeps every key changes nothing (so a mask that replaces causality is not taken for a
+padding mask), masked keys are invisible (perturbing them changes no row) and kept keys are not
+(perturbing them does). A call that raises (a shape or dtype the module does not take) prunes the
+convention after one call. An accepted convention is confirmed on a second case whose batch
+exceeds its length (a mask sliced as ``mask[:L, :L]`` or broadcast by coincidence works on one
+shape only).
 
 Conventions outside the family are tried only to say what a failure looks like ("the complement
 works: is the mask inverted?"), never accepted, except for a name that does not settle the
 polarity (``mask``: OpenNMT reads True as masked, most code as attend): there the complement is
-accepted and doubted, and the doubt is reported as a warning. When nothing works, no convention
-is declared: the caller reports the problem once (``padding`` fails with it).
+accepted and doubted, and the doubt is reported as a warning. When nothing works but a
+convention runs on both shapes, keeps an all-keep mask harmless and only leaks (masked keys
+still change the output), it is assumed, and ``padding`` fails with the leak and its
+counterexample; when none even does that, no convention is declared: the caller reports the
+problem once (``padding`` fails with it).
 """
 
 from __future__ import annotations
@@ -25,8 +32,14 @@ import torch
 
 from conformance.adapter import CapabilityError, ImplementationError, Instance
 from conformance.cases import Case
-from conformance.spec import LAYOUT_SHAPES, MaskConvention, MaskKind, MaskLayout
-from conformance.tolerance import abs_error, unchanged_tolerance
+from conformance.spec import (
+    LAYOUT_SHAPES,
+    QUERY_AXIS_LAYOUTS,
+    MaskConvention,
+    MaskKind,
+    MaskLayout,
+)
+from conformance.tolerance import abs_error, reordering_tolerance, unchanged_tolerance
 
 K, L = MaskKind, MaskLayout
 
@@ -41,15 +54,20 @@ masks are tried with finfo.min first: it is what HuggingFace builds, and modules
 own finfo.min (a causal fill) on top of a mask mix -inf and finite fills otherwise."""
 
 LAYOUTS = {
-    "keep": (L.BROADCAST, L.KEY_PADDING, L.PER_QUERY_BROADCAST, L.PER_QUERY, L.PER_HEAD,
+    "keep": (L.KEY_PADDING, L.BROADCAST, L.PER_QUERY_BROADCAST, L.PER_QUERY, L.PER_HEAD,
              L.SHARED),
     "ignore": (L.KEY_PADDING, L.BROADCAST, L.PER_QUERY, L.PER_QUERY_BROADCAST, L.PER_HEAD,
                L.SHARED),
-    "either": (L.SHARED, L.PER_QUERY, L.KEY_PADDING, L.BROADCAST, L.PER_QUERY_BROADCAST,
+    "either": (L.KEY_PADDING, L.SHARED, L.PER_QUERY, L.BROADCAST, L.PER_QUERY_BROADCAST,
                L.PER_HEAD),
-    "additive": (L.BROADCAST, L.PER_QUERY_BROADCAST, L.PER_HEAD, L.PER_QUERY, L.SHARED,
-                 L.KEY_PADDING),
+    "additive": (L.KEY_PADDING, L.BROADCAST, L.PER_QUERY_BROADCAST, L.PER_HEAD, L.PER_QUERY,
+                 L.SHARED),
 }
+"""Layouts each family admits, in the order tried: of the conventions that work, (B, Lk) key
+padding is preferred, then the broadcast and per-query layouts."""
+
+LEAK = "masked keys still change the output"
+ALL_KEEP = "a mask that keeps every key changes the output"
 
 COMPLEMENT = {"keep": (K.IGNORE_BOOL,), "ignore": (K.KEEP_BOOL, K.KEEP_INT)}
 """Kinds of the opposite polarity: tried only to recognise an inverted mask."""
@@ -77,7 +95,8 @@ def confirming_case(case: Case) -> Case:
 
 def mask_behaviour(instance: Instance, case: Case, call: str,
                    convention: MaskConvention) -> str | None:
-    """None when ``convention`` makes masked keys invisible and kept keys visible, else why not."""
+    """None when ``convention`` has the properties of a padding mask (a mask keeping every key
+    changes nothing, masked keys are invisible, kept keys visible), else why not."""
     if convention.layout is MaskLayout.SHARED:
         case = replace(case, kept=(case.kept[0],) * case.batch, shared_mask=True)
     inputs = replace(case.inputs(call), mask_convention=convention)
@@ -87,13 +106,18 @@ def mask_behaviour(instance: Instance, case: Case, call: str,
         before = instance.forward(inputs)
         if tuple(before.shape[:2]) != tuple(inputs.query.shape[:2]):
             return f"output has shape {tuple(before.shape)}"
+        unmasked = instance.forward(replace(inputs, keep=None))
+        all_kept = instance.forward(replace(inputs, keep=torch.ones_like(keep)))
         masked = instance.forward(case.replace_positions(inputs, ~keep, stream=5, scale=5.0))
         kept = instance.forward(case.replace_positions(inputs, keep, stream=5, scale=5.0))
     except (ImplementationError, CapabilityError) as error:
         return f"raises ({str(error).removeprefix('forward raised ')[:80]})"
+    # Another kernel may run with a mask than without one: the reordering tolerance.
+    if float(abs_error(all_kept, unmasked).max()) > reordering_tolerance(before.dtype, unmasked):
+        return ALL_KEEP
     tolerance = unchanged_tolerance(before.dtype, before)
     if float((abs_error(masked, before) * rows[:, :, None]).max()) > tolerance:
-        return "masked keys still change the output"
+        return LEAK
     if float((abs_error(kept, before) * rows[:, :, None]).max()) <= tolerance:
         return "kept keys don't change the output"
     return None
@@ -109,6 +133,9 @@ class MaskSearch:
     problem: str | None = None
     doubt: str | None = None
     """The convention works, but its polarity is the opposite of what the name usually means."""
+    assumed: str | None = None
+    """No convention works; this one, whose only failure is a leak, is assumed (padding then
+    fails with the leak and its counterexample)."""
 
     @property
     def polarity_probed(self) -> bool:
@@ -138,18 +165,24 @@ def infer_mask(instance: Instance, case: Case, call: str, family: str, argument:
     layouts tried."""
     search = MaskSearch(None)
     tried_layouts = [layout for layout in LAYOUTS[family] if layouts is None or layout in layouts]
+    leaking: list[MaskConvention] = []
     for layout in tried_layouts:
         for kind in KINDS[family]:
-            convention = MaskConvention(kind, layout, "mask")
-            outcome = mask_behaviour(instance, case, call, convention)
-            if outcome is None:
-                outcome = mask_behaviour(instance, confirming_case(case), call, convention)
-                if outcome is not None:
-                    outcome = f"works at one shape only; at another: {outcome}"
-            if outcome is None:
-                search.convention = convention
-                return search
-            search.tried.append((convention, outcome))
+            whole = (False, True) if case.causal and layout in QUERY_AXIS_LAYOUTS else (False,)
+            for carries in whole:
+                convention = MaskConvention(kind, layout, "mask", carries_causality=carries)
+                outcome = mask_behaviour(instance, case, call, convention)
+                if outcome is None:
+                    outcome = mask_behaviour(instance, confirming_case(case), call, convention)
+                    if outcome is not None:
+                        outcome = f"works at one shape only; at another: {outcome}"
+                elif outcome == LEAK and mask_behaviour(
+                        instance, confirming_case(case), call, convention) == LEAK:
+                    leaking.append(convention)
+                if outcome is None:
+                    search.convention = convention
+                    return search
+                search.tried.append((convention, outcome))
     for kind in COMPLEMENT.get(family, ()):
         for layout in tried_layouts:
             convention = MaskConvention(kind, layout, "mask")
@@ -169,6 +202,13 @@ def infer_mask(instance: Instance, case: Case, call: str, family: str, argument:
                     f"but {convention.describe()} does: is the mask inverted? ("
                     f"{_summary(search.tried)})")
                 return search
+    if leaking:
+        search.convention = leaking[0]
+        search.assumed = (
+            f"{argument}: no convention makes masked keys invisible; read as "
+            f"{leaking[0].describe()}, the first that runs on every shape tried and leaves an "
+            f"all-keep mask harmless: masked keys leak ({_summary(search.tried)})")
+        return search
     search.problem = (f"{argument}: no mask convention makes masked keys invisible "
                       f"({_summary(search.tried)})")
     return search

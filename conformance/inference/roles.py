@@ -24,7 +24,8 @@ KV_HEADS = ("n_kv_heads", "num_kv_heads", "num_key_value_heads", "kv_heads", "n_
 """Key/value heads of grouped-query attention (Megatron's ``num_query_groups`` counts them
 too; HuggingFace's ``num_key_value_groups`` is the ratio, not the count, and is not here)."""
 WINDOW = ("sliding_window", "window_size", "window", "attention_window", "local_window",
-          "window_length", "sliding_window_size", "local_window_size")
+          "window_length", "sliding_window_size", "local_window_size", "max_attend_past",
+          "attend_past")
 MAX_BATCH = ("max_batch_size", "max_batch")
 
 MAX_BATCH_SIZE = 8

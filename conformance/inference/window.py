@@ -17,7 +17,7 @@ from conformance.adapter import ImplementationError, Instance
 from conformance.cases import Case
 from conformance.tolerance import abs_error, unchanged_tolerance
 
-SETTLED = {"sliding_window": "keys", "sliding_window_size": "keys"}
+SETTLED = {"sliding_window": "keys", "sliding_window_size": "keys", "max_attend_past": "left"}
 """Names whose meaning settles the count (HuggingFace's configs)."""
 PROBE_WINDOW = 3
 LENGTH = 8

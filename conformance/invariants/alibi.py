@@ -13,12 +13,11 @@ Measured in float32 / float64, on the attention-matrix probe (:mod:`conformance.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from conformance.cases import Case
 from conformance.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.position_encoding import head_slopes, standard_slopes
 from conformance.probes import measure_attention
 from conformance.reference import allowed_keys
 from conformance.spec import Capabilities
@@ -26,17 +25,6 @@ from conformance.strategies import cases
 from conformance.tolerance import eps
 
 RESIDUAL_ULPS = 1000.0
-
-
-def standard_slopes(num_heads: int) -> list[float]:
-    """The ALiBi paper's slopes (its reference ``get_slopes``)."""
-    def power_of_two(n: int) -> list[float]:
-        return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
-
-    if math.log2(num_heads).is_integer():
-        return power_of_two(num_heads)
-    closest = 2 ** math.floor(math.log2(num_heads))
-    return power_of_two(closest) + standard_slopes(2 * closest)[0::2][: num_heads - closest]
 
 
 def fit_slopes(attention: torch.Tensor, visible: torch.Tensor,
@@ -114,7 +102,9 @@ class Alibi(Check):
             if any(note.startswith("ALiBi slopes") for note in context.observations):
                 return None
             return f"ALiBi slopes measured with {case.num_heads} heads: {_slopes_text(measured)}"
-        expected = standard_slopes(case.num_heads)
+        encoding = context.capabilities.encoding
+        expected = (standard_slopes(case.num_heads) if encoding is None or encoding.alibi is None
+                    else head_slopes(encoding.alibi, case.num_heads, case.config.kv_heads))
         worst = max(range(case.num_heads), key=lambda h: abs(measured[h] - expected[h]))
         if abs(measured[worst] - expected[worst]) <= tolerance * max(1.0, expected[worst]):
             return None

@@ -102,7 +102,7 @@ class Autograd(Check):
         instance = context.build(case)
         inputs = case.inputs(context.capabilities.call)
         keep = inputs.keep
-        rows = case.attendable_rows()
+        rows = context.rows(case)
         if inputs.is_self and keep is not None:
             rows = rows & keep.cpu()  # a masked position's own row would carry gradient to it
         shape = (case.batch, case.q_len, case.d_model)
@@ -110,11 +110,17 @@ class Autograd(Check):
                                 case.tensor(*shape, stream=71), 0.0)
         gradients = instance.gradients(inputs, cotangent)
 
+        unused = set(gradients.unused)
+        if unused:
+            context.observe("parameters of submodules the forward never calls (not part of "
+                            "attention, no gradient expected): " + ", ".join(sorted(unused)))
         for name, gradient in gradients.parameters.items():
+            if gradient is None and name in unused:
+                continue
             if gradient is None:
-                raise Violation(f"parameter {name} receives no gradient",
-                                hint="is a projection detached (.detach(), torch.no_grad()) or "
-                                     "not used at all?")
+                raise Violation(f"parameter {name} receives no gradient, though its submodule "
+                                "runs in the forward",
+                                hint="is a projection detached (.detach(), torch.no_grad())?")
             if not bool(torch.isfinite(gradient).all()):
                 raise Violation(f"the gradient of parameter {name} is not finite")
         for name, gradient in gradients.inputs.items():

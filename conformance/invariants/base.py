@@ -17,7 +17,7 @@ from conformance.adapter import ImplementationError, Inputs, Instance, Subject
 from conformance.cases import Case
 from conformance.kernels import PLATFORM_NOTE, matmul_spreads_nan
 from conformance.reference import plain_attention, reference_attention
-from conformance.spec import Capabilities
+from conformance.spec import Capabilities, PositionEncoding
 from conformance.tolerance import Agreement, agreement, logit_rounding
 from conformance.weights import HeadWeights
 
@@ -105,6 +105,19 @@ class CheckContext:
     precision: dict[torch.dtype, torch.dtype] = field(default_factory=dict)
     """Dtypes the implementation computes at a lower precision than it runs in, measured by the
     gate: ``{float64: float32}`` for one that computes part of attention in float32."""
+
+    def rows(self, case: Case) -> torch.Tensor:
+        """(B, Lq) bool on the CPU: the output rows attention specifies. Rows with a key to
+        attend to (the others are the fully_masked check's); and in self-attention, where the
+        mask pads the queries too, only the kept positions unless padded queries are declared
+        to attend like any other (``any``): what a layer outputs at a padded query is
+        unspecified (libraries zero those rows, or let them attend to themselves, by design;
+        a declared ``zero`` or ``self`` is the padding check's)."""
+        rows = case.attendable_rows()
+        caps = self.capabilities
+        if caps.call == "self" and case.kept is not None and caps.padded_queries != "any":
+            rows = rows & case.keep().cpu()[:, : case.q_len]
+        return rows
 
     def judged(self, dtype: torch.dtype) -> torch.dtype:
         """The dtype whose tolerances judge a run in ``dtype``."""
@@ -270,7 +283,7 @@ class CheckContext:
         instance = self.build(case)
         inputs = case.inputs(self.capabilities.call)
         output = self.run(instance, inputs, case)
-        rows = case.attendable_rows()
+        rows = self.rows(case)
         if finite:
             expect_finite_rows(output, rows)
         return FirstCall(instance, inputs, output, rows)
@@ -297,18 +310,22 @@ def expect_output(output: torch.Tensor, case: Case, inputs: Inputs) -> None:
 def agree_with_reference(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, case: Case,
                          rows: torch.Tensor | None, *, judged: torch.dtype,
                          largest_logit: float = 0.0,
-                         reference_weights: HeadWeights | None = None) -> tuple[Agreement,
-                                                                                torch.Tensor]:
+                         reference_weights: HeadWeights | None = None,
+                         encoding: PositionEncoding | None = None) -> tuple[Agreement,
+                                                                             torch.Tensor]:
     """``output`` against the float64 reference from ``reference_weights`` (default ``weights``),
     under the tolerance rule with the suite's plain attention in the ``judged`` dtype (the run's,
     or the lower one it computes at, see CheckContext.judged) from ``weights`` as the baseline
-    (plus the logit-rounding allowance where ``largest_logit`` is given). Returns the agreement
-    and the reference output."""
+    (plus the logit-rounding allowance where ``largest_logit`` is given), with the module's
+    relative position ``encoding`` applied to both. Returns the agreement and the reference
+    output."""
     expected = reference_attention(reference_weights or weights, inputs.query, inputs.key,
                                    inputs.value, keep=inputs.keep, causal=case.causal,
-                                   window=case.window).output
+                                   window=case.window, encoding=encoding,
+                                   start=inputs.position).output
     baselines = plain_attention(weights, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
-                                causal=case.causal, dtype=judged, window=case.window)
+                                causal=case.causal, dtype=judged, window=case.window,
+                                encoding=encoding, start=inputs.position)
     extra = logit_rounding(judged, largest_logit, expected) if largest_logit else 0.0
     return agreement(output, expected, baselines, judged, rows, extra=extra), expected
 
@@ -347,17 +364,18 @@ class Check(ABC):
 
 
 def position_skip_reason(capabilities: Capabilities) -> str | None:
-    """Why a check that compares with the position-free float64 reference can't apply."""
-    if capabilities.positional:
-        return (f"{capabilities.positional}: the suite's float64 reference is position-free, "
-                "so this comparison does not apply")
+    """Why a check that compares with the float64 reference can't apply: a position encoding
+    inside that the reference does not model (RoPE and ALiBi it does, once known)."""
+    if capabilities.positional and capabilities.encoding is None:
+        return (f"{capabilities.positional}: the suite's float64 reference does not model this "
+                "position encoding, so this comparison does not apply")
     return None
 
 
 def reference_applies(capabilities: Capabilities) -> bool:
     """Whether outputs can be compared with the float64 reference: weights are accessible and
-    the module adds no position encoding the reference lacks."""
-    return capabilities.weights and not capabilities.positional
+    any position encoding inside is one the reference models."""
+    return capabilities.weights and position_skip_reason(capabilities) is None
 
 
 def mask_skip_reason(capabilities: Capabilities) -> str | None:

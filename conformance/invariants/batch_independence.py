@@ -72,7 +72,7 @@ class BatchIndependence(Check):
                 hint="does a reshape mix the batch and head dimensions (view(H, B, ...), "
                      "transpose(0, 1)), or a reduction run over the whole batch?")
 
-        rows = case.attendable_rows()
+        rows = context.rows(case)
         tolerance = reordering_tolerance(context.judged(case.config.dtype), output)
         for b in range(case.batch):
             alone = context.run(instance, _element(inputs, b), case)

@@ -69,7 +69,7 @@ class Causal(Check):
         inputs = case.inputs(context.capabilities.call)
         cut = case.seed % (case.q_len - 1)
         before = context.run(instance, inputs, case)
-        expect_finite_rows(before, case.attendable_rows(),
+        expect_finite_rows(before, context.rows(case),
                            hint="does the causal mask hide the current token, leaving row 0 with "
                                 "nothing to attend to?")
         after = context.run(instance, _perturb_after(inputs, cut, case), case)

@@ -87,7 +87,7 @@ class Dropout(Check):
     def eval_mode(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)
         inputs = case.inputs(context.capabilities.call)
-        rows = case.attendable_rows()
+        rows = context.rows(case)
         output = context.run(instance, inputs, case)
         again = context.run(instance, inputs, case)
         if float(abs_error(again, output, nan_equal=True).max()) > 0.0:
@@ -113,7 +113,7 @@ class Dropout(Check):
     def unbiased(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)
         inputs = case.inputs(context.capabilities.call)
-        rows = case.attendable_rows()
+        rows = context.rows(case)
         expected = context.run(instance, inputs, case).to(torch.float64).cpu()
         expect_finite_rows(expected, rows)
         draws = self._draws(instance, inputs, case)
@@ -154,7 +154,7 @@ class Dropout(Check):
     def train_mode_masks(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)
         inputs = case.inputs(context.capabilities.call)
-        rows = case.attendable_rows()
+        rows = context.rows(case)
         before = instance.forward(inputs, training=True, seed=7)
         expect_finite_rows(before, rows, hint="dropout on the logits turns a masked -inf into "
                                               "NaN (-inf * 0): apply dropout after the softmax")

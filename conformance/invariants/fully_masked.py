@@ -72,7 +72,7 @@ class FullyMasked(Check):
         instance = context.build(case)
         inputs = case.inputs(context.capabilities.call)
         empty = [b for b, count in enumerate(case.kept) if count == 0]
-        rows = case.attendable_rows()
+        rows = context.rows(case)
         output = context.run(instance, inputs, case)
         expect_finite_rows(output, rows)
         control_keep = inputs.keep.clone()
@@ -104,7 +104,8 @@ class FullyMasked(Check):
         instance, inputs, output, rows, empty = self._contained(context, case)
         if reference_applies(caps):
             seen, _ = agree_with_reference(output, instance.read_weights(), inputs, case, rows,
-                                           judged=context.judged(case.config.dtype))
+                                           judged=context.judged(case.config.dtype),
+                                           encoding=context.capabilities.encoding)
             if not seen.ok:
                 b, row, _ = seen.worst
                 raise Violation(
@@ -115,9 +116,10 @@ class FullyMasked(Check):
                                 case.tensor(*output.shape, stream=41), 0.0)
         backward = instance.gradients(inputs, cotangent)
         gradients = backward.inputs
-        whole = rows.all(dim=-1).tolist()
+        whole = case.attendable_rows().all(dim=-1).tolist()
         clean = [b for b in range(case.batch) if whole[b]]
-        empty_rows_finite = bool(torch.isfinite(output[~rows.to(output.device)]).all())
+        without_keys = ~case.attendable_rows().to(output.device)
+        empty_rows_finite = bool(torch.isfinite(output[without_keys]).all())
         if empty_rows_finite:
             self._finite_gradients(backward, case, empty)
         try:
@@ -129,7 +131,7 @@ class FullyMasked(Check):
         notes = [name for name, gradient in gradients.items()
                  if not bool(torch.isfinite(gradient).all())]
 
-        behaviour = self._behaviour(context, case, rows, instance)
+        behaviour = self._behaviour(context, case, instance)
         declared = caps.fully_masked
         if declared != "report" and behaviour != POLICY_WORDS[declared]:
             raise Violation(f"rows with every key masked give {behaviour}; the declared policy "
@@ -158,11 +160,11 @@ class FullyMasked(Check):
         """The clean elements' gradients on ``case`` (for the platform attribution)."""
         instance = context.build(case)
         inputs = case.inputs(context.capabilities.call)
-        rows = case.attendable_rows()
+        rows = context.rows(case)
         output = context.run(instance, inputs, case)
         cotangent = torch.where(rows.to(output.device)[:, :, None],
                                 case.tensor(*output.shape, stream=41), 0.0)
-        whole = rows.all(dim=-1).tolist()
+        whole = case.attendable_rows().all(dim=-1).tolist()
         self._clean_gradients(instance.gradients(inputs, cotangent).inputs,
                               [b for b in range(case.batch) if whole[b]],
                               [b for b, count in enumerate(case.kept) if count == 0])
@@ -190,11 +192,11 @@ class FullyMasked(Check):
                     f"{empty}) trains into NaN", hint=hint)
 
     @staticmethod
-    def _behaviour(context: CheckContext, case: Case, rows: torch.Tensor, instance) -> str:
+    def _behaviour(context: CheckContext, case: Case, instance) -> str:
         """The one behaviour of every fully masked row; a Violation if they differ. (The probe
         loads its own weights into ``instance``: this is its last use.)"""
         caps = context.capabilities
-        fully_masked = torch.nonzero(~rows).tolist()
+        fully_masked = torch.nonzero(~case.attendable_rows()).tolist()
         if caps.weights:
             attention = measure_attention(instance, case, caps.call, keep=case.keep(),
                                           causal=case.causal)

@@ -23,7 +23,7 @@ from conformance.cases import Case, dtype_name
 from conformance.constraints import Constraint, discover
 from conformance.invariants.base import CheckContext, Violation, expect_output
 from conformance.precision import Precision, classify, rounding_noise
-from conformance.spec import Capabilities, Config
+from conformance.spec import Capabilities
 from conformance.strategies import fixed_features, shared_masks
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -183,10 +183,23 @@ class Gate:
 
     @staticmethod
     def _builds(context: CheckContext, heads: int, head_dim: int) -> bool:
-        config = Config(batch=2, q_len=5, kv_len=5, d_model=heads * head_dim, num_heads=heads,
-                        dtype=context.capabilities.dtypes[0], device=context.device)
+        """Whether ``heads`` heads of ``head_dim`` construct, run once, and read their weights
+        in the declared layout with the right shapes (a layout that changes form at some head
+        count limits the configurations as much as a constructor that refuses them)."""
+        caps = context.capabilities
+        case = Case(batch=2, q_len=3, kv_len=3, num_heads=heads, head_dim=head_dim,
+                    dtype=dtype_name(caps.dtypes[0]), device=context.device,
+                    **fixed_features(caps))
         try:
-            context.subject.instantiate(config, 0)
+            instance = context.subject.instantiate(case.config, 0)
+            inputs = case.inputs(caps.call)
+            output = instance.forward(inputs)
+            if tuple(output.shape[:2]) != tuple(inputs.query.shape[:2]):
+                return False
+            if caps.weights:
+                weights = instance.read_weights()
+                if tuple(weights.w_q.shape[:2]) != (heads, head_dim):
+                    return False
         except ImplementationError as error:
             if error.fatal:  # a hang or a crash is no constraint on the shapes: stop looking
                 raise

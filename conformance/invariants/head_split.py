@@ -6,7 +6,9 @@ b_k[g], W_v[g], b_v[g]`` of the implementation's own projections, g = h for mult
 and g = h // (H / Hkv), the query head's group, for grouped-query attention (within the tolerance
 rule of :mod:`conformance.tolerance`); and relabelling the heads consistently (permuting the head
 blocks of W_q, W_k, W_v and the matching column blocks of W_o; with groups, whole groups and the
-query heads within them) leaves the output unchanged.
+query heads within them) leaves the output unchanged (not tested under ALiBi, whose slopes
+belong to the head positions: a relabelled head gets another slope). With RoPE or ALiBi inside,
+each head's attention carries it (head h its own ALiBi slope).
 """
 
 from __future__ import annotations
@@ -23,19 +25,22 @@ from conformance.invariants.base import (
     position_skip_reason,
 )
 from conformance.reference import plain_attention, reference_attention
-from conformance.spec import Capabilities
+from conformance.spec import Capabilities, PositionEncoding
 from conformance.strategies import cases
 from conformance.tolerance import abs_error, agreement, only_rows, worst_index
 from conformance.weights import HeadWeights
 
 
 def concatenated_heads(weights: HeadWeights, inputs, *, causal: bool,
-                       window: int | None = None) -> torch.Tensor:
+                       window: int | None = None,
+                       encoding: PositionEncoding | None = None) -> torch.Tensor:
     """float64 ``concat_h(single-head attention h) W_o^T + b_o`` from per-head weight slices
-    (query head h with its group's key/value head)."""
+    (query head h with its group's key/value head; ALiBi with head h's own slope)."""
     per_head = [
         reference_attention(weights.head(h), inputs.query, inputs.key, inputs.value,
-                            keep=inputs.keep, causal=causal, window=window).output
+                            keep=inputs.keep, causal=causal, window=window,
+                            encoding=encoding, start=inputs.position,
+                            heads=(h, weights.num_heads, weights.num_kv_heads)).output
         for h in range(weights.num_heads)
     ]
     concat = torch.cat(per_head, dim=-1)
@@ -63,7 +68,7 @@ class HeadSplit(Check):
     title = "output = concat of per-head attentions; relabelling heads changes nothing"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if capabilities.positional:
+        if position_skip_reason(capabilities):
             return position_skip_reason(capabilities)
         if not capabilities.weights:
             return "needs canonical weight access for the per-head projections"
@@ -80,11 +85,14 @@ class HeadSplit(Check):
     def verify(self, context: CheckContext, case: Case) -> None:
         instance, inputs, output, rows = context.first_call(case, finite=True)
         weights = instance.read_weights()
-        expected = concatenated_heads(weights, inputs, causal=case.causal, window=case.window)
+        encoding = context.capabilities.encoding
+        expected = concatenated_heads(weights, inputs, causal=case.causal, window=case.window,
+                                      encoding=encoding)
         judged = context.judged(case.config.dtype)
         baseline = plain_attention(weights, inputs.query, inputs.key, inputs.value,
                                    keep=inputs.keep, causal=case.causal, dtype=judged,
-                                   window=case.window)
+                                   window=case.window, encoding=encoding,
+                                   start=inputs.position)
         seen = agreement(output, expected, baseline, judged, rows)
         if not seen.ok:
             b, row, feature = seen.worst
@@ -96,11 +104,16 @@ class HeadSplit(Check):
                          f"{fmt(seen.mean_error)}; same-dtype baseline error "
                          f"{fmt(seen.baseline_error)}"],
                 hint=explain(output, weights, inputs, causal=case.causal, rows=rows,
-                             window=case.window))
+                             window=case.window, encoding=encoding))
 
         order = _relabelling(case.num_heads, weights.group, case.seed)
         if order == list(range(case.num_heads)):
             return  # one head: nothing to relabel
+        if encoding is not None and encoding.alibi is not None:
+            # ALiBi gives each head position its own slope: relabelled heads get other slopes.
+            context.observe("relabelling heads not tested: ALiBi's slopes belong to the head "
+                            "positions")
+            return
         instance.write_weights(weights.permute_heads(order))
         relabelled = context.run(instance, inputs, case)
         if weights.w_o is None:

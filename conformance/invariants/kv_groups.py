@@ -17,7 +17,7 @@ from dataclasses import replace
 import torch
 
 from conformance.cases import Case
-from conformance.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.invariants.base import Check, CheckContext, Finding, Violation, fmt
 from conformance.spec import Capabilities
 from conformance.strategies import cases
 from conformance.tolerance import abs_error, only_rows, reordering_tolerance, unchanged_tolerance
@@ -49,6 +49,12 @@ class KVGroups(Check):
         caps = context.capabilities
         context.explore(cases(caps, context.device, masks="auto", grouped=True),
                         lambda case: self.verify(context, case))
+        if caps.kv_doubt:
+            context.warnings.append(Finding(Violation(
+                caps.kv_doubt, severity="warn",
+                hint="inference can't know which convention was meant: it checked the module in "
+                     "its own (tiled); declare --kv-grouping interleaved to hold it to "
+                     "HuggingFace's, or --kv-grouping tiled to accept it"), None))
 
     def verify(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)
@@ -63,7 +69,7 @@ class KVGroups(Check):
             weights = replace(weights, w_o=eye, b_o=torch.zeros_like(weights.b_o))
         instance.write_weights(weights)
         inputs = case.inputs(context.capabilities.call)
-        rows = case.attendable_rows()
+        rows = context.rows(case)
         before = context.run(instance, inputs, case)
         g = case.seed % weights.num_kv_heads
         fresh = {name: getattr(weights, name).clone() for name in ("w_k", "w_v")}

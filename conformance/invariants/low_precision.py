@@ -119,14 +119,15 @@ class LowPrecision(Check):
             inputs = inputs.with_tensors(*(t + offset for t in (
                 (inputs.query,) if inputs.is_self else (inputs.query, inputs.key, inputs.value))))
             output = context.run(instance, inputs, case)
-            rows = case.attendable_rows()
+            rows = context.rows(case)
             expect_finite_rows(output, rows)
         else:
             instance, inputs, output, rows = context.first_call(case, finite=True)
         if not reference_applies(context.capabilities):
             return
         seen, _ = agree_with_reference(output, instance.read_weights(), inputs, case, rows,
-                                       judged=context.judged(case.config.dtype))
+                                       judged=context.judged(case.config.dtype),
+                                       encoding=context.capabilities.encoding)
         if not seen.ok:
             b, row, _ = seen.worst
             raise Violation(f"in {case.dtype} the output differs from the float64 reference: "

@@ -4,6 +4,11 @@ Property: under a key-padding mask that keeps at least one key in every batch el
 the key/value inputs at masked positions leaves every output row with a key to attend to unchanged
 (for self-attention, every such row whose own position is kept), and every such row gives every
 masked key attention weight 0. Rows where every key is masked are the ``fully_masked`` check's.
+What self-attention outputs at a padded query position is unspecified unless declared: ``zero``
+(the row is what zero attention weights give: the output projection's bias, or 0), ``self`` (the
+padded query attends to itself alone: its own value, projected) or ``any`` (it attends to the
+kept keys like any row, judged by every check); a declared policy is checked against the float64
+reference.
 
 A module whose mask argument inference could give no convention (none makes masked keys
 invisible) fails here, once, with what was tried; the other mask checks skip.
@@ -26,7 +31,14 @@ from conformance.invariants.base import (
 from conformance.probes import measure_attention
 from conformance.spec import Capabilities
 from conformance.strategies import cases
-from conformance.tolerance import abs_error, eps, only_rows, unchanged_tolerance, worst_index
+from conformance.tolerance import (
+    abs_error,
+    eps,
+    only_rows,
+    reordering_tolerance,
+    unchanged_tolerance,
+    worst_index,
+)
 
 NOISE_SCALE = 10.0
 """Replacement inputs at masked positions are this much larger than the originals, so any leak
@@ -57,11 +69,24 @@ class Padding(Check):
         caps = context.capabilities
         if caps.mask is None:
             raise CheckFailed(Violation(caps.mask_problem, hint=UNRESOLVED_HINT), None)
-        context.explore(cases(caps, context.device, masks="partly_masked"),
-                        lambda case: self.no_influence(context, case))
+        try:
+            context.explore(cases(caps, context.device, masks="partly_masked"),
+                            lambda case: self.no_influence(context, case))
+        except CheckFailed as failure:
+            if caps.mask_assumed and isinstance(failure.error, Violation):
+                failure.error.details.append(f"the mask convention was assumed: "
+                                             f"{caps.mask_assumed}")
+            raise
         if caps.weights:
             context.explore(cases(caps, context.device, masks="partly_masked", probe=True),
                             lambda case: self.zero_weight(context, case))
+        if caps.padded_queries in ("zero", "self") and caps.call == "self":
+            if caps.weights:
+                context.explore(cases(caps, context.device, masks="partly_masked"),
+                                lambda case: self.padded_queries(context, case))
+            else:
+                context.observe(f"padded queries declared {caps.padded_queries!r}: not checked "
+                                "(it needs weight access)")
         if caps.mask_doubt:
             context.warnings.append(Finding(Violation(
                 caps.mask_doubt, severity="warn",
@@ -72,7 +97,7 @@ class Padding(Check):
         instance = context.build(case)
         inputs = case.inputs(context.capabilities.call)
         keep = inputs.keep
-        rows = case.attendable_rows()
+        rows = context.rows(case)
         if inputs.is_self:
             rows = rows & keep.cpu()  # a masked position's own query changes too
         before = context.run(instance, inputs, case)
@@ -97,11 +122,36 @@ class Padding(Check):
                      f"{_positions(~keep[b])}; largest change at feature {feature}"],
             hint=hint)
 
+    def padded_queries(self, context: CheckContext, case: Case) -> None:
+        """Rows at padded query positions follow the declared policy (``zero``, ``self``)."""
+        instance, inputs, output, _ = context.first_call(case)
+        weights = instance.read_weights().expanded().map(lambda t: t.to(torch.float64).cpu())
+        x = inputs.query.to(torch.float64).cpu()
+        if context.capabilities.padded_queries == "zero":
+            heads = torch.zeros(*x.shape[:2], weights.num_heads * weights.value_dim,
+                                dtype=torch.float64)
+            words = "what zero attention weights give"
+        else:
+            heads = (torch.einsum("bld,hed->blhe", x, weights.w_v) + weights.b_v).flatten(2)
+            words = "its own value (attending to itself alone)"
+        expected = heads if weights.w_o is None else heads @ weights.w_o.T + weights.b_o
+        padded = ~case.keep().cpu() & case.attendable_rows()
+        diff = only_rows(abs_error(output, expected), padded)
+        tolerance = reordering_tolerance(context.judged(case.config.dtype), expected)
+        if float(diff.max()) <= tolerance:
+            return
+        b, row, feature = worst_index(diff)
+        raise Violation(
+            f"padded query {row} of batch {b} gives {fmt(float(output[b, row, feature]))} at "
+            f"feature {feature}, not {fmt(float(expected[b, row, feature]))}: {words}, as "
+            f"declared (padded queries {context.capabilities.padded_queries!r})",
+            details=[f"batch {b} keeps {_positions(case.keep()[b])}"])
+
     def zero_weight(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)
         keep = case.keep()
         attention = measure_attention(instance, case, context.capabilities.call, keep=keep)
-        masked = (~keep).cpu()[:, None, None, :] & case.attendable_rows()[:, None, :, None]
+        masked = (~keep).cpu()[:, None, None, :] & context.rows(case)[:, None, :, None]
         leaked = torch.where(masked, torch.nan_to_num(attention.abs(), nan=float("inf")), 0.0)
         if float(leaked.max()) <= eps(context.judged(case.config.dtype)):
             return

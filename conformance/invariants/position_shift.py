@@ -68,7 +68,7 @@ class PositionShift(Check):
         inputs = case.inputs(caps.call, use_mask=False)
         shift = 1 + case.seed % MAX_SHIFT
         plain = context.run(instance, inputs, case)
-        rows = case.attendable_rows()
+        rows = context.rows(case)
         if _through_positions(caps):
             how = f"through {caps.positions}"
             shifted = context.run(instance, Inputs(

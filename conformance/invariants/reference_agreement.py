@@ -17,21 +17,22 @@ from conformance.diagnosis import explain
 from conformance.invariants.base import (
     Check,
     CheckContext,
+    Finding,
     Violation,
     agree_with_reference,
     fmt,
     position_skip_reason,
 )
 from conformance.reference import reference_attention
-from conformance.spec import Capabilities
+from conformance.spec import Capabilities, PositionEncoding
 from conformance.strategies import cases
 from conformance.tolerance import agreement
 from conformance.weights import HeadWeights
 
 
 def reference_gradients(weights: HeadWeights, inputs: Inputs, cotangent: torch.Tensor, *,
-                        causal: bool, dtype: torch.dtype,
-                        window: int | None = None) -> dict[str, torch.Tensor]:
+                        causal: bool, dtype: torch.dtype, window: int | None = None,
+                        encoding: PositionEncoding | None = None) -> dict[str, torch.Tensor]:
     """Input gradients of the reference computed in ``dtype``, keyed as Instance.gradients."""
     if inputs.is_self:
         x = inputs.query.detach().to(dtype).requires_grad_(True)
@@ -42,7 +43,8 @@ def reference_gradients(weights: HeadWeights, inputs: Inputs, cotangent: torch.T
         q, k, v = leaves["query"], leaves["key"], leaves["value"]
     with torch.enable_grad():
         output = reference_attention(weights, q, k, v, keep=inputs.keep, causal=causal,
-                                     dtype=dtype, window=window).output
+                                     dtype=dtype, window=window, encoding=encoding,
+                                     start=inputs.position).output
         (output * cotangent.to(dtype)).sum().backward()
     return {name: leaf.grad for name, leaf in leaves.items()}
 
@@ -54,7 +56,7 @@ class ReferenceAgreement(Check):
     title = "output and input gradients agree with the float64 reference (per-example tolerance)"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if capabilities.positional:
+        if position_skip_reason(capabilities):
             return position_skip_reason(capabilities)
         if not capabilities.weights:
             return "needs canonical weight access to build the reference"
@@ -65,12 +67,19 @@ class ReferenceAgreement(Check):
         context.explore(cases(caps, context.device,
                               masks="auto"),
                         lambda case: self.verify(context, case))
+        if caps.weights_doubt:
+            context.warnings.append(Finding(Violation(
+                caps.weights_doubt, severity="warn",
+                hint="behaviour can't tell a skipped projection from a spare layer: declare the "
+                     "weights to have it checked as meant"), None))
 
     def verify(self, context: CheckContext, case: Case) -> None:
         instance, inputs, output, rows = context.first_call(case, finite=True)
         weights = instance.read_weights()
         dtype = context.judged(case.config.dtype)
-        seen, reference = agree_with_reference(output, weights, inputs, case, rows, judged=dtype)
+        encoding = context.capabilities.encoding
+        seen, reference = agree_with_reference(output, weights, inputs, case, rows, judged=dtype,
+                                               encoding=encoding)
         if not seen.ok:
             b, row, feature = seen.worst
             raise Violation(
@@ -80,15 +89,18 @@ class ReferenceAgreement(Check):
                          f"{fmt(float(reference[b, row, feature]))}; same-dtype baseline error "
                          f"{fmt(seen.baseline_error)}"],
                 hint=explain(output, weights, inputs, causal=case.causal, rows=rows,
-                             window=case.window))
-        if not bool(rows.all()):
+                             window=case.window, encoding=encoding))
+        if not bool(case.attendable_rows().all()):
             return  # a fully masked row's gradient is the fully_masked check's business
-        cotangent = case.tensor(*output.shape, stream=51)
+        # Only the rows attention specifies count (not a padded query's).
+        cotangent = torch.where(rows.to(output.device)[:, :, None],
+                                case.tensor(*output.shape, stream=51), 0.0)
         actual = instance.gradients(inputs, cotangent).inputs
         expected = reference_gradients(weights, inputs, cotangent, causal=case.causal,
-                                       dtype=torch.float64, window=case.window)
+                                       dtype=torch.float64, window=case.window,
+                                       encoding=encoding)
         plain = reference_gradients(weights, inputs, cotangent, causal=case.causal, dtype=dtype,
-                                    window=case.window)
+                                    window=case.window, encoding=encoding)
         for name, gradient in actual.items():
             seen = agreement(gradient, expected[name], plain[name], dtype)
             if not seen.ok:

@@ -41,8 +41,8 @@ class RowStochastic(Check):
         attention = measure_attention(context.build(case), case, context.capabilities.call,
                                       keep=keep, causal=case.causal)
         # Rows with no key to attend to are the padding check's business.
-        attention = attention.masked_fill(~case.attendable_rows()[:, None, :, None], 0.0)
-        rows_sum = case.attendable_rows()[:, None, :].expand(attention.shape[:3])
+        attention = attention.masked_fill(~context.rows(case)[:, None, :, None], 0.0)
+        rows_sum = context.rows(case)[:, None, :].expand(attention.shape[:3])
         nan = torch.isnan(attention)
         if bool(nan.any()):
             b, h, row, key = (int(i) for i in torch.nonzero(nan)[0])

@@ -23,14 +23,18 @@ from conformance.strategies import cases
 
 
 def fit_scale(attention: torch.Tensor, logits: torch.Tensor,
-              rows: torch.Tensor) -> tuple[float, float]:
-    """Least-squares s in log A = s * logits + c(row), over rows (B, Lq) and positive weights.
+              rows: torch.Tensor, bias: torch.Tensor | None = None) -> tuple[float, float]:
+    """Least-squares s in log A = s * logits + bias + c(row), over rows (B, Lq) and positive
+    weights (``bias``: a position encoding's unscaled logit bias, ALiBi's).
 
     Returns (s, largest residual of log A): a large residual means the weights are not a softmax
     of scaled dot products at all.
     """
     usable = (attention > 0) & rows[:, None, :, None] & torch.isfinite(attention)
-    log_a = torch.where(usable, attention.clamp_min(1e-300).log(), 0.0)
+    log_a = attention.clamp_min(1e-300).log()
+    if bias is not None:
+        log_a = log_a - bias
+    log_a = torch.where(usable, log_a, 0.0)
     count = usable.sum(-1, keepdim=True).clamp_min(1)
     x_mean = (logits * usable).sum(-1, keepdim=True) / count
     y_mean = (log_a * usable).sum(-1, keepdim=True) / count
@@ -51,7 +55,7 @@ class Scale(Check):
     title = "logits are scaled by 1/sqrt(head_dim)"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if capabilities.positional:
+        if position_skip_reason(capabilities):
             return position_skip_reason(capabilities)
         if not capabilities.weights:
             return "needs canonical weight access to measure the attention matrix"
@@ -69,9 +73,9 @@ class Scale(Check):
 
     def verify(self, context: CheckContext, case: Case) -> None:
         measured = probe(context.build(case), case, context.capabilities.call,
-                         causal=case.causal)
-        rows = case.attendable_rows()
-        fitted, residual = fit_scale(measured.attention, measured.logits, rows)
+                         causal=case.causal, encoding=context.capabilities.encoding)
+        rows = context.rows(case)
+        fitted, residual = fit_scale(measured.attention, measured.logits, rows, measured.bias)
         if math.isnan(fitted) and residual == 0.0:
             return  # no row sees two keys (a window of one key): nothing to fit a scale to
         expected = 1 / math.sqrt(case.head_dim)

@@ -1,0 +1,152 @@
+"""Which relative position encoding a module applies, by behaviour.
+
+Position-free attention does not care where a token sits: without a mask and without
+causality, permuting the tokens permutes the output rows; with causality, the last row is the
+same whatever the order of the tokens before it. A module that breaks this encodes positions.
+The hypotheses for it are then tried in the weight search (:mod:`conformance.inference.
+weight_search`): RoPE with the frequencies the module keeps in a buffer (``inv_freq``,
+``freqs_cis``, a cos/sin cache), with a theta its constructor states, or the usual thetas and
+rotary fractions, on half-split or interleaved pairs; ALiBi with the paper's slopes. The one
+that reproduces the module's own output is the module's encoding.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from conformance.adapter import Inputs, Instance
+from conformance.spec import AlibiBias, PositionEncoding, Rotary
+from conformance.tolerance import abs_error
+
+THETAS = (10000.0, 500000.0, 1000000.0, 100000.0, 50000.0, 1000.0)
+"""The RoPE bases in use (Llama 2, Llama 3, Qwen2 / Mistral, and a few others)."""
+
+FRACTIONS = (1.0, 0.5, 0.25, 0.4)
+"""Rotary fractions in use (full; GPT-J/NeoX-style partial rotation)."""
+
+THETA_NAMES = ("rope_theta", "theta", "base", "rotary_base", "rope_base", "rotary_emb_base",
+               "rope_freq_base")
+"""Constructor arguments that state RoPE's theta."""
+
+FRACTION_NAMES = ("partial_rotary_factor", "rotary_pct", "rotary_fraction")
+
+
+def position_dependent(instance: Instance, inputs: Inputs, causal: bool,
+                       threshold: float) -> bool:
+    """Whether the output depends on where tokens sit (see the module docstring): moving the
+    tokens changes the rows that must not change by more than ``threshold`` relative."""
+    length = inputs.query.shape[1]
+    if length < 3:
+        return False
+    generator = torch.Generator().manual_seed(5)
+    if causal:
+        order = torch.cat([torch.randperm(length - 1, generator=generator),
+                           torch.tensor([length - 1])])
+    else:
+        order = torch.randperm(length, generator=generator)
+    if bool((order == torch.arange(length)).all()):
+        order = order.roll(1) if not causal else torch.cat([order[:-1].roll(1), order[-1:]])
+    before = instance.forward(inputs)
+    if inputs.is_self:
+        moved = inputs.with_tensors(inputs.query[:, order])
+    else:
+        moved = inputs.with_tensors(inputs.query[:, order], inputs.key[:, order],
+                                    inputs.value[:, order])
+    after = instance.forward(moved)
+    expected = before[:, order]
+    rows = slice(length - 1, length) if causal else slice(None)
+    scale = max(1.0, float(before.abs().max()))
+    return float(abs_error(after[:, rows], expected[:, rows]).max()) > threshold * scale
+
+
+def stated(cls: type) -> tuple[float | None, float | None]:
+    """(theta, fraction) that the constructor's defaults state, where it has such arguments."""
+    try:
+        parameters = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return None, None
+    theta = fraction = None
+    for name, parameter in parameters.items():
+        default = parameter.default
+        if not isinstance(default, (int, float)) or isinstance(default, bool):
+            continue
+        if name in THETA_NAMES and default > 1:
+            theta = float(default)
+        elif name in FRACTION_NAMES and 0 < default <= 1:
+            fraction = float(default)
+    return theta, fraction
+
+
+def _buffered_frequencies(module: nn.Module) -> list[torch.Tensor]:
+    """Frequency vectors a module keeps: ``inv_freq``-like buffers (positive, decreasing from
+    1), the angles of a complex ``freqs_cis`` at position 1, a cos cache's arccos at position
+    1."""
+    found = []
+    for _, buffer in module.named_buffers():
+        values = buffer.detach().cpu()
+        if values.is_complex() and values.dim() == 2 and values.shape[0] > 1:
+            found.append(values[1].angle().to(torch.float64))
+        elif values.is_floating_point() and values.dim() == 1 and 1 <= values.numel() <= 512:
+            v = values.to(torch.float64)
+            if bool((v > 0).all()) and math.isclose(float(v[0]), 1.0, rel_tol=1e-6) and bool(
+                    (v[1:] <= v[:-1]).all()):
+                found.append(v)
+    return found
+
+
+def _rule(frequencies: torch.Tensor, head_dim: int) -> list[Rotary]:
+    """Rotaries whose frequencies are ``frequencies`` at ``head_dim``: theta from the second
+    frequency (theta^(-2/r)), the rotated dims as a fraction and as a fixed count."""
+    pairs = frequencies.numel()
+    dims = 2 * pairs
+    if dims > head_dim or pairs < 2 or float(frequencies[1]) <= 0:
+        return []
+    theta = float(frequencies[1]) ** (-pairs)
+    if not math.isfinite(theta) or theta <= 1:
+        return []
+    rules = [Rotary(theta=theta, fraction=dims / head_dim)]
+    if dims != head_dim:
+        rules.append(Rotary(theta=theta, dims=dims))
+    return rules
+
+
+def rotary_hypotheses(module: nn.Module, cls: type, head_dim: int) -> list[Rotary]:
+    """RoPE hypotheses, most likely first: the module's buffered frequencies, its stated theta
+    and fraction, then the usual thetas and fractions; each on both pairings."""
+    bases: list[Rotary] = []
+    for frequencies in _buffered_frequencies(module):
+        bases += _rule(frequencies, head_dim)
+    theta, fraction = stated(cls)
+    if theta is not None or fraction is not None:
+        bases.append(Rotary(theta=theta or 10000.0, fraction=fraction or 1.0))
+    bases += [Rotary(theta=t, fraction=f) for f in FRACTIONS for t in THETAS]
+    seen, ordered = set(), []
+    for base in bases:
+        for pairing in ("half", "interleaved"):
+            rotary = Rotary(pairing=pairing, theta=round(base.theta, 6), fraction=base.fraction,
+                            dims=base.dims)
+            key = (rotary.pairing, rotary.theta, rotary.rotated_dims(head_dim))
+            if key not in seen and rotary.rotated_dims(head_dim) > 0:
+                seen.add(key)
+                ordered.append(rotary)
+    return ordered
+
+
+def hypotheses(module: nn.Module, cls: type, head_dim: int, *, dependent: bool,
+               causal: bool, tiled: bool = False) -> Iterator[PositionEncoding | None]:
+    """The encodings to try: none for a position-free module; otherwise RoPE's hypotheses, then
+    ALiBi's (with its slopes in the module's head order where the query heads are read
+    relabelled, ``tiled``)."""
+    if not dependent:
+        yield None
+        return
+    for rotary in rotary_hypotheses(module, cls, head_dim):
+        yield PositionEncoding(rotary=rotary)
+    yield PositionEncoding(alibi=AlibiBias(tiled=tiled))
+    if not causal:
+        yield PositionEncoding(alibi=AlibiBias(symmetric=True, tiled=tiled))

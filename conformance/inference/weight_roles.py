@@ -1,0 +1,283 @@
+"""The weight step of inference: the projections and the position encoding, found by
+reproducing the module's own float64 output (:mod:`conformance.inference.weight_search`),
+confirmed at a second head count, and the grouped key/value heads read from them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from conformance.adapter import ImplementationError, Inputs, ModuleInstance
+from conformance.inference.encoding_search import (
+    hypotheses,
+    position_dependent,
+    rotary_hypotheses,
+)
+from conformance.inference.tracing import lower_precision_parts
+from conformance.inference.weight_search import (
+    REPRODUCED,
+    REPRODUCED_FLOAT32,
+    Found,
+    consistent,
+    relative_error,
+    reproduction_error,
+    search,
+    trace,
+)
+from conformance.layouts import RelabelledHeads
+from conformance.reference import reference_attention
+from conformance.spec import PositionEncoding, Rotary
+from conformance.weights import WeightLayout, WeightLayoutError
+
+Build = Callable[[int, int, "int | None"], ModuleInstance]
+"""Builds the module in float64 for (num_heads, head_dim, num_kv_heads)."""
+
+LENGTH = 11
+"""Tokens in the reproduction's inputs: enough positions to tell RoPE's thetas apart."""
+
+
+@dataclass
+class WeightOutcome:
+    """What the weight step found: the layout (None: no weight access), the position encoding
+    that reproduced the output (None: none needed, or none found), whether the output depends
+    on token positions at all, the key/value heads capability, and the notes."""
+
+    layout: WeightLayout | None = None
+    encoding: PositionEncoding | None = None
+    dependent: bool = False
+    reproduced: bool = False
+    kv_heads: int | str | None = None
+    kv_doubt: str | None = None
+    weights_doubt: str | None = None
+    float32_parts: list[str] = field(default_factory=list)
+
+
+def probe_inputs(call: str, heads: int, head_dim: int, length: int, seed: int = 11) -> Inputs:
+    """float64 inputs for the reproduction: batch 2, ``length`` tokens."""
+    generator = torch.Generator().manual_seed(seed)
+    width = heads * head_dim
+
+    def tensor() -> torch.Tensor:
+        return torch.randn(2, length, width, generator=generator, dtype=torch.float64)
+
+    if call == "self":
+        return Inputs.self_attention(tensor())
+    return Inputs(tensor(), tensor(), tensor())
+
+
+def _pair(pairs: tuple[tuple[int, int], ...] | None, single_head: bool) -> tuple[int, int]:
+    """The reproduction's (heads, head_dim): 4 heads of 8 (1 for a single-head module), or the
+    buildable pair nearest. Eight dimensions a head tell RoPE's pairings and rotated fractions
+    apart (with two, half-split and interleaved pairs are the same)."""
+    preferred = (1 if single_head else 4, 8)
+    if pairs is None or preferred in pairs:
+        return preferred
+    return min(pairs, key=lambda p: (abs(p[0] - preferred[0]) + abs(p[1] - 8), p))
+
+
+def _other(pairs: tuple[tuple[int, int], ...] | None, heads: int) -> tuple[int, int] | None:
+    options = pairs if pairs is not None else tuple((h, 4) for h in (2, 3, 6))
+    others = [p for p in options if p[0] != heads and p[0] > 1]
+    return min(others, key=lambda p: (abs(p[0] - 3), abs(p[1] - 4), p)) if others else None
+
+
+def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
+         kv_argument: str | None, pairs: tuple[tuple[int, int], ...] | None,
+         max_len: int | None, notes: list[str], grouping: str | None = None) -> WeightOutcome:
+    """The weight step (see the module docstring); every finding goes into ``notes``.
+    ``grouping``: the declared pairing of grouped query and key/value heads (None: found)."""
+    outcome = WeightOutcome()
+    heads, head_dim = _pair(pairs, single_head)
+    kv = next((k for k in range(heads // 2, 0, -1) if heads % k == 0), None) if (
+        kv_argument and heads > 2) else None
+    length = min(LENGTH, max_len or LENGTH)
+    try:
+        instance = build(heads, head_dim, kv)
+        inputs = probe_inputs(call, heads, head_dim, length)
+        found_trace = trace(instance, inputs)
+        outcome.float32_parts = lower_precision_parts(lambda: instance.forward(inputs))
+        threshold = REPRODUCED_FLOAT32 if outcome.float32_parts else REPRODUCED
+        outcome.dependent = position_dependent(instance, inputs, causal, threshold)
+    except (ImplementationError, RuntimeError) as error:
+        notes.append(f"weights not searched: the float64 call with {heads} heads of {head_dim} "
+                     f"failed ({str(error)[:120]}): the checks that need weights are skipped")
+        return outcome
+    root = instance.module
+    found = search(found_trace, root, heads, causal=causal, threshold=threshold,
+                   encodings=lambda layout, weights: hypotheses(
+                       root.inner, cls, weights.head_dim, dependent=outcome.dependent,
+                       causal=causal, tiled=isinstance(layout, RelabelledHeads)),
+                   groupings=(grouping,) if grouping else ("interleaved", "tiled"))
+    if found.layout is None:
+        called = ", ".join(dict.fromkeys(s.path.removeprefix("inner.")
+                                         for s in found_trace.sources)) or "none"
+        notes.append(f"no assignment of its parameters to q, k, v (and an output projection) "
+                     f"fits: called layers with a 2-D weight: {called}; the checks that need "
+                     "weights are skipped (declare them with --weights q,k,v[,o])")
+        return outcome
+    if not single_head and not _confirmed(build, found, call, causal, pairs, heads, length,
+                                          threshold, notes):
+        return outcome
+    outcome.layout, outcome.reproduced = found.layout, found.reproduced
+    outcome.encoding = found.encoding if found.reproduced else None
+    if outcome.encoding is not None and outcome.encoding.rotary is not None:
+        rotary = _rotary_across_widths(build, found.layout, outcome.encoding.rotary, cls, call,
+                                       causal, heads, pairs, length, threshold, notes)
+        outcome.encoding = None if rotary is None else replace(outcome.encoding, rotary=rotary)
+    describe = found.layout.describe().removeprefix("weights: ").removeprefix("weights from ")
+    if found.reproduced:
+        how = (f"found by behaviour: the float64 reference from these weights reproduces its "
+               f"output (relative error {found.error:.1e}, {found.tried} assignment(s) tried")
+        if outcome.encoding is not None:
+            how += f", with {outcome.encoding.describe()}"
+        notes.append(f"weights: {describe} ({how})")
+    else:
+        notes.append(f"weights: {describe} (by the roles its forward gives them: nudging a query "
+                     "changes its own row, a value every row linearly, a key every row; no "
+                     f"assignment of {found.tried} tried reproduces its output, closest "
+                     f"relative error {found.error:.1e}: the reference checks will show how it "
+                     "differs)")
+    outcome.kv_heads = _kv_heads(build, found.layout, kv_argument, heads, head_dim, kv,
+                                 None if single_head else pairs, notes)
+    outcome.weights_doubt = _skipped_output(found_trace, found.layout, root, heads)
+    if outcome.weights_doubt:
+        notes.append(outcome.weights_doubt + " (see reference)")
+    if isinstance(found.layout, RelabelledHeads) and grouping is None:
+        outcome.kv_doubt = (
+            "query head h reads key/value head h mod Hkv (tiled, as x-transformers and "
+            "torch's repeat pair them), not h // G (interleaved: HuggingFace's repeat_kv, "
+            "SDPA's enable_gqa): a relabelling of the heads, correct attention either way, "
+            "but checkpoints in the other convention load wrongly")
+        notes.append(outcome.kv_doubt + " (probed: only the tiled reading reproduces its "
+                     "output; declare --kv-grouping tiled to accept it, or interleaved to hold "
+                     "it to HuggingFace's)")
+    elif grouping is not None and outcome.kv_heads is not None:
+        notes.append(f"key/value heads grouped {grouping} (declared)")
+    return outcome
+
+
+def _rotary_across_widths(build: Build, layout: WeightLayout, rotary: Rotary, cls: type,
+                          call: str, causal: bool, heads: int,
+                          pairs: tuple[tuple[int, int], ...] | None, length: int,
+                          threshold: float, notes: list[str]) -> Rotary | None:
+    """The RoPE found, checked at every head width generated: the same rule where it
+    reproduces the output at each, else a table measured per width (the rotated dimensions and
+    theta x-transformers derives from each width); None where some width reproduces under no
+    hypothesis (then the reference can't model it)."""
+    widths = sorted({d for h, d in pairs if h == heads}) if pairs else list(range(1, 17))
+    entries, differs = [], False
+    for width in widths:
+        try:
+            instance = build(heads, width, None)
+            inputs = probe_inputs(call, heads, width, length, seed=13)
+            output = instance.forward(inputs)
+            weights = layout.read(instance.module, heads)
+        except (ImplementationError, RuntimeError, WeightLayoutError):
+            continue  # the constraints report configurations that fail
+        tried = [rotary] + [r for r in rotary_hypotheses(instance.module.inner, cls, width)
+                            if r.pairing == rotary.pairing]
+        for candidate in tried:
+            encoding = PositionEncoding(rotary=candidate)
+            expected = reference_attention(weights, inputs.query, inputs.key, inputs.value,
+                                           causal=causal, encoding=encoding).output
+            if relative_error(output, expected) <= threshold:
+                differs = differs or candidate is not rotary
+                dims = candidate.rotated_dims(width)
+                theta = float(candidate.frequencies(width)[1]) ** (-dims / 2) if dims > 2 \
+                    else candidate.theta
+                entries.append((width, dims, theta))
+                break
+        else:
+            notes.append(f"RoPE as found ({rotary.describe()}) reproduces its output at the "
+                         f"probed head width, but at head width {width} no RoPE hypothesis "
+                         "does: the reference checks skip (the reference can't model it)")
+            return None
+    if not differs:
+        return rotary
+    return replace(rotary, table=tuple(entries))
+
+
+def _skipped_output(found_trace, layout: WeightLayout, root, heads: int) -> str | None:
+    """Where the layout has no output projection: a layer the forward never calls with the
+    shape one would have (the concatenated heads to the output), in words."""
+    weights = layout.read(root, heads)
+    if weights.w_o is not None:
+        return None
+    width = weights.num_heads * weights.value_dim
+    out_width = found_trace.output.shape[-1]
+    for source in found_trace.sources:
+        if source.reads == "unused" and (source.rows, source.cols) == (out_width, width):
+            name = source.path.removeprefix("inner.")
+            return (f"{name} has the shape of an output projection ({width} -> {out_width}) "
+                    "but the forward never calls it: the output is the concatenated heads, "
+                    f"which is attention without an output projection; if {name} is meant to "
+                    f"be applied, it is skipped (declare --weights ...,{name} to check it as "
+                    "the output projection)")
+    return None
+
+
+def _confirmed(build: Build, found: Found, call: str, causal: bool,
+               pairs: tuple[tuple[int, int], ...] | None, heads: int, length: int,
+               threshold: float, notes: list[str]) -> bool:
+    """Whether the layout also reads (and, where it reproduced, reproduces) at another head
+    count; says why not."""
+    other = _other(pairs, heads)
+    if other is None:
+        return True
+    try:
+        instance = build(other[0], other[1], None)
+        inputs = probe_inputs(call, other[0], other[1], length, seed=12)
+        found_trace = trace(instance, inputs)
+    except (ImplementationError, RuntimeError):
+        return True  # the gate and the constraints report a configuration that fails
+    width = inputs.query.shape[-1]
+    weights = consistent(found.layout, instance.module, other[0], width,
+                         found_trace.output.shape[-1], found_trace.used)
+    if weights is None:
+        notes.append(f"weights {found.layout.describe().removeprefix('weights from ')} fit "
+                     f"{heads} heads but not {other[0]}: the checks that need weights are "
+                     "skipped (declare them with --weights)")
+        return False
+    if found.reproduced:
+        error = reproduction_error(weights, found_trace, causal, found.encoding)
+        if error > threshold:
+            notes.append(f"with {other[0]} heads of {other[1]} the same weights no longer "
+                         f"reproduce its output (relative error {error:.1e})")
+    return True
+
+
+def _kv_heads(build: Build, layout: WeightLayout, kv_argument: str | None, heads: int,
+              head_dim: int, kv: int | None, pairs, notes: list[str]) -> int | str | None:
+    """``"config"`` when a constructor argument sets the key/value heads (confirmed: built
+    with fewer, the layout reads that many), an int the module fixes at every head count, or
+    None."""
+    if kv_argument:
+        if kv is None:
+            notes.append(f"key/value heads = {kv_argument}: generated as divisors of num_heads "
+                         "(grouped-query attention)")
+            return "config"
+        notes.append(f"key/value heads = {kv_argument}: generated as divisors of num_heads "
+                     f"(grouped-query attention; probed: built with {kv_argument}={kv}, "
+                     f"{layout.describe().removeprefix('weights: ')} read {kv} key/value heads "
+                     f"for {heads} query heads)")
+        return "config"
+    counts = {}
+    for h, d in [(heads, head_dim)] + ([_other(pairs, heads)] if _other(pairs, heads) else []):
+        try:
+            counts[h] = layout.read(build(h, d, None).module, h).num_kv_heads
+        except (ImplementationError, WeightLayoutError, RuntimeError):
+            continue
+    if all(count == h for h, count in counts.items()):
+        return None
+    values = set(counts.values())
+    if len(values) != 1:
+        notes.append(f"key/value heads {counts} for the head counts tried: grouped-query "
+                     "attention whose count follows no rule (declare --kv-heads-arg NAME)")
+        return None
+    (count,) = values
+    notes.append(f"{count} key/value head(s) at every head count (read from the projections: "
+                 "grouped-query attention whose constructor fixes them; if an argument sets "
+                 "them, declare --kv-heads-arg NAME)")
+    return count

@@ -1,0 +1,471 @@
+"""Weights by behaviour: which parameters hold q, k, v and the output projection, decided by
+what the forward does, not by what things are called.
+
+1. Trace a float64 forward (:mod:`conformance.inference.tracing`): the parameter-holding
+   submodules it calls, which of them read a model input, which one's output is the module's
+   output, and which parameters the output depends on at all (unused ones are not projections).
+2. Candidates: every way the called layers could hold the projections: three layers in any
+   role order; one fused layer with its rows stacked, per head or per group, in any role
+   order; q beside a fused k/v; per-head modules; ``nn.MultiheadAttention``'s packed
+   ``in_proj``; raw parameter tensors in any form. Grouped-query candidates come twice: query
+   head h reading key/value head h // G, or h mod Hkv (tiled). Names only order them.
+3. A candidate is accepted when the float64 reference computed from the weights it reads
+   reproduces the module's own float64 output (with its causality, and for a module whose
+   output depends on the tokens' order, the RoPE or ALiBi that reproduces it, see
+   :mod:`conformance.inference.encoding_search`), every parameter the output depends on read.
+4. When none reproduces (a bug in the attention itself, or something the reference does not
+   model), the candidate whose roles agree with interventions is kept, and said so: nudging
+   one token's query changes that token's row alone, a value changes every row linearly, a key
+   every row through the softmax.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from conformance.adapter import Inputs, ModuleInstance
+from conformance.inference.projections import NAMES
+from conformance.inference.tracing import Called, intervention, record_calls, same_values
+from conformance.layouts import ArrangedProjection, ParameterProjections, RelabelledHeads, role_rows
+from conformance.reference import reference_attention
+from conformance.spec import PositionEncoding
+from conformance.weights import (
+    HeadWeights,
+    PackedInProjection,
+    PerHeadModules,
+    SeparateProjections,
+    WeightLayout,
+    WeightLayoutError,
+    is_conv1d,
+)
+
+REPRODUCED = 1e-8
+"""Largest relative error of a float64 reproduction when the module computes in float64
+throughout: far above float64 rounding (1e-15), far below any wrong assignment (1e-3 and up)."""
+
+REPRODUCED_FLOAT32 = 1e-4
+"""The same where the module computes parts in float32 inside a float64 run (RoPE tables,
+softmax): float32 rounding is ~1e-7 relative, a wrong assignment still 1e-3 and up."""
+
+MAX_CANDIDATES = 400
+
+
+@dataclass(frozen=True)
+class Source:
+    """A called layer with a 2-D weight: where it is, what it reads and gives."""
+
+    path: str
+    rows: int
+    cols: int
+    reads: str | None
+    """The model input it reads ("x", "query", "key", "value"), or None; for a layer that
+    reads something of a model input's shape, that input with a ``~`` ("~x"); for a layer the
+    forward never calls, "unused"."""
+    gives_output: bool
+
+
+@dataclass
+class Trace:
+    """What one float64 forward showed."""
+
+    inputs: Inputs
+    output: torch.Tensor
+    calls: list[Called]
+    sources: list[Source]
+    packed: list[str]
+    """Paths of called nn.MultiheadAttention-like modules (a packed ``in_proj_weight``)."""
+    used: set[str]
+    """Parameters (by name under the root) the output depends on."""
+    rerun: Callable[[], torch.Tensor]
+    """The same call again (with whatever interventions are open)."""
+
+
+@dataclass
+class Found:
+    """The outcome: the layout (None when nothing fits), whether it reproduces the module's
+    output and with what error, the position encoding that did, and the evidence in words."""
+
+    layout: WeightLayout | None
+    reproduced: bool = False
+    error: float = float("inf")
+    encoding: PositionEncoding | None = None
+    tried: int = 0
+    evidence: list[str] = field(default_factory=list)
+
+
+def _weight_of(module: nn.Module) -> torch.Tensor | None:
+    weight = getattr(module, "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        return weight
+    return None
+
+
+def trace(instance: ModuleInstance, inputs: Inputs) -> Trace:
+    """Run ``instance`` once on ``inputs`` with every parameter-holding submodule hooked."""
+    root = instance.module
+    output, calls = record_calls(root, lambda: instance.forward(inputs))
+    named = {"x": inputs.query} if inputs.is_self else {
+        "query": inputs.query, "key": inputs.key, "value": inputs.value}
+    sources, packed, seen = [], [], set()
+    for call in calls:
+        if call.path in seen:
+            continue
+        seen.add(call.path)
+        if getattr(call.module, "in_proj_weight", None) is not None:
+            packed.append(call.path)
+            continue
+        weight = _weight_of(call.module)
+        if weight is None or not call.inputs or call.output is None:
+            continue
+        rows, cols = (weight.shape[1], weight.shape[0]) if is_conv1d(call.module) else weight.shape
+        if call.inputs[0].shape[-1] != cols or call.output.shape[-1] != rows:
+            continue
+        reads = next((name for name, tensor in named.items()
+                      if same_values(call.inputs[0], tensor)), None)
+        if reads is None:
+            reads = next((f"~{name}" for name, tensor in named.items()
+                          if _same_shape(call.inputs[0], tensor)), None)
+        sources.append(Source(call.path, rows, cols, reads, same_values(call.output, output)))
+    for path, module in root.named_modules():
+        weight = _weight_of(module)
+        if path and path not in seen and weight is not None and not any(
+                path.startswith(p + ".") for p in packed):
+            rows, cols = (weight.shape[1], weight.shape[0]) if is_conv1d(module) else weight.shape
+            sources.append(Source(path, rows, cols, "unused", False))
+    cotangent = torch.ones_like(output)
+    gradients = instance.gradients(inputs, cotangent)
+    used = {name for name, grad in gradients.parameters.items() if grad is not None}
+    return Trace(inputs, output, calls, sources, packed, used,
+                 lambda: instance.forward(inputs))
+
+
+def _same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape or (a.dim() >= 2 and a.transpose(0, 1).shape == b.shape)
+
+
+def _name_score(layout: WeightLayout) -> int:
+    """How many roles a layout gives paths whose last part is a known name for that role."""
+    def named(path: str | None, role: str) -> bool:
+        return path is not None and path.rsplit(".", 1)[-1] in NAMES[role]
+
+    score = 0
+    for role in ("q", "k", "v", "o"):
+        path = getattr(layout, role, None)
+        if isinstance(path, tuple):
+            path = path[0]
+        score += named(path, role)
+    fused = getattr(layout, "qkv", None)
+    if fused is not None and getattr(layout, "q", None) is None:
+        score += 2 * named(fused, "qkv")
+    return score
+
+
+def _role_order_ok(roles: dict[str, Source]) -> bool:
+    """In a q, k, v call the layer holding a role must read that role's input (or something
+    of its shape, or nothing: a layer the forward never calls)."""
+    wanted = {"q": "query", "k": "key", "v": "value"}
+    return all(source.reads.lstrip("~") in ("x", wanted[role], "unused")
+               for role, source in roles.items())
+
+
+def _reader_rank(source: Source) -> int:
+    """Layers that read a model input first, then those reading something of its shape, then
+    layers the forward never calls."""
+    return 2 if source.reads == "unused" else 1 if source.reads.startswith("~") else 0
+
+
+def candidates(found: Trace, root: nn.Module) -> list[WeightLayout]:
+    """Every layout the traced calls allow, best-named first (see the module docstring)."""
+    readers = sorted((s for s in found.sources if s.reads is not None and not s.gives_output),
+                     key=_reader_rank)
+    outputs = [s.path for s in found.sources
+               if s.gives_output and (s.reads is None or s.reads.startswith("~"))]
+    o_options: list[str | None] = [outputs[-1]] if outputs else [None]
+    layouts: list[WeightLayout] = [PackedInProjection(path) for path in found.packed]
+    for o in o_options:
+        for q, k, v in itertools.permutations(readers, 3):
+            if _role_order_ok({"q": q, "k": k, "v": v}) and k.rows == v.rows:
+                layouts.append(SeparateProjections(q.path, k.path, v.path, o))
+        for source in readers:
+            if source.reads.lstrip("~") != "x":
+                continue
+            for arrangement in ("stacked", "per_head", "per_group"):
+                for order in ("qkv", "qvk", "kqv", "kvq", "vqk", "vkq"):
+                    layouts.append(ArrangedProjection(source.path, arrangement, order, o))
+        for q, kv in itertools.permutations(readers, 2):
+            if not _role_order_ok({"q": q, "k": kv}) or kv.rows % 2:
+                continue
+            for arrangement in ("stacked", "per_head"):
+                for order in ("kv", "vk"):
+                    layouts.append(ArrangedProjection(kv.path, arrangement, order, o, q=q.path))
+        layouts += _per_head_modules(readers, root, o)
+    layouts += _raw_parameters(found, root)
+    unused = {s.path for s in found.sources if s.reads == "unused"}
+
+    def rank(layout: WeightLayout) -> tuple[int, int]:
+        paths = {getattr(layout, role, None) for role in ("q", "k", "v", "qkv")}
+        return (len(paths & unused), -_name_score(layout))
+
+    layouts.sort(key=rank)
+    return layouts[:MAX_CANDIDATES]
+
+
+def _per_head_modules(readers: Sequence[Source], root: nn.Module,
+                      o: str | None) -> list[WeightLayout]:
+    """Per-head modules in a ModuleList: ``heads[i].<q, k, v>`` for every head, the roles in
+    any order (the same in every head)."""
+    by_parent: dict[str, list[str]] = {}
+    for source in readers:
+        parent, _, name = source.path.rpartition(".")
+        holder, _, index = parent.rpartition(".")
+        if index.isdigit():
+            by_parent.setdefault(holder, []).append(f"{index}.{name}")
+    layouts: list[WeightLayout] = []
+    for holder, members in by_parent.items():
+        names = sorted({m.split(".", 1)[1] for m in members})
+        if len(names) != 3 or not isinstance(root.get_submodule(holder), nn.ModuleList):
+            continue
+        for q, k, v in itertools.permutations(names, 3):
+            layouts.append(PerHeadModules(holder, q, k, v, o))
+    return layouts
+
+
+RAW_FORMS = {2: ("out_in", "in_out"), 3: ("in_heads_dim", "heads_dim_in", "heads_in_dim")}
+RAW_OUTPUT_FORMS = {2: ("out_in", "in_out"), 3: ("heads_dim_out",)}
+
+
+def _raw_parameters(found: Trace, root: nn.Module) -> list[WeightLayout]:
+    """Raw parameter tensors the output depends on and no called layer holds as its weight,
+    three of them (or four, with an output) in every role order and form."""
+    held = set()
+    for call in found.calls:
+        for name, _ in call.module.named_parameters(recurse=False):
+            if _weight_of(call.module) is not None and name == "weight":
+                held.add(f"{call.path}.{name}")
+    for path in found.packed:
+        held |= {f"{path}.{name}" for name, _ in root.get_submodule(path).named_parameters()}
+    raw = [name for name in sorted(found.used)
+           if name not in held and root.get_parameter(name).dim() in (2, 3)]
+    if len(raw) < 3 or len(raw) > 4:
+        return []
+    layouts: list[WeightLayout] = []
+    for chosen in itertools.permutations(raw, len(raw)):
+        q, k, v = chosen[:3]
+        o = chosen[3] if len(chosen) == 4 else None
+        dims = [root.get_parameter(n).dim() for n in (q, k, v)]
+        if len(set(dims)) != 1:
+            continue
+        o_forms = RAW_OUTPUT_FORMS[root.get_parameter(o).dim()] if o else (None,)
+        for form in RAW_FORMS[dims[0]]:
+            for o_form in o_forms:
+                layouts.append(ParameterProjections((q, form), (k, form), (v, form),
+                                                    (o, o_form) if o else None))
+    return layouts
+
+
+def _touched(layout: WeightLayout, root: nn.Module, heads: int,
+             parameters: Sequence[str]) -> set[str]:
+    """The parameters among ``parameters`` that ``layout`` reads (reading changes when they
+    change)."""
+    base = layout.read(root, heads)
+    touched = set()
+    for name in parameters:
+        parameter = root.get_parameter(name)
+        with torch.no_grad():
+            parameter.add_(1.0)
+            try:
+                after = layout.read(root, heads)
+            finally:
+                parameter.sub_(1.0)
+        if any(not torch.equal(a, b) for a, b in zip(_tensors(base), _tensors(after),
+                                                       strict=True)):
+            touched.add(name)
+    return touched
+
+
+def _tensors(weights: HeadWeights) -> list[torch.Tensor]:
+    return [t for t in (weights.w_q, weights.b_q, weights.w_k, weights.b_k, weights.w_v,
+                        weights.b_v, weights.w_o, weights.b_o) if t is not None]
+
+
+def consistent(layout: WeightLayout, root: nn.Module, heads: int, d_in: int, out_width: int,
+               used: set[str], kv_heads: int | None = None) -> HeadWeights | None:
+    """The weights ``layout`` reads when they have consistent shapes (query heads over the input
+    width; key heads of the query's width, as many as the value heads, a divisor of the query
+    heads; an output projection from the concatenated heads to the output, or none where the
+    heads are the output) and it reads every weight matrix the output depends on; else None."""
+    try:
+        weights = layout.read(root, heads, kv_heads)
+    except (WeightLayoutError, RuntimeError, IndexError, ValueError):
+        return None
+    if weights.d_in != d_in or weights.w_k.shape[1:] != weights.w_q.shape[1:]:
+        return None
+    if weights.num_heads % weights.num_kv_heads or weights.w_v.shape[0] != weights.num_kv_heads:
+        return None
+    if weights.w_o is None:
+        if weights.num_heads * weights.value_dim != out_width:
+            return None
+    elif tuple(weights.w_o.shape) != (out_width, weights.num_heads * weights.value_dim):
+        return None
+    matrices = [name for name in used if root.get_parameter(name).dim() >= 2]
+    if set(matrices) - _touched(layout, root, heads, matrices):
+        return None
+    return weights
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    scale = max(1.0, float(expected.abs().max()))
+    return float((actual.double() - expected.double()).abs().max()) / scale
+
+
+def reproduction_error(weights: HeadWeights, found: Trace, causal: bool,
+                       encoding: PositionEncoding | None) -> float:
+    """How far the float64 reference from ``weights`` is from the module's own output."""
+    inputs = found.inputs
+    expected = reference_attention(weights, inputs.query, inputs.key, inputs.value,
+                                   causal=causal, encoding=encoding).output
+    if expected.shape != found.output.shape:
+        return float("inf")
+    return relative_error(found.output, expected)
+
+
+def with_groupings(layout: WeightLayout, weights: HeadWeights,
+                   groupings: tuple[str, ...] = ("interleaved", "tiled")
+                   ) -> Iterator[WeightLayout]:
+    """The layout read with each grouping of ``groupings`` that differs for its key/value
+    heads: ``interleaved`` as it is, ``tiled`` relabelled (see RelabelledHeads)."""
+    grouped = 1 < weights.num_kv_heads < weights.num_heads
+    if "interleaved" in groupings or not grouped:
+        yield layout
+    if grouped and "tiled" in groupings:
+        yield RelabelledHeads(layout)
+
+
+def search(found: Trace, root: nn.Module, heads: int, *, causal: bool,
+           encodings: Callable[[WeightLayout, HeadWeights], Iterator[PositionEncoding | None]],
+           threshold: float, groupings: tuple[str, ...] = ("interleaved", "tiled")) -> Found:
+    """The first candidate that reproduces the output under one of ``encodings(layout,
+    weights)`` (grouped key/value heads read with each of ``groupings``); else the candidate
+    the interventions agree with (not reproduced)."""
+    d_in = found.inputs.query.shape[-1]
+    out_width = found.output.shape[-1]
+    fitting: list[tuple[WeightLayout, HeadWeights]] = []
+    best = Found(None)
+    for layout in candidates(found, root):
+        weights = consistent(layout, root, heads, d_in, out_width, found.used)
+        if weights is None:
+            continue
+        for variant in with_groupings(layout, weights, groupings):
+            read = variant.read(root, heads)
+            fitting.append((variant, read))
+            for encoding in encodings(variant, read):
+                best.tried += 1
+                error = reproduction_error(read, found, causal, encoding)
+                if error < best.error:
+                    best.layout, best.error, best.encoding = variant, error, encoding
+                if error <= threshold:
+                    best.reproduced = True
+                    return best
+    if not fitting:
+        return Found(None, tried=best.tried)
+    chosen = _by_roles(found, root, fitting)
+    return Found(chosen, reproduced=False, error=best.error if best.layout == chosen else
+                 float("inf"), encoding=None, tried=best.tried)
+
+
+def _by_roles(found: Trace, root: nn.Module,
+              fitting: list[tuple[WeightLayout, HeadWeights]]) -> WeightLayout:
+    """Of the fitting candidates, the first whose role for every head-wide block of every
+    source agrees with what nudging that block does (see :func:`block_roles`)."""
+    measured: dict[str, list[str]] = {}
+    for layout, weights in fitting:
+        predicted = _predicted_roles(layout, weights)
+        if predicted is None:
+            continue
+        for path in predicted:
+            if path not in measured:
+                measured[path] = block_roles(found, root, path, weights.head_dim)
+        if all(_agree(measured[path], roles) for path, roles in predicted.items()):
+            return layout
+    return fitting[0][0]
+
+
+def _agree(measured: list[str], predicted: list[str]) -> bool:
+    return len(measured) == len(predicted) and all(
+        m in (p, "unused") for m, p in zip(measured, predicted, strict=True))
+
+
+def _predicted_roles(layout: WeightLayout, weights: HeadWeights) -> dict[str, list[str]] | None:
+    """The role of every head-wide block of every source the layout reads, where it can say."""
+    if isinstance(layout, RelabelledHeads):
+        layout = layout.inner
+    heads, kv, head_dim = weights.num_heads, weights.num_kv_heads, weights.head_dim
+    if isinstance(layout, SeparateProjections):
+        return {layout.q: ["q"] * heads, layout.k: ["k"] * kv, layout.v: ["v"] * kv}
+    if isinstance(layout, ArrangedProjection):
+        order = layout.order
+        counts = {"q": heads, "k": kv, "v": kv} if layout.q is None else {"k": kv, "v": kv}
+        rows = role_rows(layout.arrangement, order, counts.get("q", kv), kv, head_dim)
+        blocks = ["?"] * (sum(counts.values()))
+        for role, index in rows.items():
+            for row in index[::head_dim].tolist():
+                blocks[row // head_dim] = role
+        predicted = {layout.qkv: blocks}
+        if layout.q is not None:
+            predicted[layout.q] = ["q"] * heads
+        return predicted
+    return None
+
+
+def block_roles(found: Trace, root: nn.Module, path: str, head_dim: int) -> list[str]:
+    """What nudging each head-wide block of ``path``'s output at the first token does:
+    ``q`` (only that token's row changes), ``v`` (every row, linearly), ``k`` (every row, not
+    linearly) or ``unused``."""
+    module = root.get_submodule(path)
+    call = next((c for c in found.calls if c.path == path), None)
+    if call is None:
+        width = _weight_of(module).shape[1 if is_conv1d(module) else 0]
+        return ["unused"] * (width // head_dim)
+    width = call.output.shape[-1]
+    token_axis = _token_axis(call.output, found.output)
+    roles = []
+    for start in range(0, width - head_dim + 1, head_dim):
+        deltas = []
+        for size in (0.5, 1.0):
+            def nudge(output: torch.Tensor, size=size, start=start) -> torch.Tensor:
+                changed = output.clone()
+                index = [slice(None)] * output.dim()
+                index[token_axis] = 0
+                index[-1] = slice(start, start + head_dim)
+                changed[tuple(index)] += size
+                return changed
+
+            with intervention(module, nudge):
+                deltas.append(found.rerun() - found.output)
+        roles.append(_role(deltas[0], deltas[1]))
+    return roles
+
+
+def _token_axis(inner: torch.Tensor, output: torch.Tensor) -> int:
+    """The token axis of an internal tensor: 1 when it leads with (B, L) as the output does,
+    0 when with (L, B) (a sequence-first module)."""
+    batch, length = output.shape[:2]
+    if inner.dim() >= 2 and tuple(inner.shape[:2]) == (length, batch) and batch != length:
+        return 0
+    return 1
+
+
+def _role(half: torch.Tensor, whole: torch.Tensor) -> str:
+    scale = max(1e-300, float(whole.abs().max()))
+    if float(whole.abs().max()) <= 1e-12:
+        return "unused"
+    rows = whole.abs().amax(dim=(0, 2)) > 1e-9 * scale
+    if bool(rows[0]) and not bool(rows[1:].any()):
+        return "q"
+    linear = float((whole - 2 * half).abs().max()) <= 1e-7 * scale
+    return "v" if linear else "k"
