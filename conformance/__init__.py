@@ -19,6 +19,7 @@ from conformance.inference import Declarations, Inferred, infer, infer_function
 from conformance.registry import ResolveError, implementation, register, registered, resolve
 from conformance.results import CheckResult, Status
 from conformance.spec import (
+    AlibiBias,
     CacheStyle,
     Capabilities,
     Config,
@@ -27,7 +28,9 @@ from conformance.spec import (
     MaskKind,
     MaskLayout,
     PackedForm,
+    PositionEncoding,
     PositionForm,
+    Rotary,
 )
 from conformance.weights import (
     FusedProjection,
@@ -42,6 +45,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CHECK_NAMES",
+    "AlibiBias",
     "CacheStyle",
     "Capabilities",
     "CheckResult",
@@ -60,8 +64,10 @@ __all__ = [
     "PackedForm",
     "PackedInProjection",
     "PerHeadModules",
+    "PositionEncoding",
     "PositionForm",
     "ResolveError",
+    "Rotary",
     "Runner",
     "SeparateProjections",
     "Status",

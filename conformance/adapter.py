@@ -102,8 +102,9 @@ class Gradients:
     inputs: dict[str, torch.Tensor]
     parameters: dict[str, torch.Tensor | None]
     unused: tuple[str, ...] = ()
-    """Parameters without a gradient whose submodule the forward never called (a wrapped
-    layer's feed-forward weights, say): no detachment, they are just not part of it."""
+    """Parameters without a gradient whose submodule the forward never called and that no
+    projection of the weight layout holds (a wrapped layer's feed-forward weights, say): no
+    detachment, they are just not part of it."""
 
 
 class Instance(ABC):
@@ -369,8 +370,12 @@ class ModuleInstance(Instance):
                  for name, leaf in leaves.items()}
         params = {name: None if p.grad is None else p.grad.detach().clone()
                   for name, p in parameters.items()}
+        layout = self._implementation.weight_layout
+        projections = layout.paths() if layout is not None else ()
         unused = tuple(name for name, grad in params.items()
-                       if grad is None and name.rpartition(".")[0] not in called)
+                       if grad is None and name.rpartition(".")[0] not in called
+                       and not any(name == path or name.startswith(f"{path}.") or not path
+                                   for path in projections))
         return Gradients(output.detach(), grads, params, unused)
 
     def _layout(self):

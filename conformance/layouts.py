@@ -173,6 +173,9 @@ class ArrangedProjection(WeightLayout):
         if self.o is not None:
             write_output(submodule(module, self.o), weights, self.o)
 
+    def paths(self) -> tuple[str, ...]:
+        return tuple(path for path in (self.qkv, self.q, self.o) if path is not None)
+
     def describe(self) -> str:
         words = ARRANGEMENT_WORDS[self.arrangement].replace("[q; k; v]", f"[{'; '.join(self.order)}]")
         fused = (f"q from {self.q}, k and v fused in {self.qkv} ({words.replace('q_h; ', '')})"

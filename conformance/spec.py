@@ -69,35 +69,36 @@ class Rotary:
     dims: int | None = None
     """A fixed number of rotated dimensions (x-transformers' rotary dim), capped at head_dim;
     overrides ``fraction``."""
-    table: tuple[tuple[int, int, float], ...] = ()
-    """Measured per head width where no one rule covers them all: (head_dim, rotated dims,
-    theta); overrides the rule for those widths."""
+    table: tuple[tuple[int, tuple[float, ...]], ...] = ()
+    """Frequencies measured per head width, where no one rule covers them all (x-transformers
+    derives its rotated dimensions and theta from each width; Llama 3 scales some frequencies):
+    (head_dim, the frequency of each rotated pair); overrides the rule for those widths."""
 
-    def _entry(self, head_dim: int) -> tuple[int, float] | None:
-        return next(((dims, theta) for width, dims, theta in self.table if width == head_dim),
-                    None)
+    def _entry(self, head_dim: int) -> tuple[float, ...] | None:
+        return next((freqs for width, freqs in self.table if width == head_dim), None)
 
     def rotated_dims(self, head_dim: int) -> int:
         entry = self._entry(head_dim)
         if entry is not None:
-            return entry[0]
+            return 2 * len(entry)
         count = min(self.dims, head_dim) if self.dims is not None else int(head_dim * self.fraction)
         return count - count % 2
 
     def frequencies(self, head_dim: int) -> torch.Tensor:
-        """(r / 2,) float64: theta^(-2i / r) for the r rotated dimensions."""
-        dims = self.rotated_dims(head_dim)
+        """(r / 2,) float64: theta^(-2i / r) for the r rotated dimensions (or as measured)."""
         entry = self._entry(head_dim)
-        theta = self.theta if entry is None else entry[1]
-        return theta ** (-torch.arange(0, dims, 2, dtype=torch.float64) / max(dims, 1))
+        if entry is not None:
+            return torch.tensor(entry, dtype=torch.float64)
+        dims = self.rotated_dims(head_dim)
+        return self.theta ** (-torch.arange(0, dims, 2, dtype=torch.float64) / max(dims, 1))
 
     def describe(self) -> str:
         pairs = {"half": "half-split pairs (i, i + r/2)",
                  "interleaved": "interleaved pairs (2i, 2i + 1)"}[self.pairing]
         if self.table:
-            widths = ", ".join(f"{dims} of {width} at theta {theta:.6g}"
-                               for width, dims, theta in self.table)
-            return f"RoPE on {pairs}, measured per head width: {widths}"
+            widths = ", ".join(f"{2 * len(freqs)} of {width}" for width, freqs in self.table)
+            return (f"RoPE on {pairs}, frequencies measured per head width (rotated dims: "
+                    f"{widths})")
         share = (f"{self.dims} dims" if self.dims is not None else
                  "every dim" if self.fraction == 1.0 else f"{self.fraction:g} of the dims")
         return f"RoPE on {pairs}, {share}, theta {self.theta:g}"

@@ -145,6 +145,19 @@ class WeightLayout(ABC):
     def describe(self) -> str:
         """One line naming the submodules, for reports."""
 
+    def paths(self) -> tuple[str, ...]:
+        """The submodule and parameter paths it reads (a parameter is a projection's when its
+        name is one of them or lies under one)."""
+        found: list[str] = []
+        for value in vars(self).values():
+            if isinstance(value, WeightLayout):
+                found += value.paths()
+            elif isinstance(value, tuple) and value and isinstance(value[0], str):
+                found.append(value[0])
+            elif isinstance(value, str):
+                found.append(value)
+        return tuple(found)
+
 
 def submodule(module: nn.Module, path: str) -> nn.Module:
     """The submodule at ``path``; WeightLayoutError when there is none."""

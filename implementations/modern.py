@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from conformance import (
+    AlibiBias,
     CacheStyle,
     Capabilities,
     FusedProjection,
@@ -36,7 +37,9 @@ from conformance import (
     MaskKind,
     MaskLayout,
     PackedForm,
+    PositionEncoding,
     PositionForm,
+    Rotary,
     SeparateProjections,
 )
 
@@ -362,6 +365,8 @@ KEEP_INT_PADDING = MaskConvention(MaskKind.KEEP_INT, MaskLayout.KEY_PADDING, "at
 KEEP_INT_PER_QUERY = MaskConvention(MaskKind.KEEP_INT, MaskLayout.PER_QUERY, "attention_mask")
 ROTARY = "rotary position embeddings (RoPE)"
 ALIBI = "ALiBi position biases"
+HALF_SPLIT_ROPE = PositionEncoding(rotary=Rotary("half", 10000.0))
+INTERLEAVED_ROPE = PositionEncoding(rotary=Rotary("interleaved", 10000.0))
 
 
 def declare_llama(name: str, module: type[ModernAttention], *, description: str,
@@ -371,7 +376,7 @@ def declare_llama(name: str, module: type[ModernAttention], *, description: str,
     declared = dict(
         call="self", causal="always", mask=KEEP_INT_PADDING, dtypes=ALL_DTYPES,
         fully_masked="nan", kv_heads="config", positional=ROTARY, relative="rotary",
-        positions="position_ids", position_form=PositionForm.IDS,
+        encoding=HALF_SPLIT_ROPE, positions="position_ids", position_form=PositionForm.IDS,
         kv_cache=CacheStyle.RETURNED, cache_argument="past_key_value",
         cache_options=(("use_cache", True),))
     declared.update(capabilities)
@@ -395,6 +400,7 @@ def declare_alibi(name: str, module: type[AlibiAttention], *, description: str,
         name, lambda c: module(c.d_model, c.num_heads),
         Capabilities(call="self", causal="always", mask=KEEP_INT_PADDING, dtypes=ALL_DTYPES,
                      fully_masked="nan", positional=ALIBI, relative="alibi", alibi="standard",
+                     encoding=PositionEncoding(alibi=AlibiBias()),
                      kv_cache=CacheStyle.OBJECT, cache_argument="cache",
                      cache_factory="implementations.modern:KVCache"),
         SeparateProjections(q="q_proj", k="k_proj", v="v_proj", o="o_proj"),
@@ -410,7 +416,8 @@ def declare_buffered(name: str, module: type[MetaLlamaAttention], *, description
         name, lambda c: module(c.d_model, c.num_heads, c.num_kv_heads,
                                max_seq_len=max(c.q_len, c.kv_len) + 64),
         Capabilities(call="self", causal="always", dtypes=ALL_DTYPES, kv_heads="config",
-                     positional=ROTARY, relative="rotary", kv_cache=CacheStyle.BUFFERS,
+                     positional=ROTARY, relative="rotary", encoding=INTERLEAVED_ROPE,
+                     kv_cache=CacheStyle.BUFFERS,
                      cache_argument="start_pos", max_batch=8),
         SeparateProjections(q="wq", k="wk", v="wv", o="wo"),
         description=description, benchmark=benchmark)
@@ -435,7 +442,8 @@ IMPLEMENTATIONS: list[Implementation] = [
     declare_llama("modern-mistral", MistralAttention, window="config",
                   description="correct: LlamaAttention with a sliding window"),
     declare_llama("modern-sliding-window", SlidingWindowAttention, window="config",
-                  positional=None, relative=None, positions=None, position_form=None,
+                  positional=None, relative=None, encoding=None, positions=None,
+                  position_form=None,
                   mask=KEEP_INT_PER_QUERY, packed=PackedForm.MASK,
                   description="correct: sliding window, grouped-query heads, no position "
                               "encoding (every reference check applies); packed through a "

@@ -15,8 +15,9 @@ from implementations.mutants import MUTANT_MODULES
 IMPLEMENTATIONS = {impl.name: impl for impl in bundled()}
 MODERN = {"kv_groups", "position_shift", "alibi", "sliding_window", "kv_cache", "packed"}
 """The modern-form checks: a classic implementation declares none of their forms."""
-POSITIONAL = {"head_split", "reference", "scale", "stability", "permutation"}
-"""What a module with a position encoding inside skips (the reference is position-free)."""
+POSITIONAL = {"permutation"}
+"""What a module with a relative position encoding inside skips: order matters by design (the
+float64 reference applies its RoPE or ALiBi, so every reference check runs)."""
 CORRECT = {  # correct implementations, and the checks they declare they can't take part in
     "reference-sdpa": MODERN,
     "reference-torch-mha": MODERN,

@@ -100,18 +100,20 @@ def _buffered_frequencies(module: nn.Module) -> list[torch.Tensor]:
 
 
 def _rule(frequencies: torch.Tensor, head_dim: int) -> list[Rotary]:
-    """Rotaries whose frequencies are ``frequencies`` at ``head_dim``: theta from the second
-    frequency (theta^(-2/r)), the rotated dims as a fraction and as a fixed count."""
+    """Rotaries whose frequencies are ``frequencies`` at ``head_dim``: the rule theta^(-2i/r)
+    with theta from the second frequency, the rotated dims as a fraction and as a fixed count;
+    and the frequencies as they are (a scaled RoPE's are no geometric sequence)."""
     pairs = frequencies.numel()
     dims = 2 * pairs
-    if dims > head_dim or pairs < 2 or float(frequencies[1]) <= 0:
+    if dims > head_dim or pairs < 1:
         return []
-    theta = float(frequencies[1]) ** (-pairs)
-    if not math.isfinite(theta) or theta <= 1:
-        return []
-    rules = [Rotary(theta=theta, fraction=dims / head_dim)]
-    if dims != head_dim:
-        rules.append(Rotary(theta=theta, dims=dims))
+    rules = []
+    theta = float(frequencies[1]) ** (-pairs) if pairs > 1 and float(frequencies[1]) > 0 else 0
+    if math.isfinite(theta) and theta > 1:
+        rules.append(Rotary(theta=theta, fraction=dims / head_dim))
+        if dims != head_dim:
+            rules.append(Rotary(theta=theta, dims=dims))
+    rules.append(Rotary(table=((head_dim, tuple(frequencies.tolist())),)))
     return rules
 
 
@@ -129,12 +131,36 @@ def rotary_hypotheses(module: nn.Module, cls: type, head_dim: int) -> list[Rotar
     for base in bases:
         for pairing in ("half", "interleaved"):
             rotary = Rotary(pairing=pairing, theta=round(base.theta, 6), fraction=base.fraction,
-                            dims=base.dims)
-            key = (rotary.pairing, rotary.theta, rotary.rotated_dims(head_dim))
+                            dims=base.dims, table=base.table)
+            key = (rotary.pairing, tuple(rotary.frequencies(head_dim).tolist()))
             if key not in seen and rotary.rotated_dims(head_dim) > 0:
                 seen.add(key)
                 ordered.append(rotary)
     return ordered
+
+
+def fit_theta(error_at, low: float = 1.5, high: float = 1e8) -> tuple[float, float]:
+    """(theta, error) minimising ``error_at(theta)``: a log-spaced scan, then golden-section
+    search around the best point (the error of a RoPE hypothesis is smooth in log theta near
+    the module's own theta)."""
+    logs = torch.linspace(math.log(low), math.log(high), 33).tolist()
+    errors = [error_at(math.exp(x)) for x in logs]
+    best = min(range(len(logs)), key=errors.__getitem__)
+    a, b = logs[max(best - 1, 0)], logs[min(best + 1, len(logs) - 1)]
+    ratio = (math.sqrt(5) - 1) / 2
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = error_at(math.exp(c)), error_at(math.exp(d))
+    for _ in range(40):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = error_at(math.exp(c))
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = error_at(math.exp(d))
+    x = c if fc < fd else d
+    return math.exp(x), min(fc, fd)
 
 
 def hypotheses(module: nn.Module, cls: type, head_dim: int, *, dependent: bool,

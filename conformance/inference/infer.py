@@ -455,6 +455,7 @@ def _weights(plan: _Plan, declared: Declarations, label: str, constraint: Constr
 
     try:
         grouping = declared.choice("kv_grouping", ("interleaved", "tiled"))
+        rope = declared.rotary()
     except DeclarationError as error:
         raise InferenceError(str(error)) from error
     outcome = weight_roles.find(
@@ -462,7 +463,7 @@ def _weights(plan: _Plan, declared: Declarations, label: str, constraint: Constr
         causal=capabilities.get("causal") == "always", single_head=not plan.roles.heads,
         kv_argument=plan.roles.kv_heads, pairs=constraint.pairs if constraint else None,
         max_len=CONTEXT_LENGTH if plan.roles.context else None, notes=notes,
-        grouping=grouping)
+        grouping=grouping, rope=rope)
     if outcome.kv_heads is not None:
         capabilities["kv_heads"] = outcome.kv_heads
     if outcome.kv_doubt is not None:
@@ -766,7 +767,7 @@ def _mask(plan: _Plan, declared: Declarations, capabilities: dict, build, heads:
             text = f"{argument}: {search.convention.describe()} (probed"
             if search.assumed:
                 capabilities["mask_assumed"] = search.assumed
-                text += (f"; assumed, no convention works: masked keys leak, see padding; if it "
+                text += (f"; assumed, no convention works: {search.assumed}; if it "
                          f"reads its mask another way, declare it: --mask {stated})")
             elif search.doubt:
                 capabilities["mask_doubt"] = search.doubt

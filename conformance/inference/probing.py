@@ -134,8 +134,8 @@ class MaskSearch:
     doubt: str | None = None
     """The convention works, but its polarity is the opposite of what the name usually means."""
     assumed: str | None = None
-    """No convention works; this one, whose only failure is a leak, is assumed (padding then
-    fails with the leak and its counterexample)."""
+    """No convention works; this one, whose only failure is a leak (or an all-keep mask that
+    changes the output), is assumed: padding (or causal) then fails with the counterexample."""
 
     @property
     def polarity_probed(self) -> bool:
@@ -165,7 +165,8 @@ def infer_mask(instance: Instance, case: Case, call: str, family: str, argument:
     layouts tried."""
     search = MaskSearch(None)
     tried_layouts = [layout for layout in LAYOUTS[family] if layouts is None or layout in layouts]
-    leaking: list[MaskConvention] = []
+    leaking: list[tuple[MaskConvention, str]] = []
+    dropping: MaskConvention | None = None
     for layout in tried_layouts:
         for kind in KINDS[family]:
             whole = (False, True) if case.causal and layout in QUERY_AXIS_LAYOUTS else (False,)
@@ -176,9 +177,13 @@ def infer_mask(instance: Instance, case: Case, call: str, family: str, argument:
                     outcome = mask_behaviour(instance, confirming_case(case), call, convention)
                     if outcome is not None:
                         outcome = f"works at one shape only; at another: {outcome}"
-                elif outcome == LEAK and mask_behaviour(
-                        instance, confirming_case(case), call, convention) == LEAK:
-                    leaking.append(convention)
+                elif outcome in (LEAK, ALL_KEEP) and mask_behaviour(
+                        instance, confirming_case(case), call, convention) == outcome:
+                    leaking.append((convention, outcome))
+                    if outcome == ALL_KEEP and layout is L.KEY_PADDING and case.causal:
+                        dropping = dropping or convention
+                if outcome is None and dropping is not None:
+                    return _drops_causality(search, dropping, convention, argument)
                 if outcome is None:
                     search.convention = convention
                     return search
@@ -203,14 +208,38 @@ def infer_mask(instance: Instance, case: Case, call: str, family: str, argument:
                     f"{_summary(search.tried)})")
                 return search
     if leaking:
-        search.convention = leaking[0]
-        search.assumed = (
-            f"{argument}: no convention makes masked keys invisible; read as "
-            f"{leaking[0].describe()}, the first that runs on every shape tried and leaves an "
-            f"all-keep mask harmless: masked keys leak ({_summary(search.tried)})")
+        # Leaks first: a leak is the mask's own property broken.
+        convention, outcome = min(leaking, key=lambda item: item[1] != LEAK)
+        search.convention = convention
+        if outcome == LEAK:
+            search.assumed = (
+                f"{argument}: no convention makes masked keys invisible; read as "
+                f"{convention.describe()}, the first that runs on every shape tried and leaves "
+                f"an all-keep mask harmless: masked keys leak ({_summary(search.tried)})")
+        else:
+            search.assumed = (
+                f"{argument}: no convention keeps an all-keep mask harmless; read as "
+                f"{convention.describe()}, the first that hides masked keys on every shape "
+                "tried: given a mask, the output changes in another way (does the mask replace "
+                f"the causal masking? see causal) ({_summary(search.tried)})")
         return search
     search.problem = (f"{argument}: no mask convention makes masked keys invisible "
                       f"({_summary(search.tried)})")
+    return search
+
+
+def _drops_causality(search: MaskSearch, padding: MaskConvention, whole: MaskConvention,
+                     argument: str) -> MaskSearch:
+    """A causal module that takes a (B, Lk) padding mask, which can carry no causality, and
+    is no longer causal with it: the padding mask is assumed, so that ``causal`` shows the
+    future leaking through it, even though a whole-mask convention works."""
+    search.convention = padding
+    search.assumed = (
+        f"{argument}: a (B, Lk) padding mask ({padding.describe()}) runs and hides the masked "
+        f"keys, but with it the module is no longer causal (a mask keeping every key changes the "
+        f"output), although a padding mask can carry no causality; only as the whole mask, "
+        f"causality included ({whole.describe()}), does it behave: checked with the padding mask "
+        "(see causal); declare the whole mask if that is the contract")
     return search
 
 

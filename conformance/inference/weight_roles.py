@@ -4,6 +4,7 @@ confirmed at a second head count, and the grouped key/value heads read from them
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -14,6 +15,7 @@ from conformance.inference.encoding_search import (
     hypotheses,
     position_dependent,
     rotary_hypotheses,
+    stated,
 )
 from conformance.inference.tracing import lower_precision_parts
 from conformance.inference.weight_search import (
@@ -85,9 +87,11 @@ def _other(pairs: tuple[tuple[int, int], ...] | None, heads: int) -> tuple[int, 
 
 def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
          kv_argument: str | None, pairs: tuple[tuple[int, int], ...] | None,
-         max_len: int | None, notes: list[str], grouping: str | None = None) -> WeightOutcome:
+         max_len: int | None, notes: list[str], grouping: str | None = None,
+         rope: tuple[str, float | None, float | None] | None = None) -> WeightOutcome:
     """The weight step (see the module docstring); every finding goes into ``notes``.
-    ``grouping``: the declared pairing of grouped query and key/value heads (None: found)."""
+    ``grouping``: the declared pairing of grouped query and key/value heads (None: found);
+    ``rope``: the declared RoPE (pairing, theta, fraction)."""
     outcome = WeightOutcome()
     heads, head_dim = _pair(pairs, single_head)
     kv = next((k for k in range(heads // 2, 0, -1) if heads % k == 0), None) if (
@@ -125,6 +129,8 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
     if outcome.encoding is not None and outcome.encoding.rotary is not None:
         rotary = _rotary_across_widths(build, found.layout, outcome.encoding.rotary, cls, call,
                                        causal, heads, pairs, length, threshold, notes)
+        if rotary is not None:
+            rotary = _as_stated(rotary, cls, rope, head_dim, notes)
         outcome.encoding = None if rotary is None else replace(outcome.encoding, rotary=rotary)
     describe = found.layout.describe().removeprefix("weights: ").removeprefix("weights from ")
     if found.reproduced:
@@ -158,6 +164,36 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
     return outcome
 
 
+def _as_stated(measured: Rotary, cls: type, rope: tuple[str, float | None, float | None] | None,
+               head_dim: int, notes: list[str]) -> Rotary:
+    """The RoPE the reference holds the module to: what it does, unless what it states (a
+    declaration, or its constructor's theta / rotary-fraction defaults) differs; then what it
+    states, and the difference is said (reference fails, naming it)."""
+    theta, fraction = stated(cls)
+    pairing = None
+    if rope is not None:
+        pairing, theta, fraction = rope[0], rope[1] or theta, rope[2] or fraction
+    expected = replace(measured,
+                       pairing=pairing or measured.pairing,
+                       theta=theta if theta is not None and not measured.table else measured.theta,
+                       fraction=fraction if fraction is not None else measured.fraction,
+                       dims=None if fraction is not None else measured.dims)
+    differences = []
+    if expected.pairing != measured.pairing:
+        differences.append(f"pairs {measured.pairing} where {expected.pairing} is declared")
+    if not measured.table and not math.isclose(expected.theta, measured.theta, rel_tol=1e-3):
+        differences.append(f"theta {measured.theta:.6g} where it states {expected.theta:g}")
+    if expected.rotated_dims(head_dim) != measured.rotated_dims(head_dim):
+        differences.append(f"rotates {measured.rotated_dims(head_dim)} of {head_dim} dims where "
+                           f"it states {expected.rotated_dims(head_dim)}")
+    if not differences:
+        return measured
+    notes.append(f"RoPE: its output is reproduced as {measured.describe()}, but it "
+                 + "; ".join(differences) + ": the reference holds it to what it states "
+                 "(declare --rope to state otherwise)")
+    return expected
+
+
 def _rotary_across_widths(build: Build, layout: WeightLayout, rotary: Rotary, cls: type,
                           call: str, causal: bool, heads: int,
                           pairs: tuple[tuple[int, int], ...] | None, length: int,
@@ -184,10 +220,7 @@ def _rotary_across_widths(build: Build, layout: WeightLayout, rotary: Rotary, cl
                                            causal=causal, encoding=encoding).output
             if relative_error(output, expected) <= threshold:
                 differs = differs or candidate is not rotary
-                dims = candidate.rotated_dims(width)
-                theta = float(candidate.frequencies(width)[1]) ** (-dims / 2) if dims > 2 \
-                    else candidate.theta
-                entries.append((width, dims, theta))
+                entries.append((width, tuple(candidate.frequencies(width).tolist())))
                 break
         else:
             notes.append(f"RoPE as found ({rotary.describe()}) reproduces its output at the "

@@ -29,11 +29,12 @@ import torch
 from torch import nn
 
 from conformance.adapter import Inputs, ModuleInstance
+from conformance.inference.encoding_search import fit_theta
 from conformance.inference.projections import NAMES
 from conformance.inference.tracing import Called, intervention, record_calls, same_values
 from conformance.layouts import ArrangedProjection, ParameterProjections, RelabelledHeads, role_rows
 from conformance.reference import reference_attention
-from conformance.spec import PositionEncoding
+from conformance.spec import PositionEncoding, Rotary
 from conformance.weights import (
     HeadWeights,
     PackedInProjection,
@@ -53,6 +54,9 @@ REPRODUCED_FLOAT32 = 1e-4
 softmax): float32 rounding is ~1e-7 relative, a wrong assignment still 1e-3 and up."""
 
 MAX_CANDIDATES = 400
+
+REFINED = 4
+"""How many of the closest RoPE shapes (pairing, rotated share) get their theta fitted."""
 
 
 @dataclass(frozen=True)
@@ -356,6 +360,7 @@ def search(found: Trace, root: nn.Module, heads: int, *, causal: bool,
     out_width = found.output.shape[-1]
     fitting: list[tuple[WeightLayout, HeadWeights]] = []
     best = Found(None)
+    rotary: dict[tuple[str, float, int | None], tuple[float, WeightLayout, HeadWeights]] = {}
     for layout in candidates(found, root):
         weights = consistent(layout, root, heads, d_in, out_width, found.used)
         if weights is None:
@@ -371,6 +376,25 @@ def search(found: Trace, root: nn.Module, heads: int, *, causal: bool,
                 if error <= threshold:
                     best.reproduced = True
                     return best
+                if encoding is not None and encoding.rotary is not None:
+                    shape = (encoding.rotary.pairing, encoding.rotary.fraction,
+                             encoding.rotary.dims)
+                    if error < rotary.get(shape, (float("inf"),))[0]:
+                        rotary[shape] = (error, variant, read)
+    # RoPE whose theta is none of the usual ones: fit theta, for the closest pairing/fraction.
+    for (pairing, fraction, dims), (_, variant, read) in sorted(
+            rotary.items(), key=lambda item: item[1][0])[:REFINED]:
+        def error_at(theta: float, variant=variant, read=read, pairing=pairing,
+                     fraction=fraction, dims=dims) -> float:
+            encoding = PositionEncoding(rotary=Rotary(pairing, theta, fraction, dims))
+            return reproduction_error(read, found, causal, encoding)
+
+        theta, error = fit_theta(error_at)
+        best.tried += 1
+        if error <= threshold:
+            return Found(variant, True, error,
+                         PositionEncoding(rotary=Rotary(pairing, theta, fraction, dims)),
+                         best.tried)
     if not fitting:
         return Found(None, tried=best.tried)
     chosen = _by_roles(found, root, fitting)

@@ -2,7 +2,8 @@
 
 Property: for a causal implementation (q_len == kv_len), output row t is unchanged when any
 input at a position > t changes, and the gradient of rows <= t with respect to every input at a
-position > t is exactly zero; and nothing is over-masked: every row t gives positive attention
+position > t is exactly zero, with a padding mask as without one (a mask must not replace the
+causal masking); and nothing is over-masked: every row t gives positive attention
 weight to every position s <= t (measured with the attention-matrix probe, or, without weight
 access, as a non-zero gradient of row t with respect to each position s <= t). With a sliding
 window of W keys, "every position s <= t" is every position t - W + 1 <= s <= t (what lies
@@ -25,7 +26,7 @@ from conformance.invariants.base import (
 from conformance.probes import measure_attention
 from conformance.spec import Capabilities
 from conformance.strategies import cases
-from conformance.tolerance import abs_error, eps, unchanged_tolerance, worst_index
+from conformance.tolerance import abs_error, eps, only_rows, unchanged_tolerance, worst_index
 
 
 def _perturb_after(inputs: Inputs, cut: int, case: Case) -> Inputs:
@@ -37,9 +38,9 @@ def _perturb_after(inputs: Inputs, cut: int, case: Case) -> Inputs:
         return torch.where(future[None, :, None], noise, tensor)
 
     if inputs.is_self:
-        return Inputs.self_attention(replaced(inputs.query, 21), causal=True)
+        return Inputs.self_attention(replaced(inputs.query, 21), inputs.keep, causal=True)
     return Inputs(replaced(inputs.query, 21), replaced(inputs.key, 22),
-                  replaced(inputs.value, 23), causal=True)
+                  replaced(inputs.value, 23), inputs.keep, causal=True)
 
 
 class Causal(Check):
@@ -55,7 +56,7 @@ class Causal(Check):
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
-        context.explore(cases(caps, context.device, causal=True, min_len=2),
+        context.explore(cases(caps, context.device, causal=True, min_len=2, masks="auto"),
                         lambda case: self.future_invisible(context, case))
         if caps.weights:
             context.explore(cases(caps, context.device, causal=True, probe=True),
@@ -73,15 +74,25 @@ class Causal(Check):
                            hint="does the causal mask hide the current token, leaving row 0 with "
                                 "nothing to attend to?")
         after = context.run(instance, _perturb_after(inputs, cut, case), case)
-        diff = abs_error(after, before)[:, : cut + 1]
+        diff = only_rows(abs_error(after, before), context.rows(case))[:, : cut + 1]
         tolerance = unchanged_tolerance(context.judged(before.dtype), before)
         if float(diff.max()) > tolerance:
             b, row, _ = worst_index(diff)
+            hint = None
+            if inputs.keep is not None and self._causal_without_mask(context, instance, inputs,
+                                                                     case, cut):
+                hint = ("without a mask it is causal: does a given padding mask replace the "
+                        "causal mask instead of being combined with it?")
+            elif row == cut:
+                hint = ("does the causal mask let a row see the next position (triu diagonal off "
+                        "by one)?")
             raise Violation(
                 f"changing inputs after position {cut} changed output row {row} of batch {b} "
-                f"by {fmt(float(diff[b, row].max()))} (tolerance {fmt(tolerance)})",
-                hint="does the causal mask let a row see the next position (triu diagonal off "
-                     "by one)?" if row == cut else None)
+                f"by {fmt(float(diff[b, row].max()))} (tolerance {fmt(tolerance)})"
+                + ("" if inputs.keep is None else ", with a padding mask given"),
+                details=[] if inputs.keep is None else [
+                    f"batch {b} keeps keys {[int(i) for i in torch.nonzero(inputs.keep[b])]}"],
+                hint=hint)
 
         cotangent = torch.zeros_like(before)
         cotangent[:, : cut + 1] = case.tensor(case.batch, cut + 1, before.shape[-1], stream=31)
@@ -94,6 +105,16 @@ class Causal(Check):
                     f"the gradient of rows <= {cut} with respect to {name} at later position "
                     f"{cut + 1 + position} (batch {b}) is {fmt(float(future[b, position].max()))},"
                     " not exactly 0")
+
+    @staticmethod
+    def _causal_without_mask(context: CheckContext, instance, inputs: Inputs, case: Case,
+                             cut: int) -> bool:
+        """Whether the same perturbation leaves rows <= cut unchanged without the mask."""
+        plain = inputs.with_mask(None)
+        before = context.run(instance, plain, case)
+        after = context.run(instance, _perturb_after(plain, cut, case), case)
+        tolerance = unchanged_tolerance(context.judged(before.dtype), before)
+        return float(abs_error(after, before)[:, : cut + 1].max()) <= tolerance
 
     def weights_causal(self, context: CheckContext, case: Case) -> None:
         # Zero logits: row t gives exactly 1/(t + 1) to each position it may see, so "visible"
