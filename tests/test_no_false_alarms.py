@@ -56,8 +56,8 @@ def test_the_hard_styles_were_understood(report):
     assert "head width = head_size" in inferred["wild_styles:Head"]
     assert "key/value heads = n_kv_heads: generated as divisors of num_heads" in inferred[
         "wild_styles:GroupedQueryAttention"]
-    assert "RoPE on half-split pairs (i, i + r/2), every dim, theta 10000 inside (found by behaviour" in inferred[
-        "wild_styles:RotarySelfAttention"]
+    assert ("RoPE on half-split pairs (i, i + r/2), every dim, theta 10000 inside (found by "
+            "behaviour") in inferred["wild_styles:RotarySelfAttention"]
     assert "bool mask, True = ignore" in inferred["wild_styles:TorchMHASelfAttention"]
     gate = {r["implementation"]: r for r in payload["results"] if r["check"] == "gate"}
     assert any("computes part of attention in float32 for float64 inputs" in note
