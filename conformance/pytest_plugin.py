@@ -21,6 +21,7 @@ from conformance import expectations
 from conformance.adapter import InProcessSubject, Subject
 from conformance.cases import Case
 from conformance.catalogue import Runner
+from conformance.inference.declarations import DeclarationError, Declarations, from_mapping
 from conformance.profiles import PROFILE_NAMES
 from conformance.registry import ResolveError, is_located, registered, resolve
 from conformance.report import failure_block
@@ -59,6 +60,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="warnings (robustness findings beyond the normal range) fail the test")
     group.addoption("--attention-xfails", default=None, metavar="FILE",
                     help="expected failures, TOML: [implementation] tables of check = \"reason\"")
+    group.addoption("--attention-declare", action="append", default=[], metavar="NAME=VALUE",
+                    help="a declaration for the classes named by --attention-impl, as the "
+                         "command line's flags spell it: e.g. kv-grouping=tiled, "
+                         "mask=ignore_bool:key_padding@key_padding_mask, returns=tensor "
+                         "(repeatable; init and mask-format accumulate)")
 
 
 def _profile(config: pytest.Config) -> str:
@@ -84,23 +90,44 @@ def _subjects(config: pytest.Config) -> list[Subject]:
         specs = config.getoption("attention_impl")
         isolate = config.getoption("attention_isolate")
         try:
+            declared = _declared(config.getoption("attention_declare"))
             xfails = config.getoption("attention_xfails")
             expected = expectations.load_all(xfails) if xfails else ({}, {})
             subjects: list[Subject] = []
             for spec in specs or [None]:
                 if spec is not None and isolate and is_located(spec):
-                    subjects += _isolated(config, spec, expected)
+                    subjects += _isolated(config, spec, expected, declared)
                     continue
-                implementations = resolve(spec) if spec else list(registered().values())
+                implementations = resolve(spec, declared) if spec else list(
+                    registered().values())
                 subjects += [InProcessSubject(impl) for impl in
                              expectations.apply(implementations, *expected)]
-        except (ResolveError, expectations.ExpectationsError) as error:
+        except (ResolveError, expectations.ExpectationsError, DeclarationError) as error:
             raise pytest.UsageError(f"attention-conformance: {error}") from error
         config.stash[_SUBJECTS] = subjects
     return config.stash[_SUBJECTS]
 
 
-def _isolated(config: pytest.Config, spec: str, expected: tuple[dict, dict]) -> list[Subject]:
+def _declared(items: list[str]) -> Declarations | None:
+    """``--attention-declare NAME=VALUE`` options as Declarations (None when there are none)."""
+    if not items:
+        return None
+    values: dict[str, object] = {}
+    for item in items:
+        name, equals, value = item.partition("=")
+        if not equals:
+            raise DeclarationError(f"--attention-declare {item!r}: use NAME=VALUE, e.g. "
+                                   "kv-grouping=tiled")
+        key = name.strip().replace("-", "_")
+        if key in ("init", "mask_formats"):
+            values.setdefault(key, []).append(value)  # type: ignore[union-attr]
+        else:
+            values[key] = value
+    return from_mapping(values, "--attention-declare")
+
+
+def _isolated(config: pytest.Config, spec: str, expected: tuple[dict, dict],
+              declared: Declarations | None = None) -> list[Subject]:
     """``spec``'s implementations in worker processes of their own, closed with the session; one
     that can't be loaded is a usage error (it hangs or crashes while loading: the message says)."""
     from conformance.worker import LoadError
@@ -108,7 +135,7 @@ def _isolated(config: pytest.Config, spec: str, expected: tuple[dict, dict]) -> 
 
     seconds = config.getoption("attention_call_timeout") or CALL_SECONDS
     try:
-        subjects = open_all(spec, call_seconds=seconds)
+        subjects = open_all(spec, declared, call_seconds=seconds)
     except LoadError as error:
         raise pytest.UsageError(f"attention-conformance: {spec}: {error}") from error
     failures, warnings = expected

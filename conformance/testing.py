@@ -22,7 +22,8 @@ import pytest
 from conformance.adapter import InProcessSubject, Subject
 from conformance.catalogue import CHECK_NAMES, Runner
 from conformance.expectations import apply
-from conformance.inference import infer
+from conformance.inference import DeclarationError, InferenceError, infer
+from conformance.inference.declarations import from_mapping, from_pyproject, merged
 from conformance.pytest_plugin import enforce
 from conformance.spec import Implementation
 
@@ -44,15 +45,26 @@ def parametrize_with_checks(*targets: type | Implementation, profile: str = "qui
                             devices: Sequence[str] = ("cpu", "cuda"),
                             checks: Sequence[str] | None = None,
                             expected_failures: Mapping[str, Mapping[str, str]] | None = None,
-                            strict: bool = False):
+                            strict: bool = False,
+                            declare: Mapping[str, object] | None = None):
     """A ``pytest.mark.parametrize`` over every check of every target, as ``attention_check``.
 
     ``targets`` are ``nn.Module`` classes (their interface is inferred) or declared
     Implementations; ``expected_failures`` is ``{implementation: {check: reason}}``. A warning
     passes the test and shows in pytest's warnings summary; ``strict`` fails on it.
+    ``declare`` overrides inference for the classes, with the spellings of the command line's
+    declarations and of ``pyproject.toml`` (``{"mask": "ignore_bool:key_padding@key_padding_mask",
+    "kv-grouping": "tiled"}``), over what ``pyproject.toml`` declares for
+    ``module:Class``.
     """
-    implementations = [t if isinstance(t, Implementation) else infer(t).implementation
-                       for t in targets]
+    try:
+        stated = from_mapping(dict(declare or {}), "parametrize_with_checks(declare=...)")
+        implementations = [
+            t if isinstance(t, Implementation) else infer(t, declared=merged(
+                from_pyproject(f"{t.__module__}:{t.__qualname__}"), stated)).implementation
+            for t in targets]
+    except (DeclarationError, InferenceError) as error:
+        raise pytest.UsageError(f"attention-conformance: {error}") from error
     implementations = apply(implementations, expected_failures or {})
     runner = Runner(profile, strict=strict)  # one gate per implementation and device
     params = [
