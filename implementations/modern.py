@@ -380,6 +380,8 @@ def declare_llama(name: str, module: type[ModernAttention], *, description: str,
         kv_cache=CacheStyle.RETURNED, cache_argument="past_key_value",
         cache_options=(("use_cache", True),))
     declared.update(capabilities)
+    if declared["positional"] is None and "encoding" not in capabilities:
+        declared["encoding"] = None  # no RoPE inside: none for the reference either
     window = declared.get("window")
 
     def factory(c):
@@ -442,8 +444,7 @@ IMPLEMENTATIONS: list[Implementation] = [
     declare_llama("modern-mistral", MistralAttention, window="config",
                   description="correct: LlamaAttention with a sliding window"),
     declare_llama("modern-sliding-window", SlidingWindowAttention, window="config",
-                  positional=None, relative=None, encoding=None, positions=None,
-                  position_form=None,
+                  positional=None, relative=None, positions=None, position_form=None,
                   mask=KEEP_INT_PER_QUERY, packed=PackedForm.MASK,
                   description="correct: sliding window, grouped-query heads, no position "
                               "encoding (every reference check applies); packed through a "

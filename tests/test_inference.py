@@ -51,7 +51,8 @@ ONE_FLAG = {
     "mutant-gqa-repeat": Declarations(kv_grouping="interleaved"),
 }
 CHECKED = {impl.name: _spec(impl) for impl in bundled()}
-COMPARED_WITH_REFERENCE = ("reference", "head_split", "stability", "low_precision")
+COMPARED_WITH_REFERENCE = ("reference", "head_split", "stability", "low_precision", "scale",
+                           "fully_masked")
 MUTANTS = {module.IMPLEMENTATION.name: module for module in MUTANT_MODULES}
 
 
@@ -85,7 +86,9 @@ def test_inference_alone_finds_what_the_registration_finds(inferred_findings, na
     fails once, the checks that need the mask skip), or a mask named ``mask`` is read with the
     polarity the module uses (a warning: inference can't know the intent), or a layer the
     forward never calls has the shape of the output projection the found weights lack
-    (``reference`` warns: behaviour can't tell a skipped projection from a spare layer)."""
+    (``reference`` warns: behaviour can't tell a skipped projection from a spare layer), or a
+    position encoding no hypothesis reproduces (a broken RoPE or ALiBi: the reference checks
+    skip, the encoding's own check fails)."""
     failed, warned, impl = inferred_findings[name]
     registered = set(expected_results().get(name, {}))
     registered_warnings = set(expected_warnings().get(name, {}))
@@ -95,8 +98,10 @@ def test_inference_alone_finds_what_the_registration_finds(inferred_findings, na
     for check in registered - failed:
         explained = ((check in warned and caps.assumed_dtypes)
                      or caps.mask_problem is not None or caps.mask_doubt is not None
-                     or (check in COMPARED_WITH_REFERENCE and "reference" in warned
-                         and caps.weights_doubt is not None))
+                     or (check in (*COMPARED_WITH_REFERENCE, "autograd")
+                         and "reference" in warned and caps.weights_doubt is not None)
+                     or (check in COMPARED_WITH_REFERENCE
+                         and caps.positional is not None and caps.encoding is None))
         assert explained, (CHECKED[name], check)
     mutant = MUTANTS.get(name)
     if mutant is not None:

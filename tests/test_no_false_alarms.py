@@ -94,7 +94,7 @@ def test_the_modern_forms_were_understood_and_checked(report):
                                            "(found by behaviour",
         "modern_styles:PackedSequenceAttention": "cu_seqlens: packed sequences, tokens (1, "
                                                  "total, D) (probed)",
-        "wild_styles:GroupedQueryAttention": "probed: built with n_kv_heads=1",
+        "wild_styles:GroupedQueryAttention": "probed: built with n_kv_heads=2",
     }
     for name, words in said.items():
         assert words in inferred[name], name
@@ -107,7 +107,7 @@ def test_the_modern_forms_were_understood_and_checked(report):
         "modern_styles:LocalCausalAttention": {"sliding_window", "reference", "head_split"},
         # The float64 reference applies their RoPE and ALiBi: the reference checks ran.
         "modern_styles:MPTAlibiAttention": {"alibi", "position_shift", "reference", "head_split",
-                                            "scale", "stability"},
+                                            "scale"},
         "modern_styles:PackedSequenceAttention": {"packed", "kv_groups", "reference"},
         # The grouped-query wild style now gets the grouped reference and head split.
         "wild_styles:GroupedQueryAttention": {"kv_groups", "head_split", "reference", "scale"},

@@ -39,11 +39,14 @@ from conformance.inference.roles import (
 from conformance.inference.weight_roles import WeightOutcome
 from conformance.spec import (
     QUERY_AXIS_LAYOUTS,
+    AlibiBias,
     Capabilities,
     Config,
     Implementation,
     PackedForm,
+    PositionEncoding,
     PositionForm,
+    Rotary,
 )
 from conformance.weights import WeightLayout
 
@@ -558,7 +561,26 @@ def _position_encoding(plan: _Plan, declared: Declarations, capabilities: dict, 
             text += ("; alibi measures the slopes" + (
                 " against the paper's (declared)" if declared.alibi == "standard" else
                 " (declare --alibi standard to hold them to the paper's)"))
+        held = _declared_encoding(kind, declared)
+        if held is not None:
+            # Behaviour could not reproduce it, but what is meant is declared: the reference
+            # holds the module to it.
+            capabilities["encoding"] = held
+            text += (f"; no encoding behaviour tried reproduces its output, so the reference "
+                     f"checks hold it to the declared {held.describe()}")
         notes.append(text)
+
+
+def _declared_encoding(kind: str, declared: Declarations) -> PositionEncoding | None:
+    """The encoding the declarations spell out in full, for a module of ``kind``: ALiBi with
+    the paper's slopes, or RoPE with its pairing (and theta, fraction) declared."""
+    if kind == "alibi" and declared.alibi == "standard":
+        return PositionEncoding(alibi=AlibiBias())
+    rope = declared.rotary()
+    if kind == "rotary" and rope is not None:
+        pairing, theta, fraction = rope
+        return PositionEncoding(rotary=Rotary(pairing, theta or 10000.0, fraction or 1.0))
+    return None
 
 
 def _position_argument(plan: _Plan, declared: Declarations, capabilities: dict,

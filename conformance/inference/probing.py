@@ -118,13 +118,14 @@ def mask_behaviour(instance: Instance, case: Case, call: str,
     except (ImplementationError, CapabilityError) as error:
         return f"raises ({str(error).removeprefix('forward raised ')[:80]})"
     # Another kernel may run with a mask than without one: the reordering tolerance.
-    if float(abs_error(all_kept, unmasked).max()) > reordering_tolerance(before.dtype, unmasked):
+    if float(abs_error(all_kept, unmasked, nan_equal=True).max()) > reordering_tolerance(
+            before.dtype, unmasked):
         return ALL_KEEP
     tolerance = unchanged_tolerance(before.dtype, before)
     # Rows outside ``rows`` are set to 0, not multiplied by it: a NaN there must not hide a leak.
-    if float(only_rows(abs_error(masked, before), rows).max()) > tolerance:
+    if float(only_rows(abs_error(masked, before, nan_equal=True), rows).max()) > tolerance:
         return LEAK
-    if float(only_rows(abs_error(kept, before), rows).max()) <= tolerance:
+    if float(only_rows(abs_error(kept, before, nan_equal=True), rows).max()) <= tolerance:
         return "kept keys don't change the output"
     return None
 

@@ -323,8 +323,14 @@ def consistent(layout: WeightLayout, root: nn.Module, heads: int, d_in: int, out
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    scale = max(1.0, float(expected.abs().max()))
-    return float((actual.double() - expected.double()).abs().max()) / scale
+    """max |actual - expected| / max(1, |expected|); inf where only one of them is NaN, 0 where
+    both are (a row with nothing to attend to, given NaN by both)."""
+    a, e = actual.double(), expected.double()
+    if not torch.equal(torch.isnan(a), torch.isnan(e)):
+        return float("inf")
+    a, e = torch.nan_to_num(a), torch.nan_to_num(e)
+    scale = max(1.0, float(e.abs().max()))
+    return float((a - e).abs().max()) / scale
 
 
 def reproduction_error(weights: HeadWeights, found: Trace, causal: bool,
@@ -470,7 +476,11 @@ def block_roles(found: Trace, root: nn.Module, path: str, head_dim: int) -> list
                 return changed
 
             with intervention(module, nudge):
-                deltas.append(found.rerun() - found.output)
+                after = found.rerun()
+            # A row NaN before and after (nothing to attend to) did not change.
+            both = torch.isnan(after) & torch.isnan(found.output)
+            deltas.append(torch.where(both, torch.zeros((), dtype=after.dtype),
+                                      after - found.output))
         roles.append(_role(deltas[0], deltas[1]))
     return roles
 
