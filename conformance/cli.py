@@ -119,6 +119,10 @@ def _parser() -> argparse.ArgumentParser:
                          help="what it outputs at a padded query position (self-attention): "
                               "zero, attention to itself alone, or as any row; unjudged unless "
                               "declared")
+    declare.add_argument("--output-projection", choices=("applied",),
+                         help="the layer applies an output projection: a layer shaped like one "
+                              "that the forward never calls is checked as it (a skipped "
+                              "projection then fails reference)")
     declare.add_argument("--rope", metavar="PAIRING[:THETA[:FRACTION]]",
                          help="RoPE as meant: half or interleaved pairs, theta, rotated "
                               "fraction, e.g. half:10000:0.25")

@@ -63,7 +63,7 @@ def test_module_attr_form(capsys):
     (f"{FIXTURES / 'syntax_error.py'}::X", "syntax error in"),
     (USER + "nope", "has no attribute 'nope'"),
     (USER + "not_checkable", "is a int, not an nn.Module, callable or Implementation"),
-    (USER + "not_attention", "a core function takes (q, k, v[, mask][, is_causal])"),
+    (USER + "not_attention", "a core function takes (q, k, v[, mask][, causal])"),
     (USER + "bad_constructor", "user-bad-constructor: constructing it raised TypeError"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, spec, message):

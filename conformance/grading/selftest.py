@@ -188,7 +188,7 @@ def render(result: SelfTest) -> str:
                  f"{len(result.rows) - covered} mutant(s) not covered by the rubric")
     for row in result.indistinguishable:
         lines.append(f"  indistinguishable from a correct solution: {row.mutant.name} "
-                     f"({row.mutant.bug}; the rubric grades no {row.mutant.catches})")
+                     f"({row.mutant.bug}; the rubric grades no {row.mutant.catches} in {row.target})")
     if result.ok:
         lines.append("OK: the reference gets full marks and every graded bug costs its points")
     else:

@@ -105,6 +105,7 @@ class Declarations:
     kv_grouping: str | None = None
     padded_queries: str | None = None
     rope: str | None = None
+    output_projection: str | None = None
 
     def any(self) -> bool:
         return any(getattr(self, f.name) is not None for f in fields(self))

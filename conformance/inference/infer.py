@@ -459,6 +459,7 @@ def _weights(plan: _Plan, declared: Declarations, label: str, constraint: Constr
     try:
         grouping = declared.choice("kv_grouping", ("interleaved", "tiled"))
         rope = declared.rotary()
+        output = declared.choice("output_projection", ("applied",))
     except DeclarationError as error:
         raise InferenceError(str(error)) from error
     outcome = weight_roles.find(
@@ -466,7 +467,7 @@ def _weights(plan: _Plan, declared: Declarations, label: str, constraint: Constr
         causal=capabilities.get("causal") == "always", single_head=not plan.roles.heads,
         kv_argument=plan.roles.kv_heads, pairs=constraint.pairs if constraint else None,
         max_len=CONTEXT_LENGTH if plan.roles.context else None, notes=notes,
-        grouping=grouping, rope=rope)
+        grouping=grouping, rope=rope, output_applied=output == "applied")
     if outcome.kv_heads is not None:
         capabilities["kv_heads"] = outcome.kv_heads
     if outcome.kv_doubt is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -28,7 +28,7 @@ from conformance.inference.weight_search import (
     search,
     trace,
 )
-from conformance.layouts import RelabelledHeads
+from conformance.layouts import ParameterProjections, RelabelledHeads
 from conformance.reference import reference_attention
 from conformance.spec import PositionEncoding, Rotary
 from conformance.weights import WeightLayout, WeightLayoutError
@@ -88,10 +88,12 @@ def _other(pairs: tuple[tuple[int, int], ...] | None, heads: int) -> tuple[int, 
 def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
          kv_argument: str | None, pairs: tuple[tuple[int, int], ...] | None,
          max_len: int | None, notes: list[str], grouping: str | None = None,
-         rope: tuple[str, float | None, float | None] | None = None) -> WeightOutcome:
+         rope: tuple[str, float | None, float | None] | None = None,
+         output_applied: bool = False) -> WeightOutcome:
     """The weight step (see the module docstring); every finding goes into ``notes``.
     ``grouping``: the declared pairing of grouped query and key/value heads (None: found);
-    ``rope``: the declared RoPE (pairing, theta, fraction)."""
+    ``rope``: the declared RoPE (pairing, theta, fraction); ``output_applied``: an output
+    projection is declared, so a layer shaped like one that the forward skips is read as it."""
     outcome = WeightOutcome()
     heads, head_dim = _pair(pairs, single_head)
     kv = next((k for k in range(heads // 2, 0, -1) if heads % k == 0), None) if (
@@ -146,8 +148,18 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
                      "differs)")
     outcome.kv_heads = _kv_heads(build, found.layout, kv_argument, heads, head_dim, kv,
                                  None if single_head else pairs, notes)
-    outcome.weights_doubt = _skipped_output(found_trace, found.layout, root, heads)
-    if outcome.weights_doubt:
+    skipped = _skipped_output(found_trace, found.layout, root, heads)
+    name = skipped.removeprefix("inner.") if skipped else None
+    if skipped is not None and output_applied:
+        outcome.layout = _with_output(found.layout, skipped)
+        notes.append(f"{name} is read as the output projection (declared: the layer applies "
+                     "one), though the forward never calls it")
+    elif skipped is not None:
+        outcome.weights_doubt = (
+            f"{name} has the shape of an output projection but the forward never calls it: "
+            "the output is the concatenated heads, which is attention without an output "
+            f"projection; if {name} is meant to be applied, it is skipped (declare "
+            "--output-projection applied to check it as the output projection)")
         notes.append(outcome.weights_doubt + " (see reference)")
     if isinstance(found.layout, RelabelledHeads) and grouping is None:
         outcome.kv_doubt = (
@@ -233,9 +245,18 @@ def _rotary_across_widths(build: Build, layout: WeightLayout, rotary: Rotary, cl
     return replace(rotary, table=tuple(entries))
 
 
+def _with_output(layout: WeightLayout, path: str) -> WeightLayout:
+    """``layout`` with the submodule at ``path`` as its output projection."""
+    if isinstance(layout, RelabelledHeads):
+        return replace(layout, inner=_with_output(layout.inner, path))
+    if "o" in {f.name for f in fields(layout)} and not isinstance(layout, ParameterProjections):
+        return replace(layout, o=path)
+    return layout
+
+
 def _skipped_output(found_trace, layout: WeightLayout, root, heads: int) -> str | None:
-    """Where the layout has no output projection: a layer the forward never calls with the
-    shape one would have (the concatenated heads to the output), in words."""
+    """Where the layout has no output projection: the path of a layer the forward never calls
+    with the shape one would have (the concatenated heads to the output)."""
     weights = layout.read(root, heads)
     if weights.w_o is not None:
         return None
@@ -243,12 +264,7 @@ def _skipped_output(found_trace, layout: WeightLayout, root, heads: int) -> str 
     out_width = found_trace.output.shape[-1]
     for source in found_trace.sources:
         if source.reads == "unused" and (source.rows, source.cols) == (out_width, width):
-            name = source.path.removeprefix("inner.")
-            return (f"{name} has the shape of an output projection ({width} -> {out_width}) "
-                    "but the forward never calls it: the output is the concatenated heads, "
-                    f"which is attention without an output projection; if {name} is meant to "
-                    f"be applied, it is skipped (declare --weights ...,{name} to check it as "
-                    "the output projection)")
+            return source.path
     return None
 
 

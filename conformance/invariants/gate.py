@@ -127,9 +127,11 @@ class Gate:
                 outcome.blocking = f"basic call ({dtype_name(first)}, no mask): {error}"
                 return outcome
             except ValueError:
+                # No generated configuration runs: the basic call's own failure says why.
                 problem = try_call(context, base_case(caps, first, device))
-                outcome.blocking = (f"no generated configuration builds (1 to 8 heads, head_dim "
-                                    f"1 to 16); with 2 heads of 4: {problem}")
+                outcome.blocking = (f"basic call ({dtype_name(first)}, no mask): {problem}" if
+                                    problem else "no generated configuration builds (1 to 8 "
+                                    "heads, head_dim 1 to 16)")
                 return outcome
             if outcome.constraint is not None:
                 caps = replace(caps, shapes=outcome.constraint.pairs)
