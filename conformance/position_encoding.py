@@ -55,14 +55,19 @@ def token_positions(batch: int, length: int, start: int = 0, keep: torch.Tensor 
     return positions.expand(batch, length)
 
 
-def rotate(x: torch.Tensor, rotary: Rotary, positions: torch.Tensor) -> torch.Tensor:
+def rotate(x: torch.Tensor, rotary: Rotary, positions: torch.Tensor,
+           tables_in_dtype: bool = False) -> torch.Tensor:
     """``x`` (B, H, L, Dh) with its first rotated dimensions turned by RoPE at ``positions``
-    (B, L), computed in x's dtype from float64 angles."""
+    (B, L), computed in x's dtype from float64 angles (or, ``tables_in_dtype``, from angles
+    and cos/sin computed in x's dtype: another rounding path a correct module takes)."""
     head_dim = x.shape[-1]
     dims = rotary.rotated_dims(head_dim)
     if dims == 0:
         return x
     angles = positions.to(torch.float64)[:, None, :, None] * rotary.frequencies(head_dim)
+    if tables_in_dtype:
+        angles = (positions.to(x.dtype)[:, None, :, None]
+                  * rotary.frequencies(head_dim).to(x.dtype)).to(x.device)
     cos, sin = (f(angles).to(dtype=x.dtype, device=x.device) for f in (torch.cos, torch.sin))
     turned, kept = x[..., :dims], x[..., dims:]
     if rotary.pairing == "half":
@@ -88,7 +93,7 @@ def alibi_bias(alibi: AlibiBias, heads: tuple[int, int, int], q_positions: torch
 
 def encode(q: torch.Tensor, k: torch.Tensor, encoding: PositionEncoding | None,
            keep: torch.Tensor | None, start: int = 0, kv_start: int | None = None, *,
-           heads: tuple[int, int, int] | None = None
+           heads: tuple[int, int, int] | None = None, tables_in_dtype: bool = False
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Apply ``encoding`` to per-head ``q`` (B, H, Lq, Dh) and ``k`` (B, Hk, Lk, Dh): rotated q
     and k, and the logit bias (B, H, Lq, Lk) or None. Queries sit at ``start ..``, keys at
@@ -101,8 +106,8 @@ def encode(q: torch.Tensor, k: torch.Tensor, encoding: PositionEncoding | None,
     kv_start = start if kv_start is None else kv_start
     bias = None
     if encoding.rotary is not None:
-        q = rotate(q, encoding.rotary, token_positions(batch, q_len, start))
-        k = rotate(k, encoding.rotary, token_positions(batch, kv_len, kv_start))
+        q = rotate(q, encoding.rotary, token_positions(batch, q_len, start), tables_in_dtype)
+        k = rotate(k, encoding.rotary, token_positions(batch, kv_len, kv_start), tables_in_dtype)
     if encoding.alibi is not None:
         counted = encoding.alibi.counts_kept and keep is not None
         k_positions = token_positions(batch, kv_len, kv_start, keep, counted)

@@ -39,8 +39,17 @@ class Precision:
 
     judged_as: torch.dtype
     noise: float
+    parts: tuple[str, ...] = ()
+    """The torch functions seen producing float32 tensors inside a float64 forward, where the
+    noise alone did not show them (a constant table, RoPE's cos/sin, adds no noise that varies
+    with the input)."""
 
     def describe(self) -> str:
+        if self.parts:
+            return (f"computes part of attention in float32 for float64 inputs (observed: "
+                    f"{', '.join(self.parts[:4])} produce float32 tensors inside a float64 "
+                    "forward); float64 runs are judged with float32 tolerances, the backward "
+                    "check included")
         if self.judged_as == torch.float64:
             if self.noise > FLOAT32_NOISE:
                 return (f"float64 output carries rounding noise {self.noise:.1e} relative, more "
@@ -76,8 +85,11 @@ def rounding_noise(instance: Instance, inputs: Inputs, case: Case) -> float:
     return float(residual.max()) / magnitude(values[0][rows])
 
 
-def classify(noise: float) -> Precision:
-    """float32 when float32 rounding explains the noise and float64's can't."""
+def classify(noise: float, parts: tuple[str, ...] = ()) -> Precision:
+    """float32 when float32 rounding explains the noise and float64's can't, or when parts of
+    the forward were seen computing in float32 (``parts``)."""
     if FLOAT64_NOISE < noise <= FLOAT32_NOISE:
         return Precision(torch.float32, noise)
+    if parts and noise <= FLOAT32_NOISE:
+        return Precision(torch.float32, noise, parts)
     return Precision(torch.float64, noise)

@@ -69,6 +69,7 @@ def reference_attention(
     encoding: PositionEncoding | None = None,
     start: int = 0,
     heads: tuple[int, int, int] | None = None,
+    tables_in_dtype: bool = False,
 ) -> ReferenceResult:
     """Multi-head attention, computed in ``dtype`` (float64 for the reference).
 
@@ -88,7 +89,8 @@ def reference_attention(
     k = torch.einsum("bld,hed->bhle", k_in, w.w_k) + w.b_k[None, :, None, :]
     v = torch.einsum("bld,hed->bhle", v_in, w.w_v) + w.b_v[None, :, None, :]
     q, k, bias = encode(q, k, encoding, keep, start,
-                        heads=heads or (0, weights.num_heads, weights.num_kv_heads))
+                        heads=heads or (0, weights.num_heads, weights.num_kv_heads),
+                        tables_in_dtype=tables_in_dtype)
     scale = 1.0 / math.sqrt(weights.head_dim) if scale is None else scale
     # Scale q before the product, as SDPA does: in float16 the unscaled product can overflow.
     logits = (q * scale) @ k.transpose(-1, -2) if scale_first else (q @ k.transpose(-1, -2)) * scale
@@ -120,8 +122,13 @@ def plain_attention(weights: HeadWeights, query: torch.Tensor, key: torch.Tensor
                     encoding: PositionEncoding | None = None,
                     start: int = 0) -> list[torch.Tensor]:
     """The suite's plain attention in ``dtype``, in both textbook orders (scale q first, scale
-    the product): the baselines a same-dtype implementation is measured against."""
+    the product), and with RoPE, also with its cos/sin tables computed in ``dtype`` (angles
+    rounded there, as HuggingFace's and GPT-J's tables are): the baselines a same-dtype
+    implementation is measured against."""
+    tables = (False, True) if (encoding is not None and encoding.rotary is not None
+                               and dtype != torch.float64) else (False,)
     return [reference_attention(weights, query, key, value, keep=keep, causal=causal,
                                 dtype=dtype, scale_first=first, window=window,
-                                encoding=encoding, start=start).output
-            for first in (True, False)]
+                                encoding=encoding, start=start,
+                                tables_in_dtype=in_dtype).output
+            for first in (True, False) for in_dtype in tables]

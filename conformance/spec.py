@@ -354,6 +354,12 @@ class Capabilities:
         weights_doubt: what behaviour can't settle about the weights it found: a layer the
             forward never calls with the shape of the projection the layout lacks (an output
             projection defined and skipped?); ``reference`` gives it as a warning.
+        float32_parts: torch functions inference saw producing float32 tensors inside a
+            float64 forward (HuggingFace's RoPE tables, a float32 softmax): float64 runs are
+            then judged with float32 tolerances.
+        encoding_doubt: head widths left out of generation because no position-encoding
+            hypothesis reproduces the module's output there (RoPE at an odd or one-dimensional
+            width); ``reference`` gives it as a warning.
         padded_queries: what a self-attention module promises at a padded query position
             (``zero``, ``self``, ``any``); None leaves those rows unjudged.
         returns_tensor: forward is declared to return one tensor: a tuple is a contract
@@ -396,6 +402,8 @@ class Capabilities:
     encoding: PositionEncoding | None = None
     kv_doubt: str | None = None
     weights_doubt: str | None = None
+    encoding_doubt: str | None = None
+    float32_parts: tuple[str, ...] = ()
     padded_queries: PaddedQueries | None = None
     returns_tensor: bool = False
 

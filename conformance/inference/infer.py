@@ -12,7 +12,7 @@ from torch import nn
 from conformance.adapter import ImplementationError, InProcessSubject, ModuleInstance
 from conformance.call_arguments import positions_argument
 from conformance.cases import dtype_name
-from conformance.constraints import Constraint, discover
+from conformance.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, describe, discover
 from conformance.inference import kv_cache, packing, weight_roles, window
 from conformance.inference.convention import (
     FILLABLE_POSITIONS,
@@ -37,6 +37,8 @@ from conformance.inference.roles import (
     read_roles,
 )
 from conformance.inference.weight_roles import WeightOutcome
+from conformance.inference.weight_search import REPRODUCED_FLOAT32, relative_error
+from conformance.reference import reference_attention
 from conformance.spec import (
     QUERY_AXIS_LAYOUTS,
     AlibiBias,
@@ -48,7 +50,7 @@ from conformance.spec import (
     PositionForm,
     Rotary,
 )
-from conformance.weights import WeightLayout
+from conformance.weights import WeightLayout, WeightLayoutError
 
 ALL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 ASSUMED_DTYPES = (torch.float16, torch.bfloat16)
@@ -306,6 +308,27 @@ def _layout_constraint(plan: _Plan, layout: WeightLayout | None,
     return found
 
 
+def _encoding_constraint(plan: _Plan, outcome: WeightOutcome, constraint: Constraint | None,
+                         capabilities: dict, notes: list[str]) -> Constraint | None:
+    """Without the head widths where no position-encoding hypothesis reproduces the output:
+    RoPE is defined on pairs of dimensions, and a library that runs at head_dim 1 rotates
+    nothing a reference can be held to; left out as a constructor that refused them would be,
+    and said (a warning of ``reference``)."""
+    widths = outcome.unexplained_widths
+    if not widths:
+        return constraint
+    grid = [(h, d) for h in (HEAD_COUNTS if plan.roles.heads else (1,)) for d in HEAD_DIMS]
+    allowed = {p for p in (constraint.pairs if constraint else grid) if p[1] not in widths}
+    if not allowed:
+        return constraint
+    doubt = (f"at head width(s) {list(widths)} no RoPE hypothesis (half-split or interleaved "
+             "pairs, any theta or rotated fraction) reproduces its output: RoPE is undefined "
+             "there, so those widths are left out of generation")
+    capabilities["encoding_doubt"] = doubt
+    notes.append(doubt + " (see reference)")
+    return Constraint(tuple(sorted(allowed)), describe(allowed, grid))
+
+
 def _probe_pair(plan: _Plan, constraint: Constraint | None) -> tuple[int, int]:
     """The probes' (num_heads, head_dim): 2 heads of 4 (1 of 4 single-head), or the buildable
     pair nearest to it."""
@@ -366,6 +389,7 @@ def infer(cls: type, *, name: str | None = None,
     _causality(plan, declared, capabilities, build, heads, head_dim, notes)
     layout, outcome = _weights(plan, declared, label, constraint, notes, capabilities)
     constraint = _layout_constraint(plan, layout, constraint, notes)
+    constraint = _encoding_constraint(plan, outcome, constraint, capabilities, notes)
     capabilities["shapes"] = constraint.pairs if constraint else None
     try:
         _position_encoding(plan, declared, capabilities, probe, outcome, notes)
@@ -373,6 +397,7 @@ def infer(cls: type, *, name: str | None = None,
         _cache(plan, declared, capabilities, build, heads, head_dim, notes)
         _dropout(plan, capabilities, probe, heads, head_dim, notes)
         _mask(plan, declared, capabilities, build, heads, head_dim, notes)
+        _alibi_counting(plan, capabilities, layout, label, heads, head_dim, notes)
         _packed(plan, declared, capabilities, build, heads, head_dim, notes)
     except DeclarationError as error:
         raise InferenceError(str(error)) from error
@@ -474,6 +499,8 @@ def _weights(plan: _Plan, declared: Declarations, label: str, constraint: Constr
         capabilities["kv_doubt"] = outcome.kv_doubt
     if outcome.weights_doubt is not None:
         capabilities["weights_doubt"] = outcome.weights_doubt
+    if outcome.float32_parts:
+        capabilities["float32_parts"] = tuple(outcome.float32_parts)
     return outcome.layout, outcome
 
 
@@ -570,6 +597,43 @@ def _position_encoding(plan: _Plan, declared: Declarations, capabilities: dict, 
             text += (f"; no encoding behaviour tried reproduces its output, so the reference "
                      f"checks hold it to the declared {held.describe()}")
         notes.append(text)
+
+
+def _alibi_counting(plan: _Plan, capabilities: dict, layout: WeightLayout | None, label: str,
+                    heads: int, head_dim: int, notes: list[str]) -> None:
+    """Whether ALiBi's positions count every token or only the kept ones (BLOOM's
+    ``build_alibi_tensor`` numbers the tokens by the mask's cumulative sum): decided by which
+    reproduces its output under a mask with padding before kept keys, at the kept rows."""
+    encoding = capabilities.get("encoding")
+    if (not isinstance(encoding, PositionEncoding) or encoding.alibi is None
+            or capabilities.get("mask") is None or layout is None):
+        return
+    config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim, num_heads=heads,
+                    num_kv_heads=None, dtype=torch.float64)
+    implementation = replace(plan.implementation(label, **capabilities), weight_layout=layout)
+    causal = capabilities.get("causal") == "always"
+    try:
+        instance = InProcessSubject(implementation).instantiate(config, seed=0)
+        inputs = probe_case(heads, head_dim, causal=causal, dtype="float64").inputs(
+            plan.convention.call)
+        output = instance.forward(inputs)
+        weights = instance.read_weights()
+    except (ImplementationError, WeightLayoutError, RuntimeError):
+        return
+    rows = inputs.keep if inputs.is_self else torch.ones_like(inputs.keep)
+    errors = {}
+    for counts_kept in (False, True):
+        candidate = replace(encoding, alibi=replace(encoding.alibi, counts_kept=counts_kept))
+        expected = reference_attention(weights, inputs.query, inputs.key, inputs.value,
+                                       keep=inputs.keep, causal=causal,
+                                       encoding=candidate).output
+        errors[counts_kept] = relative_error(output[rows], expected[rows])
+    if errors[True] < REPRODUCED_FLOAT32 <= errors[False]:
+        capabilities["encoding"] = replace(encoding, alibi=replace(encoding.alibi,
+                                                                   counts_kept=True))
+        notes.append("ALiBi positions count the kept tokens only (BLOOM's cumulative sum of "
+                     f"the mask; probed: relative error {errors[True]:.1e} with it, "
+                     f"{errors[False]:.1e} counting every token)")
 
 
 def _declared_encoding(kind: str, declared: Declarations) -> PositionEncoding | None:

@@ -9,7 +9,8 @@ WIDTH = ("d_model", "hidden_dim", "embed_dim", "d_in", "input_dim", "dim", "n_em
          "hidden_size", "emb_dim", "model_dim", "n_state", "query_dim", "embed_size", "d_embed",
          "emb_size", "n_embed", "dim_model", "embedding_dim", "width")
 HEADS = ("num_heads", "nums_head", "heads", "n_heads", "n_head", "h", "num_attention_heads",
-         "nhead", "head_count", "num_head", "nheads", "attention_heads", "n_attention_heads")
+         "nhead", "head_count", "num_head", "nheads", "attention_heads", "n_attention_heads",
+         "encoder_attention_heads", "decoder_attention_heads")
 HEAD_DIM = ("head_size", "head_dim", "d_head", "dim_head", "d_k", "head_width",
             "attention_head_size", "dim_per_head", "kv_channels")
 OUTPUT = ("d_out", "output_dim", "out_dim")

@@ -53,6 +53,7 @@ class WeightOutcome:
     kv_heads: int | str | None = None
     kv_doubt: str | None = None
     weights_doubt: str | None = None
+    unexplained_widths: tuple[int, ...] = ()
     float32_parts: list[str] = field(default_factory=list)
 
 
@@ -129,8 +130,9 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
     outcome.layout, outcome.reproduced = found.layout, found.reproduced
     outcome.encoding = found.encoding if found.reproduced else None
     if outcome.encoding is not None and outcome.encoding.rotary is not None:
-        rotary = _rotary_across_widths(build, found.layout, outcome.encoding.rotary, cls, call,
-                                       causal, heads, pairs, length, threshold, notes)
+        rotary, outcome.unexplained_widths = _rotary_across_widths(
+            build, found.layout, outcome.encoding.rotary, cls, call, causal, heads, head_dim, pairs,
+            length, threshold)
         rotary = _as_stated(rotary, cls, rope, head_dim, notes)
         outcome.encoding = replace(outcome.encoding, rotary=rotary)
     describe = found.layout.describe().removeprefix("weights: ").removeprefix("weights from ")
@@ -206,15 +208,17 @@ def _as_stated(measured: Rotary, cls: type, rope: tuple[str, float | None, float
 
 
 def _rotary_across_widths(build: Build, layout: WeightLayout, rotary: Rotary, cls: type,
-                          call: str, causal: bool, heads: int,
+                          call: str, causal: bool, heads: int, probed_width: int,
                           pairs: tuple[tuple[int, int], ...] | None, length: int,
-                          threshold: float, notes: list[str]) -> Rotary:
+                          threshold: float) -> tuple[Rotary, tuple[int, ...]]:
     """The RoPE found, checked at every head width generated: the same rule where it
     reproduces the output at each, else a table measured per width (the rotated dimensions and
-    theta x-transformers derives from each width). A width where no hypothesis reproduces the
-    output keeps the rule, and is said: the reference checks will show how it differs there."""
+    theta x-transformers derives from each width); and the widths where no hypothesis
+    reproduces the output (RoPE undefined there: an odd or one-dimensional rotation, as
+    HuggingFace's layers run at head_dim 1)."""
     widths = sorted({d for h, d in pairs if h == heads}) if pairs else list(range(1, 17))
     entries, differs, unexplained = [], False, []
+    fixed_rule = replace(rotary, dims=rotary.rotated_dims(probed_width), table=())
     for width in widths:
         try:
             instance = build(heads, width, None)
@@ -223,26 +227,31 @@ def _rotary_across_widths(build: Build, layout: WeightLayout, rotary: Rotary, cl
             weights = layout.read(instance.module, heads)
         except (ImplementationError, RuntimeError, WeightLayoutError):
             continue  # the constraints report configurations that fail
-        tried = [rotary] + [r for r in rotary_hypotheses(instance.module.inner, cls, width)
-                            if r.pairing == rotary.pairing]
+        # As found, then the same count of rotated dimensions at every width (GPT-J's fixed
+        # rotary_dim), then the usual hypotheses.
+        tried = [rotary, fixed_rule] + [r for r in rotary_hypotheses(instance.module.inner, cls, width)
+                                   if r.pairing == rotary.pairing]
+        # The closest hypothesis, not the first within the threshold: in a float32-table
+        # module a rotation by pos * 1e-4 is within it of none at all.
+        errors = []
         for candidate in tried:
             encoding = PositionEncoding(rotary=candidate)
             expected = reference_attention(weights, inputs.query, inputs.key, inputs.value,
                                            causal=causal, encoding=encoding).output
-            if relative_error(output, expected) <= threshold:
-                differs = differs or candidate is not rotary
-                entries.append((width, tuple(candidate.frequencies(width).tolist())))
-                break
+            errors.append((relative_error(output, expected), len(errors), candidate))
+        error, _, best = min(errors, key=lambda e: e[:2])
+        if error <= threshold:
+            same = math.isclose(error, errors[0][0], rel_tol=1e-6, abs_tol=1e-15)
+            chosen = rotary if same else best
+            differs = differs or chosen is not rotary
+            entries.append((width, tuple(chosen.frequencies(width).tolist())))
         else:
             unexplained.append(width)
-    if unexplained:
-        notes.append(f"RoPE as found ({rotary.describe()}) reproduces its output at the probed "
-                     f"head width, but at head width(s) {unexplained} no RoPE hypothesis does: "
-                     "there it is checked against RoPE as found (the reference checks will show "
-                     "how it differs)")
     if not differs:
-        return rotary
-    return replace(rotary, table=tuple(entries))
+        return rotary, tuple(unexplained)
+    if entries and all(e == tuple(fixed_rule.frequencies(w).tolist()) for w, e in entries):
+        return fixed_rule, tuple(unexplained)  # one count of rotated dimensions at every width
+    return replace(rotary, table=tuple(entries)), tuple(unexplained)
 
 
 def _with_output(layout: WeightLayout, path: str) -> WeightLayout:

@@ -8,7 +8,9 @@ tokens at 0 .. L - 1, within the reordering tolerance plus what rounding a rotat
 precision is judged elsewhere). The shift goes through the declared position argument; without one,
 through a mask: s masked tokens in front move every real token s positions on, and are invisible.
 RoPE rotating q and k with different pairings (half-split against interleaved), or at
-different positions, breaks it; so does an absolute encoding.
+different positions, breaks it; so does an absolute encoding. RoPE is defined on pairs of
+dimensions: at an odd head width what the unpaired dimension does is outside the contract, and a
+change there is a warning (HuggingFace's layers run at head_dim 1, rotating nothing relative).
 """
 
 from __future__ import annotations
@@ -85,9 +87,13 @@ class PositionShift(Check):
             return
         b, row, _ = worst_index(diff)
         encoding = {"rotary": "RoPE", "alibi": "ALiBi"}[caps.relative]
+        unpaired = caps.relative == "rotary" and case.head_dim % 2 == 1
         raise Violation(
             f"shifting every position by {shift} ({how}) changed output row {row} of batch {b} "
-            f"by {fmt(float(diff[b, row].max()))} (allowed {fmt(allowed)})",
+            f"by {fmt(float(diff[b, row].max()))} (allowed {fmt(allowed)})"
+            + (f"; at head_dim {case.head_dim}, odd: RoPE leaves a dimension unpaired there"
+               if unpaired else ""),
+            severity="warn" if unpaired else "fail",
             hint=(f"{encoding} makes attention depend on i - j only: are q and k rotated with "
                   "the same pairing (half-split vs interleaved) and the same positions?"
                   if caps.relative == "rotary" else

@@ -72,6 +72,11 @@ class ReferenceAgreement(Check):
                 caps.weights_doubt, severity="warn",
                 hint="behaviour can't tell a skipped projection from a spare layer: declare the "
                      "weights to have it checked as meant"), None))
+        if caps.encoding_doubt:
+            context.warnings.append(Finding(Violation(
+                caps.encoding_doubt, severity="warn",
+                hint="RoPE is defined on pairs of dimensions: a width where the module's "
+                     "rotation is none of them is outside what it can be held to"), None))
 
     def verify(self, context: CheckContext, case: Case) -> None:
         instance, inputs, output, rows = context.first_call(case, finite=True)
