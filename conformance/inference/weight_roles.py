@@ -241,17 +241,26 @@ def _rotary_across_widths(build: Build, layout: WeightLayout, rotary: Rotary, cl
             errors.append((relative_error(output, expected), len(errors), candidate))
         error, _, best = min(errors, key=lambda e: e[:2])
         if error <= threshold:
-            same = math.isclose(error, errors[0][0], rel_tol=1e-6, abs_tol=1e-15)
-            chosen = rotary if same else best
-            differs = differs or chosen is not rotary
-            entries.append((width, tuple(chosen.frequencies(width).tolist())))
+            # RoPE as found, unless another hypothesis is clearly closer (float32 tables
+            # scatter the errors of equivalent ones by a little).
+            chosen = rotary if errors[0][0] <= 2 * error + 1e-12 else best
+            frequencies = tuple(chosen.frequencies(width).tolist())
+            differs = differs or not _same_frequencies(frequencies,
+                                                       tuple(rotary.frequencies(width).tolist()))
+            entries.append((width, frequencies))
         else:
             unexplained.append(width)
     if not differs:
         return rotary, tuple(unexplained)
-    if entries and all(e == tuple(fixed_rule.frequencies(w).tolist()) for w, e in entries):
+    if entries and all(_same_frequencies(e, tuple(fixed_rule.frequencies(w).tolist()))
+                       for w, e in entries):
         return fixed_rule, tuple(unexplained)  # one count of rotated dimensions at every width
     return replace(rotary, table=tuple(entries)), tuple(unexplained)
+
+
+def _same_frequencies(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    """Equal to float32's precision: a frequency table buffered in float32 is the rule's."""
+    return len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-6) for x, y in zip(a, b, strict=True))
 
 
 def _with_output(layout: WeightLayout, path: str) -> WeightLayout:
