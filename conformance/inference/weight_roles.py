@@ -124,17 +124,22 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
                      f"fits: called layers with a 2-D weight: {called}; the checks that need "
                      "weights are skipped (declare them with --weights q,k,v[,o])")
         return outcome
-    if not single_head and not _confirmed(build, found, call, causal, pairs, heads, length,
-                                          threshold, notes):
+    encoding, unexplained = found.encoding if found.reproduced else None, ()
+    if encoding is not None and encoding.rotary is not None:
+        # Measured at every width first: the confirmation at another head count (and width)
+        # reproduces with it.
+        measured, unexplained = _rotary_across_widths(
+            build, found.layout, encoding.rotary, cls, call, causal, heads, head_dim, pairs,
+            length, threshold)
+        encoding = replace(encoding, rotary=measured)
+    if not single_head and not _confirmed(build, replace(found, encoding=encoding), call, causal,
+                                          pairs, heads, length, threshold, notes):
         return outcome
     outcome.layout, outcome.reproduced = found.layout, found.reproduced
-    outcome.encoding = found.encoding if found.reproduced else None
-    if outcome.encoding is not None and outcome.encoding.rotary is not None:
-        rotary, outcome.unexplained_widths = _rotary_across_widths(
-            build, found.layout, outcome.encoding.rotary, cls, call, causal, heads, head_dim, pairs,
-            length, threshold)
-        rotary = _as_stated(rotary, cls, rope, head_dim, notes)
-        outcome.encoding = replace(outcome.encoding, rotary=rotary)
+    outcome.encoding, outcome.unexplained_widths = encoding, unexplained
+    if encoding is not None and encoding.rotary is not None:
+        rotary = _as_stated(encoding.rotary, cls, rope, head_dim, notes)
+        outcome.encoding = replace(encoding, rotary=rotary)
     describe = found.layout.describe().removeprefix("weights: ").removeprefix("weights from ")
     if found.reproduced:
         how = (f"found by behaviour: the float64 reference from these weights reproduces its "
