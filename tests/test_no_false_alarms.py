@@ -1,4 +1,4 @@
-"""No false alarm on correct attention written in the wild: every correct module of the three
+"""No false alarm on correct attention written in the wild: every correct module of the four
 collections exits 0 with nothing declared, through the command line a user types.
 
 ``tests/fixtures/user_styles.py`` (12 styles), ``tests/fixtures/wild_styles.py`` (21 styles,
@@ -6,7 +6,9 @@ written independently of the suite and proved correct against their own float64 
 ``tests/test_wild_styles_are_correct.py``; the HuggingFace wrappers where transformers imports)
 and ``tests/fixtures/modern_styles.py`` (7 modern forms: KV caches in the three styles, sliding
 windows in both counts, ALiBi, packed sequences; proved in
-``tests/test_modern_styles_are_correct.py``).
+``tests/test_modern_styles_are_correct.py``) and ``tests/fixtures/homework_styles.py`` (10 correct
+homework submissions, projections named the ways students name them; proved in
+``tests/test_homework_styles_are_correct.py``).
 Warnings are allowed: they are findings beyond the normal range, in dtypes nobody declared, or
 about an intent inference can't know, and never change the exit status.
 
@@ -22,11 +24,12 @@ import json
 import pytest
 
 from conformance.cli import main
-from tests.fixtures import modern_styles, user_styles, wild_styles
+from tests.fixtures import homework_styles, modern_styles, user_styles, wild_styles
 
 SPECS = ([f"tests.fixtures.user_styles:{cls.__name__}" for cls in user_styles.STYLES]
          + [f"tests.fixtures.wild_styles:{cls.__name__}" for cls in wild_styles.STYLES]
-         + [f"tests.fixtures.modern_styles:{cls.__name__}" for cls in modern_styles.STYLES])
+         + [f"tests.fixtures.modern_styles:{cls.__name__}" for cls in modern_styles.STYLES]
+         + [f"tests.fixtures.homework_styles:{cls.__name__}" for cls in homework_styles.STYLES])
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,7 @@ def test_every_correct_module_exits_0_with_nothing_declared(report):
                 for r in payload["results"] if r["status"] == "failed"]
     assert failures == []
     assert code == 0
-    assert len({r["implementation"] for r in payload["results"]}) == len(SPECS) >= 36
+    assert len({r["implementation"] for r in payload["results"]}) == len(SPECS) >= 46
 
 
 def test_the_hard_styles_were_understood(report):
@@ -121,3 +124,17 @@ def test_the_modern_forms_were_understood_and_checked(report):
     for name, checks in ran.items():
         assert {check: verdicts[name][check] for check in checks} == dict.fromkeys(
             checks, "passed"), name
+
+
+def test_every_homework_style_matches_the_reference_whatever_its_names(report):
+    """Students name their projections query_proj, W_query, Wq, q_lin, proj_q, lin_q,
+    queries/fc_out, Q/K/V, clones(nn.Linear, 4) or fuse them per head: the weights are found by
+    reproducing the output, so the reference points are evaluated, and earned."""
+    _, payload = report
+    inferred = {i["name"]: " ".join(i["inferred"]) for i in payload["implementations"]}
+    verdicts = _verdicts(payload)
+    for cls in homework_styles.STYLES:
+        name = f"homework_styles:{cls.__name__}"
+        assert "found by behaviour" in inferred[name], name
+        assert verdicts[name]["reference"] == "passed", name
+        assert verdicts[name]["scale"] == "passed", name
