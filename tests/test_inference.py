@@ -11,7 +11,7 @@ import torch
 from conformance import Config, Status
 from conformance.catalogue import check_many
 from conformance.inference import Declarations, InferenceError, infer
-from conformance.kernels import PLATFORM_NOTE, matmul_spreads_nan
+from conformance.kernels import PLATFORM_NOTE
 from conformance.registry import resolve
 from implementations import bundled, expected_results, expected_warnings
 from implementations import seed000_multihead_self_attention as seed000
@@ -163,46 +163,6 @@ def test_unfillable_constructor_is_one_clear_line():
 
     with pytest.raises(InferenceError, match="can't fill constructor argument"):
         infer(NeedsVocabulary)
-
-
-@pytest.fixture(scope="module")
-def style_results():
-    from tests.fixtures import user_styles
-
-    targets = [(f"tests.fixtures.user_styles:{cls.__name__}", impl)
-               for cls in user_styles.STYLES
-               for impl in resolve(f"tests.fixtures.user_styles:{cls.__name__}")]
-    results: dict[str, list] = {}
-    for result in check_many(targets, devices=["cpu"], jobs=2):
-        results.setdefault(result.implementation, []).append(result)
-    return results
-
-
-def test_twelve_user_styles_are_inferred_and_pass_everything_they_can(style_results):
-    assert len(style_results) >= 12
-    # Nothing fails. The findings allowed are warnings: computing q @ k^T before scaling
-    # overflows float16 for q/k of std ~80, beyond the normal range; and a defect of this
-    # platform's bfloat16 matmul (NaN rows of fully masked elements spread to their neighbours).
-    for name, results in style_results.items():
-        for result in results:
-            assert result.status is not Status.FAILED, (name, result.check, result.reason)
-            if result.status is Status.WARNED and result.reason.startswith(PLATFORM_NOTE):
-                assert matmul_spreads_nan(torch.bfloat16), (name, result.check, result.reason)
-            elif result.status is Status.WARNED:
-                assert result.check == "stability", (name, result.check, result.reason)
-                assert result.reason.startswith("in float16 with q and k of std 80"), name
-                assert "overflow float16" in result.hint
-    overflowing = {name for name, results in style_results.items()
-                   if any(r.status is Status.WARNED and r.check == "stability" for r in results)}
-    assert "user_styles:SDPAInside" not in overflowing  # SDPA scales q first
-    passed = {name: {r.check for r in results if r.status is Status.PASSED}
-              for name, results in style_results.items()}
-    # Weights were found for every style: the checks that need them ran.
-    assert all({"head_split", "reference", "scale"} <= checks or "row_stochastic" in checks
-               for checks in passed.values())
-    assert "causal" in passed["user_styles:GPTStyleNoBias"]
-    assert "causal" in passed["user_styles:SDPAInside"]
-    assert "dropout" in passed["user_styles:WithDropout"]
 
 
 def test_core_function_tier_checks_a_plain_function():
