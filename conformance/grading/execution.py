@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from conformance.catalogue import Runner
+from conformance.catalogue import GATE, Runner
+from conformance.grading import interface
 from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome, overall_status
 from conformance.grading.rubric import Limits, Rubric, Target
 from conformance.grading.targets import Location, locate, near_misses, scan
@@ -39,7 +40,7 @@ SHORTEST_REQUEST = 0.5
 
 # Worker statuses that have no RunStatus of their own.
 _WORKER_STATUSES = {"exited": RunStatus.CRASHED, "cpu limit": RunStatus.TIMEOUT,
-                    "output limit": RunStatus.CRASHED, "protocol error": RunStatus.CRASHED,
+                    "protocol error": RunStatus.CRASHED,
                     "worker error": RunStatus.GRADER_ERROR, "restart limit": RunStatus.CRASHED}
 
 
@@ -140,6 +141,14 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
         outcome = TargetOutcome(target.name, RunStatus.GRADED,
                                 _found(located) if located else spec, class_name, file,
                                 interface=list(subject.notes))
+        printed = [subject.output]
+        if declared is not None:
+            broken, output = _other_forms(directory, spec, target, worker_limits,
+                                          class_name or spec)
+            printed.append(output)
+            if broken is not None:
+                outcome.status, outcome.message = RunStatus.INTERFACE_MISMATCH, broken
+                return outcome, _joined(printed), list(subject.protections)
         runner = Runner(rubric.profile, rubric.seed)
         for check in target.checks:
             deadline.start_check()
@@ -161,7 +170,33 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
             outcome.results.append(result)
             if fresh and str(getattr(fresh[-1][1].status, "value", "")) == "restart limit":
                 break  # no worker will start again: the other checks can't run
-        return outcome, subject.output, list(subject.protections)
+            broken = interface.broken_return(target, result) if check == GATE.name else None
+            if broken is not None:
+                outcome.status, outcome.message = RunStatus.INTERFACE_MISMATCH, broken
+                break  # zero for this class: nothing else is scored
+        printed[0] = subject.output
+        return outcome, _joined(printed), list(subject.protections)
+
+
+def _other_forms(directory: Path, spec: str, target: Target, limits: WorkerLimits,
+                 class_name: str) -> tuple[str | None, str]:
+    """Load the target once in each other constructor form the rubric lists: the first form
+    that does not build, as a mismatch message (None when all do), and what was printed."""
+    printed = []
+    for form in interface.other_forms(target):
+        try:
+            with IsolatedSubject(directory, spec, name=None,
+                                 declared=interface.declared_form(target, form), limits=limits,
+                                 expected_failures={}) as other:
+                printed.append(other.output)
+        except LoadError as error:
+            printed.append(str(error.output or ""))
+            return interface.broken_form(form, class_name, str(error)), _joined(printed)
+    return None, _joined(printed)
+
+
+def _joined(printed: list[str]) -> str:
+    return "\n".join(text for text in printed if text)
 
 
 def _status(value: object) -> RunStatus:

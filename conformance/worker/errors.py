@@ -1,7 +1,7 @@
 """How an isolated implementation failed: a status, and one line of evidence.
 
-Every failure of the worker process (it exited, crashed, hung, ran out of memory, flooded its
-output, sent garbage) reaches the checks as a :class:`WorkerError`, an
+Every failure of the worker process (it exited, crashed, hung, ran out of memory, sent
+garbage) reaches the checks as a :class:`WorkerError`, an
 :class:`~conformance.adapter.ImplementationError`, so the check in flight fails with that evidence
 and the run goes on.
 """
@@ -36,8 +36,6 @@ class WorkerStatus(str, Enum):
     """An allocation failed under the memory limit."""
     CPU_LIMIT = "cpu limit"
     """The worker used up its CPU seconds."""
-    OUTPUT_LIMIT = "output limit"
-    """It printed more than the output limit."""
     PROTOCOL_ERROR = "protocol error"
     """The worker sent something that is not a well-formed reply."""
     WORKER_ERROR = "worker error"
@@ -47,7 +45,7 @@ class WorkerStatus(str, Enum):
 
 
 FATAL = frozenset({WorkerStatus.TIMEOUT, WorkerStatus.CRASHED, WorkerStatus.OUT_OF_MEMORY,
-                   WorkerStatus.CPU_LIMIT, WorkerStatus.OUTPUT_LIMIT, WorkerStatus.PROTOCOL_ERROR,
+                   WorkerStatus.CPU_LIMIT, WorkerStatus.PROTOCOL_ERROR,
                    WorkerStatus.RESTART_LIMIT})
 """Statuses after which the worker is gone (or is killed): its instances are dead."""
 

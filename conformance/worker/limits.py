@@ -2,8 +2,9 @@
 
 Wall-clock limits are enforced by the checker (it stops waiting and kills the worker's whole
 process tree); CPU seconds, address space, file size, process count and core dumps by
-``setrlimit`` in the worker before it starts; output by the checker, which keeps the first
-``output_keep`` bytes and kills a worker that writes more than ``output_limit``.
+``setrlimit`` in the worker before it starts. Printed output is never a reason to stop a worker:
+the checker keeps the first ``output_keep`` bytes and counts and drops the rest (a debugging print
+in a hot loop costs nothing but the time it takes).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ class Limits:
         processes: processes and threads it may run at once (``RLIMIT_NPROC``; only enforceable
             for a worker that does not run as root).
         open_files: file descriptors (``RLIMIT_NOFILE``).
-        output_keep: bytes of printed output kept for the caller (first bytes).
-        output_limit: printed bytes after which the worker is stopped (status "output limit").
+        output_keep: bytes of printed output kept for the caller (the first ones; the rest is
+            counted and dropped).
         message_bytes: largest message accepted from the worker (tensors included).
         header_bytes: largest JSON header accepted from the worker.
         submission_bytes: largest submission copied into the scratch directory.
@@ -61,7 +62,6 @@ class Limits:
     processes: int = 64
     open_files: int = 256
     output_keep: int = 1 * MiB
-    output_limit: int = 16 * MiB
     message_bytes: int = 512 * MiB
     header_bytes: int = 4 * MiB
     submission_bytes: int = 64 * MiB

@@ -3,10 +3,10 @@
 The checker's child is the supervisor (``supervisor.py``), which starts the worker under the
 limits and owns its process tree. Requests and replies travel on two pipes; the worker's
 stdout and stderr share a third, drained while waiting for replies (the first
-``Limits.output_keep`` bytes are kept, a worker that writes more than ``Limits.output_limit``
-is stopped); the supervisor reports on its stdout how the worker ended. Every wait has a
-deadline; a worker that misses one, floods its output or sends a malformed frame is killed
-with its whole tree and the call in flight raises :class:`WorkerError` with the evidence.
+``Limits.output_keep`` bytes are kept, the rest counted and dropped: printing never stops a
+worker); the supervisor reports on its stdout how the worker ended. Every wait has a deadline;
+a worker that misses one or sends a malformed frame is killed with its whole tree and the call
+in flight raises :class:`WorkerError` with the evidence.
 """
 
 from __future__ import annotations
@@ -37,10 +37,6 @@ from conformance.worker.sandbox import Launch, SandboxKind, plan
 from conformance.worker.wire import CheckerChannel, Closed, Deadline, Frame, ProtocolError
 
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
-
-
-class _OutputFlood(Exception):
-    pass
 
 
 def copy_submission(source: Path, target: Path, limit: int) -> None:
@@ -145,8 +141,7 @@ class WorkerProcess:
                                   f"cannot copy the submission {submission}: {error}") from None
         worker_args = ["--header-limit", str(limits.header_bytes),
                        "--message-limit", str(limits.message_bytes),
-                       "--output-keep", str(limits.output_keep),
-                       "--output-limit", str(limits.output_limit)]
+                       "--output-keep", str(limits.output_keep)]
         self.scratch = scratch
         try:
             self.launch: Launch = plan(scratch, limits, sandbox, worker_args,
@@ -205,9 +200,6 @@ class WorkerProcess:
         except Deadline:
             self._fail(WorkerStatus.TIMEOUT,
                        f"the worker did not start within {self.limits.start_seconds:g} s")
-        except _OutputFlood:
-            self._fail(WorkerStatus.OUTPUT_LIMIT, "the worker printed more than the output limit "
-                       f"({self.limits.output_limit} bytes) while starting")
         except Closed:
             self._died("start-up")
         except (ProtocolError, codec.CodecError) as error:
@@ -217,7 +209,7 @@ class WorkerProcess:
     # Waiting.
 
     def _pump(self) -> None:
-        """Drain printed output (keeping the first bytes); stop a flood."""
+        """Drain printed output (keeping the first bytes)."""
         while True:
             try:
                 chunk = os.read(self._output_fd, 1 << 16)
@@ -225,16 +217,14 @@ class WorkerProcess:
                 return
             if not chunk:
                 return
-            if self._take(chunk):
-                raise _OutputFlood()
+            self._take(chunk)
 
-    def _take(self, chunk: bytes) -> bool:
-        """Account for printed bytes; True once past the output limit."""
+    def _take(self, chunk: bytes) -> None:
+        """Keep printed bytes up to ``output_keep``; count the rest, which is dropped."""
         self.output_total += len(chunk)
         room = self.limits.output_keep - len(self.output)
         if room > 0:
             self.output += chunk[:room]
-        return self.output_total > self.limits.output_limit
 
     def _status_line(self, deadline: float) -> dict[str, Any] | None:
         """The supervisor's next JSON line, or None at EOF or the deadline."""
@@ -246,8 +236,7 @@ class WorkerProcess:
                 chunk = os.read(self._status_fd, 4096)
             except BlockingIOError:
                 select.select([self._status_fd], [], [], min(left, 0.05))
-                with contextlib.suppress(_OutputFlood):  # it is ending anyway: only the status counts
-                    self._pump()
+                self._pump()
                 continue
             if not chunk:
                 return None
@@ -321,9 +310,6 @@ class WorkerProcess:
                 self._fail(WorkerStatus.TIMEOUT, f"the worker's lifetime of "
                            f"{self.limits.lifetime_seconds:g} s ran out during {what}")
             self._fail(WorkerStatus.TIMEOUT, f"{what} did not return within {timeout:g} s")
-        except _OutputFlood:
-            self._fail(WorkerStatus.OUTPUT_LIMIT, f"the worker printed more than "
-                       f"{self.limits.output_limit} bytes during {what}")
         except Closed:
             self._died(what)
         except ProtocolError as error:
@@ -402,5 +388,5 @@ class WorkerProcess:
         """What the worker printed outside calls (import time, fd-level writes), capped."""
         text = self.output.decode("utf-8", errors="replace")
         if self.output_total > len(self.output):
-            text += f"\n[... {self.output_total - len(self.output)} more bytes not kept]"
+            text += f"\n[... {self.output_total - len(self.output)} more bytes printed, dropped]"
         return text

@@ -79,7 +79,8 @@ class CappedText(io.TextIOBase):
 
 
 class WorkerInstance(ModuleInstance):
-    """A ModuleInstance whose recorded prints are capped (a flood costs no memory)."""
+    """A ModuleInstance whose recorded prints are capped: a flood costs no memory, and printing,
+    however much, never stops the worker (what is past the cap is counted and dropped)."""
 
     def __init__(self, implementation: Implementation, config: Config, seed: int,
                  keep: int) -> None:
@@ -161,12 +162,10 @@ def _one_line(error: BaseException) -> str:
 
 
 class Server:
-    def __init__(self, channel: BlockingChannel, scratch: Path, output_keep: int,
-                 output_limit: int) -> None:
+    def __init__(self, channel: BlockingChannel, scratch: Path, output_keep: int) -> None:
         self.channel = channel
         self.scratch = scratch
         self.output_keep = output_keep
-        self.output_limit = output_limit
         self.implementations: dict[str, Implementation] = {}
         self.instances: dict[int, WorkerInstance] = {}
         self._next_instance = 0
@@ -222,7 +221,6 @@ class Server:
         instance = WorkerInstance(implementation, request.config, request.seed, self.output_keep)
         self._next_instance += 1
         self.instances[self._next_instance] = instance
-        self._check_output(instance, "constructing it")
         return self._next_instance
 
     def _instance(self, number: int) -> WorkerInstance:
@@ -231,24 +229,14 @@ class Server:
         except KeyError:
             raise KeyError(f"no instance {number}") from None
 
-    def _check_output(self, instance: WorkerInstance, what: str) -> None:
-        if instance.printed_total > self.output_limit:
-            raise _StatusFailure(WorkerStatus.OUTPUT_LIMIT,
-                                 f"{what} printed {instance.printed_total} characters, over the "
-                                 f"output limit of {self.output_limit}")
-
     def forward(self, request: ForwardRequest) -> torch.Tensor:
         instance = self._instance(request.instance)
-        output = instance.forward(request.inputs, training=request.training, seed=request.seed,
-                                  autograd=request.autograd)
-        self._check_output(instance, "forward")
-        return output
+        return instance.forward(request.inputs, training=request.training, seed=request.seed,
+                                autograd=request.autograd)
 
     def gradients(self, request: GradientsRequest):
         instance = self._instance(request.instance)
-        result = instance.gradients(request.inputs, request.cotangent)
-        self._check_output(instance, "forward")
-        return result
+        return instance.gradients(request.inputs, request.cotangent)
 
     def read_weights(self, request: InstanceRequest):
         return self._instance(request.instance).read_weights()
@@ -308,8 +296,6 @@ class Server:
             return encode_frame({"id": number, "ok": True, "body": codec.encode(result, out)}, out)
         except _LoadFailure as failure:
             reply = Failure("status", failure.message, failure.status, failure.names)
-        except _StatusFailure as failure:
-            reply = Failure("status", failure.message, failure.status)
         except ImplementationError as error:
             if _out_of_memory(error):
                 reply = Failure("status", _memory_message(what, error), WorkerStatus.OUT_OF_MEMORY)
@@ -336,12 +322,6 @@ class _LoadFailure(Exception):
         self.status, self.message, self.names = status, message, names
 
 
-class _StatusFailure(Exception):
-    def __init__(self, status: WorkerStatus, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
-
-
 def drop_privileges(uid: int | None, gid: int | None) -> None:
     """Become ``uid``/``gid`` with no supplementary groups (all capabilities go with root), and
     forbid regaining privileges through setuid programs."""
@@ -362,7 +342,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--header-limit", type=int, default=4 << 20)
     parser.add_argument("--message-limit", type=int, default=512 << 20)
     parser.add_argument("--output-keep", type=int, default=1 << 20)
-    parser.add_argument("--output-limit", type=int, default=16 << 20)
     parser.add_argument("--uid", type=int)
     parser.add_argument("--gid", type=int)
     args = parser.parse_args(argv)
@@ -374,5 +353,5 @@ def main(argv: list[str] | None = None) -> int:
     drop_privileges(args.uid, args.gid)
     channel = BlockingChannel(args.request_fd, args.reply_fd, args.header_limit,
                               args.message_limit)
-    Server(channel, Path.cwd(), args.output_keep, args.output_limit).serve()
+    Server(channel, Path.cwd(), args.output_keep).serve()
     return 0
