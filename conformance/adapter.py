@@ -26,6 +26,12 @@ from conformance.masks import MaskEncodingError, encode_mask
 from conformance.spec import Capabilities, Config, Implementation, MaskConvention, PackedForm
 from conformance.weights import HeadWeights, WeightLayoutError
 
+NOT_A_TENSOR = "not a tensor"
+NOT_A_PLAIN_TENSOR = "not a plain tensor"
+"""How a forward that returned something other than one tensor (a tuple; with ``returns =
+"tensor"`` declared, a Tensor subclass) is described: the grading front-end recognises a declared
+interface broken by it."""
+
 
 class ImplementationError(Exception):
     """The implementation raised, or returned something that is not a tensor."""
@@ -303,7 +309,11 @@ class ModuleInstance(Instance):
                 self._input_writes.append(name)
         if not isinstance(output, torch.Tensor):
             raise ImplementationError(
-                f"forward returned {type(output).__name__}, not a tensor")
+                f"forward returned {type(output).__name__}, {NOT_A_TENSOR}")
+        if caps.returns_tensor and type(output) not in (torch.Tensor, nn.Parameter):
+            raise ImplementationError(f"forward returned {type(output).__name__} (a subclass "
+                                      f"of torch.Tensor), {NOT_A_PLAIN_TENSOR}: it is declared "
+                                      "to return one plain tensor")
         return output[None] if flat else output
 
     def _packed(self, inputs: Inputs, kwargs: dict[str, object],

@@ -106,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     declare.add_argument("--batch-first", action="store_const", const="true",
                          help="forward takes (batch, length, width) inputs (never read "
                               "sequence-first)")
+    declare.add_argument("--constructor", choices=("keyword", "positional"),
+                         help="build it with keywords (default) or Class(width, heads) by "
+                              "position")
     declare.add_argument("--returns", choices=("tensor", "tuple"),
                          help="forward returns one tensor (a tuple is then a contract failure), "
                               "or a tuple whose first element is the output")

@@ -47,6 +47,8 @@ def encode_mask(keep: torch.Tensor, convention: MaskConvention, *, num_heads: in
     kind = convention.kind
     if kind is MaskKind.KEEP_INT:
         return shaped.to(torch.int64)
+    if kind is MaskKind.KEEP_INT32:
+        return shaped.to(torch.int32)
     if kind is MaskKind.KEEP_BOOL:
         return shaped
     if kind is MaskKind.IGNORE_BOOL:

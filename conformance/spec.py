@@ -179,7 +179,10 @@ class MaskKind(str, Enum):
     """How mask values are read."""
 
     KEEP_INT = "keep_int"
-    """Integer tensor, 1 = attend, 0 = masked (``masked_fill(mask == 0, ...)``)."""
+    """Integer tensor (int64), 1 = attend, 0 = masked (``masked_fill(mask == 0, ...)``)."""
+    KEEP_INT32 = "keep_int32"
+    """Integer tensor of dtype int32, 1 = attend, 0 = masked (``mask.int()``: what many
+    assignments and tokenizers hand out)."""
     KEEP_BOOL = "keep_bool"
     """Boolean tensor, True = attend (``F.scaled_dot_product_attention``'s ``attn_mask``)."""
     IGNORE_BOOL = "ignore_bool"
@@ -246,6 +249,7 @@ class MaskConvention:
 
 KIND_WORDS = {
     MaskKind.KEEP_INT: "int mask, 0 = masked",
+    MaskKind.KEEP_INT32: "int32 mask, 0 = masked",
     MaskKind.KEEP_BOOL: "bool mask, True = attend",
     MaskKind.IGNORE_BOOL: "bool mask, True = ignore",
     MaskKind.KEEP_FLOAT: "float mask, 1.0 = attend, 0.0 = masked",

@@ -168,3 +168,105 @@ def test_a_class_found_in_the_source_but_not_after_import_gets_the_workers_near_
     outcome = run_submission(folder, rubric(tmp_path))
     assert outcome.status in (RunStatus.NOT_FOUND, RunStatus.INTERFACE_MISMATCH)
     assert "printed while loading" in outcome.output
+
+
+def _interface_rubric(tmp_path: Path, extra: str, mask: str = "keep_bool:key_padding"):
+    path = tmp_path / "interface.toml"
+    path.write_text(RUBRIC.format(check=20, submission=120).replace(
+        'interface = { call = "self", mask = "keep_bool:key_padding", causal = "never" }',
+        f'interface = {{ call = "self", mask = "{mask}", causal = "never", width-arg = "d_model", '
+        f'heads-arg = "num_heads", {extra} }}'))
+    return load(path)
+
+
+RETURNS_A_TUPLE = """
+def forward(self, x, mask=None):
+    return self.core(x, mask), None
+"""
+
+RETURNS_A_SUBCLASS = """
+def forward(self, x, mask=None):
+    return self.core(x, mask).as_subclass(Marked)
+"""
+
+
+@pytest.mark.parametrize("forward,tail,evidence", [
+    (RETURNS_A_TUPLE, "", "forward returned tuple, not a tensor"),
+    (RETURNS_A_SUBCLASS, "class Marked(torch.Tensor):\n    pass\n",
+     "forward returned Marked (a subclass of torch.Tensor), not a plain tensor"),
+])
+def test_a_declared_one_tensor_return_broken_is_an_interface_mismatch_worth_zero(
+        tmp_path, forward, tail, evidence):
+    graded_rubric = _interface_rubric(tmp_path, 'returns = "tensor"')
+    outcome = run_submission(submission(tmp_path, forward, tail), graded_rubric)
+    (target,) = outcome.targets
+    assert outcome.status is RunStatus.INTERFACE_MISMATCH, outcome.to_dict()
+    assert target.message.startswith("forward must return one tensor, nothing else")
+    assert evidence in target.message
+    assert [r.check for r in target.results] == ["gate"]     # nothing else ran
+    assert score(graded_rubric, outcome).total == 0
+    # Without the condition the tuple's first element is the output: full marks.
+    lenient = run_submission(submission(tmp_path, RETURNS_A_TUPLE), rubric(tmp_path))
+    assert lenient.status is RunStatus.GRADED and score(rubric(tmp_path), lenient).total == 3
+
+
+KEYWORD_ONLY = '''
+import math
+import torch
+from torch import nn
+
+
+class Attn(nn.Module):
+    def __init__(self, *, d_model, num_heads):
+        super().__init__()
+        self.h = num_heads
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
+            nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, x, mask=None):
+        b, n, _ = x.shape
+        q, k, v = (p(x).view(b, n, self.h, -1).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            s = s.masked_fill(mask[:, None, None, :] == 0, float("-inf"))
+        return self.out_proj((torch.softmax(s, -1) @ v).transpose(1, 2).reshape(b, n, -1))
+'''
+
+
+def test_the_constructor_must_work_in_every_listed_form(tmp_path):
+    both = _interface_rubric(tmp_path, 'constructor = ["positional", "keyword"]')
+    assert both.targets[0].constructor_forms == ("positional", "keyword")
+    outcome = run_submission(submission(tmp_path, CORRECT), both)
+    assert outcome.status is RunStatus.GRADED and score(both, outcome).total == 3
+    assert any("constructed positionally: Attn(d_model, num_heads)" in note
+               for note in outcome.targets[0].interface)
+
+    folder = tmp_path / "keyword_only"
+    folder.mkdir()
+    (folder / "attention.py").write_text(KEYWORD_ONLY)
+    keyword_first = _interface_rubric(tmp_path, 'constructor = ["keyword", "positional"]')
+    outcome = run_submission(folder, keyword_first)
+    (target,) = outcome.targets
+    assert outcome.status is RunStatus.INTERFACE_MISMATCH, outcome.to_dict()
+    assert target.message.startswith(
+        "the constructor must also work with positional arguments (Attn):")
+    assert "takes 1 positional argument" in target.message
+    assert target.results == [] and score(keyword_first, outcome).total == 0
+    keyword = _interface_rubric(tmp_path, 'constructor = "keyword"')
+    assert run_submission(folder, keyword).status is RunStatus.GRADED
+
+
+def test_an_int32_mask_is_a_format_a_rubric_can_prescribe(tmp_path):
+    graded_rubric = _interface_rubric(tmp_path, 'mask-formats = ["keep_int32:key_padding"]',
+                                      mask="keep_int32:key_padding")
+    folder = tmp_path / "int32"
+    folder.mkdir()
+    (folder / "attention.py").write_text(KEYWORD_ONLY.replace("*, ", ""))
+    outcome = run_submission(folder, graded_rubric)
+    assert outcome.status is RunStatus.GRADED
+    assert "mask: int32 mask, 0 = masked, shape (B, Lk) (declared)" in outcome.targets[0].interface
+    assert score(graded_rubric, outcome).total == 3
+    # `~mask` on an int32 mask is a bitwise not, not a logical one: the padding check fails.
+    outcome = run_submission(submission(tmp_path, CORRECT), graded_rubric)
+    assert outcome.targets[0].result("padding").status is not Status.PASSED

@@ -64,6 +64,18 @@ def test_a_rubric_parses_into_targets_items_and_points(tmp_path):
     assert rubric.profile == "quick" and rubric.seed == 7
 
 
+def test_interface_conditions_parse(tmp_path):
+    rubric = load(write(tmp_path, BASE.replace(
+        'width-arg = "d_model"',
+        'width-arg = "d_model", returns = "tensor", constructor = ["positional", "keyword"]')))
+    (target,) = rubric.targets
+    assert target.constructor_forms == ("positional", "keyword")
+    assert target.declarations.constructor == "positional"  # the checks run on the first form
+    assert target.declarations.returns == "tensor"
+    plain = load(write(tmp_path, BASE)).targets[0]
+    assert plain.constructor_forms == ("keyword",) and plain.declarations.constructor is None
+
+
 def test_points_and_visibility_do_not_change_the_execution_key(tmp_path):
     first = load(write(tmp_path, BASE))
     repointed = load(write(tmp_path, BASE.replace("points = 2\nrequires",
@@ -91,6 +103,10 @@ def test_points_and_visibility_do_not_change_the_execution_key(tmp_path):
     (('checks = ["autograd", "determinism", "batch_independence"]',
       'checks = ["autograd", "padding"]'), "check padding is scored twice"),
     (('class = "MultiHeadAttention"', 'class = "Multi Head"'), "class 'Multi Head'"),
+    (('width-arg = "d_model"', 'width-arg = "d_model", returns = "array"'),
+     "interface returns 'array': use tensor"),
+    (('width-arg = "d_model"', 'width-arg = "d_model", constructor = ["by name"]'),
+     "interface constructor ['by name']: use \"keyword\", \"positional\""),
 ])
 def test_a_bad_rubric_is_one_line_naming_the_place(tmp_path, change, message):
     old, new = change

@@ -130,6 +130,9 @@ class Target:
     declarations: Declarations
     interface: dict
     items: tuple[Item, ...]
+    constructor_forms: tuple[str, ...] = ("keyword",)
+    """The ways the constructor must work (``keyword``, ``positional``): the checks run on the
+    first, the others are each tried once (``interface.constructor``)."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -369,8 +372,11 @@ def _target(raw: object, index: int, where: str) -> Target:
         raise RubricError(f"{here}: aliases: give a list of class names")
     aliases = tuple(_class_name(alias, f"{here}: aliases") for alias in aliases)
     interface = _table(raw.get("interface", {}), f"{here}: interface")
+    forms = _constructor_forms(interface.get("constructor", "keyword"), here)
     try:
-        declarations = from_mapping(dict(interface), f"{here}: interface")
+        declared = {**interface, "constructor": forms[0]} if "constructor" in interface \
+            else dict(interface)
+        declarations = from_mapping(declared, f"{here}: interface")
         declarations.mask_convention("mask")
         declarations.alternative_masks("mask")
         if declarations.weights:
@@ -384,6 +390,9 @@ def _target(raw: object, index: int, where: str) -> Target:
                           "or optional")
     if declarations.call not in (None, "self", "qkv"):
         raise RubricError(f"{here}: interface call {declarations.call!r}: use self or qkv")
+    if declarations.returns not in (None, "tensor", "tuple"):
+        raise RubricError(f"{here}: interface returns {declarations.returns!r}: use tensor (forward "
+                          "returns one tensor, nothing else) or tuple")
     raw_items = raw.get("items")
     if not isinstance(raw_items, list) or not raw_items:
         raise RubricError(f"{here}: no [[targets.items]]: give the checks and their points")
@@ -392,7 +401,18 @@ def _target(raw: object, index: int, where: str) -> Target:
     _check_items(items, here)
     return Target(name=name, aliases=aliases, declarations=declarations,
                   interface={k.replace("_", "-"): v for k, v in interface.items()},
-                  items=tuple(items))
+                  items=tuple(items), constructor_forms=forms)
+
+
+def _constructor_forms(raw: object, here: str) -> tuple[str, ...]:
+    """``interface.constructor``: one form or a list of them, each ``keyword`` or
+    ``positional``."""
+    forms = [raw] if isinstance(raw, str) else raw
+    if not isinstance(forms, list) or not forms or any(
+            form not in ("keyword", "positional") for form in forms):
+        raise RubricError(f"{here}: interface constructor {raw!r}: use \"keyword\", "
+                          "\"positional\" or a list of both, e.g. [\"positional\", \"keyword\"]")
+    return tuple(dict.fromkeys(forms))
 
 
 def _item(raw: object, target: str, position: int, where: str) -> Item:

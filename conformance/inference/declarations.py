@@ -8,8 +8,8 @@ Spellings (the same in flags and TOML):
   LAYOUT ``key_padding | broadcast | per_query | per_head``, e.g. ``keep_int:broadcast``
 - ``causal``: ``never``, ``always``, or ``optional`` (through ``forward``'s causal argument)
 - ``mask`` may name the keyword it is passed as: ``KIND:LAYOUT@ARGUMENT``, e.g.
-  ``additive:per_head@attn_bias`` (KIND also ``keep_float``, ``additive_min``; LAYOUT also
-  ``per_query_broadcast``, ``shared``)
+  ``additive:per_head@attn_bias`` (KIND also ``keep_int32``, ``keep_float``, ``additive_min``;
+  LAYOUT also ``per_query_broadcast``, ``shared``)
 - ``width-arg``, ``heads-arg``, ``head-dim-arg``: the constructor arguments for the model width,
   the head count and each head's width
 - ``weights``: ``q,k,v[,o]`` submodule names, ``fused:qkv[,o]``, ``packed[:path]``, or ``none``
@@ -28,6 +28,8 @@ Spellings (the same in flags and TOML):
   ((B, L) int64, (L,) int64, or the first position as an int)
 - ``position-encoding``: ``rotary``, ``alibi`` or ``none`` (what names suggested, overridden)
 - ``alibi``: ``standard`` (the paper's slopes are promised) or ``measured`` (any positive slopes)
+- ``constructor``: ``keyword`` (the default: ``Class(d_model=..., num_heads=...)``) or
+  ``positional`` (``Class(d_model, num_heads)``: the width, then the head count, by position)
 - ``kv-cache``: ``STYLE@ARG[=module:Class]`` with STYLE ``returned`` (past in, present in the
   output tuple), ``buffers`` (ARG is the start position into buffers the module keeps) or
   ``object`` (a cache object built by ``module:Class()`` and updated in place); ``none``
@@ -106,6 +108,7 @@ class Declarations:
     padded_queries: str | None = None
     rope: str | None = None
     output_projection: str | None = None
+    constructor: str | None = None
 
     def any(self) -> bool:
         return any(getattr(self, f.name) is not None for f in fields(self))

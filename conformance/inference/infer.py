@@ -124,6 +124,9 @@ class _Plan:
     per_head_output: bool = False
     tuple_output: bool = False
     init: tuple[tuple[str, object], ...] = ()
+    positional: tuple[str, ...] = ()
+    """Constructor arguments passed by position, in this order (a declared ``constructor =
+    positional``: ``Class(d_model, num_heads)``); every other one goes by keyword."""
     window_offset: int = 0
     """The window argument is the window in keys plus this (-1 where it counts the keys before
     the row)."""
@@ -154,16 +157,21 @@ class _Plan:
         kwargs.update(self.init)
         return kwargs
 
+    def instantiate(self, config: Config) -> nn.Module:
+        """The class itself, built for ``config`` as declared (by keyword, or positionally)."""
+        kwargs = self.arguments(config)
+        args = [kwargs.pop(name) for name in self.positional]
+        return self.cls(*args, **kwargs)
+
     def construct(self, config: Config) -> nn.Module:
-        return InferredModule(self.cls(**self.arguments(config)), self.convention,
-                              self.tuple_output)
+        return InferredModule(self.instantiate(config), self.convention, self.tuple_output)
 
     def constructs(self, heads: int, head_dim: int) -> bool:
         """Whether the constructor accepts ``heads`` heads of ``head_dim``."""
         config = Config(batch=2, q_len=3, kv_len=3, d_model=heads * head_dim, num_heads=heads)
         try:
             with contextlib.redirect_stdout(io.StringIO()):
-                self.cls(**self.arguments(config))
+                self.instantiate(config)
         except Exception:  # the constructor's own validation, whatever it raises
             return False
         return True
@@ -266,7 +274,7 @@ def _constraint(plan: _Plan, label: str, notes: list[str]) -> Constraint | None:
         config = Config(batch=2, q_len=5, kv_len=5, d_model=8, num_heads=2 if plan.roles.heads
                         else 1)
         try:
-            plan.cls(**plan.arguments(config))
+            plan.instantiate(config)
         except Exception as error:
             raise InferenceError(f"{label}: constructing it raised {type(error).__name__}: "
                                  f"{error} for every generated configuration") from error
@@ -338,6 +346,21 @@ def _probe_pair(plan: _Plan, constraint: Constraint | None) -> tuple[int, int]:
     return min(constraint.pairs, key=lambda p: (abs(p[0] - preferred[0]) + abs(p[1] - 4), p))
 
 
+def _positional(roles: ConstructorRoles, declared: Declarations, label: str) -> tuple[str, ...]:
+    """The arguments a declared positional constructor takes by position: the width, then the
+    head count (an assignment's ``MultiHeadAttention(d_model, num_heads)``)."""
+    try:
+        form = declared.choice("constructor", ("keyword", "positional"))
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
+    if form != "positional":
+        return ()
+    if roles.width is None:
+        raise InferenceError(f"{label}: a positional constructor needs the width argument: "
+                             "declare --width-arg")
+    return tuple(name for name in (roles.width, roles.heads) if name)
+
+
 def infer(cls: type, *, name: str | None = None,
           declared: Declarations | None = None) -> Inferred:
     """Declaration for an ``nn.Module`` subclass: what ``declared`` says, the rest inferred.
@@ -354,10 +377,14 @@ def infer(cls: type, *, name: str | None = None,
     init = dict(declared.init or ())
     if declared.causal in ("always", "never") and roles.causal and roles.causal not in init:
         init[roles.causal] = declared.causal == "always"  # declared causal: built causal
-    plan = _Plan(cls, roles, convention, init=tuple(init.items()))
+    plan = _Plan(cls, roles, convention, init=tuple(init.items()),
+                 positional=_positional(roles, declared, label))
     notes = [plan.convention.describe() + ("; cross-attention assumed from its separate q, k, v"
                                            if plan.convention.call == "qkv" else ""),
              roles.describe() + ("" if roles.heads else "; single head (no head-count argument)")]
+    if plan.positional:
+        notes.append(f"constructed positionally: {cls.__name__}({', '.join(plan.positional)}) "
+                     "(declared)")
     if plan.init:
         notes.append("constructed with " + ", ".join(f"{k}={v!r}" for k, v in plan.init)
                      + " (declared)")
