@@ -61,8 +61,9 @@ def test_grade_writes_every_output_and_says_so(mini, tmp_path, capsys):
     assert code == 0, stderr
     assert stderr == ""                                      # no progress line: not a terminal
     assert "graded 2, reused 0" in stdout and "statuses: graded 2" in stdout
+    assert stdout.startswith("reference solution: 3 / 3 (full marks)\n")
     rows = (out / "grades.csv").read_text().splitlines()
-    assert rows[1] == "Points Possible,,,0,2,1,3,100,,"
+    assert rows[1] == "Points Possible,,,0,2,1,3,100,,,"
     assert rows[2].startswith("1001,lovelaceada,,0,2,1,3,100.0,graded,")
     assert rows[3].startswith("1003,turingalan,yes,0,2,0,2,66.7,graded,")
     results = json.loads((out / "students" / "1003" / "results.json").read_text())
@@ -173,11 +174,14 @@ def test_the_progress_line_shows_count_rate_and_time_left_on_a_terminal():
 
     screen = Terminal()
     progress = Progress(4, screen)
-    progress.advance("1001")
-    progress.advance("1002")
+    progress.status("grading the reference solution (attention.py)")
+    progress.status("")
+    progress.advance("1001: graded 3/3")
+    progress.advance("1002: timeout 0/3")
     progress.close()
     text = screen.getvalue()
-    assert text.startswith("\r[1/4] ") and "/min · about " in text and "left · graded 1002" in text
+    assert text.startswith("\rgrading the reference solution (attention.py)\r")
+    assert "\r[1/4] " in text and "/min · about " in text and "left · 1002: timeout 0/3" in text
     quiet = io.StringIO()
     Progress(4, quiet).advance("1001")
     assert quiet.getvalue() == ""

@@ -47,6 +47,7 @@ visibility = "hidden"
 BEFORE = datetime(2026, 2, 1, tzinfo=timezone.utc)
 AFTER = datetime(2026, 3, 5, tzinfo=timezone.utc)
 EVIL = '<script>alert("x")</script> **bold** `code` | pipe'
+PRINTED = "READ /etc/shadow: 'root:$6$...' <b>printed</b>"
 
 
 @pytest.fixture
@@ -89,7 +90,7 @@ def students(rubric):
                                  result("scale", Status.FAILED, reason="scale 1/sqrt(8)",
                                         hint="did you divide by sqrt(d_model)?"),
                                  result("autograd", Status.FAILED, reason="secret detail")],
-                late=True, output=EVIL),
+                late=True, output=PRINTED),
         student(rubric, "1003", [result("gate", Status.PASSED),
                                  result("padding", Status.FAILED, reason="changed row 1",
                                         hint="output is independent of the kept keys: is the "
@@ -101,6 +102,11 @@ def students(rubric):
                 message="s.zip is not a readable zip archive"),
         student(rubric, "1006", [result("gate", Status.PASSED)], status=RunStatus.TIMEOUT,
                 message="padding exceeded the per-check limit of 15 s"),
+        student(rubric, "1007", [result("gate", Status.PASSED), result("padding", Status.PASSED),
+                                 result("scale", Status.SKIPPED,
+                                        reason="no assignment of its weights reproduces its "
+                                               "output"),
+                                 result("autograd", Status.PASSED)]),
     ]
 
 
@@ -109,13 +115,16 @@ def test_grades_csv_has_a_points_possible_row_and_one_row_per_student(rubric, st
     outputs.write_grades_csv(path, rubric, students)
     rows = list(csv.reader(path.open()))
     assert rows[0] == ["id", "name", "late", "MHA.gate", "MHA.padding", "MHA.scale", "MHA.autograd",
-                       "total", "percent", "status", "submission_hash"]
-    assert rows[1] == ["Points Possible", "", "", "0", "2", "1", "1", "4", "100", "", ""]
-    assert rows[2] == ["1001", "Ada Lovelace", "", "0", "2", "1", "1", "4", "100.0", "graded",
+                       "total", "percent", "status", "not_evaluated", "submission_hash"]
+    assert rows[1] == ["Points Possible", "", "", "0", "2", "1", "1", "4", "100", "", "", ""]
+    assert rows[2] == ["1001", "Ada Lovelace", "", "0", "2", "1", "1", "4", "100.0", "graded", "",
                        "hash-1001"]
-    assert rows[3][:2] == ["1002", ""] and rows[3][2] == "yes" and rows[3][-4:-1] == ["0", "0.0", "graded"]
-    assert [r[-2] for r in rows[5:]] == ["not found", "unreadable", "timeout"]
+    assert rows[3][:2] == ["1002", ""] and rows[3][2] == "yes" and rows[3][-5:-2] == ["0", "0.0", "graded"]
+    assert [r[-3] for r in rows[5:]] == ["not found", "unreadable", "timeout", "partly evaluated"]
     assert rows[7][7] == "0"                                  # the timeout kept nothing else
+    # An item that could not be run is never a silent zero: its own status, per item and student.
+    assert rows[8][3:] == ["0", "2", "0", "1", "3", "75.0", "partly evaluated", "MHA.scale",
+                           "hash-1007"]
 
 
 def test_classroom_csv_uses_github_classrooms_columns(rubric, students, tmp_path):
@@ -192,9 +201,8 @@ def test_feedback_escapes_what_the_submission_controls(rubric, students):
     text = feedback.markdown(rubric, students[1], AFTER)
     reason = next(line for line in text.splitlines() if line.startswith("What went wrong"))
     assert "\\<script\\>" in reason and "\\*\\*bold\\*\\*" in reason and "\\`code\\`" in reason
-    # What the code printed is shown verbatim, inside a fence, where nothing renders.
-    printed = text.split("## What your code printed")[1]
-    assert printed.strip().startswith("```\n<script>") and printed.strip().endswith("```")
+    # What the code printed is the teacher's only.
+    assert "What your code printed" not in text and "shadow" not in text
 
 
 def test_feedback_for_students_who_did_not_get_graded(rubric, students):
@@ -210,9 +218,11 @@ def test_class_report_finds_common_bugs_and_who_needs_a_look(rubric, students, t
     assert bugs[0].check == "padding" and bugs[0].students == ("1002", "1003")
     assert bugs[0].text == "output is independent of the kept keys: is the mask inverted?"
     look = dict(class_report.needs_a_look(students))
-    assert set(look) == {"1004", "1005", "1006"}
+    assert set(look) == {"1004", "1005", "1006", "1007"}
     assert look["1004"] == "MHA not found; defines Mha"
     assert look["1006"].startswith("timeout")
+    assert look["1007"] == ("MHA.scale: scale not evaluated (no assignment of its weights "
+                            "reproduces its output)")
     class_report.write(tmp_path, rubric, students)
     assert (tmp_path / "class_report.png").stat().st_size > 10_000
     report = (tmp_path / "class_report.md").read_text()
@@ -234,7 +244,14 @@ def test_outputs_are_a_function_of_the_rows_alone(rubric, students, tmp_path):
     header = (tmp_path / "a" / "grades.csv").read_text().splitlines()[0]
     assert header.startswith("id,name,email,late,")
     run = json.loads((tmp_path / "a" / "run.json").read_text())
-    assert run["statuses"] == {"graded": 3, "not found": 1, "timeout": 1, "unreadable": 1}
+    assert run["statuses"] == {"graded": 3, "not found": 1, "timeout": 1, "unreadable": 1,
+                               "partly evaluated": 1}
+    # What a submission printed is in a teacher-only file, and named in the class report.
+    assert (tmp_path / "a" / "printed" / "1002.txt").read_text().endswith(PRINTED)
+    assert sorted(p.name for p in (tmp_path / "a" / "printed").iterdir()) == ["1002.txt"]
+    assert "printed/1002.txt" in (tmp_path / "a" / "class_report.md").read_text()
+    for name in ("feedback.md", "feedback.html", "results.json"):
+        assert "shadow" not in (tmp_path / "a" / "students" / "1002" / name).read_text()
     assert set(run["versions"]) == {"attention-conformance", "torch", "hypothesis", "python"}
 
 

@@ -146,6 +146,21 @@ def test_a_skipped_check_is_not_evaluated_and_another_status_is_not_a_pass(rubri
     assert causal.points == 0 and causal.checks[0].label == "expected-failure"
 
 
+def test_nothing_scores_zero_silently(rubric):
+    """A check that could not run is its own status; a failed prerequisite is not (it is the
+    student's failure, reported once where it failed)."""
+    graded = score(rubric, outcome({**ALL_PASS, "head_split": S}, {"gate": P, "causal": P}))
+    assert graded.status is RunStatus.PARTLY_EVALUATED
+    assert [(key, check.check) for key, check in graded.unevaluated] == [
+        ("MHA.head_split", "head_split")]
+    blocked = score(rubric, outcome({**ALL_PASS, "contract": F, "padding": S},
+                                    {"gate": P, "causal": P}))
+    assert blocked.status is RunStatus.GRADED and blocked.unevaluated == []
+    assert blocked.item("MHA.padding").checks[0].blocked
+    # A target that never ran says so in its own status, not as partly evaluated.
+    assert score(rubric, outcome(ALL_PASS)).status is RunStatus.NOT_FOUND
+
+
 def test_a_status_this_version_does_not_know_comes_back_as_not_passed():
     data = CheckResult("MHA", "padding", "cpu", P).to_dict()
     data["status"] = "from-a-later-version"  # stored by a newer suite

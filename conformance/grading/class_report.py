@@ -9,7 +9,11 @@ matplotlib is not installed: ``pip install -e .[plot]``).
 gave (numbers masked, so "sqrt(6)" and "sqrt(8)" count as one), else by the reason's wording.
 "Needs a human look": crashes, timeouts, running out of memory, import errors, interface
 mismatches, unreadable files, grader errors, a failed gate, a class found only through an
-import, and classes not found where a near-miss name exists.
+import, classes not found where a near-miss name exists, and items that could not be evaluated
+(``partly evaluated``), with the reason.
+
+"Printed output" (the teacher's only: students never see it) lists who printed how much; its
+beginning and end are in ``printed/ID.txt``.
 """
 
 from __future__ import annotations
@@ -77,6 +81,8 @@ def needs_a_look(students: list[Student]) -> list[tuple[str, str]]:
             if target.status is RunStatus.GRADED and gate is not None \
                     and gate.status.value != "passed":
                 reasons.append(f"{target.target}: the gate failed ({gate.reason})")
+        for key, check in student.score.unevaluated:
+            reasons.append(f"{key}: {check.check} not evaluated ({check.why})")
         if reasons:
             found.append((student.id, "; ".join(dict.fromkeys(reasons))))
     return found
@@ -177,7 +183,25 @@ def document(rubric: Rubric, students: list[Student], image: str | None) -> list
         blocks.append(Block("table", rows=[["Student", "Why"], *[[i, why] for i, why in look]]))
     else:
         blocks.append(Block("p", "Nothing: every submission ran and was graded normally."))
+    printed = printed_output(students)
+    if printed:
+        blocks.append(Block("h2", "Printed output (for you only: never in a student's feedback)"))
+        blocks.append(Block("p", "What each submission printed while it was graded: its "
+                                 "beginning and end are kept in printed/ID.txt, the rest was "
+                                 "dropped (printing never stops the grading)."))
+        rows = [["Student", "Printed", "Kept in"]]
+        rows += [[student, f"{total} bytes", f"printed/{student}.txt"]
+                 for student, total in printed]
+        blocks.append(Block("table", rows=rows))
     return blocks
+
+
+def printed_output(students: list[Student]) -> list[tuple[str, int]]:
+    """(student id, bytes printed) for every submission that printed anything."""
+    return [(student.id, student.outcome.printed_bytes
+             or len(student.outcome.output.encode("utf-8")))
+            for student in students
+            if student.outcome is not None and student.outcome.output.strip()]
 
 
 def write(out: Path, rubric: Rubric, students: list[Student]) -> None:

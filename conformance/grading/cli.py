@@ -21,7 +21,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from conformance.grading import gradescope, pipeline, selftest
+from conformance.grading import class_report, gradescope, pipeline, selftest
 from conformance.grading.progress import Progress
 from conformance.grading.roster import Roster, RosterError
 from conformance.grading.roster import load as load_roster
@@ -106,15 +106,19 @@ def run(args: argparse.Namespace) -> int:
         return _error(str(error))
 
 
-def _check_reference(rubric: Rubric) -> None:
-    """The reference must get full marks before any student is graded."""
+def _check_reference(rubric: Rubric, progress: Progress) -> str | None:
+    """The reference must get full marks before any student is graded: its score in words, or
+    None without a reference."""
     if rubric.reference is None:
-        return
+        return None
+    progress.status(f"grading the reference solution ({rubric.reference.name})")
     graded, _, problems = selftest.grade_reference(rubric)
+    progress.status("")
     if problems:
         raise _Usage(f"the reference solution scores {graded.total:g} / {graded.max_points:g} "
                      f"under {rubric.path}, not full marks ({problems[0]}); fix the rubric or "
                      "the reference (see --self-test)")
+    return f"reference solution: {graded.total:g} / {graded.max_points:g} (full marks)"
 
 
 def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
@@ -124,18 +128,25 @@ def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
     only = {part.strip() for part in args.only.split(",") if part.strip()} if args.only else None
     as_of = _as_of(args.as_of)
     pipeline.find_submissions(args.submissions, rubric, args.out)  # bad input before any work
-    _check_reference(rubric)
+    progress = Progress(0)
+    reference = _check_reference(rubric, progress)
     result = pipeline.grade_class(args.submissions, rubric, args.out, jobs=_jobs(args.jobs),
                                   only=only, roster=roster, run_all_cells=args.run_all_cells,
-                                  progress=Progress(0), as_of=as_of)
+                                  progress=progress, as_of=as_of)
     statuses: dict[str, int] = {}
     for student in result.students:
         statuses[student.status.value] = statuses.get(student.status.value, 0) + 1
+    if reference:
+        print(reference)
     print(f"graded {len(result.graded)}, reused {len(result.reused)} from an earlier run"
           + (f", left out {len(result.left_out)} (not in --only, never graded)"
              if result.left_out else "") + f"; {len(result.students)} row(s) in "
           f"{args.out / 'grades.csv'}")
     print("statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
+    printed = class_report.printed_output(result.students)
+    if printed:
+        print(f"printed output (for you only, never in feedback): {len(printed)} submission(s), "
+              f"in {args.out / 'printed'}/ID.txt")
     print(f"class report: {args.out / 'class_report.html'}; feedback: "
           f"{args.out / 'students'}/ID/feedback.html")
     return EXIT_OK
@@ -147,7 +158,7 @@ def _self_test(rubric: Rubric, args: argparse.Namespace) -> int:
                      "reference = \"path/to/solution.py\" under [assignment]")
     mutants = selftest.bundled_mutants()
     pairs = sum(1 for m in mutants for t in rubric.targets if m.causal == t.causal)
-    progress = Progress(pairs, label="checked")
+    progress = Progress(pairs)
     try:
         result = selftest.run(rubric, jobs=_jobs(args.jobs), mutants=mutants,
                               on_done=progress.advance)
@@ -165,4 +176,10 @@ def _gradescope(rubric: Rubric, args: argparse.Namespace) -> int:
                                    run_all_cells=args.run_all_cells, as_of=_as_of(args.as_of))
     print(f"{student.id}: {student.score.total:g} / {student.score.max_points:g} "
           f"({student.status.value}); wrote {args.results}")
+    outcome = student.outcome
+    if outcome is not None and outcome.output.strip():
+        # The autograder's own output: Gradescope shows it to instructors only
+        # (results.json says stdout_visibility "hidden").
+        print(f"what the submission printed ({outcome.printed_bytes} bytes; beginning and end):")
+        print(outcome.output)
     return EXIT_OK

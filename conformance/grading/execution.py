@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 from conformance.catalogue import GATE, Runner
 from conformance.grading import interface
@@ -68,20 +69,21 @@ def run_submission(staged_dir: Path, rubric: Rubric, limits: Limits | None = Non
     start = time.perf_counter()
     targets: list[TargetOutcome] = []
     output: list[str] = []
+    printed_bytes = 0
     protections: list[str] = []
     for target, located in plan(staged_dir, rubric, syntax_errors):
         if isinstance(located, TargetOutcome):
             targets.append(located)
             continue
-        outcome, printed, protected = _run_target(staged_dir, located.spec, target,
-                                                  target.declarations, rubric, limits,
-                                                  located, _other_names(rubric, target))
-        targets.append(outcome)
-        output += [printed] if printed else []
-        protections = protections or protected
+        ran = _run_target(staged_dir, located.spec, target, target.declarations, rubric, limits,
+                          located, _other_names(rubric, target))
+        targets.append(ran.outcome)
+        output += [ran.printed] if ran.printed else []
+        printed_bytes += ran.printed_bytes
+        protections = protections or ran.protections
     status = overall_status(targets)
     outcome = SubmissionOutcome(status, _message(targets), targets, _truncate("\n".join(output)),
-                                protections, "worker")
+                                protections, "worker", printed_bytes=printed_bytes)
     outcome.seconds = time.perf_counter() - start
     return outcome
 
@@ -95,10 +97,10 @@ def run_registered(rubric: Rubric, target: Target, module: str,
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="attention-registered-") as empty:
         # Nothing to copy: the module is imported from the installed package.
-        outcome, printed, protections = _run_target(Path(empty), f"{module}:IMPLEMENTATION",
-                                                    target, None, rubric, limits)
-    result = SubmissionOutcome(overall_status([outcome]), _message([outcome]), [outcome],
-                               _truncate(printed), protections, "worker")
+        ran = _run_target(Path(empty), f"{module}:IMPLEMENTATION", target, None, rubric, limits)
+    result = SubmissionOutcome(overall_status([ran.outcome]), _message([ran.outcome]),
+                               [ran.outcome], _truncate(ran.printed), ran.protections, "worker",
+                               printed_bytes=ran.printed_bytes)
     result.seconds = time.perf_counter() - start
     return result
 
@@ -117,10 +119,20 @@ class _Deadline:
         return max(SHORTEST_REQUEST, self.until - time.monotonic())
 
 
+class _Ran(NamedTuple):
+    """One target's outcome, what its workers printed (the first bytes of each) and how much
+    in all, and the protections they ran under."""
+
+    outcome: TargetOutcome
+    printed: str
+    printed_bytes: int
+    protections: list[str]
+
+
 def _run_target(directory: Path, spec: str, target: Target, declared: Declarations | None,
                 rubric: Rubric, limits: Limits, located: Location | None = None,
-                others: tuple[str, ...] = ()) -> tuple[TargetOutcome, str, list[str]]:
-    """One target's outcome, what its workers printed, and the protections they ran under."""
+                others: tuple[str, ...] = ()) -> _Ran:
+    """Run one target's checks in its worker."""
     file = located.file if located else None
     class_name = located.class_name if located else None
     deadline = _Deadline(limits.check_seconds)
@@ -135,20 +147,20 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
         status = _status(error.status)
         misses = (near_misses(class_name, list(error.defined_names), others)
                   if status is RunStatus.NOT_FOUND and class_name else [])
-        return (TargetOutcome(target.name, status, str(error), class_name, file, misses),
-                str(error.output or ""), [])
+        printed = str(error.output or "")
+        return _Ran(TargetOutcome(target.name, status, str(error), class_name, file, misses),
+                    printed, len(printed.encode("utf-8")), [])
     with subject:
         outcome = TargetOutcome(target.name, RunStatus.GRADED,
                                 _found(located) if located else spec, class_name, file,
                                 interface=list(subject.notes))
-        printed = [subject.output]
+        other_forms = ""
         if declared is not None:
-            broken, output = _other_forms(directory, spec, target, worker_limits,
-                                          class_name or spec)
-            printed.append(output)
+            broken, other_forms = _other_forms(directory, spec, target, worker_limits,
+                                               class_name or spec)
             if broken is not None:
                 outcome.status, outcome.message = RunStatus.INTERFACE_MISMATCH, broken
-                return outcome, _joined(printed), list(subject.protections)
+                return _printed(outcome, subject, other_forms)
         runner = Runner(rubric.profile, rubric.seed)
         for check in target.checks:
             deadline.start_check()
@@ -174,8 +186,14 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
             if broken is not None:
                 outcome.status, outcome.message = RunStatus.INTERFACE_MISMATCH, broken
                 break  # zero for this class: nothing else is scored
-        printed[0] = subject.output
-        return outcome, _joined(printed), list(subject.protections)
+        return _printed(outcome, subject, other_forms)
+
+
+def _printed(outcome: TargetOutcome, subject: IsolatedSubject, other_forms: str) -> _Ran:
+    """``outcome`` with what ``subject``'s workers (and the other constructor forms') printed."""
+    return _Ran(outcome, _joined([subject.output, other_forms]),
+                subject.printed_bytes + len(other_forms.encode("utf-8")),
+                list(subject.protections))
 
 
 def _other_forms(directory: Path, spec: str, target: Target, limits: WorkerLimits,

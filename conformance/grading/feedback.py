@@ -5,7 +5,8 @@ result's reason), the likely bug in words (its hint), the numbers seen (its deta
 smallest failing example hypothesis found (its counterexample). Items show only what their
 visibility allows at the time of writing: ``visible`` everything; ``after_due_date`` its name,
 and the rest once the due date has passed; ``hidden`` and ``after_published`` nothing but a
-count. Everything that comes from a submission (messages, printed output, names) is escaped.
+count. Everything that comes from a submission (messages, names) is escaped; what it printed is
+never shown (it is the teacher's: ``printed/ID.txt`` and the class report).
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def _check_lines(check: CheckScore) -> list[Block]:
     result = check.result
     if check.state is State.NOT_EVALUATED:
         blocks.append(Block("p", f"Not evaluated: {check.why.rstrip('.')}."))
+        if not check.blocked and result is not None:
+            blocks.append(Block("note", "This could not be checked automatically: your teacher "
+                                        "will look at it.", tone="hint"))
         return blocks
     if result is not None and check.state is State.PASSED and result.status is Status.WARNED:
         blocks.append(Block("note", f"Passed, with a warning (no points lost): {result.reason}",
@@ -177,9 +181,8 @@ def document(rubric: Rubric, student: Student, as_of: datetime) -> list[Block]:
     if student.record.notes:
         blocks.append(Block("h2", "Notes on your files"))
         blocks.append(Block("list", items=list(student.record.notes)))
-    if outcome.output.strip():
-        blocks.append(Block("h2", "What your code printed"))
-        blocks.append(Block("pre", outcome.output))
+    # What the code printed is the teacher's only (printed/ID.txt, the class report): a
+    # submission could print what it read on the grading machine.
     return blocks
 
 

@@ -28,18 +28,22 @@ class RunStatus(str, Enum):
     NO_CODE = "no code"
     NO_SUBMISSION = "no submission"
     GRADER_ERROR = "grader error"
+    PARTLY_EVALUATED = "partly evaluated"
+    """Graded, but some items could not be evaluated for a reason that is not a failure of the
+    student's (a check that could not run): never a silent zero (see scoring)."""
 
 
 NEEDS_A_LOOK = frozenset({RunStatus.CRASHED, RunStatus.TIMEOUT, RunStatus.INTERFACE_MISMATCH,
                           RunStatus.OUT_OF_MEMORY, RunStatus.IMPORT_ERROR, RunStatus.UNREADABLE,
-                          RunStatus.GRADER_ERROR})
+                          RunStatus.GRADER_ERROR, RunStatus.PARTLY_EVALUATED})
 """Statuses a human should look at: the grade may say more about the grader than the student."""
 
 # When targets end differently, the submission's status is the most serious one.
 _SERIOUSNESS = [RunStatus.GRADER_ERROR, RunStatus.UNREADABLE, RunStatus.NO_CODE,
                 RunStatus.NO_SUBMISSION, RunStatus.CRASHED, RunStatus.OUT_OF_MEMORY,
                 RunStatus.TIMEOUT, RunStatus.SYNTAX_ERROR, RunStatus.IMPORT_ERROR,
-                RunStatus.INTERFACE_MISMATCH, RunStatus.NOT_FOUND, RunStatus.GRADED]
+                RunStatus.INTERFACE_MISMATCH, RunStatus.NOT_FOUND, RunStatus.PARTLY_EVALUATED,
+                RunStatus.GRADED]
 
 
 @dataclass
@@ -93,7 +97,9 @@ class SubmissionOutcome:
 
     Attributes:
         status: the most serious of the targets' statuses (or a staging problem).
-        output: what the submission printed (stdout and stderr), truncated.
+        output: what the submission printed (stdout and stderr), its beginning and end: for the
+            teacher only, never in a student's feedback.
+        printed_bytes: how much it printed in all (what ``output`` leaves out was dropped).
         protections: which protections were active while it ran (the worker says).
         isolation: how it ran: ``worker`` or ``trusted-unsandboxed``.
     """
@@ -105,6 +111,7 @@ class SubmissionOutcome:
     protections: list[str] = field(default_factory=list)
     isolation: str = ""
     seconds: float = 0.0
+    printed_bytes: int = 0
 
     def target(self, name: str) -> TargetOutcome | None:
         for target in self.targets:
@@ -116,14 +123,15 @@ class SubmissionOutcome:
         return {"status": self.status.value, "message": self.message,
                 "targets": [t.to_dict() for t in self.targets], "output": self.output,
                 "protections": list(self.protections), "isolation": self.isolation,
-                "seconds": round(self.seconds, 3)}
+                "seconds": round(self.seconds, 3), "printed_bytes": self.printed_bytes}
 
     @classmethod
     def from_dict(cls, data: dict) -> SubmissionOutcome:
         return cls(status=RunStatus(data["status"]), message=data.get("message", ""),
                    targets=[TargetOutcome.from_dict(t) for t in data.get("targets", [])],
                    output=data.get("output", ""), protections=list(data.get("protections", [])),
-                   isolation=data.get("isolation", ""), seconds=float(data.get("seconds", 0.0)))
+                   isolation=data.get("isolation", ""), seconds=float(data.get("seconds", 0.0)),
+                   printed_bytes=int(data.get("printed_bytes", len(data.get("output", "")))))
 
 
 def overall_status(targets: list[TargetOutcome]) -> RunStatus:

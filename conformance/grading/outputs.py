@@ -3,8 +3,10 @@
 ``grades.csv``: one row per student (sorted by id): ``id``, ``name`` (the roster's, else what the
 LMS naming carries), ``email`` (with a roster that has them), ``late``, one column per rubric
 item (``Target.check`` or ``Target.group``), ``total``, ``percent``, ``status``,
-``submission_hash``. The first row under the header is ``Points Possible`` (as in a Canvas
-grade export). Nothing in it depends on time or on the order of grading.
+``not_evaluated`` (the items that could not be evaluated through no failure of the student's,
+with status ``partly evaluated``: never a silent zero), ``submission_hash``. The first row under
+the header is ``Points Possible`` (as in a Canvas grade export). Nothing in it depends on time
+or on the order of grading.
 
 ``classroom.csv``: GitHub Classroom's grade-export columns (``assignment_name``,
 ``github_username``, ``roster_identifier``, ``student_repository_name``, ``points_awarded``,
@@ -45,17 +47,18 @@ def grades_rows(rubric: Rubric, students: list[Student], *, with_email: bool) ->
     """``grades.csv`` as rows, header and points-possible row first."""
     keys = [item.key for item in rubric.items]
     header = ["id", "name", *(["email"] if with_email else []), "late", *keys, "total",
-              "percent", "status", "submission_hash"]
+              "percent", "status", "not_evaluated", "submission_hash"]
     possible = ["Points Possible", "", *([""] if with_email else []), "",
                 *(number(item.max_points) for item in rubric.items),
-                number(rubric.max_points), "100", "", ""]
+                number(rubric.max_points), "100", "", "", ""]
     rows = [header, possible]
     for student in students:
+        unevaluated = dict.fromkeys(key for key, _ in student.score.unevaluated)
         rows.append([student.id, student.name, *([student.email] if with_email else []),
                      "yes" if student.late else "",
                      *(number(student.score.item(key).points) for key in keys),
                      number(student.score.total), f"{student.score.percent:.1f}",
-                     student.status.value, student.submission_hash])
+                     student.status.value, " ".join(unevaluated), student.submission_hash])
     return rows
 
 
@@ -78,6 +81,23 @@ def write_classroom_csv(path: Path, rubric: Rubric, students: list[Student]) -> 
                      student.repository or "", "", "", number(student.score.total),
                      number(student.score.max_points)])
     _write_csv(path, rows)
+
+
+def write_printed(folder: Path, students: list[Student]) -> None:
+    """``printed/ID.txt``: what each submission printed (its beginning and end), for the
+    teacher only; students never see it (a submission could print what it read on the grading
+    machine). Files of an earlier run for students who print nothing now are removed."""
+    if folder.is_dir():
+        for stale in folder.glob("*.txt"):
+            stale.unlink()
+    for student in students:
+        outcome = student.outcome
+        if outcome is not None and outcome.output.strip():
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{student.id}.txt").write_text(
+                f"# {student.id}: {outcome.printed_bytes} bytes printed while grading (its "
+                "beginning and end are kept); for the teacher only\n" + outcome.output,
+                encoding="utf-8")
 
 
 def write_json(path: Path, payload: dict) -> None:

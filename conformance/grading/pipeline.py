@@ -159,7 +159,7 @@ def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
             store.save(record)  # at once: an interrupted run keeps what is done
             records[student] = record
             result.graded.append(student)
-            progress.advance(student)
+            progress.advance(_finished(student, score(rubric, record.outcome)))
     finally:
         # Interrupted (Ctrl-C, the worker missing): nothing new starts; running ones finish.
         pool.shutdown(wait=True, cancel_futures=True)
@@ -170,6 +170,12 @@ def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
     write_outputs(out, rubric, result.students, roster=roster, as_of=as_of)
     result.graded.sort()
     return result
+
+
+def _finished(student: str, scored: SubmissionScore) -> str:
+    """How a student's grading ended, for the progress line: the status, and the points."""
+    return (f"{student}: {scored.status.value} "
+            f"{scored.total:g}/{scored.max_points:g}")
 
 
 def assemble(rubric: Rubric, submissions: list[Submission], records: dict[str, Record],
@@ -216,4 +222,5 @@ def write_outputs(out: Path, rubric: Rubric, students: list[Student], *,
         (folder / "feedback.html").write_text(feedback.html(rubric, student, as_of),
                                               encoding="utf-8")
     class_report.write(out, rubric, students)
+    outputs.write_printed(out / "printed", students)
     outputs.write_json(out / "run.json", outputs.run_summary(rubric, students))

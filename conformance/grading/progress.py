@@ -8,16 +8,17 @@ from typing import TextIO
 
 
 class Progress:
-    """``[ 7/40] 3.1/min · about 10:40 left · graded smithjohn`` on one rewritten line.
+    """``[ 7/40] 3.1/min · about 10:40 left · smithjohn: timeout`` on one rewritten line: each
+    finished student with the status it ended with (and its points when graded).
 
     Only drawn when ``stream`` is a terminal (a log file or a pipe stays clean); the rate and
-    estimate count submissions actually run, not those reused from a previous run.
+    estimate count submissions actually run, not those reused from a previous run. ``status``
+    shows what happens before the count starts (the reference solution being graded).
     """
 
-    def __init__(self, total: int, stream: TextIO | None = None, *, label: str = "graded") -> None:
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
         self.total = total
         self.done = 0
-        self.label = label
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
         self.start = time.monotonic()
@@ -34,11 +35,18 @@ class Progress:
             timing = f"{rate:.1f}/min · about {minutes}:{seconds:02d} left"
         else:
             timing = "starting"
-        return f"{count} {timing}" + (f" · {self.label} {current}" if current else "")
+        return f"{count} {timing}" + (f" · {current}" if current else "")
 
     def advance(self, current: str = "") -> None:
         self.done += 1
         self._draw(self.line(current))
+
+    def status(self, text: str) -> None:
+        """A line of its own before counting starts; an empty ``text`` clears it."""
+        self._draw(text)
+        if not text and self.enabled and self._width:
+            self.stream.write("\r")
+            self.stream.flush()
 
     def _draw(self, text: str) -> None:
         if not self.enabled:

@@ -12,6 +12,9 @@ Rules (also in ``docs/grading.md``):
 - a check that was skipped (it could not run) is not evaluated;
 - a target that was not found, did not import or stopped early scores what it had finished
   (nothing, usually); the rest is not evaluated, with the reason;
+- nothing scores 0 silently: a graded submission with a check not evaluated for a reason that is
+  not a failure of its own (skipped, not run; not a failed prerequisite, which is reported once
+  where it failed) is ``partly evaluated``, and those items are listed with the reason;
 - a group scores ``points`` when every check passes (all-or-nothing), or ``points_each`` per
   passing check, at most ``cap``.
 """
@@ -43,6 +46,9 @@ class CheckScore:
     state: State
     why: str = ""
     result: CheckResult | None = None
+    blocked: bool = False
+    """Not evaluated because a prerequisite did not pass (the student's failure, reported
+    there), as opposed to a check that could not run."""
 
     @property
     def label(self) -> str:
@@ -63,6 +69,12 @@ class ItemScore:
     @property
     def max_points(self) -> float:
         return self.item.max_points
+
+    @property
+    def unevaluated(self) -> list[CheckScore]:
+        """Checks of a graded target that could not be evaluated, through no failure of the
+        student's (skipped, not run)."""
+        return [c for c in self.checks if c.state is State.NOT_EVALUATED and not c.blocked]
 
 
 @dataclass
@@ -86,6 +98,14 @@ class SubmissionScore:
 
     status: RunStatus
     targets: list[TargetScore]
+
+    @property
+    def unevaluated(self) -> list[tuple[str, CheckScore]]:
+        """(item key, check) for every check that could not be evaluated through no failure of
+        the student's, in a target that was graded."""
+        return [(item.item.key, check) for target in self.targets
+                if target.outcome is not None and target.outcome.status is RunStatus.GRADED
+                for item in target.items for check in item.unevaluated]
 
     @property
     def items(self) -> list[ItemScore]:
@@ -137,7 +157,7 @@ def _check_score(target: Target, outcome: TargetOutcome | None, check: str,
                 if not _passed(outcome.result(needed), strict)]
     if blocking:
         return CheckScore(check, State.NOT_EVALUATED,
-                          f"requires {blocking[0]}, which did not pass", result)
+                          f"requires {blocking[0]}, which did not pass", result, blocked=True)
     if result.status is Status.SKIPPED:
         return CheckScore(check, State.NOT_EVALUATED, result.reason, result)
     return CheckScore(check, State.FAILED, result=result)
@@ -167,11 +187,15 @@ def score_item(item: Item, target: Target, outcome: TargetOutcome | None,
 
 
 def score(rubric: Rubric, outcome: SubmissionOutcome) -> SubmissionScore:
-    """Every item of ``rubric`` scored against ``outcome``."""
+    """Every item of ``rubric`` scored against ``outcome``; a graded submission with a check
+    that could not be evaluated through no failure of its own is ``partly evaluated``."""
     targets = []
     for target in rubric.targets:
         target_outcome = outcome.target(target.name)
         targets.append(TargetScore(target, target_outcome,
                                    [score_item(item, target, target_outcome, rubric.strict)
                                     for item in target.items]))
-    return SubmissionScore(outcome.status, targets)
+    scored = SubmissionScore(outcome.status, targets)
+    if scored.status is RunStatus.GRADED and scored.unevaluated:
+        scored.status = RunStatus.PARTLY_EVALUATED
+    return scored

@@ -156,7 +156,8 @@ def run(rubric: Rubric, *, jobs: int = 1, mutants: list[Mutant] | None = None,
         for future in futures:
             result.rows.append(future.result())
             if on_done:
-                on_done(result.rows[-1].mutant.name)
+                row = result.rows[-1]
+                on_done(f"{row.mutant.name} as {row.target}: {row.verdict}")
     return result
 
 

@@ -161,6 +161,11 @@ class IsolatedSubject(Subject):
         per worker; for the teacher's eyes."""
         return "\n".join(w.printed() for w in self._workers if w.output_total)
 
+    @property
+    def printed_bytes(self) -> int:
+        """How many bytes the workers printed in all (``output`` keeps the first of each)."""
+        return sum(w.output_total for w in self._workers)
+
     def state(self) -> WorkerState:
         """The current worker's live instances and peak memory (one request)."""
         with self._lock:
