@@ -147,6 +147,11 @@ def test_the_self_test_tells_caught_mutants_from_uncovered_ones(mini):
     assert result.ok and result.reference_problems == []
     text = selftest.render(result)
     assert "reference solution: 3 / 3 (full marks)" in text
+    # A correct solution with other names earns what the reference earns.
+    (variant,) = result.variants
+    assert variant.description.startswith("the reference with its attributes renamed (")
+    assert "q_proj -> layer" in variant.description and variant.problems == []
+    assert result.warnings == []
     assert "indistinguishable from a correct solution: mutant-bool-mask-inverted" in text
     assert text.endswith("OK: the reference gets full marks and every graded bug costs its points")
 

@@ -12,9 +12,14 @@ Both are trusted code (the instructor's and the suite's own), so they run on the
 trusted path of :mod:`conformance.grading.execution`.
 
 Verdicts: ``caught``; ``NOT CAUGHT`` (the rubric grades the check but the mutant keeps its
-points: the profile or the checks are too weak); ``not covered`` (no item for the check; the
-score says whether other items tell it apart). The self-test fails on a reference short of
-full marks or on any ``NOT CAUGHT``.
+points: the profile or the checks are too weak); ``caught elsewhere`` (no item for the check,
+but the mutant loses points on others); ``not covered`` (no item for the check and full marks
+elsewhere: indistinguishable from a correct solution). The self-test fails on a reference short
+of full marks or on any ``NOT CAUGHT``.
+
+It also grades a correct solution written another way (:mod:`conformance.grading.variants`:
+the reference with its attributes renamed) and warns when an item is then not evaluated or
+loses points: the rubric would cost a correct student points for a name.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from conformance.grading import variants
 from conformance.grading.discovery import Source, Submission
 from conformance.grading.execution import run_registered, run_submission
 from conformance.grading.outcome import RunStatus, SubmissionOutcome
@@ -55,15 +61,31 @@ class MutantRow:
 
 
 @dataclass
+class VariantRow:
+    """A correct solution written another way, and every item short of full marks."""
+
+    description: str
+    score: SubmissionScore
+    problems: list[str]
+
+
+@dataclass
 class SelfTest:
     reference: SubmissionScore | None
     reference_outcome: SubmissionOutcome | None
     reference_problems: list[str] = field(default_factory=list)
     rows: list[MutantRow] = field(default_factory=list)
+    variants: list[VariantRow] = field(default_factory=list)
 
     @property
     def not_caught(self) -> list[MutantRow]:
         return [row for row in self.rows if row.verdict == "NOT CAUGHT"]
+
+    @property
+    def warnings(self) -> list[str]:
+        """A correct solution written another way short of full marks, item by item."""
+        return [f"{variant.description}: {problem}"
+                for variant in self.variants for problem in variant.problems]
 
     @property
     def indistinguishable(self) -> list[MutantRow]:
@@ -105,11 +127,13 @@ def _problems(graded: SubmissionScore) -> list[str]:
     return problems
 
 
-def grade_reference(rubric: Rubric) -> tuple[SubmissionScore, SubmissionOutcome, list[str]]:
-    """The reference solution's score, outcome, and every item short of full marks."""
+def grade_reference(rubric: Rubric,
+                    path: Path | None = None) -> tuple[SubmissionScore, SubmissionOutcome, list[str]]:
+    """The reference solution's score, outcome, and every item short of full marks (``path``:
+    another correct solution, graded the same way)."""
     if rubric.reference is None:
         raise ValueError("the rubric names no reference solution ([assignment] reference)")
-    path = rubric.reference
+    path = path or rubric.reference
     submission = Submission(id="reference", name="reference", layout="file",
                             sources=[Source(path, "" if path.is_dir() else path.name)])
     with tempfile.TemporaryDirectory(prefix="attention-reference-") as scratch:
@@ -134,7 +158,8 @@ def _row(rubric: Rubric, target: Target, mutant: Mutant) -> MutantRow:
                          item.item.key if item else None, 0.0, 0.0,
                          f"COULD NOT RUN ({outcome.status.value})")
     if item is None:
-        verdict, lost, item_points = "not covered", 0.0, 0.0
+        lost, item_points = 0.0, 0.0
+        verdict = "caught elsewhere" if graded.total < graded.max_points else "not covered"
     else:
         lost, item_points = item.max_points - item.points, item.max_points
         told_apart = lost > 0 or (item.max_points == 0 and graded.total < graded.max_points)
@@ -148,6 +173,11 @@ def run(rubric: Rubric, *, jobs: int = 1, mutants: list[Mutant] | None = None,
     """Grade the reference and every mutant against every target of matching causality."""
     reference, outcome, problems = grade_reference(rubric)
     result = SelfTest(reference, outcome, problems)
+    with tempfile.TemporaryDirectory(prefix="attention-variant-") as scratch:
+        variant = variants.renamed(rubric.reference, Path(scratch) / "renamed")
+        if variant is not None:
+            graded, _, short = grade_reference(rubric, variant.path)
+            result.variants.append(VariantRow(variant.describe(), graded, short))
     pairs = [(target, mutant) for mutant in (mutants if mutants is not None
                                              else bundled_mutants())
              for target in rubric.targets if mutant.causal == target.causal]
@@ -184,9 +214,19 @@ def render(result: SelfTest) -> str:
             lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
     caught = sum(row.verdict == "caught" for row in result.rows)
     covered = sum(row.item is not None for row in result.rows)
+    elsewhere = sum(row.verdict == "caught elsewhere" for row in result.rows)
     lines.append("")
     lines.append(f"{caught} of {covered} mutants whose bug the rubric grades lose those points; "
-                 f"{len(result.rows) - covered} mutant(s) not covered by the rubric")
+                 f"{len(result.rows) - covered} mutant(s) whose bug it does not grade, "
+                 f"{elsewhere} of them losing points on other items")
+    for variant in result.variants:
+        lines.append(f"{variant.description}: {variant.score.total:g} / "
+                     f"{variant.score.max_points:g}" + ("" if variant.problems else
+                                                        " (full marks)"))
+        if variant.problems:
+            lines.append("  WARNING: a correct solution written another way loses points (does "
+                         "the rubric depend on names, e.g. declared weights?):")
+            lines += [f"    {problem}" for problem in variant.problems]
     for row in result.indistinguishable:
         lines.append(f"  indistinguishable from a correct solution: {row.mutant.name} "
                      f"({row.mutant.bug}; the rubric grades no {row.mutant.catches} in {row.target})")
