@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from conformance.grading import pipeline, selftest
+from conformance.grading import merge, pipeline, selftest, shards
 from conformance.grading.roster import load as load_roster
 from conformance.grading.rubric import load
 
@@ -96,6 +97,38 @@ def test_only_regrades_the_named_students(graded, tmp_path):
     assert (copy / "grades.csv").read_text() == (out / "grades.csv").read_text()
     with pytest.raises(pipeline.GradingInputError, match="no submission with id 9999"):
         grade(copy, only={"9999"})
+
+
+def test_two_shards_merged_equal_one_run(graded, tmp_path):
+    out, result = graded
+    parts = [tmp_path / "shard1", tmp_path / "shard2"]
+    # Both at once, as on two machines; one submission at a time each (two in all, as in one
+    # run with jobs=2).
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(lambda k: grade(parts[k - 1], shard=shards.Shard(k, 2), jobs=1),
+                             (1, 2)))
+    assert all(shard.graded and not shard.reused for shard in done)
+    rows = [(part / "grades.csv").read_text().splitlines() for part in parts]
+    # Each shard holds a part of the class (header and points row aside), no row twice.
+    assert rows[0][:2] == rows[1][:2] == (out / "grades.csv").read_text().splitlines()[:2]
+    ids = [{row.split(",")[0] for row in part[2:]} for part in rows]
+    assert ids[0] and ids[1] and not ids[0] & ids[1]
+    assert sorted(rows[0][2:] + rows[1][2:]) \
+        == sorted((out / "grades.csv").read_text().splitlines()[2:])
+    merged = tmp_path / "merged"
+    combined = merge.merge(parts, load(EXAMPLE / "rubric.toml"), merged,
+                           roster=load_roster(EXAMPLE / "roster.csv"), as_of=AS_OF)
+    assert combined.submissions == 14 and len(combined.students) == len(result.students) == 15
+    assert (merged / "grades.csv").read_bytes() == (out / "grades.csv").read_bytes()
+    assert (merged / "classroom.csv").read_bytes() == (out / "classroom.csv").read_bytes()
+    # The class report is the whole class's, recomputed.
+    assert (merged / "class_report.md").read_text() == (out / "class_report.md").read_text()
+    for name in ("class_report.html", "class_report.png", "run.json"):
+        assert (merged / name).is_file(), name
+    # The merged folder resumes like one run's: nothing to regrade.
+    again = grade(merged)
+    assert again.graded == [] and len(again.reused) == 14
+    assert (merged / "grades.csv").read_bytes() == (out / "grades.csv").read_bytes()
 
 
 def test_the_reference_solution_gets_full_marks():

@@ -4,13 +4,17 @@
 
     attention-conformance grade SUBMISSIONS --rubric RUBRIC.toml [--out DIR] [--jobs N]
                                 [--roster CSV] [--only ID,...] [--run-all-cells] [--as-of WHEN]
+                                [--shard K/N]
+    attention-conformance grade --merge OUT1 OUT2 ... --rubric RUBRIC.toml --out DIR
+                                [--roster CSV] [--as-of WHEN]
     attention-conformance grade --self-test --rubric RUBRIC.toml [--jobs N]
     attention-conformance grade --gradescope --rubric RUBRIC.toml [SUBMISSION] [--results PATH]
 
 Exit status: 0 when grading finished (whatever the grades) or the self-test passed; 1 when the
 self-test failed; 2 for bad input (a rubric that doesn't parse or names an unknown check, a
-missing or empty folder, an unknown --only id), said in one line. Student code is only run
-through the sandboxed worker; without it, grading students stops with one line (exit 2).
+missing or empty folder, an unknown --only id, shard outputs that don't make one class), said in
+one line. Student code is only run through the sandboxed worker; without it, grading students
+stops with one line (exit 2).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from conformance.grading import class_report, gradescope, pipeline, selftest
+from conformance.grading import class_report, gradescope, merge, pipeline, selftest, shards
 from conformance.grading.progress import Progress
 from conformance.grading.roster import Roster, RosterError
 from conformance.grading.roster import load as load_roster
@@ -70,6 +74,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     grade.add_argument("--results", type=Path, default=gradescope.RESULTS, metavar="PATH",
                        help=f"(--gradescope) where results.json goes (default: "
                             f"{gradescope.RESULTS})")
+    grade.add_argument("--shard", metavar="K/N",
+                       help="grade only shard K of N (1 <= K <= N): the students whose id "
+                            "hashes there; combine the N outputs with --merge")
+    grade.add_argument("--merge", nargs="+", type=Path, metavar="OUT",
+                       help="instead of grading, combine these --shard outputs into --out, "
+                            "as one run over the whole class writes it")
     return grade
 
 
@@ -97,12 +107,18 @@ def run(args: argparse.Namespace) -> int:
     """Run ``grade`` with parsed arguments; the exit status."""
     try:
         rubric = load_rubric(args.rubric)
+        if args.shard and (args.self_test or args.gradescope or args.merge):
+            raise _Usage("--shard grades part of a class: not with --self-test, --gradescope "
+                         "or --merge")
+        if args.merge:
+            return _merge(rubric, args)
         if args.self_test:
             return _self_test(rubric, args)
         if args.gradescope:
             return _gradescope(rubric, args)
         return _grade(rubric, args)
-    except (_Usage, RubricError, RosterError, pipeline.GradingInputError) as error:
+    except (_Usage, RubricError, RosterError, pipeline.GradingInputError, shards.ShardError,
+            merge.MergeError) as error:
         return _error(str(error))
 
 
@@ -127,18 +143,20 @@ def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
     roster: Roster | None = load_roster(args.roster) if args.roster else None
     only = {part.strip() for part in args.only.split(",") if part.strip()} if args.only else None
     as_of = _as_of(args.as_of)
+    shard = shards.parse(args.shard) if args.shard else None
     pipeline.find_submissions(args.submissions, rubric, args.out)  # bad input before any work
     progress = Progress(0)
     reference = _check_reference(rubric, progress)
     result = pipeline.grade_class(args.submissions, rubric, args.out, jobs=_jobs(args.jobs),
                                   only=only, roster=roster, run_all_cells=args.run_all_cells,
-                                  progress=progress, as_of=as_of)
+                                  progress=progress, as_of=as_of, shard=shard)
     statuses: dict[str, int] = {}
     for student in result.students:
         statuses[student.status.value] = statuses.get(student.status.value, 0) + 1
     if reference:
         print(reference)
-    print(f"graded {len(result.graded)}, reused {len(result.reused)} from an earlier run"
+    print((f"shard {shard}: " if shard else "")
+          + f"graded {len(result.graded)}, reused {len(result.reused)} from an earlier run"
           + (f", left out {len(result.left_out)} (not in --only, never graded)"
              if result.left_out else "") + f"; {len(result.students)} row(s) in "
           f"{args.out / 'grades.csv'}")
@@ -147,6 +165,19 @@ def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
     if printed:
         print(f"printed output (for you only, never in feedback): {len(printed)} submission(s), "
               f"in {args.out / 'printed'}/ID.txt")
+    print(f"class report: {args.out / 'class_report.html'}; feedback: "
+          f"{args.out / 'students'}/ID/feedback.html")
+    return EXIT_OK
+
+
+def _merge(rubric: Rubric, args: argparse.Namespace) -> int:
+    if args.submissions is not None or args.only:
+        raise _Usage("--merge combines shard outputs: give no SUBMISSIONS and no --only")
+    roster: Roster | None = load_roster(args.roster) if args.roster else None
+    merged = merge.merge(args.merge, rubric, args.out, roster=roster, as_of=_as_of(args.as_of))
+    count = merged.outputs[0].shard.count
+    print(f"merged {count} shard(s) from {len(args.merge)} folder(s): {merged.submissions} "
+          f"submission(s), {len(merged.students)} row(s) in {args.out / 'grades.csv'}")
     print(f"class report: {args.out / 'class_report.html'}; feedback: "
           f"{args.out / 'students'}/ID/feedback.html")
     return EXIT_OK

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from conformance.grading import class_report, feedback, outputs
+from conformance.grading import class_report, feedback, outputs, shards
 from conformance.grading.archives import ArchiveError, extract_zip
 from conformance.grading.discovery import Submission, discover
 from conformance.grading.execution import run_submission
@@ -108,11 +108,13 @@ def _run_one(staged: Staged, rubric: Rubric) -> SubmissionOutcome:
 def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
                 only: set[str] | None = None, roster: Roster | None = None,
                 run_all_cells: bool = False, progress: Progress | None = None,
-                as_of: datetime | None = None) -> ClassResult:
+                as_of: datetime | None = None, shard: shards.Shard | None = None) -> ClassResult:
     """Grade every submission in ``folder`` into ``out`` and write the outputs.
 
     Submissions already graded (same files, same execution-relevant rubric, same versions)
-    are reused; ``only`` regrades just those ids (forcing them) and reuses the rest.
+    are reused; ``only`` regrades just those ids (forcing them) and reuses the rest. With
+    ``shard``, only that part of the class is staged, graded and written
+    (:mod:`conformance.grading.shards`), and ``run.json`` says which part it is.
     """
     out.mkdir(parents=True, exist_ok=True)
     submissions = find_submissions(folder, rubric, out)
@@ -122,6 +124,9 @@ def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
         if unknown:
             raise GradingInputError(f"--only: no submission with id {', '.join(unknown)} "
                                     f"(found: {', '.join(sorted(ids))})")
+    everyone = submissions
+    if shard is not None:
+        submissions = shards.part(submissions, shard)
     store = Store(out / "results")
     key = rubric.execution_key()
     staged: dict[str, Staged] = {}
@@ -165,9 +170,13 @@ def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
         pool.shutdown(wait=True, cancel_futures=True)
         progress.close()
 
+    listed = roster if shard is None else shards.roster_part(roster, everyone, shard)
     result.students = assemble(rubric, [s for s in submissions if s.id in records], records,
-                               roster)
+                               listed)
     write_outputs(out, rubric, result.students, roster=roster, as_of=as_of)
+    if shard is not None:
+        shards.stamp(out / "run.json", shard, everyone,
+                     {i: r.submission_hash for i, r in records.items()}, result.left_out)
     result.graded.sort()
     return result
 

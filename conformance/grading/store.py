@@ -34,7 +34,7 @@ def versions() -> dict[str, str]:
             "hypothesis": hypothesis.__version__, "python": platform.python_version()}
 
 
-_KEYED_VERSIONS = ("attention-conformance", "torch", "hypothesis")
+KEYED_VERSIONS = ("attention-conformance", "torch", "hypothesis")
 
 
 @dataclass
@@ -97,7 +97,7 @@ class Store:
                 or record.execution_key != execution_key:
             return None
         now = versions()
-        if any(record.versions.get(k) != now[k] for k in _KEYED_VERSIONS):
+        if any(record.versions.get(k) != now[k] for k in KEYED_VERSIONS):
             return None
         return record
 
