@@ -2,11 +2,13 @@
 
     python benchmarks/grading_throughput.py [--students 100] [--jobs 2]
 
-Builds a class of ``--students`` submissions by copying the example assignment's Canvas-style
-files (``examples/attention-assignment/submissions/*_*_*_*.py``) under fresh student ids, grades
-it with the example rubric into a scratch folder, and prints the rate, beside the cost of one
-worker's start-up and of one request, measured in the same run (the floor under the rate is
-the checks themselves: see README, "Speed").
+Builds a class of ``--students`` ordinary submissions by copying the example assignment's
+Canvas-style files (``examples/attention-assignment/submissions/*_*_*_*.py``: correct ones and
+buggy ones; not the hostile one, whose forward never returns and which would only measure the
+rubric's time limit) under fresh student ids, grades it with the example rubric into a scratch
+folder, and prints the rate, beside the cost of one worker's start-up and of one request,
+measured in the same run (the floor under the rate is the checks themselves: see README,
+"Speed").
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "attention-assignment"
 CANVAS = re.compile(r"^(?P<name>[a-z]+)_(?:LATE_)?(?P<user>\d+)_(?P<sub>\d+)_(?P<file>.+\.py)$")
+HOSTILE = {"mallorymal"}
+"""The example's hostile submission (examples/attention-assignment/README.md): left out."""
 
 
 def build_class(folder: Path, students: int) -> None:
     """``students`` Canvas files, cycling through the example's, each under a new id."""
     sources = sorted(p for p in (EXAMPLE / "submissions").iterdir()
-                     if p.is_file() and CANVAS.match(p.name))
+                     if p.is_file() and CANVAS.match(p.name)
+                     and CANVAS.match(p.name)["name"] not in HOSTILE)
     for index in range(students):
         source = sources[index % len(sources)]
         parts = CANVAS.match(source.name)
