@@ -13,73 +13,80 @@ Declare an implementation, then run the catalogue on it::
         print(result.check, result.status.value, result.reason)
 """
 
-from conformance.adapter import ImplementationError, Inputs, Instance, Subject
-from conformance.catalogue import CHECK_NAMES, Runner, check, check_many
-from conformance.inference import Declarations, Inferred, infer, infer_function
-from conformance.registry import ResolveError, implementation, register, registered, resolve
-from conformance.results import CheckResult, Status
-from conformance.spec import (
-    AlibiBias,
-    CacheStyle,
-    Capabilities,
-    Config,
-    Implementation,
-    MaskConvention,
-    MaskKind,
-    MaskLayout,
-    PackedForm,
-    PositionEncoding,
-    PositionForm,
-    Rotary,
-)
-from conformance.weights import (
-    FusedProjection,
-    HeadWeights,
-    PackedInProjection,
-    PerHeadModules,
-    SeparateProjections,
-    WeightLayout,
-)
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING
+
+from conformance._version import __version__
+
+# The public names and the module each lives in. They are imported on first use (PEP 562), so
+# `import conformance` (and the pytest plugin, which pytest loads in every run of an environment
+# the suite is installed in) costs nothing until something is used.
+_EXPORTS = {
+    "conformance.adapter": ("ImplementationError", "Inputs", "Instance", "Subject"),
+    "conformance.catalogue": ("CHECK_NAMES", "Runner", "check", "check_many"),
+    "conformance.inference": ("Declarations", "Inferred", "infer", "infer_function"),
+    "conformance.registry": ("ResolveError", "implementation", "register", "registered",
+                             "resolve"),
+    "conformance.results": ("CheckResult", "Status"),
+    "conformance.spec": ("AlibiBias", "CacheStyle", "Capabilities", "Config", "Implementation",
+                         "MaskConvention", "MaskKind", "MaskLayout", "PackedForm",
+                         "PositionEncoding", "PositionForm", "Rotary"),
+    "conformance.weights": ("FusedProjection", "HeadWeights", "PackedInProjection",
+                            "PerHeadModules", "SeparateProjections", "WeightLayout"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [
-    "CHECK_NAMES",
-    "AlibiBias",
-    "CacheStyle",
-    "Capabilities",
-    "CheckResult",
-    "Config",
-    "Declarations",
-    "FusedProjection",
-    "HeadWeights",
-    "Implementation",
-    "ImplementationError",
-    "Inferred",
-    "Inputs",
-    "Instance",
-    "MaskConvention",
-    "MaskKind",
-    "MaskLayout",
-    "PackedForm",
-    "PackedInProjection",
-    "PerHeadModules",
-    "PositionEncoding",
-    "PositionForm",
-    "ResolveError",
-    "Rotary",
-    "Runner",
-    "SeparateProjections",
-    "Status",
-    "Subject",
-    "WeightLayout",
-    "__version__",
-    "check",
-    "check_many",
-    "implementation",
-    "infer",
-    "infer_function",
-    "register",
-    "registered",
+    "CHECK_NAMES", "AlibiBias", "CacheStyle", "Capabilities", "CheckResult", "Config",
+    "Declarations", "FusedProjection", "HeadWeights", "Implementation", "ImplementationError",
+    "Inferred", "Inputs", "Instance", "MaskConvention", "MaskKind", "MaskLayout", "PackedForm",
+    "PackedInProjection", "PerHeadModules", "PositionEncoding", "PositionForm", "ResolveError",
+    "Rotary", "Runner", "SeparateProjections", "Status", "Subject", "WeightLayout", "__version__",
+    "check", "check_many", "implementation", "infer", "infer_function", "register", "registered",
     "resolve",
 ]
+
+
+def __getattr__(name: str) -> object:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'conformance' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups don't come back here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:
+    from conformance.adapter import ImplementationError, Inputs, Instance, Subject
+    from conformance.catalogue import CHECK_NAMES, Runner, check, check_many
+    from conformance.inference import Declarations, Inferred, infer, infer_function
+    from conformance.registry import ResolveError, implementation, register, registered, resolve
+    from conformance.results import CheckResult, Status
+    from conformance.spec import (
+        AlibiBias,
+        CacheStyle,
+        Capabilities,
+        Config,
+        Implementation,
+        MaskConvention,
+        MaskKind,
+        MaskLayout,
+        PackedForm,
+        PositionEncoding,
+        PositionForm,
+        Rotary,
+    )
+    from conformance.weights import (
+        FusedProjection,
+        HeadWeights,
+        PackedInProjection,
+        PerHeadModules,
+        SeparateProjections,
+        WeightLayout,
+    )

@@ -23,7 +23,7 @@ def _row_label(result: CheckResult, devices: Sequence[str]) -> str:
 
 
 def header(profile: str, devices: Sequence[str], unavailable: Sequence[str]) -> str:
-    from conformance import __version__
+    from conformance._version import __version__
 
     missing = "".join(f"; {d}: not available, skipped" for d in unavailable)
     return (f"attention-conformance {__version__} · torch {torch.__version__} · "
@@ -127,7 +127,7 @@ def render_json(results: Sequence[CheckResult], *,
                 interfaces: Mapping[str, tuple[str, Sequence[str]]], profile: str,
                 devices: Sequence[str], unavailable: Sequence[str], seconds: float) -> dict:
     """The run as JSON; ``interfaces``: ``{implementation: (what it declares, inferred)}``."""
-    from conformance import __version__
+    from conformance._version import __version__
 
     counts = {status.value: sum(r.status is status for r in results) for status in Status}
     return {

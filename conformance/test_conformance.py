@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from conformance.catalogue import CATALOGUE, CHECK_NAMES, GATE
 from conformance.catalogue import Runner as _Runner
-from conformance.pytest_plugin import enforce as _enforce
+from conformance.pytest_catalogue import enforce as _enforce
 
 _TITLES = {GATE.name: GATE.title, **{check.name: check.title for check in CATALOGUE}}
 

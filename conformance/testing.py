@@ -24,7 +24,7 @@ from conformance.catalogue import CHECK_NAMES, Runner
 from conformance.expectations import apply
 from conformance.inference import DeclarationError, InferenceError, infer
 from conformance.inference.declarations import from_mapping, from_pyproject, merged
-from conformance.pytest_plugin import enforce
+from conformance.pytest_catalogue import enforce
 from conformance.spec import Implementation
 
 

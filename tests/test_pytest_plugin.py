@@ -59,3 +59,27 @@ def test_profiles_hold_under_ci_and_foreign_hypothesis_profiles():
     done = pytest_run("--attention-impl", "seed000-MultiHeadAttention", "-k", "gate",
                       "--hypothesis-profile", "attention-conformance-thorough")
     assert "profile thorough" in done.stdout
+
+
+def test_the_plugin_costs_nothing_until_used(tmp_path):
+    """An unrelated test run in an environment where the suite is installed imports neither
+    torch, nor hypothesis' engine, nor the suite (the plugin's hooks load only for a run about
+    the catalogue): its overhead is the plugin module itself (benchmarks/plugin_overhead.py)."""
+    (tmp_path / "test_unrelated.py").write_text("def test_sum():\n    assert 1 + 1 == 2\n")
+    (tmp_path / "conftest.py").write_text(
+        "import sys\n\n\n"
+        "def pytest_sessionfinish(session):\n"
+        "    loaded = sorted(m for m in sys.modules if m == 'torch' or m.startswith('conformance'))\n"
+        "    print('LOADED', loaded, 'hypothesis.core' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider",
+                           str(tmp_path)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # The plugin was loaded (pytest11), and nothing else of the suite, nor torch.
+    assert "LOADED ['conformance', 'conformance._version', 'conformance.pytest_plugin'] False" \
+        in done.stdout
+
+
+def test_the_plugins_profile_names_are_the_suites():
+    from conformance import profiles, pytest_plugin
+
+    assert pytest_plugin.PROFILE_NAMES == profiles.PROFILE_NAMES

@@ -28,7 +28,7 @@ def versions() -> dict[str, str]:
     import hypothesis
     import torch
 
-    from conformance import __version__
+    from conformance._version import __version__
 
     return {"attention-conformance": __version__, "torch": torch.__version__,
             "hypothesis": hypothesis.__version__, "python": platform.python_version()}

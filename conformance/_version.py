@@ -1,0 +1,3 @@
+"""The suite's version, importable without importing anything else (``--version``, reports)."""
+
+__version__ = "0.1.0"
