@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from conformance import expectations
+from conformance._version import __version__
 from conformance.adapter import InProcessSubject
 from conformance.benchmark.decode import DEFAULT_CONTEXTS, decode_bench, decode_table
 from conformance.benchmark.ladder import DEFAULT_LENGTHS, bench
@@ -36,7 +37,7 @@ from conformance.grading import cli as grading_cli
 from conformance.inference.declarations import DeclarationError, Declarations, parse_init
 from conformance.profiles import PROFILE_NAMES
 from conformance.progress import ProgressLine
-from conformance.registry import ResolveError, is_located, registered, resolve
+from conformance.registry import ResolveError, check_form, is_located, registered, resolve
 from conformance.report import render_json, render_text
 from conformance.spec import Implementation
 from conformance.strategies import available_devices
@@ -53,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attention-conformance",
         description="Property-based conformance checks for attention layers.")
+    parser.add_argument("--version", action="version",
+                        version=f"attention-conformance {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     check = commands.add_parser("check", help="run the catalogue and print the verdicts")
@@ -61,7 +64,9 @@ def _parser() -> argparse.ArgumentParser:
                             "(default: every registered implementation)")
     check.add_argument("--profile", choices=PROFILE_NAMES, default="quick",
                        help="hypothesis settings: quick (default, reproducible) or thorough")
-    check.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    check.add_argument("--json", type=Path, metavar="PATH",
+                       help="also write the results as JSON ('-': to stdout, the report then "
+                            "going to stderr)")
     check.add_argument("--device", action="append", dest="devices", metavar="DEVICE",
                        help="cpu, cuda or mps (repeatable; default: every available one)")
     check.add_argument("--check", action="append", dest="checks", choices=CHECK_NAMES,
@@ -236,6 +241,11 @@ def _check(args: argparse.Namespace) -> int:
     failures, warnings = _expected(args.expected_failures)
     targets: list[Target] = []
     for spec in args.impls or [None]:
+        if spec is not None and is_located(spec):
+            try:
+                check_form(spec)
+            except ResolveError as error:
+                raise UsageError(str(error)) from error
         if spec is not None and isolate and is_located(spec):
             targets.append((spec, Isolated(failures, warnings, args.call_timeout)))
         else:
@@ -253,14 +263,20 @@ def _check(args: argparse.Namespace) -> int:
         progress.close()
     seconds = time.perf_counter() - start
     shown_devices = [d for d in devices if d in available_devices()] or devices
+    json_to_stdout = args.json is not None and str(args.json) == "-"
     print(render_text(results, checks=checks, profile=args.profile, devices=shown_devices,
                       unavailable=_unavailable(devices), seconds=seconds,
-                      notes={name: notes for name, (_, notes) in interfaces.items()}))
+                      notes={name: notes for name, (_, notes) in interfaces.items()}),
+          file=sys.stderr if json_to_stdout else sys.stdout)
     if args.json:
         payload = render_json(results, interfaces=interfaces, profile=args.profile,
                               devices=shown_devices, unavailable=_unavailable(devices),
                               seconds=seconds)
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        text = json.dumps(payload, indent=2) + "\n"
+        if json_to_stdout:
+            sys.stdout.write(text)
+        else:
+            args.json.write_text(text)
     return EXIT_FAILED if any(r.is_failure for r in results) else EXIT_OK
 
 

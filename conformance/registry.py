@@ -6,6 +6,7 @@ An IMPL string is a registered name (``seed002-MultiHeadAttention``), ``package.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import sys
@@ -217,13 +218,42 @@ def resolve(spec: str, declared: Declarations | None = None) -> list[Implementat
     try:
         obj = getattr(container, attribute)
     except AttributeError:
-        raise ResolveError(f"{location} has no attribute {attribute!r}") from None
+        raise ResolveError(f"{location} has no attribute {attribute!r}"
+                           + _candidates(container, attribute)) from None
     return _as_implementations(obj, origin(spec), declared)
+
+
+def _candidates(container: object, missing: str) -> str:
+    """``; it defines ...`` (its nn.Module classes and functions, the closest first), for a
+    name that is not there."""
+    module_name = getattr(container, "__name__", None)
+    defined = [name for name, value in vars(container).items()
+               if not name.startswith("_") and (isinstance(value, Implementation) or (
+                   getattr(value, "__module__", None) == module_name
+                   and ((isinstance(value, type) and issubclass(value, torch.nn.Module))
+                        or (callable(value) and not isinstance(value, type)))))]
+    if not defined:
+        return ""
+    close = difflib.get_close_matches(missing, defined, n=1, cutoff=0.6)
+    ordered = close + [name for name in defined if name not in close]
+    return (f"; did you mean {close[0]!r}?" if close else "") + \
+        f" (it defines {', '.join(ordered[:12])}{', ...' if len(ordered) > 12 else ''})"
+
+
+def check_form(spec: str) -> None:
+    """ResolveError when a located IMPL string names a file with ``:`` (a module's separator)
+    instead of ``::``: one line saying how to write it."""
+    location, attribute = _split(spec)
+    if "::" not in spec and (location.endswith(".py") or "/" in location or "\\" in location):
+        raise ResolveError(f"{location} is a file: name what is in it with '::' "
+                           f"({location}::{attribute or 'NAME'}); ':' follows a module "
+                           "(package.module:NAME)")
 
 
 def load_code(spec: str) -> object:
     """Import the file or module a located IMPL string names (once per process: later calls
     return the same module), running its top level. Raises ResolveError with a one-line reason."""
+    check_form(spec)
     location, _ = _split(spec)
     return _load_file(location) if "::" in spec else _load_module(location)
 

@@ -1,8 +1,14 @@
-"""Render verdicts: the implementation x check matrix, failure blocks, a summary; or JSON."""
+"""Render verdicts: the implementation x check matrix, failure blocks, a summary; or JSON.
+
+The text fits :data:`WIDTH` columns: long lines wrap (indented under their first line, words
+kept whole, so a ``Case(...)`` still pastes as Python) and the matrix is cut into as many blocks
+of checks as it takes.
+"""
 
 from __future__ import annotations
 
 import platform
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -18,6 +24,18 @@ LABELS = {
 }
 
 
+WIDTH = 100
+"""Columns the text report fits in (a terminal, a CI log, an issue comment)."""
+
+
+def wrap(text: str, indent: int = 0, hanging: int = 2) -> str:
+    """``text`` in lines of at most WIDTH columns (a word longer than that stays whole),
+    ``indent`` spaces before the first and ``indent + hanging`` before the rest."""
+    return textwrap.fill(text, WIDTH, initial_indent=" " * indent,
+                         subsequent_indent=" " * (indent + hanging), break_long_words=False,
+                         break_on_hyphens=False)
+
+
 def _row_label(result: CheckResult, devices: Sequence[str]) -> str:
     return result.implementation if len(devices) == 1 else f"{result.implementation} [{result.device}]"
 
@@ -27,8 +45,8 @@ def header(profile: str, devices: Sequence[str], unavailable: Sequence[str]) -> 
 
     missing = "".join(f"; {d}: not available, skipped" for d in unavailable)
     return (f"attention-conformance {__version__} · torch {torch.__version__} · "
-            f"python {platform.python_version()} · profile {profile} · devices: "
-            f"{', '.join(devices)}{missing}")
+            f"python {platform.python_version()}\n"
+            + wrap(f"profile {profile} · devices: {', '.join(devices)}{missing}"))
 
 
 def matrix(results: Sequence[CheckResult], checks: Sequence[str], devices: Sequence[str]) -> str:
@@ -36,17 +54,27 @@ def matrix(results: Sequence[CheckResult], checks: Sequence[str], devices: Seque
     for result in results:
         rows.setdefault(_row_label(result, devices), {})[result.check] = result
     name_width = max([len("implementation"), *map(len, rows)]) + 2
-    widths = [max(len(c), 5) + 2 for c in checks]
+    widths = {c: max(len(c), 5) + 2 for c in checks}
+    # As many checks to a block as fit beside the names (at least one).
+    blocks: list[list[str]] = [[]]
+    for check in checks:
+        used = name_width + sum(widths[c] for c in blocks[-1])
+        if blocks[-1] and used + widths[check] > WIDTH + 2:  # the last cell's padding is cut
+            blocks.append([])
+        blocks[-1].append(check)
 
-    def line(label: str, cells: Sequence[str]) -> str:
-        return label.ljust(name_width) + "".join(
-            cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
+    def line(label: str, cells: Sequence[str], block: Sequence[str]) -> str:
+        return (label.ljust(name_width) + "".join(
+            cell.ljust(widths[check]) for cell, check in zip(cells, block, strict=True))).rstrip()
 
-    lines = [line("implementation", checks)]
-    for label, by_check in rows.items():
-        lines.append(line(label, [LABELS[by_check[c].status] if c in by_check else "-"
-                                  for c in checks]))
-    return "\n".join(line.rstrip() for line in lines)
+    lines: list[str] = []
+    for block in blocks:
+        lines += [""] if lines else []
+        lines.append(line("implementation", block, block))
+        for label, by_check in rows.items():
+            lines.append(line(label, [LABELS[by_check[c].status] if c in by_check else "-"
+                                      for c in block], block))
+    return "\n".join(lines)
 
 
 def _skips(results: Sequence[CheckResult], devices: Sequence[str]) -> list[str]:
@@ -55,11 +83,11 @@ def _skips(results: Sequence[CheckResult], devices: Sequence[str]) -> list[str]:
         if result.status is Status.SKIPPED:
             by_row.setdefault(_row_label(result, devices), []).append(
                 f"{result.check} ({result.reason})")
-    return [f"  {row}: " + "; ".join(items) for row, items in by_row.items()]
+    return [wrap(f"{row}: " + "; ".join(items), 2, 4) for row, items in by_row.items()]
 
 
 def _observations(results: Sequence[CheckResult], devices: Sequence[str]) -> list[str]:
-    return [f"  {_row_label(r, devices)} · {r.check}: {note}"
+    return [wrap(f"{_row_label(r, devices)} · {r.check}: {note}", 2, 4)
             for r in results for note in r.observations]
 
 
@@ -67,12 +95,12 @@ def failure_block(result: CheckResult) -> str:
     """A failure, expected failure or warning with its evidence."""
     label = {Status.FAILED: "FAIL ", Status.WARNED: "WARN "}.get(result.status, "XFAIL")
     lines = [f"{label} {result.implementation} · {result.check} [{result.device}]",
-             f"  {result.reason}"]
+             wrap(result.reason, 2)]
     if result.hint:
-        lines.append(f"  likely bug: {result.hint}")
+        lines.append(wrap(f"likely bug: {result.hint}", 2))
     if result.counterexample:
-        lines.append(f"  falsifying example (hypothesis-shrunk): {result.counterexample}")
-    lines.extend(f"  {detail}" for detail in result.details)
+        lines.append(wrap(f"falsifying example (hypothesis-shrunk): {result.counterexample}", 2))
+    lines.extend(wrap(detail, 2) for detail in result.details)
     return "\n".join(lines)
 
 
@@ -89,7 +117,7 @@ def summary(results: Sequence[CheckResult], seconds: float) -> str:
         verdict += (f" ({counts[Status.WARNED]} warning(s): findings beyond the contract's "
                     "normal range, in assumed dtypes or about an intent inference can't know; "
                     "--strict fails on them)")
-    return f"{text}\n{verdict}"
+    return f"{wrap(text)}\n{wrap(verdict)}"
 
 
 def inferred(notes: Mapping[str, Sequence[str]]) -> list[str]:
@@ -97,7 +125,8 @@ def inferred(notes: Mapping[str, Sequence[str]]) -> list[str]:
     lines = []
     for name, said in notes.items():
         if said:
-            lines.append(f"  {name}: " + "; ".join(said))
+            lines.append(f"  {name}:")
+            lines += [wrap(f"- {note}", 4, 2) for note in said]
     return ["Interface (inferred; items marked declared were given):", *lines] if lines else []
 
 

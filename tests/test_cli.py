@@ -26,13 +26,21 @@ def test_matrix_failure_block_and_summary(capsys):
     code, out, _ = run(capsys, "check", "seed004-MultiHeadAttention", "mutant-mask-after-softmax")
     assert code == 0  # every failure is an expected one
     lines = out.splitlines()
-    assert lines[2].split() == ["implementation", *CHECK_NAMES]
-    row = lines[3].split()
-    assert row[0] == "seed004-MultiHeadAttention"
-    verdicts = dict(zip(CHECK_NAMES, row[1:], strict=True))
+    assert all(len(line) <= 100 for line in lines)
+    # The matrix, cut into blocks of checks that fit 100 columns.
+    headers = [i for i, line in enumerate(lines) if line.startswith("implementation ")]
+    assert len(headers) > 1
+    shown, verdicts = [], {}
+    for at in headers:
+        block = lines[at].split()[1:]
+        row = lines[at + 1].split()
+        assert row[0] == "seed004-MultiHeadAttention"
+        shown += block
+        verdicts.update(zip(block, row[1:], strict=True))
+    assert shown == list(CHECK_NAMES)
     assert verdicts["gate"] == "PASS" and verdicts["contract"] == "XFAIL"
     assert verdicts["causal"] == "SKIP" and verdicts["padding"] == "PASS"
-    assert "cuda: not available, skipped" in lines[0]
+    assert "cuda: not available, skipped" in lines[1]
     assert "XFAIL mutant-mask-after-softmax · padding [cpu]" in out
     assert "falsifying example (hypothesis-shrunk): Case(" in out
     assert "OK: no unexpected failure" in out
@@ -62,6 +70,9 @@ def test_module_attr_form(capsys):
     (f"{FIXTURES / 'missing.py'}::X", "no file"),
     (f"{FIXTURES / 'syntax_error.py'}::X", "syntax error in"),
     (USER + "nope", "has no attribute 'nope'"),
+    (USER + "plian", "has no attribute 'plian'; did you mean 'plain'? (it defines plain, "),
+    (f"{FIXTURES / 'user_impls.py'}:plain",
+     "user_impls.py is a file: name what is in it with '::' ("),
     (USER + "not_checkable", "is a int, not an nn.Module, callable or Implementation"),
     (USER + "not_attention", "a core function takes (q, k, v[, mask][, causal])"),
     (USER + "bad_constructor", "user-bad-constructor: constructing it raised TypeError"),
@@ -71,6 +82,19 @@ def test_bad_input_is_one_line_and_exit_2(capsys, spec, message):
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_version_and_json_on_stdout(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    from conformance import __version__
+    assert capsys.readouterr().out == f"attention-conformance {__version__}\n"
+    code, out, err = run(capsys, "check", USER + "plain", "--check", "gate", "--json", "-")
+    assert code == 0
+    assert json.loads(out)["results"][0]["status"] == "passed"   # stdout is the JSON alone
+    assert "1 implementation(s): 1 passed" in err                 # the report went to stderr
+    assert not Path("-").exists()
 
 
 def test_bad_constructor_says_where(capsys):

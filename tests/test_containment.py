@@ -4,13 +4,14 @@ left behind (the implementations run isolated, in worker processes the checker c
 
 from __future__ import annotations
 
+import ctypes
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from worker_support import descendants, wait_until
 
 from conformance.progress import ProgressLine
 from conformance.results import CheckResult, Status
@@ -21,34 +22,38 @@ LIVENESS = 300
 """Seconds after which a run is taken to hang (every limit here is a few seconds)."""
 
 
-def _workers() -> set[int]:
-    """Process ids of isolated workers (and their supervisors) now alive."""
-    alive = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if b"conformance.worker" in command or b"supervisor.py" in command:
-                alive.add(int(entry))
-    return alive
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _subreaper(on: bool) -> None:
+    """Make this process the one that inherits its descendants' orphans (or stop): what the
+    check run leaves behind then stays below this process, and nothing else on the machine is
+    counted (other test runs may have workers of their own)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    before = _workers()
     report = tmp_path_factory.mktemp("containment") / "report.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "conformance", "check",
-         "loops_at_one_length.py::LoopsAtSeven", "sleeps_in_init.py::SleepsInInit",
-         "segfaults.py::Segfaults", "exits.py::Exits", f"{USER}::plain",
-         "--call-timeout", "2", "--jobs", "2", "--check", "gate", "--check", "padding",
-         "--check", "permutation", "--json", str(report), "--progress"],
-        cwd=HERE, capture_output=True, text=True, timeout=LIVENESS)
+    _subreaper(True)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "conformance", "check",
+             "loops_at_one_length.py::LoopsAtSeven", "sleeps_in_init.py::SleepsInInit",
+             "segfaults.py::Segfaults", "exits.py::Exits", f"{USER}::plain",
+             "--call-timeout", "2", "--jobs", "2", "--check", "gate", "--check", "padding",
+             "--check", "permutation", "--json", str(report), "--progress"],
+            cwd=HERE, capture_output=True, text=True, timeout=LIVENESS)
+        # Whatever the run left behind was re-parented here; the supervisors kill their trees
+        # as they end, so give them a moment.
+        wait_until(lambda: not descendants(), seconds=10)
+        left = descendants()
+    finally:
+        _subreaper(False)
     results = {(r["implementation"], r["check"]): r
                for r in json.loads(report.read_text())["results"]}
-    return done, results, before
+    return done, results, left
 
 
 def test_each_misbehaving_module_fails_with_its_evidence(run):
@@ -73,25 +78,9 @@ def test_the_rest_of_the_run_completes(run):
         assert results[("user-plain", check)]["status"] == "passed"
 
 
-def _orphaned(pid: int) -> bool:
-    """Whether ``pid`` no longer descends from this test run: the run's own workers (those of
-    tests running beside this one under pytest-xdist included) descend from this process or its
-    parent; what the finished check left behind was re-parented outside."""
-    ours = {os.getpid(), os.getppid()}
-    while pid > 1:
-        if pid in ours:
-            return False
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return False  # gone meanwhile: not left behind
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
-    return True
-
-
 def test_no_process_is_left_behind(run):
-    _, _, before = run
-    assert {pid for pid in _workers() - before if _orphaned(pid)} == set()
+    _, _, left = run
+    assert left == []
 
 
 def test_the_progress_line_and_a_final_line_per_implementation(run):
