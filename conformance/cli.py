@@ -20,9 +20,10 @@ import torch
 from conformance import expectations
 from conformance._version import __version__
 from conformance.adapter import InProcessSubject
+from conformance.benchmark import noise
 from conformance.benchmark.decode import DEFAULT_CONTEXTS, decode_bench, decode_table
 from conformance.benchmark.ladder import DEFAULT_LENGTHS, bench
-from conformance.benchmark.render import plot, table, to_json
+from conformance.benchmark.render import plot, plot_available, table, to_json
 from conformance.cases import DTYPES
 from conformance.catalogue import (
     CHECK_NAMES,
@@ -38,7 +39,7 @@ from conformance.inference.declarations import DeclarationError, Declarations, p
 from conformance.profiles import PROFILE_NAMES
 from conformance.progress import ProgressLine
 from conformance.registry import ResolveError, check_form, is_located, registered, resolve
-from conformance.report import render_json, render_text
+from conformance.report import render_json, render_text, wrap
 from conformance.spec import Implementation
 from conformance.strategies import available_devices
 from conformance.worker.local import CALL_SECONDS
@@ -190,6 +191,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="--decode: comma-separated tokens cached before the step "
                             "(default: %(default)s)")
     bench.add_argument("--rounds", type=int, default=7, help="timed calls each (default 7)")
+    bench.add_argument("--threads", type=int, default=1, metavar="N",
+                       help="torch threads for the timed calls (default 1: figures that don't "
+                            "depend on what else the machine runs)")
     bench.add_argument("--json", type=Path, metavar="PATH", help="also write the points as JSON")
     bench.add_argument("--plot", type=Path, metavar="FILE.png",
                        help="draw time and memory against length, log-log")
@@ -314,22 +318,41 @@ def _bench(args: argparse.Namespace) -> int:
         raise UsageError(f"--lengths {args.lengths!r}: give comma-separated integers") from error
     if args.device not in available_devices():
         raise UsageError(f"--device {args.device}: not available on this machine")
+    if args.plot and not plot_available():  # before the run, not after it
+        raise UsageError("--plot needs matplotlib: pip install 'attention-conformance[plot]' "
+                         "(in a source checkout: pip install -e '.[plot]')")
+    if args.threads < 1:
+        raise UsageError(f"--threads {args.threads}: give at least 1")
     mode = "forward + backward" if args.backward else "forward (eval, no_grad)"
-    heading = (f"attention-conformance bench · {mode} · {args.dtype} · {args.device} · batch "
-               f"{args.batch}, {args.heads} heads x {args.head_dim} · median of {args.rounds} "
-               "calls, interleaved with SDPA · torch " + torch.__version__)
-    points = bench(implementations, SDPA, lengths=lengths, batch=args.batch, heads=args.heads,
-                   head_dim=args.head_dim, dtype=DTYPES[args.dtype], device=args.device,
-                   backward=args.backward, budget=args.budget, rounds=args.rounds)
+    heading = wrap(f"attention-conformance bench · {mode} · {args.dtype} · {args.device} · batch "
+                   f"{args.batch}, {args.heads} heads x {args.head_dim} · {args.threads} torch "
+                   f"thread(s) · median of {args.rounds} calls, interleaved with SDPA · torch "
+                   + torch.__version__)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    loads = [noise.load_average()]
+    try:
+        points = bench(implementations, SDPA, lengths=lengths, batch=args.batch,
+                       heads=args.heads, head_dim=args.head_dim, dtype=DTYPES[args.dtype],
+                       device=args.device, backward=args.backward, budget=args.budget,
+                       rounds=args.rounds)
+    finally:
+        torch.set_num_threads(previous_threads)
+    loads.append(noise.load_average())
     print(table(points, heading))
+    doubts = noise.warnings(points, load=max((x for x in loads if x is not None), default=None),
+                            cores=os.cpu_count() or 1, threads=args.threads)
+    if doubts:
+        print("\n" + wrap("warning: these figures may be noise: " + "; ".join(doubts) + ". "
+                          "Compare ratios measured in one run, rerun on an idle machine or with "
+                          "more --rounds."), file=sys.stderr)
     if args.json:
         settings = {k: str(v) for k, v in vars(args).items() if k not in ("json", "plot")}
-        args.json.write_text(json.dumps(to_json(points, settings), indent=2) + "\n")
+        payload = to_json(points, settings)
+        payload["noise"] = doubts
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
     if args.plot:
-        try:
-            plot(points, str(args.plot), heading)
-        except ImportError as error:
-            raise UsageError("--plot needs matplotlib: pip install -e .[plot]") from error
+        plot(points, str(args.plot), heading)
     return EXIT_OK
 
 

@@ -120,3 +120,48 @@ def test_benchmark_fixtures_never_run_by_default(tmp_path):
         capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0
     assert "benchmarks run with --attention-bench or --benchmark-only" in done.stdout
+
+
+def _point(median, q1, q3, sdpa=(1.0, 0.95, 1.05), length=64):
+    return BenchPoint("impl", length, median_ms=median, q1_ms=q1, q3_ms=q3,
+                      sdpa_median_ms=sdpa[0], sdpa_q1_ms=sdpa[1], sdpa_q3_ms=sdpa[2])
+
+
+def test_noise_is_said_with_its_numbers():
+    from conformance.benchmark import noise
+
+    steady = [_point(2.0, 1.9, 2.1), _point(8.0, 7.8, 8.3, length=128)]
+    assert noise.warnings(steady, load=0.4, cores=2, threads=1) == []
+    (busy,) = noise.warnings(steady, load=3.6, cores=2, threads=1)
+    assert busy.startswith("the load average reached 3.6 on 2 core(s) while the bench used 1")
+    (spread,) = noise.warnings([*steady, _point(2.0, 1.0, 3.0, length=256)], load=None, cores=2,
+                               threads=1)
+    assert spread == ("1 of 6 timing(s) spread over 25% of their median (worst: impl at L=256, "
+                      "IQR 1-3 ms around 2 ms)")
+    (baseline,) = noise.warnings([_point(2.0, 1.9, 2.1, sdpa=(1.0, 0.5, 2.0))], load=None,
+                                 cores=2, threads=1)
+    assert "worst: SDPA beside impl at L=64" in baseline
+
+
+def test_bench_checks_for_matplotlib_before_the_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("conformance.cli.plot_available", lambda: False)
+    ran = []
+    monkeypatch.setattr("conformance.cli.bench", lambda *a, **k: ran.append(1) or [])
+    code = main(["bench", "textbook", "--lengths", "16", "--plot", str(tmp_path / "b.png")])
+    err = capsys.readouterr().err
+    assert code == 2 and ran == []
+    assert "pip install 'attention-conformance[plot]'" in err and err.count("\n") == 1
+
+
+def test_bench_runs_on_the_threads_it_is_given(capsys, monkeypatch):
+    seen = []
+
+    def fake_bench(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return []
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr("conformance.cli.bench", fake_bench)
+    assert main(["bench", "textbook", "--lengths", "16", "--threads", "1"]) == 0
+    assert seen == [1] and torch.get_num_threads() == before
+    assert "1 torch thread(s)" in " ".join(capsys.readouterr().out.split())

@@ -29,6 +29,8 @@ class BenchPoint:
     q1_ms: float | None = None
     q3_ms: float | None = None
     sdpa_median_ms: float | None = None
+    sdpa_q1_ms: float | None = None
+    sdpa_q3_ms: float | None = None
     ratio_to_sdpa: float | None = None
     gflops: float | None = None
     peak_mb: float | None = None
@@ -130,6 +132,7 @@ def _measure(impl: Implementation, baseline: Implementation, length: int, batch:
     ours, sdpa = timings["impl"], timings["sdpa"]
     return BenchPoint(
         impl.name, length, median_ms=ours.median * 1e3, q1_ms=ours.q1 * 1e3, q3_ms=ours.q3 * 1e3,
-        sdpa_median_ms=sdpa.median * 1e3, ratio_to_sdpa=ours.median / sdpa.median,
+        sdpa_median_ms=sdpa.median * 1e3, sdpa_q1_ms=sdpa.q1 * 1e3, sdpa_q3_ms=sdpa.q3 * 1e3,
+        ratio_to_sdpa=ours.median / sdpa.median,
         gflops=attention_flops(case.config, backward=backward) / ours.median / 1e9,
         peak_mb=memory["impl"] / 2**20, sdpa_peak_mb=memory["sdpa"] / 2**20)

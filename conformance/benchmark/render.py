@@ -61,6 +61,22 @@ def to_json(points: Sequence[BenchPoint], settings: dict) -> dict:
     }
 
 
+def _quartiles(points: Sequence[BenchPoint], sdpa: bool = False) -> list[list[float]]:
+    """Matplotlib's asymmetric ``yerr``: the distances from each median down to its first
+    quartile and up to its third."""
+    rows = [(p.sdpa_median_ms, p.sdpa_q1_ms, p.sdpa_q3_ms) if sdpa else
+            (p.median_ms, p.q1_ms, p.q3_ms) for p in points]
+    return [[max(m - (q1 if q1 is not None else m), 0.0) for m, q1, _ in rows],
+            [max((q3 if q3 is not None else m) - m, 0.0) for m, _, q3 in rows]]
+
+
+def plot_available() -> bool:
+    """Whether matplotlib (``pip install 'attention-conformance[plot]'``) is importable."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
+
 def plot(points: Sequence[BenchPoint], path: str, heading: str) -> None:
     """Time and peak memory against length, log-log, one line per implementation (and SDPA)."""
     import matplotlib
@@ -79,10 +95,14 @@ def plot(points: Sequence[BenchPoint], path: str, heading: str) -> None:
         lengths = [p.length for p in measured]
         style = dict(marker=markers[index % len(markers)], color=colours[index % len(colours)],
                      label=name, markersize=4)
-        left.plot(lengths, [p.median_ms for p in measured], **style)
+        # Error bars: the interquartile range of the timed rounds.
+        left.errorbar(lengths, [p.median_ms for p in measured], yerr=_quartiles(measured),
+                      capsize=2, **style)
         right.plot(lengths, [p.peak_mb for p in measured], **style)
         if not sdpa_drawn:
-            left.plot(lengths, [p.sdpa_median_ms for p in measured], "k--", label="SDPA")
+            left.errorbar(lengths, [p.sdpa_median_ms for p in measured],
+                          yerr=_quartiles(measured, sdpa=True), fmt="k--", capsize=2,
+                          label="SDPA")
             right.plot(lengths, [p.sdpa_peak_mb for p in measured], "k--", label="SDPA")
             sdpa_drawn = True
     for axis, label in ((left, "median time per call (ms)"), (right, "peak memory (MB)")):
