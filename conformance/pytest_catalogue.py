@@ -18,7 +18,13 @@ from conformance.adapter import InProcessSubject, Subject
 from conformance.cases import Case
 from conformance.catalogue import Runner
 from conformance.inference.declarations import DeclarationError, Declarations, from_mapping
-from conformance.pytest_plugin import BENCHMARK_MODULE, CATALOGUE_MODULE, names_catalogue, profile
+from conformance.pytest_plugin import (
+    BENCHMARK_MODULE,
+    CATALOGUE_MODULE,
+    names_catalogue,
+    pasteable_id,
+    profile,
+)
 from conformance.registry import ResolveError, is_located, registered, resolve
 from conformance.report import failure_block
 from conformance.results import CheckResult, Status
@@ -127,8 +133,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "attention_target" not in metafunc.fixturenames:
         return
     params = [
-        pytest.param((subject, device),
-                     id=subject.name if device == "cpu" else f"{subject.name}-{device}")
+        pytest.param((subject, device), id=pasteable_id(subject.name) if device == "cpu"
+                     else f"{pasteable_id(subject.name)}-{device}")
         for subject in _subjects(metafunc.config)
         for device in _devices(metafunc.config)
     ]
@@ -171,7 +177,7 @@ def _bench_params(config: pytest.Config) -> list:
     lengths = [int(n) for n in config.getoption("attention_bench_lengths").split(",")]
     dtype = config.getoption("attention_bench_dtype")
     return [pytest.param(BenchCase(subject, length, dtype, device),
-                         id=f"{subject.name}-L{length}-{dtype}"
+                         id=f"{pasteable_id(subject.name)}-L{length}-{dtype}"
                          + ("" if device == "cpu" else f"-{device}"))
             for subject in subjects for length in lengths for device in _devices(config)]
 

@@ -79,6 +79,26 @@ def names_catalogue(config: pytest.Config) -> bool:
                for arg in config.args)
 
 
+def pasteable_id(name: str) -> str:
+    """An implementation's name as a part of a pytest test id that pastes back as a command-line
+    argument: pytest splits arguments at ``::``, so a file's ``attention.py::MHA`` is written
+    ``attention.py:MHA`` there."""
+    return name.replace("::", ":")
+
+
+def _rerunnable(config: pytest.Config) -> None:
+    """Test ids as pytest prints them for the catalogue (``::test_padding[attention.py:MHA]``, or
+    ``test_conformance.py::...``: the module lives with the suite, outside the user's repository)
+    pasted back as arguments: pointed at the catalogue's module."""
+    for index, arg in enumerate(config.args):
+        path, separator, selection = arg.partition("::")
+        if separator and (not path or Path(path).name in (CATALOGUE_MODULE.name,
+                                                          BENCHMARK_MODULE.name)):
+            module = BENCHMARK_MODULE if selection.startswith("test_bench") else CATALOGUE_MODULE
+            if not path or not Path(path).exists():
+                config.args[index] = f"{module}::{selection}"
+
+
 def wanted(config: pytest.Config) -> bool:
     """Whether this run is about the catalogue."""
     return bool(config.getoption("attention_impl")) or names_catalogue(config)
@@ -91,6 +111,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if (config.getoption("hypothesis_profile", default=None) or "").startswith(HYPOTHESIS_PREFIX):
         import conformance.profiles  # noqa: F401  (registers them)
     if wanted(config):
+        _rerunnable(config)
         from conformance import pytest_catalogue
 
         config.pluginmanager.register(pytest_catalogue, "attention-conformance-catalogue")

@@ -25,6 +25,7 @@ from conformance.expectations import apply
 from conformance.inference import DeclarationError, InferenceError, infer
 from conformance.inference.declarations import from_mapping, from_pyproject, merged
 from conformance.pytest_catalogue import enforce
+from conformance.pytest_plugin import pasteable_id
 from conformance.spec import Implementation
 
 
@@ -69,7 +70,7 @@ def parametrize_with_checks(*targets: type | Implementation, profile: str = "qui
     runner = Runner(profile, strict=strict)  # one gate per implementation and device
     params = [
         pytest.param(AttentionCheck(InProcessSubject(impl), name, device, runner),
-                     id=f"{impl.name}-{name}" + ("" if device == "cpu" else f"-{device}"))
+                     id=f"{pasteable_id(impl.name)}-{name}" + ("" if device == "cpu" else f"-{device}"))
         for impl in implementations for device in devices for name in (checks or CHECK_NAMES)
     ]
     return pytest.mark.parametrize("attention_check", params)

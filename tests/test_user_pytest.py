@@ -73,3 +73,23 @@ def test_xdist_and_junitxml(tmp_path):
     xml = report.read_text()
     assert 'name="test_padding[user_styles:FusedQKV]"' in xml
     assert "failures=\"0\"" in xml or "failures='0'" in xml
+
+
+def test_every_failing_id_pasted_back_reruns_that_test(tmp_path):
+    """The catalogue's module lives with the suite, outside the user's repository: pytest prints
+    its ids as ``::test_x[...]``, and a file implementation's name carries ``::``; both paste."""
+    import re
+    import shutil
+
+    shutil.copy(FIXTURES / "user_impls.py", tmp_path / "my_attention.py")
+    spec = "my_attention.py::WrongScaleAttention"
+    done = run_pytest(tmp_path, "-q", "--attention-impl", spec, "-k",
+                      "test_head_split or test_scale")
+    failed = re.findall(r"^FAILED (\S+)", done.stdout, re.MULTILINE)
+    assert failed == ["::test_head_split[my_attention.py:WrongScaleAttention]",
+                      "::test_scale[my_attention.py:WrongScaleAttention]"], done.stdout[-2000:]
+    for node in failed:
+        again = run_pytest(tmp_path, "-q", "--attention-impl", spec, node)
+        assert re.findall(r"^FAILED (\S+)", again.stdout, re.MULTILINE) == [node], \
+            again.stdout[-2000:] + again.stderr[-2000:]
+        assert "1 failed" in again.stdout
