@@ -310,7 +310,7 @@ def test_nothing_outside_is_readable_or_writable_and_no_read_hangs(tmp_path, san
     with IsolatedSubject(submission, "attention.py::MultiHeadAttention", limits=limits,
                          sandbox=sandbox) as subject:
         loading = time.monotonic() - start - subject._worker.startup_seconds
-        output = subject.output
+        output, scratch = subject.output, subject._worker.scratch
     leaked = [str(write) for write in writes if os.path.isabs(write) and os.path.exists(write)]
     for path in leaked:  # (only if the sandbox failed)
         os.unlink(path)
@@ -326,6 +326,9 @@ def test_nothing_outside_is_readable_or_writable_and_no_read_hangs(tmp_path, san
         assert f"{'WROTE' if private else 'UNWRITABLE'} {write}" in output, output
     assert "correct_single" not in output.replace(str(targets[1]), "").replace(
         str(targets[2]), "")  # no listing shows the sibling
+    # The folder above its copy holds only the copy, in both tiers (the same grade for a
+    # submission that lists "..").
+    assert f"LIST {scratch.parent}: ['submission']" in output
 
 
 @pytest.mark.parametrize("sandbox", EVERY_SANDBOX)

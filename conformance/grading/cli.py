@@ -4,13 +4,17 @@
 
     attention-conformance grade SUBMISSIONS --rubric RUBRIC.toml [--out DIR] [--jobs N]
                                 [--roster CSV] [--only ID,...] [--run-all-cells] [--as-of WHEN]
+                                [--no-sandbox]
     attention-conformance grade --self-test --rubric RUBRIC.toml [--jobs N]
     attention-conformance grade --gradescope --rubric RUBRIC.toml [SUBMISSION] [--results PATH]
 
 Exit status: 0 when grading finished (whatever the grades) or the self-test passed; 1 when the
 self-test failed; 2 for bad input (a rubric that doesn't parse or names an unknown check, a
 missing or empty folder, an unknown --only id), said in one line. Student code is only run
-through the sandboxed worker; without it, grading students stops with one line (exit 2).
+through the sandboxed worker, in a filesystem sandbox (bubblewrap, else Landlock); where neither
+works, every mode stops with one line saying what to install (exit 2), unless ``--no-sandbox``
+is given: then the code runs in no filesystem sandbox, and the run's first line, ``run.json``,
+every ``results.json`` and the class report say so.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from conformance.grading.roster import Roster, RosterError
 from conformance.grading.roster import load as load_roster
 from conformance.grading.rubric import Rubric, RubricError
 from conformance.grading.rubric import load as load_rubric
+from conformance.worker import SandboxUnavailable
+from conformance.worker import sandbox as sandboxes
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -70,6 +76,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     grade.add_argument("--results", type=Path, default=gradescope.RESULTS, metavar="PATH",
                        help=f"(--gradescope) where results.json goes (default: "
                             f"{gradescope.RESULTS})")
+    grade.add_argument("--no-sandbox", action="store_true",
+                       help="run student code in no filesystem sandbox (grading refuses where "
+                            "neither bubblewrap nor Landlock works, unless given this): it can "
+                            "then read and write whatever this user can; every output says so")
     return grade
 
 
@@ -106,11 +116,27 @@ def run(args: argparse.Namespace) -> int:
         return _error(str(error))
 
 
-def _check_reference(rubric: Rubric) -> None:
+def _sandbox(args: argparse.Namespace) -> sandboxes.Tier:
+    """The tier every worker of this run uses, said as the run's first line: a filesystem
+    sandbox, else (only with --no-sandbox) none."""
+    if args.no_sandbox:
+        tier = sandboxes.unsandboxed()
+        print(f"sandbox: NONE (--no-sandbox; {tier}): student code is NOT SANDBOXED and can read "
+              "and write whatever this user can")
+        return tier
+    try:
+        tier = sandboxes.resolve_kind("filesystem")
+    except SandboxUnavailable as error:
+        raise _Usage(f"{error}; or pass --no-sandbox to run student code without one") from None
+    print(f"sandbox: {tier}")
+    return tier
+
+
+def _check_reference(rubric: Rubric, sandbox: sandboxes.Tier) -> None:
     """The reference must get full marks before any student is graded."""
     if rubric.reference is None:
         return
-    graded, _, problems = selftest.grade_reference(rubric)
+    graded, _, problems = selftest.grade_reference(rubric, sandbox)
     if problems:
         raise _Usage(f"the reference solution scores {graded.total:g} / {graded.max_points:g} "
                      f"under {rubric.path}, not full marks ({problems[0]}); fix the rubric or "
@@ -123,11 +149,13 @@ def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
     roster: Roster | None = load_roster(args.roster) if args.roster else None
     only = {part.strip() for part in args.only.split(",") if part.strip()} if args.only else None
     as_of = _as_of(args.as_of)
-    pipeline.find_submissions(args.submissions, rubric, args.out)  # bad input before any work
-    _check_reference(rubric)
+    # Bad input before any work (and before the run's first line).
+    pipeline.check_only(pipeline.find_submissions(args.submissions, rubric, args.out), only)
+    sandbox = _sandbox(args)
+    _check_reference(rubric, sandbox)
     result = pipeline.grade_class(args.submissions, rubric, args.out, jobs=_jobs(args.jobs),
                                   only=only, roster=roster, run_all_cells=args.run_all_cells,
-                                  progress=Progress(0), as_of=as_of)
+                                  progress=Progress(0), as_of=as_of, sandbox=sandbox)
     statuses: dict[str, int] = {}
     for student in result.students:
         statuses[student.status.value] = statuses.get(student.status.value, 0) + 1
@@ -145,12 +173,13 @@ def _self_test(rubric: Rubric, args: argparse.Namespace) -> int:
     if rubric.reference is None:
         raise _Usage(f"{rubric.path}: the self-test needs a reference solution: add "
                      "reference = \"path/to/solution.py\" under [assignment]")
+    sandbox = _sandbox(args)
     mutants = selftest.bundled_mutants()
     pairs = sum(1 for m in mutants for t in rubric.targets if m.causal == t.causal)
     progress = Progress(pairs, label="checked")
     try:
         result = selftest.run(rubric, jobs=_jobs(args.jobs), mutants=mutants,
-                              on_done=progress.advance)
+                              on_done=progress.advance, sandbox=sandbox)
     finally:
         progress.close()
     print(selftest.render(result))
@@ -161,8 +190,10 @@ def _gradescope(rubric: Rubric, args: argparse.Namespace) -> int:
     folder = args.submissions or gradescope.SUBMISSION
     if not folder.is_dir():
         raise _Usage(f"no submission folder {folder}")
+    as_of = _as_of(args.as_of)
     student = gradescope.autograde(rubric, folder, args.results,
-                                   run_all_cells=args.run_all_cells, as_of=_as_of(args.as_of))
+                                   run_all_cells=args.run_all_cells, as_of=as_of,
+                                   sandbox=_sandbox(args))
     print(f"{student.id}: {student.score.total:g} / {student.score.max_points:g} "
           f"({student.status.value}); wrote {args.results}")
     return EXIT_OK

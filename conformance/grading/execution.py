@@ -3,7 +3,9 @@
 :func:`run_submission` finds the rubric's classes by reading the source (nothing runs for that),
 then runs every target's checks and returns a :class:`SubmissionOutcome`. Student code runs only
 in the sandboxed worker (:mod:`conformance.worker`): one :class:`IsolatedSubject` per target, a
-worker process of its own (restarted after a crash, within its limits), whose calls are requests.
+worker process of its own (restarted after a crash, within its limits), whose calls are requests;
+by default in a filesystem sandbox (bubblewrap, else Landlock: ``sandbox="filesystem"``), which
+raises :class:`~conformance.worker.SandboxUnavailable` where there is none.
 The checks run here, in the checker, with the checker's own torch: nothing a submission does to
 torch, builtins or Tensor subclasses in its process changes its verdicts, and it never shares a
 process with another submission or with the grader.
@@ -28,7 +30,7 @@ from conformance.grading.targets import Location, locate, near_misses, scan
 from conformance.inference.declarations import Declarations
 from conformance.results import Status
 from conformance.spec import Config
-from conformance.worker import IsolatedSubject, LoadError, WorkerError
+from conformance.worker import IsolatedSubject, LoadError, SandboxKind, WorkerError
 from conformance.worker import Limits as WorkerLimits
 
 OUTPUT_CHARS = 4000
@@ -57,11 +59,13 @@ def _other_names(rubric: Rubric, target: Target) -> tuple[str, ...]:
 
 
 def run_submission(staged_dir: Path, rubric: Rubric, limits: Limits | None = None, *,
-                   syntax_errors: Sequence[str] = ()) -> SubmissionOutcome:
+                   syntax_errors: Sequence[str] = (),
+                   sandbox: SandboxKind = "filesystem") -> SubmissionOutcome:
     """Run every target's checks on the submission staged in ``staged_dir``, in the worker.
 
     ``syntax_errors`` are problems staging found (notebook cells that don't parse): they explain
-    a class that is missing. Never raises for anything the submission does.
+    a class that is missing. ``sandbox``: the worker's sandbox (``"filesystem"`` unless told
+    otherwise, as by ``grade --no-sandbox``). Never raises for anything the submission does.
     """
     limits = limits or rubric.limits
     start = time.perf_counter()
@@ -73,7 +77,7 @@ def run_submission(staged_dir: Path, rubric: Rubric, limits: Limits | None = Non
             targets.append(located)
             continue
         outcome, printed, protected = _run_target(staged_dir, located.spec, target,
-                                                  target.declarations, rubric, limits,
+                                                  target.declarations, rubric, limits, sandbox,
                                                   located, _other_names(rubric, target))
         targets.append(outcome)
         output += [printed] if printed else []
@@ -85,8 +89,8 @@ def run_submission(staged_dir: Path, rubric: Rubric, limits: Limits | None = Non
     return outcome
 
 
-def run_registered(rubric: Rubric, target: Target, module: str,
-                   limits: Limits | None = None) -> SubmissionOutcome:
+def run_registered(rubric: Rubric, target: Target, module: str, limits: Limits | None = None,
+                   *, sandbox: SandboxKind = "filesystem") -> SubmissionOutcome:
     """Grade a registered implementation (``module``'s ``IMPLEMENTATION``: a bundled mutant) as
     ``target``, with its own declaration, in the worker like any submission (for
     ``--self-test``: the same path the students take)."""
@@ -95,7 +99,7 @@ def run_registered(rubric: Rubric, target: Target, module: str,
     with tempfile.TemporaryDirectory(prefix="attention-registered-") as empty:
         # Nothing to copy: the module is imported from the installed package.
         outcome, printed, protections = _run_target(Path(empty), f"{module}:IMPLEMENTATION",
-                                                    target, None, rubric, limits)
+                                                    target, None, rubric, limits, sandbox)
     result = SubmissionOutcome(overall_status([outcome]), _message([outcome]), [outcome],
                                _truncate(printed), protections, "worker")
     result.seconds = time.perf_counter() - start
@@ -117,7 +121,8 @@ class _Deadline:
 
 
 def _run_target(directory: Path, spec: str, target: Target, declared: Declarations | None,
-                rubric: Rubric, limits: Limits, located: Location | None = None,
+                rubric: Rubric, limits: Limits, sandbox: SandboxKind,
+                located: Location | None = None,
                 others: tuple[str, ...] = ()) -> tuple[TargetOutcome, str, list[str]]:
     """One target's outcome, what its workers printed, and the protections they ran under."""
     file = located.file if located else None
@@ -129,7 +134,8 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
                                  memory_bytes=limits.memory_mb * 2**20)
     try:
         subject = IsolatedSubject(directory, spec, name=None, declared=declared,
-                                  limits=worker_limits, expected_failures={}, timeout=deadline)
+                                  limits=worker_limits, expected_failures={}, timeout=deadline,
+                                  sandbox=sandbox)
     except LoadError as error:
         status = _status(error.status)
         misses = (near_misses(class_name, list(error.defined_names), others)

@@ -230,12 +230,13 @@ def _bwrap_argv(scratch: Path, uid: int | None) -> list[str]:
     return argv
 
 
-def _landlock_args(writable: Sequence[Path]) -> list[str]:
+def _landlock_args(writable: Sequence[Path], readable: Sequence[Path]) -> list[str]:
     """The worker's arguments for confining itself: what it may read (the system, the Python
-    installation, the suite, a few files of /etc and /dev, its own /proc entry, what the CPU is)
-    and write."""
+    installation, the suite, a few files of /etc and /dev, its own /proc entry, what the CPU is,
+    ``readable``) and write (``writable``)."""
     read = [f"/{name}" for name in _SYSTEM] + [f"/etc/{name}" for name in _ETC]
     read += [*_DEVICES_READ, *_CPU, "/proc/self", *(str(root) for root in _python_roots())]
+    read += [str(path) for path in readable]
     write = [*dict.fromkeys(str(path) for path in writable), "/dev/null"]
     return [arg for path in read for arg in ("--landlock-read", path)] + [
         arg for path in write for arg in ("--landlock-write", path)]
@@ -292,7 +293,10 @@ def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence
         rlimits.append(("RLIMIT_NPROC", allowed, allowed))
         protections.append("rlimit processes")
 
-    writable = [scratch, home or scratch]
+    # Writable: the scratch copy (and HOME beside the folder checked in place); listable: the
+    # copy's own folder (it holds only the copy), as under bubblewrap, so that a submission
+    # listing ".." gets the same answer in both tiers.
+    writable, listable = ([scratch, home], []) if home else ([scratch], [scratch.parent])
     home = home or scratch
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
            "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -310,7 +314,7 @@ def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence
                         "private /tmp"]
     elif tier == "landlock":
         namespaces = _unshare()
-        python += _landlock_args(writable)
+        python += _landlock_args(writable, listable)
         argv = [*namespaces, "--", *python] if namespaces else python
         abi = _landlock()
         protections += ["filesystem: landlock", f"landlock abi {abi}", "read-only system",
