@@ -1,6 +1,6 @@
 """What isolation costs: worker start-up, one forward request, the whole catalogue.
 
-    .venv/bin/python benchmarks/worker_timing.py [--repeats 3] [--sandbox auto]
+    .venv/bin/python benchmarks/worker_timing.py [--repeats 3] [--sandbox auto] [--start-up-only]
 
 Start-up is measured from spawning the supervisor to the worker's first frame (interpreter,
 ``import torch``, the suite) and then the ``load`` request (importing the submission); a forward
@@ -96,12 +96,16 @@ def catalogue(sandbox: str, repeats: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--sandbox", default="auto", choices=("auto", "bwrap", "unshare", "none"))
+    parser.add_argument("--sandbox", default="auto",
+                        choices=("auto", "filesystem", "bwrap", "landlock", "unshare", "none"))
+    parser.add_argument("--start-up-only", action="store_true", help="measure start-up only")
     args = parser.parse_args()
     torch.set_num_threads(1)
     sandbox = resolve_kind(args.sandbox)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     start_up(sandbox, max(args.repeats, 5))
+    if args.start_up_only:
+        return
     requests(sandbox)
     catalogue(sandbox, args.repeats)
 

@@ -16,6 +16,7 @@ from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutc
 from conformance.grading.progress import Progress
 from conformance.grading.rubric import load
 from conformance.results import CheckResult, Status
+from conformance.worker import sandbox
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "attention-assignment"
 SUBMISSIONS = EXAMPLE / "submissions"
@@ -60,6 +61,8 @@ def test_grade_writes_every_output_and_says_so(mini, tmp_path, capsys):
     stdout, stderr = capsys.readouterr()
     assert code == 0, stderr
     assert stderr == ""                                      # no progress line: not a terminal
+    tier = sandbox.resolve_kind("filesystem")                # bubblewrap, else Landlock
+    assert stdout.startswith(f"sandbox: {tier}\n")
     assert "graded 2, reused 0" in stdout and "statuses: graded 2" in stdout
     assert stdout.startswith("reference solution: 3 / 3 (full marks)\n")
     rows = (out / "grades.csv").read_text().splitlines()
@@ -68,6 +71,10 @@ def test_grade_writes_every_output_and_says_so(mini, tmp_path, capsys):
     assert rows[3].startswith("1003,turingalan,yes,0,2,0,2,66.7,graded,")
     results = json.loads((out / "students" / "1003" / "results.json").read_text())
     assert results["extra_data"]["isolation"] == "worker"
+    assert results["extra_data"]["sandbox"] == tier
+    run = json.loads((out / "run.json").read_text())
+    assert run["sandbox"] == [tier] and run["sandboxed"] is True
+    assert f"- **Sandbox:** {tier} (2)\n" in (out / "class_report.md").read_text()
     # Again: nothing to do.
     assert main(["grade", str(folder), "--rubric", str(rubric), "--out", str(out)]) == 0
     assert "graded 0, reused 2" in capsys.readouterr().out
@@ -97,6 +104,49 @@ def test_students_are_graded_in_the_sandboxed_worker_and_the_run_says_how(mini, 
     record = json.loads(next((out / "results").glob("*.json")).read_text())
     assert record["outcome"]["isolation"] == "worker"
     assert "own session" in " ".join(record["outcome"]["protections"])
+
+
+def test_without_a_filesystem_sandbox_every_mode_refuses_in_one_line(mini, tmp_path, capsys,
+                                                                     monkeypatch):
+    folder, rubric = mini
+    monkeypatch.setattr(sandbox, "available", lambda: ("unshare", "none"))  # no bwrap, no Landlock
+    submission = tmp_path / "autograder" / "submission"
+    submission.mkdir(parents=True)
+    shutil.copy(SUBMISSIONS / "lovelaceada_1001_50001_attention.py", submission / "attention.py")
+    for argv in (["grade", str(folder), "--out", str(tmp_path / "out")],
+                 ["grade", "--self-test"],
+                 ["grade", "--gradescope", str(submission), "--results",
+                  str(tmp_path / "results.json")]):
+        code = main([*argv, "--rubric", str(rubric)])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and err.count("\n") == 1, (argv, out, err)
+        assert "no filesystem sandbox works here" in err and \
+            "install bubblewrap (apt-get install bubblewrap)" in err and "--no-sandbox" in err
+    assert not (tmp_path / "out" / "grades.csv").exists()
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_no_sandbox_grades_the_same_and_every_output_says_it_was_not_sandboxed(mini, tmp_path,
+                                                                             capsys, monkeypatch):
+    folder, rubric = mini
+    monkeypatch.setattr(sandbox, "available", lambda: ("unshare", "none"))
+    out = tmp_path / "out"
+    code = main(["grade", str(folder), "--rubric", str(rubric), "--out", str(out), "--no-sandbox",
+                 "--as-of", "2026-02-01T00:00:00Z"])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr
+    assert stdout.splitlines()[0] == ("sandbox: NONE (--no-sandbox; unshare): student code is NOT "
+                                      "SANDBOXED and can read and write whatever this user can")
+    rows = (out / "grades.csv").read_text().splitlines()  # as in the sandboxed run above
+    assert rows[2].startswith("1001,lovelaceada,,0,2,1,3,100.0,graded,")
+    assert rows[3].startswith("1003,turingalan,yes,0,2,0,2,66.7,graded,")
+    run = json.loads((out / "run.json").read_text())
+    assert run["sandbox"] == ["none"] and run["sandboxed"] is False
+    for student in ("1001", "1003"):
+        results = json.loads((out / "students" / student / "results.json").read_text())
+        assert results["extra_data"]["sandbox"] == "none"
+    report = (out / "class_report.md").read_text()
+    assert "- **Sandbox:** NOT SANDBOXED (2 submission(s), --no-sandbox)" in report
 
 
 def test_a_reference_short_of_full_marks_stops_grading_before_any_student(mini,
@@ -159,7 +209,7 @@ def test_the_self_test_tells_caught_mutants_from_uncovered_ones(mini):
 def test_a_mutant_keeping_the_points_of_its_check_fails_the_self_test(mini, monkeypatch, capsys):
     _, rubric_path = mini
 
-    def lenient(rubric, target, implementation, limits=None):
+    def lenient(rubric, target, implementation, limits=None, *, sandbox="filesystem"):
         passed = [CheckResult(target.name, check, "cpu", Status.PASSED) for check in target.checks]
         return SubmissionOutcome(RunStatus.GRADED, "", [TargetOutcome(target.name, RunStatus.GRADED,
                                                                       results=passed)])

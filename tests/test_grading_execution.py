@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from worker_support import FILESYSTEM_SANDBOXES
 
 from conformance.grading import execution
 from conformance.grading.execution import run_submission
@@ -81,9 +82,11 @@ def forward(self, x, mask=None):
 """
 
 
-def test_a_correct_class_is_graded_through_the_worker(tmp_path):
+@pytest.mark.parametrize("sandbox", ["filesystem", *FILESYSTEM_SANDBOXES])
+def test_a_correct_class_is_graded_through_the_worker(tmp_path, sandbox):
     graded_rubric = rubric(tmp_path)
-    outcome = run_submission(submission(tmp_path, CORRECT, "print('imported')\n"), graded_rubric)
+    outcome = run_submission(submission(tmp_path, CORRECT, "print('imported')\n"), graded_rubric,
+                             sandbox=sandbox)
     assert outcome.status is RunStatus.GRADED
     (target,) = outcome.targets
     assert [r.check for r in target.results] == ["gate", "padding", "scale"]
@@ -91,6 +94,8 @@ def test_a_correct_class_is_graded_through_the_worker(tmp_path):
     assert "mask: bool mask, True = attend, shape (B, Lk) (declared)" in target.interface
     assert "imported" in outcome.output                      # captured, not on our terminal
     assert outcome.isolation == "worker" and "own session" in outcome.protections
+    assert outcome.sandbox in ("bwrap", "landlock") and sandbox in ("filesystem", outcome.sandbox)
+    assert outcome.output == "imported\n"  # nothing else: the sandbox refused torch nothing
     assert score(graded_rubric, outcome).total == 3
 
 

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 from worker_support import (
+    EVERY_SANDBOX,
     FAST,
+    FILESYSTEM_SANDBOXES,
     HOSTILE,
     SANDBOXES,
     descendants,
@@ -34,6 +36,7 @@ from conformance.worker import (
     WorkerError,
     WorkerStatus,
 )
+from conformance.worker import sandbox as sandbox_module
 
 SINGLE = HOSTILE / "correct_single"
 PACKAGE = HOSTILE / "correct_package"
@@ -79,6 +82,51 @@ def test_correct_submission_gets_the_in_process_verdicts(plain_single, in_proces
     assert not {"pid namespace", "network namespace", "host filesystem hidden",
                 "read-only system", "private /tmp"} & set(plain_single.protections)
     assert plain_single.expected_failures == {} and plain_single.declaration.weight_layout
+
+
+@pytest.mark.parametrize("sandbox", FILESYSTEM_SANDBOXES)
+def test_correct_submission_gets_the_in_process_verdicts_in_a_filesystem_sandbox(
+        sandbox, in_process_single):
+    with IsolatedSubject(SINGLE, "attention.py::MultiHeadAttention", limits=FAST,
+                         sandbox=sandbox) as subject:
+        isolated = Runner("quick").run(subject, devices=["cpu"])
+        protections, output = set(subject.protections), subject.output
+    assert verdicts(isolated) == verdicts(in_process_single)
+    assert output == ""  # nothing it was refused made torch complain (cpuinfo, say)
+    assert protections >= PLAIN_PROTECTIONS | {f"filesystem: {sandbox}", "pid namespace",
+                                               "network namespace", "read-only system"}
+    if os.geteuid() == 0:
+        assert {"unprivileged uid", "rlimit processes"} <= protections
+    if sandbox == "landlock":
+        assert {"host filesystem unreadable", "writable: scratch only"} <= protections
+
+
+@pytest.mark.parametrize("sandbox", EVERY_SANDBOX)
+def test_the_submission_imports_what_the_worker_had_not_imported_yet(tmp_path, sandbox):
+    # A root checker's worker runs as a uid of its own: the interpreter's files must stay
+    # reachable (this machine's Python lives under /root, 0700), in every sandbox.
+    (tmp_path / "attention.py").write_text(
+        "import sys\n"
+        "FRESH = [m for m in ('wave', 'xml.dom.minidom', 'email.mime.text') if m not in sys.modules]\n"
+        "import wave, xml.dom.minidom, email.mime.text\n"
+        "print('IMPORTED', FRESH)\n" + (SINGLE / "attention.py").read_text())
+    with IsolatedSubject(tmp_path, "attention.py::MultiHeadAttention", limits=FAST,
+                         sandbox=sandbox) as subject:
+        output, uid = subject.output, subject._worker.ready.uid
+    assert "IMPORTED ['wave', 'xml.dom.minidom', 'email.mime.text']" in output, output
+    if os.geteuid() == 0:
+        assert uid >= sandbox_module.FIRST_WORKER_UID
+
+
+def test_grading_without_a_filesystem_sandbox_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setattr(sandbox_module, "available", lambda: ("unshare", "none"))
+    with pytest.raises(SandboxUnavailable) as refused:
+        IsolatedSubject(SINGLE, "attention.py::MultiHeadAttention", sandbox="filesystem")
+    assert str(refused.value) == sandbox_module.NO_FILESYSTEM_SANDBOX
+    assert "install bubblewrap (apt-get install bubblewrap)" in str(refused.value)
+    with pytest.raises(SandboxUnavailable, match="sandbox 'landlock' does not work"):
+        IsolatedSubject(SINGLE, "attention.py::MultiHeadAttention", sandbox="landlock")
+    assert sandbox_module.unsandboxed() == "unshare"
 
 
 def test_a_package_over_several_files_gets_the_in_process_verdicts(monkeypatch):

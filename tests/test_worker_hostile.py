@@ -8,9 +8,11 @@ import ast
 import contextlib
 import gc
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -22,13 +24,14 @@ import torch
 from worker_support import (
     EVERY_SANDBOX,
     FAST,
+    FILESYSTEM_SANDBOXES,
     HOSTILE,
     NETWORK_SANDBOXES,
-    PLAIN_AND_BWRAP,
     SANDBOXES,
     descendants,
     lay_out,
     needs_bwrap,
+    needs_landlock,
     needs_unshare,
     one_thread,
     processes_with,
@@ -43,6 +46,7 @@ from conformance.adapter import InProcessSubject, Inputs
 from conformance.inference import Declarations
 from conformance.results import Status
 from conformance.worker import IsolatedSubject, LoadError, WorkerError, WorkerStatus
+from conformance.worker import sandbox as sandbox_module
 
 DECLARED = Declarations(call="self", mask="keep_int:broadcast", causal="never",
                         width_arg="d_model", heads_arg="num_heads",
@@ -79,7 +83,7 @@ GATED = {
     "lifetime": ("sleep_in_init", "attention.py::declared", "none",
                  FAST.scaled(request_seconds=60, lifetime_seconds=6)),
     **{f"segfault-{sandbox}": ("segfault", "attention.py::declared", sandbox, FAST)
-       for sandbox in ("none", "bwrap") if sandbox in SANDBOXES},
+       for sandbox in ("none", "bwrap", "landlock") if sandbox in SANDBOXES},
     "flood": ("print_flood", "flood_forward.py::declared", "none", FAST),
     "garbage": ("forged_reply", "attention.py::garbage", "none", FAST),
     "forged": ("forged_reply", "attention.py::forged", "none", FAST),
@@ -229,11 +233,19 @@ def test_a_lying_tensor_subclass_gets_the_verdicts_of_its_numbers():
         r.check for r in isolated if r.status.value == "failed"}
 
 
-@pytest.mark.parametrize("sandbox", PLAIN_AND_BWRAP)
+def _stat(path: str) -> tuple[int, int] | None:
+    with contextlib.suppress(OSError):
+        info = os.stat(path)
+        return info.st_ino, info.st_mtime_ns
+    return None
+
+
+@pytest.mark.parametrize("sandbox", ["none", *FILESYSTEM_SANDBOXES])
 def test_fake_result_files_stay_in_the_scratch_copy(tmp_path, sandbox):
     submission = lay_out(tmp_path, "writes_files", "correct_single")
-    fake = "/tmp/attention_result_fake.json"
-    had_fake = os.path.exists(fake)
+    # Its "../../result.json" from the scratch copy (TMPDIR/attention-worker-*/submission).
+    fakes = ["/tmp/attention_result_fake.json", os.path.join(tempfile.gettempdir(), "result.json")]
+    had = {fake: _stat(fake) for fake in fakes}
     before = snapshot(tmp_path)
     tmp_before = set(os.listdir("/tmp"))
     with IsolatedSubject(submission, "attention.py::MultiHeadAttention", sandbox=sandbox,
@@ -253,32 +265,69 @@ def test_fake_result_files_stay_in_the_scratch_copy(tmp_path, sandbox):
     assert "BIG refused: File too large" in environment  # 2 MiB against a 1 MiB file limit
     assert snapshot(tmp_path) == before  # its directory, the parent, the siblings, the rubric
     assert not scratch.exists()  # the scratch copy is gone
-    if sandbox == "bwrap":  # its /tmp was private
-        assert os.path.exists(fake) == had_fake
+    after = {fake: _stat(fake) for fake in fakes}
+    for fake in fakes:  # without a filesystem sandbox nothing stops a write to /tmp: documented
+        if had[fake] is None and after[fake] is not None:
+            os.unlink(fake)
+    if sandbox != "none":  # bwrap: its /tmp was private; landlock: /tmp is not writable
+        assert after == had
         assert not [n for n in set(os.listdir("/tmp")) - tmp_before if "result" in n]
-    elif not had_fake and os.path.exists(fake):
-        os.unlink(fake)  # the plain sandbox can't stop a write to /tmp: documented, cleaned up
 
 
-@needs_bwrap
-def test_secrets_are_not_readable_from_the_sandbox(tmp_path):
+@pytest.fixture
+def autograder():
+    """``/autograder/results`` as Gradescope has it (made here when absent, then removed)."""
+    made = not os.path.exists("/autograder") and os.geteuid() == 0
+    if made:
+        os.makedirs("/autograder/results")
+    try:
+        yield Path("/autograder")
+    finally:
+        if made:
+            shutil.rmtree("/autograder")
+
+
+@pytest.mark.parametrize("sandbox", FILESYSTEM_SANDBOXES)
+def test_nothing_outside_is_readable_or_writable_and_no_read_hangs(tmp_path, sandbox, autograder):
     submission = lay_out(tmp_path, "reads_secrets", "correct_single")
+    # The rubric beside the submissions, a sibling (where it was and in the repository), secrets
+    # of the host, and /proc/kmsg: an open that blocks a root reader until the kernel logs.
     targets = [tmp_path / "rubric.toml", tmp_path / "submissions" / "correct_single" /
                "attention.py", HOSTILE / "correct_single" / "attention.py", "/root/.bashrc",
-               "/etc/shadow"]
+               "/etc/shadow", "/proc/kmsg"]
+    if sandbox == "landlock":  # bubblewrap's /proc shows its own uid's keys: none
+        targets += ["/proc/keys", "/proc/1/environ"]
     (submission / "targets.txt").write_text("\n".join(str(t) for t in targets))
+    marker = uuid.uuid4().hex
     package = Path(conformance.__file__).parent
-    writes = [package, Path(torch.__file__).parent, tmp_path, "/"]
+    writes = [package / f"planted-{marker}.txt", Path(torch.__file__).parent / f"planted-{marker}",
+              tmp_path / f"planted-{marker}", f"/planted-{marker}", f"/tmp/planted-{marker}",
+              autograder / "results" / f"results-{marker}.json", f"../planted-{marker}"]
     (submission / "writes.txt").write_text("\n".join(str(w) for w in writes))
-    with IsolatedSubject(submission, "attention.py::MultiHeadAttention", limits=FAST,
-                         sandbox="bwrap") as subject:
-        output = subject.output
+    limits = FAST.scaled(load_seconds=30)
+    start = time.monotonic()
+    with IsolatedSubject(submission, "attention.py::MultiHeadAttention", limits=limits,
+                         sandbox=sandbox) as subject:
+        loading = time.monotonic() - start - subject._worker.startup_seconds
+        output, scratch = subject.output, subject._worker.scratch
+    leaked = [str(write) for write in writes if os.path.isabs(write) and os.path.exists(write)]
+    for path in leaked:  # (only if the sandbox failed)
+        os.unlink(path)
+    assert leaked == []
+    assert loading < limits.load_seconds / 3, output  # every read failed at once
     assert "RUBRIC-SECRET-4711" not in output and "READ " not in output
-    assert output.count("DENIED") >= len(targets)
-    assert "WROTE" not in output and output.count("UNWRITABLE") == len(writes)
-    assert not (package / "planted.txt").exists()
+    for target in targets:
+        assert f"DENIED {target}: PermissionError" in output or \
+            f"DENIED {target}: FileNotFoundError" in output, (target, output)
+    for write in writes:
+        # Under bubblewrap, /tmp (tmp_path too) is a tmpfs of its own: writable, and thrown away.
+        private = sandbox == "bwrap" and str(write).startswith("/tmp/")
+        assert f"{'WROTE' if private else 'UNWRITABLE'} {write}" in output, output
     assert "correct_single" not in output.replace(str(targets[1]), "").replace(
         str(targets[2]), "")  # no listing shows the sibling
+    # The folder above its copy holds only the copy, in both tiers (the same grade for a
+    # submission that lists "..").
+    assert f"LIST {scratch.parent}: ['submission']" in output
 
 
 @pytest.mark.parametrize("sandbox", EVERY_SANDBOX)
@@ -336,8 +385,13 @@ def test_a_checker_killed_outright_takes_the_whole_tree_with_it(tmp_path):
     assert wait_until(lambda: processes_with(str(scratch)) == [] and not scratch.exists(), 5.0)
 
 
-@pytest.mark.parametrize("sandbox", NETWORK_SANDBOXES)
-def test_a_loopback_connection_is_refused_by_the_network_namespace(tmp_path, sandbox):
+@pytest.mark.parametrize("sandbox, namespaces", [
+    *(pytest.param(param.values[0], True, marks=param.marks, id=param.values[0])
+      for param in NETWORK_SANDBOXES),
+    pytest.param("landlock", False, marks=needs_landlock, id="landlock-without-namespaces")])
+def test_a_loopback_connection_is_refused(tmp_path, sandbox, namespaces, monkeypatch):
+    if not namespaces:  # as where unshare can't make namespaces: Landlock and seccomp alone
+        monkeypatch.setattr(sandbox_module, "_unshare", lambda: None)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
@@ -356,13 +410,15 @@ def test_a_loopback_connection_is_refused_by_the_network_namespace(tmp_path, san
         with IsolatedSubject(submission, "attention.py::MultiHeadAttention", limits=FAST,
                              sandbox=sandbox) as subject:
             output = subject.output
+            protections = subject.protections
         thread.join()
     finally:
         listener.close()
     assert accepted == [] and "NO CONNECTION" in output and "CONNECTED" not in output
+    assert ("network namespace" in protections) == namespaces
 
 
-@pytest.mark.parametrize("sandbox", PLAIN_AND_BWRAP)
+@pytest.mark.parametrize("sandbox", ["none", *FILESYSTEM_SANDBOXES])
 def test_segfault_is_crashed_with_the_signal(gated, sandbox):
     results, subject, _ = gated[f"segfault-{sandbox}"]
     assert results[0].reason == ("basic call (float32, no mask): the worker was killed by signal "

@@ -28,14 +28,23 @@ needs_bwrap = pytest.mark.skipif(
 PLAIN_AND_BWRAP = ["none", pytest.param("bwrap", marks=needs_bwrap)]
 """The default path (rlimits, own session, subreaper), and bubblewrap where it works."""
 
+needs_landlock = pytest.mark.skipif(
+    "landlock" not in SANDBOXES,
+    reason="no usable Landlock here (kernel without it, or it is disabled)")
+FILESYSTEM_SANDBOXES = [pytest.param("bwrap", marks=needs_bwrap),
+                        pytest.param("landlock", marks=needs_landlock)]
+"""The filesystem sandboxes (what grading requires)."""
+
 needs_unshare = pytest.mark.skipif(
     "unshare" not in SANDBOXES,
     reason="unshare (util-linux) can't make PID and network namespaces here")
 EVERY_SANDBOX = ["none", pytest.param("bwrap", marks=needs_bwrap),
+                 pytest.param("landlock", marks=needs_landlock),
                  pytest.param("unshare", marks=needs_unshare)]
 NETWORK_SANDBOXES = [pytest.param("bwrap", marks=needs_bwrap),
+                     pytest.param("landlock", marks=needs_landlock),
                      pytest.param("unshare", marks=needs_unshare)]
-"""The sandboxes with a network namespace."""
+"""The sandboxes that keep the network away (a network namespace; Landlock's own rules)."""
 
 
 @contextlib.contextmanager

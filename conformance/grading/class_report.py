@@ -88,6 +88,18 @@ def needs_a_look(students: list[Student]) -> list[tuple[str, str]]:
     return found
 
 
+def sandbox_summary(students: list[Student]) -> str:
+    """How student code was contained: the filesystem sandboxes it ran in, and a warning for the
+    submissions that ran in none (``grade --no-sandbox``)."""
+    ran = Counter(s.outcome.sandbox for s in students if s.outcome and s.outcome.sandbox)
+    unsandboxed = ran.pop("none", 0)
+    parts = [f"{name} ({count})" for name, count in sorted(ran.items())]
+    if unsandboxed:
+        parts.insert(0, f"NOT SANDBOXED ({unsandboxed} submission(s), --no-sandbox): their code "
+                        "could read and write whatever the grader's user can")
+    return "; ".join(parts) or "no student code ran"
+
+
 def _item_rates(rubric: Rubric, students: list[Student]) -> list[tuple[str, float, float, float]]:
     """Per item: the share passed (full points), failed or partial, not evaluated."""
     rates = []
@@ -147,7 +159,7 @@ def document(rubric: Rubric, students: list[Student], image: str | None) -> list
     statuses = Counter(s.status.value for s in students)
     meta = [["Students", str(len(students))], ["Submissions", str(len(submitted))],
             ["Statuses", ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items()))],
-            ["Possible points", f"{rubric.max_points:g}"]]
+            ["Possible points", f"{rubric.max_points:g}"], ["Sandbox", sandbox_summary(students)]]
     if percents:
         meta += [["Mean score", f"{statistics.fmean(percents):.1f}%"],
                  ["Median score", f"{statistics.median(percents):.1f}%"],

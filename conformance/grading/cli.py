@@ -4,7 +4,7 @@
 
     attention-conformance grade SUBMISSIONS --rubric RUBRIC.toml [--out DIR] [--jobs N]
                                 [--roster CSV] [--only ID,...] [--run-all-cells] [--as-of WHEN]
-                                [--shard K/N]
+                                [--shard K/N] [--no-sandbox]
     attention-conformance grade --merge OUT1 OUT2 ... --rubric RUBRIC.toml --out DIR
                                 [--roster CSV] [--as-of WHEN]
     attention-conformance grade --self-test --rubric RUBRIC.toml [--jobs N]
@@ -13,8 +13,10 @@
 Exit status: 0 when grading finished (whatever the grades) or the self-test passed; 1 when the
 self-test failed; 2 for bad input (a rubric that doesn't parse or names an unknown check, a
 missing or empty folder, an unknown --only id, shard outputs that don't make one class), said in
-one line. Student code is only run through the sandboxed worker; without it, grading students
-stops with one line (exit 2).
+one line. Student code is only run through the sandboxed worker, in a filesystem sandbox
+(bubblewrap, else Landlock); where neither works, every mode stops with one line saying what to
+install (exit 2), unless ``--no-sandbox`` is given: then the code runs in no filesystem sandbox,
+and the run's first line, ``run.json``, every ``results.json`` and the class report say so.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from conformance.grading.roster import Roster, RosterError
 from conformance.grading.roster import load as load_roster
 from conformance.grading.rubric import Rubric, RubricError
 from conformance.grading.rubric import load as load_rubric
+from conformance.worker import SandboxUnavailable
+from conformance.worker import sandbox as sandboxes
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -80,6 +84,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     grade.add_argument("--merge", nargs="+", type=Path, metavar="OUT",
                        help="instead of grading, combine these --shard outputs into --out, "
                             "as one run over the whole class writes it")
+    grade.add_argument("--no-sandbox", action="store_true",
+                       help="run student code in no filesystem sandbox (grading refuses where "
+                            "neither bubblewrap nor Landlock works, unless given this): it can "
+                            "then read and write whatever this user can; every output says so")
     return grade
 
 
@@ -122,13 +130,29 @@ def run(args: argparse.Namespace) -> int:
         return _error(str(error))
 
 
-def _check_reference(rubric: Rubric, progress: Progress) -> str | None:
+def _sandbox(args: argparse.Namespace) -> sandboxes.Tier:
+    """The tier every worker of this run uses, said as the run's first line: a filesystem
+    sandbox, else (only with --no-sandbox) none."""
+    if args.no_sandbox:
+        tier = sandboxes.unsandboxed()
+        print(f"sandbox: NONE (--no-sandbox; {tier}): student code is NOT SANDBOXED and can read "
+              "and write whatever this user can")
+        return tier
+    try:
+        tier = sandboxes.resolve_kind("filesystem")
+    except SandboxUnavailable as error:
+        raise _Usage(f"{error}; or pass --no-sandbox to run student code without one") from None
+    print(f"sandbox: {tier}")
+    return tier
+
+
+def _check_reference(rubric: Rubric, sandbox: sandboxes.Tier, progress: Progress) -> str | None:
     """The reference must get full marks before any student is graded: its score in words, or
     None without a reference."""
     if rubric.reference is None:
         return None
     progress.status(f"grading the reference solution ({rubric.reference.name})")
-    graded, _, problems = selftest.grade_reference(rubric)
+    graded, _, problems = selftest.grade_reference(rubric, sandbox)
     progress.status("")
     if problems:
         raise _Usage(f"the reference solution scores {graded.total:g} / {graded.max_points:g} "
@@ -144,12 +168,14 @@ def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
     only = {part.strip() for part in args.only.split(",") if part.strip()} if args.only else None
     as_of = _as_of(args.as_of)
     shard = shards.parse(args.shard) if args.shard else None
-    pipeline.find_submissions(args.submissions, rubric, args.out)  # bad input before any work
+    # Bad input before any work (and before the run's first line).
+    pipeline.check_only(pipeline.find_submissions(args.submissions, rubric, args.out), only)
+    sandbox = _sandbox(args)
     progress = Progress(0)
-    reference = _check_reference(rubric, progress)
+    reference = _check_reference(rubric, sandbox, progress)
     result = pipeline.grade_class(args.submissions, rubric, args.out, jobs=_jobs(args.jobs),
                                   only=only, roster=roster, run_all_cells=args.run_all_cells,
-                                  progress=progress, as_of=as_of, shard=shard)
+                                  progress=progress, as_of=as_of, shard=shard, sandbox=sandbox)
     statuses: dict[str, int] = {}
     for student in result.students:
         statuses[student.status.value] = statuses.get(student.status.value, 0) + 1
@@ -187,12 +213,13 @@ def _self_test(rubric: Rubric, args: argparse.Namespace) -> int:
     if rubric.reference is None:
         raise _Usage(f"{rubric.path}: the self-test needs a reference solution: add "
                      "reference = \"path/to/solution.py\" under [assignment]")
+    sandbox = _sandbox(args)
     mutants = selftest.bundled_mutants()
     pairs = sum(1 for m in mutants for t in rubric.targets if m.causal == t.causal)
     progress = Progress(pairs)
     try:
         result = selftest.run(rubric, jobs=_jobs(args.jobs), mutants=mutants,
-                              on_done=progress.advance)
+                              on_done=progress.advance, sandbox=sandbox)
     finally:
         progress.close()
     print(selftest.render(result))
@@ -203,8 +230,10 @@ def _gradescope(rubric: Rubric, args: argparse.Namespace) -> int:
     folder = args.submissions or gradescope.SUBMISSION
     if not folder.is_dir():
         raise _Usage(f"no submission folder {folder}")
+    as_of = _as_of(args.as_of)
     student = gradescope.autograde(rubric, folder, args.results,
-                                   run_all_cells=args.run_all_cells, as_of=_as_of(args.as_of))
+                                   run_all_cells=args.run_all_cells, as_of=as_of,
+                                   sandbox=_sandbox(args))
     print(f"{student.id}: {student.score.total:g} / {student.score.max_points:g} "
           f"({student.status.value}); wrote {args.results}")
     outcome = student.outcome

@@ -3,7 +3,9 @@
 :func:`run_submission` finds the rubric's classes by reading the source (nothing runs for that),
 then runs every target's checks and returns a :class:`SubmissionOutcome`. Student code runs only
 in the sandboxed worker (:mod:`conformance.worker`): one :class:`IsolatedSubject` per target, a
-worker process of its own (restarted after a crash, within its limits), whose calls are requests.
+worker process of its own (restarted after a crash, within its limits), whose calls are requests;
+by default in a filesystem sandbox (bubblewrap, else Landlock: ``sandbox="filesystem"``), which
+raises :class:`~conformance.worker.SandboxUnavailable` where there is none.
 The checks run here, in the checker, with the checker's own torch: nothing a submission does to
 torch, builtins or Tensor subclasses in its process changes its verdicts, and it never shares a
 process with another submission or with the grader.
@@ -30,7 +32,7 @@ from conformance.grading.targets import Location, locate, near_misses, scan
 from conformance.inference.declarations import Declarations
 from conformance.results import Status
 from conformance.spec import Config
-from conformance.worker import IsolatedSubject, LoadError, WorkerError
+from conformance.worker import IsolatedSubject, LoadError, SandboxKind, WorkerError
 from conformance.worker import Limits as WorkerLimits
 
 OUTPUT_CHARS = 4000
@@ -59,11 +61,13 @@ def _other_names(rubric: Rubric, target: Target) -> tuple[str, ...]:
 
 
 def run_submission(staged_dir: Path, rubric: Rubric, limits: Limits | None = None, *,
-                   syntax_errors: Sequence[str] = ()) -> SubmissionOutcome:
+                   syntax_errors: Sequence[str] = (),
+                   sandbox: SandboxKind = "filesystem") -> SubmissionOutcome:
     """Run every target's checks on the submission staged in ``staged_dir``, in the worker.
 
     ``syntax_errors`` are problems staging found (notebook cells that don't parse): they explain
-    a class that is missing. Never raises for anything the submission does.
+    a class that is missing. ``sandbox``: the worker's sandbox (``"filesystem"`` unless told
+    otherwise, as by ``grade --no-sandbox``). Never raises for anything the submission does.
     """
     limits = limits or rubric.limits
     start = time.perf_counter()
@@ -76,7 +80,7 @@ def run_submission(staged_dir: Path, rubric: Rubric, limits: Limits | None = Non
             targets.append(located)
             continue
         ran = _run_target(staged_dir, located.spec, target, target.declarations, rubric, limits,
-                          located, _other_names(rubric, target))
+                          sandbox, located, _other_names(rubric, target))
         targets.append(ran.outcome)
         output += [ran.printed] if ran.printed else []
         printed_bytes += ran.printed_bytes
@@ -88,8 +92,8 @@ def run_submission(staged_dir: Path, rubric: Rubric, limits: Limits | None = Non
     return outcome
 
 
-def run_registered(rubric: Rubric, target: Target, module: str,
-                   limits: Limits | None = None) -> SubmissionOutcome:
+def run_registered(rubric: Rubric, target: Target, module: str, limits: Limits | None = None,
+                   *, sandbox: SandboxKind = "filesystem") -> SubmissionOutcome:
     """Grade a registered implementation (``module``'s ``IMPLEMENTATION``: a bundled mutant) as
     ``target``, with its own declaration, in the worker like any submission (for
     ``--self-test``: the same path the students take)."""
@@ -97,7 +101,8 @@ def run_registered(rubric: Rubric, target: Target, module: str,
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="attention-registered-") as empty:
         # Nothing to copy: the module is imported from the installed package.
-        ran = _run_target(Path(empty), f"{module}:IMPLEMENTATION", target, None, rubric, limits)
+        ran = _run_target(Path(empty), f"{module}:IMPLEMENTATION", target, None, rubric, limits,
+                          sandbox)
     result = SubmissionOutcome(overall_status([ran.outcome]), _message([ran.outcome]),
                                [ran.outcome], _truncate(ran.printed), ran.protections, "worker",
                                printed_bytes=ran.printed_bytes)
@@ -130,8 +135,8 @@ class _Ran(NamedTuple):
 
 
 def _run_target(directory: Path, spec: str, target: Target, declared: Declarations | None,
-                rubric: Rubric, limits: Limits, located: Location | None = None,
-                others: tuple[str, ...] = ()) -> _Ran:
+                rubric: Rubric, limits: Limits, sandbox: SandboxKind,
+                located: Location | None = None, others: tuple[str, ...] = ()) -> _Ran:
     """Run one target's checks in its worker."""
     file = located.file if located else None
     class_name = located.class_name if located else None
@@ -142,7 +147,8 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
                                  memory_bytes=limits.memory_mb * 2**20)
     try:
         subject = IsolatedSubject(directory, spec, name=None, declared=declared,
-                                  limits=worker_limits, expected_failures={}, timeout=deadline)
+                                  limits=worker_limits, expected_failures={}, timeout=deadline,
+                                  sandbox=sandbox)
     except LoadError as error:
         status = _status(error.status)
         misses = (near_misses(class_name, list(error.defined_names), others)
@@ -156,7 +162,7 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
                                 interface=list(subject.notes))
         other_forms = ""
         if declared is not None:
-            broken, other_forms = _other_forms(directory, spec, target, worker_limits,
+            broken, other_forms = _other_forms(directory, spec, target, worker_limits, sandbox,
                                                class_name or spec)
             if broken is not None:
                 outcome.status, outcome.message = RunStatus.INTERFACE_MISMATCH, broken
@@ -197,7 +203,7 @@ def _printed(outcome: TargetOutcome, subject: IsolatedSubject, other_forms: str)
 
 
 def _other_forms(directory: Path, spec: str, target: Target, limits: WorkerLimits,
-                 class_name: str) -> tuple[str | None, str]:
+                 sandbox: SandboxKind, class_name: str) -> tuple[str | None, str]:
     """Load the target once in each other constructor form the rubric lists: the first form
     that does not build, as a mismatch message (None when all do), and what was printed."""
     printed = []
@@ -205,7 +211,7 @@ def _other_forms(directory: Path, spec: str, target: Target, limits: WorkerLimit
         try:
             with IsolatedSubject(directory, spec, name=None,
                                  declared=interface.declared_form(target, form), limits=limits,
-                                 expected_failures={}) as other:
+                                 expected_failures={}, sandbox=sandbox) as other:
                 printed.append(other.output)
         except LoadError as error:
             printed.append(str(error.output or ""))

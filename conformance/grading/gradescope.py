@@ -24,6 +24,7 @@ from conformance.grading.rubric import Rubric
 from conformance.grading.scoring import score
 from conformance.grading.staging import stage
 from conformance.grading.store import Record, versions
+from conformance.worker import SandboxKind
 
 SUBMISSION = Path("/autograder/submission")
 RESULTS = Path("/autograder/results/results.json")
@@ -42,9 +43,11 @@ def _who(submission_dir: Path) -> tuple[str, str, str]:
 
 
 def autograde(rubric: Rubric, submission_dir: Path = SUBMISSION, results: Path = RESULTS, *,
-              run_all_cells: bool = False, as_of: datetime | None = None) -> Student:
-    """Grade the one submission in ``submission_dir``; write ``results`` (and, beside it,
-    ``feedback.md``/``feedback.html`` for the instructor's download)."""
+              run_all_cells: bool = False, as_of: datetime | None = None,
+              sandbox: SandboxKind = "filesystem") -> Student:
+    """Grade the one submission in ``submission_dir`` (its code in the ``sandbox`` tier); write
+    ``results`` (and, beside it, ``feedback.md``/``feedback.html`` for the instructor's
+    download)."""
     student_id, name, email = _who(submission_dir)
     submission = Submission(id=student_id, name=name, layout="gradescope",
                             sources=[Source(submission_dir, "")])
@@ -54,7 +57,7 @@ def autograde(rubric: Rubric, submission_dir: Path = SUBMISSION, results: Path =
             outcome = SubmissionOutcome(staged.problem, staged.message)
         else:
             outcome = run_submission(staged.directory, rubric,
-                                     syntax_errors=staged.syntax_errors)
+                                     syntax_errors=staged.syntax_errors, sandbox=sandbox)
     record = Record(id=student_id, name=name, layout="gradescope", late=False, repository=None,
                     submission_hash=staged.hash, execution_key=rubric.execution_key(),
                     files=staged.files, notes=staged.notes, outcome=outcome,

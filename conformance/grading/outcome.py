@@ -119,6 +119,18 @@ class SubmissionOutcome:
                 return target
         return None
 
+    @property
+    def sandbox(self) -> str:
+        """The filesystem sandbox its code ran in, read from the protections: ``bwrap``,
+        ``landlock``, ``none`` (not sandboxed); ``""`` when nothing of it ran."""
+        for protection in self.protections:
+            if protection.startswith("filesystem: "):
+                return protection.removeprefix("filesystem: ")
+        if not self.protections:
+            return ""
+        # Recorded before the protections named the sandbox: bubblewrap hid the host.
+        return "bwrap" if "host filesystem hidden" in self.protections else "none"
+
     def to_dict(self) -> dict:
         return {"status": self.status.value, "message": self.message,
                 "targets": [t.to_dict() for t in self.targets], "output": self.output,

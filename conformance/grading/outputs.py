@@ -159,6 +159,7 @@ def gradescope_results(rubric: Rubric, student: Student) -> dict:
                        "rubric_hash": rubric.rubric_hash(),
                        "execution_key": rubric.execution_key(),
                        "isolation": outcome.isolation if outcome else "",
+                       "sandbox": outcome.sandbox if outcome else "",
                        "versions": student.record.versions if student.record else versions()},
     }
     if outcome is not None:
@@ -167,10 +168,13 @@ def gradescope_results(rubric: Rubric, student: Student) -> dict:
 
 
 def run_summary(rubric: Rubric, students: list[Student]) -> dict:
-    """``run.json``: what produced these outputs, and the class in numbers."""
+    """``run.json``: what produced these outputs, and the class in numbers. ``sandbox``: the
+    filesystem sandboxes student code ran in (``none``: not sandboxed, ``grade --no-sandbox``);
+    ``sandboxed``: whether all of it ran in one."""
     statuses: dict[str, int] = {}
     for student in students:
         statuses[student.status.value] = statuses.get(student.status.value, 0) + 1
+    sandboxes = sorted({s.outcome.sandbox for s in students if s.outcome and s.outcome.sandbox})
     return {"tool": "attention-conformance grade", "versions": versions(),
             "rubric": str(rubric.path), "rubric_hash": rubric.rubric_hash(),
             "execution_key": rubric.execution_key(), "profile": rubric.profile,
@@ -178,4 +182,5 @@ def run_summary(rubric: Rubric, students: list[Student]) -> dict:
             "students": len(students), "statuses": dict(sorted(statuses.items())),
             "max_points": rubric.max_points,
             "isolation": sorted({s.outcome.isolation for s in students
-                                 if s.outcome and s.outcome.isolation})}
+                                 if s.outcome and s.outcome.isolation}),
+            "sandbox": sandboxes, "sandboxed": "none" not in sandboxes}

@@ -25,6 +25,8 @@ from conformance.grading.rubric import Rubric
 from conformance.grading.scoring import SubmissionScore, score
 from conformance.grading.staging import Staged, stage
 from conformance.grading.store import Record, Store, versions
+from conformance.worker import SandboxKind
+from conformance.worker.sandbox import resolve_kind
 
 
 class GradingInputError(Exception):
@@ -92,13 +94,23 @@ def find_submissions(folder: Path, rubric: Rubric, out: Path) -> list[Submission
     return submissions
 
 
-def _run_one(staged: Staged, rubric: Rubric) -> SubmissionOutcome:
+def check_only(submissions: list[Submission], only: set[str] | None) -> None:
+    """GradingInputError when ``only`` names an id that no submission has."""
+    ids = {s.id for s in submissions}
+    unknown = sorted((only or set()) - ids)
+    if unknown:
+        raise GradingInputError(f"--only: no submission with id {', '.join(unknown)} "
+                                f"(found: {', '.join(sorted(ids))})")
+
+
+def _run_one(staged: Staged, rubric: Rubric, sandbox: SandboxKind) -> SubmissionOutcome:
     """One submission's outcome; anything going wrong here is that student's row, never the
     run's."""
     if staged.problem is not None:
         return SubmissionOutcome(staged.problem, staged.message)
     try:
-        return run_submission(staged.directory, rubric, syntax_errors=staged.syntax_errors)
+        return run_submission(staged.directory, rubric, syntax_errors=staged.syntax_errors,
+                              sandbox=sandbox)
     except Exception as error:
         last = traceback.format_exception_only(type(error), error)[-1].strip()
         return SubmissionOutcome(RunStatus.GRADER_ERROR,
@@ -108,22 +120,21 @@ def _run_one(staged: Staged, rubric: Rubric) -> SubmissionOutcome:
 def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
                 only: set[str] | None = None, roster: Roster | None = None,
                 run_all_cells: bool = False, progress: Progress | None = None,
-                as_of: datetime | None = None, shard: shards.Shard | None = None) -> ClassResult:
+                as_of: datetime | None = None, shard: shards.Shard | None = None,
+                sandbox: SandboxKind = "filesystem") -> ClassResult:
     """Grade every submission in ``folder`` into ``out`` and write the outputs.
 
     Submissions already graded (same files, same execution-relevant rubric, same versions)
     are reused; ``only`` regrades just those ids (forcing them) and reuses the rest. With
     ``shard``, only that part of the class is staged, graded and written
-    (:mod:`conformance.grading.shards`), and ``run.json`` says which part it is.
+    (:mod:`conformance.grading.shards`), and ``run.json`` says which part it is. Student code
+    runs in the ``sandbox`` tier (by default a filesystem sandbox:
+    :class:`~conformance.worker.SandboxUnavailable` before anything is done where there is none).
     """
+    tier = resolve_kind(sandbox)  # one tier for the whole class
     out.mkdir(parents=True, exist_ok=True)
     submissions = find_submissions(folder, rubric, out)
-    ids = {s.id for s in submissions}
-    if only:
-        unknown = sorted(only - ids)
-        if unknown:
-            raise GradingInputError(f"--only: no submission with id {', '.join(unknown)} "
-                                    f"(found: {', '.join(sorted(ids))})")
+    check_only(submissions, only)
     everyone = submissions
     if shard is not None:
         submissions = shards.part(submissions, shard)
@@ -152,7 +163,7 @@ def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
     by_id = {s.id: s for s in submissions}
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
-        futures = {pool.submit(_run_one, staged[s.id], rubric): s.id for s in todo}
+        futures = {pool.submit(_run_one, staged[s.id], rubric, tier): s.id for s in todo}
         for future in as_completed(futures):
             student = futures[future]
             submission = by_id[student]

@@ -37,6 +37,7 @@ from conformance.grading.outcome import RunStatus, SubmissionOutcome
 from conformance.grading.rubric import Rubric, Target
 from conformance.grading.scoring import State, SubmissionScore, score
 from conformance.grading.staging import stage
+from conformance.worker import SandboxKind
 
 
 @dataclass(frozen=True)
@@ -127,10 +128,11 @@ def _problems(graded: SubmissionScore) -> list[str]:
     return problems
 
 
-def grade_reference(rubric: Rubric,
-                    path: Path | None = None) -> tuple[SubmissionScore, SubmissionOutcome, list[str]]:
-    """The reference solution's score, outcome, and every item short of full marks (``path``:
-    another correct solution, graded the same way)."""
+def grade_reference(rubric: Rubric, sandbox: SandboxKind = "filesystem", path: Path | None = None
+                    ) -> tuple[SubmissionScore, SubmissionOutcome, list[str]]:
+    """The reference solution's score, outcome, and every item short of full marks (run in the
+    ``sandbox`` tier, like the students; ``path``: another correct solution, graded the same
+    way)."""
     if rubric.reference is None:
         raise ValueError("the rubric names no reference solution ([assignment] reference)")
     path = path or rubric.reference
@@ -142,13 +144,13 @@ def grade_reference(rubric: Rubric,
             outcome = SubmissionOutcome(staged.problem, staged.message)
         else:
             outcome = run_submission(staged.directory, rubric,
-                                     syntax_errors=staged.syntax_errors)
+                                     syntax_errors=staged.syntax_errors, sandbox=sandbox)
     graded = score(rubric, outcome)
     return graded, outcome, _problems(graded)
 
 
-def _row(rubric: Rubric, target: Target, mutant: Mutant) -> MutantRow:
-    outcome = run_registered(rubric, target, mutant.module)
+def _row(rubric: Rubric, target: Target, mutant: Mutant, sandbox: SandboxKind) -> MutantRow:
+    outcome = run_registered(rubric, target, mutant.module, sandbox=sandbox)
     single = replace(rubric, targets=(target,))
     graded = score(single, outcome)
     item = next((i for i in graded.items if mutant.catches in i.item.checks), None)
@@ -169,20 +171,22 @@ def _row(rubric: Rubric, target: Target, mutant: Mutant) -> MutantRow:
 
 
 def run(rubric: Rubric, *, jobs: int = 1, mutants: list[Mutant] | None = None,
-        on_done: Callable[[str], None] | None = None) -> SelfTest:
-    """Grade the reference and every mutant against every target of matching causality."""
-    reference, outcome, problems = grade_reference(rubric)
+        on_done: Callable[[str], None] | None = None,
+        sandbox: SandboxKind = "filesystem") -> SelfTest:
+    """Grade the reference and every mutant against every target of matching causality, in the
+    ``sandbox`` tier."""
+    reference, outcome, problems = grade_reference(rubric, sandbox)
     result = SelfTest(reference, outcome, problems)
     with tempfile.TemporaryDirectory(prefix="attention-variant-") as scratch:
         variant = variants.renamed(rubric.reference, Path(scratch) / "renamed")
         if variant is not None:
-            graded, _, short = grade_reference(rubric, variant.path)
+            graded, _, short = grade_reference(rubric, sandbox, variant.path)
             result.variants.append(VariantRow(variant.describe(), graded, short))
     pairs = [(target, mutant) for mutant in (mutants if mutants is not None
                                              else bundled_mutants())
              for target in rubric.targets if mutant.causal == target.causal]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(_row, rubric, target, mutant) for target, mutant in pairs]
+        futures = [pool.submit(_row, rubric, target, mutant, sandbox) for target, mutant in pairs]
         for future in futures:
             result.rows.append(future.result())
             if on_done:

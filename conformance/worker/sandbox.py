@@ -1,21 +1,31 @@
 """What containment this machine allows, and the command line that starts a worker in it.
 
-Three tiers, the strongest that works here is used (``sandbox="auto"``):
+Four tiers, the strongest that works here is used (``sandbox="auto"``); ``"filesystem"`` asks
+for the strongest of the first two (the grader's default) and refuses without one:
 
 - ``bwrap`` (bubblewrap installed and usable): new PID, network, IPC and UTS namespaces; a
   filesystem of read-only system directories, the Python installation and the suite's own
   package, a private ``/tmp``, and the scratch directory as the only writable place; everything
   else (the submission's original directory, its siblings, a rubric, home directories) does not
-  exist. A checker running as root also makes the worker drop to a uid of its own before it
-  reads any request (so process limits apply and nothing outside is writable).
+  exist.
+- ``landlock`` (the kernel's Landlock, no package needed): the worker confines itself
+  (``confine.py``) after importing torch and the suite, before it reads any request: it may
+  read the system directories, the Python installation and the suite, change only its scratch
+  directory, and open nothing else (not ``/proc`` beyond its own entry, not ``/tmp``, not the
+  siblings or the rubric); no sockets, no TCP, no keyrings; plus the PID and network
+  namespaces of ``unshare`` where they work.
 - ``unshare`` (util-linux, as root or with user namespaces): new PID and network namespaces; the
   filesystem is the host's.
 - ``none``: neither; the plain protections only.
 
+The last two are no filesystem sandbox: the protections say ``filesystem: none``.
+
 Always: the supervisor (a child subreaper, see ``supervisor.py``) kills the whole process tree;
 the worker gets its own session, rlimits (CPU, address space, file size, core dumps, open files,
 processes where enforceable), a scrubbed environment, stdin from ``/dev/null`` and a scratch copy
-of the submission as its working directory.
+of the submission as its working directory; a checker running as root makes it drop to a uid of
+its own (every tier) before it reads any request, so process limits apply and nothing of root's
+is writable (a user's own code checked in place keeps the user's uid).
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -34,9 +45,16 @@ from pathlib import Path
 from typing import Literal
 
 import conformance
+from conformance.worker import confine
 from conformance.worker.limits import TORCH_ADDRESS_SPACE, Limits
 
-SandboxKind = Literal["auto", "bwrap", "unshare", "none"]
+SandboxKind = Literal["auto", "filesystem", "bwrap", "landlock", "unshare", "none"]
+Tier = Literal["bwrap", "landlock", "unshare", "none"]
+FILESYSTEM_TIERS: tuple[Tier, ...] = ("bwrap", "landlock")
+"""The tiers that are a filesystem sandbox (what grading requires unless told otherwise)."""
+NO_FILESYSTEM_SANDBOX = ("no filesystem sandbox works here (bubblewrap is not installed or not "
+                         "usable, and this kernel offers no Landlock): install bubblewrap "
+                         "(apt-get install bubblewrap)")
 
 NAMESPACES = ("--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
               "--unshare-cgroup-try")
@@ -47,6 +65,12 @@ one checker and between checkers, and far above the uids of real accounts."""
 
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "hosts",
         "localtime", "host.conf", "resolv.conf")
+_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_DEVICES_READ = ("/dev/zero", "/dev/random", "/dev/urandom")
+_CPU = ("/proc/cpuinfo", "/sys/devices/system/cpu")
+"""What torch's cpuinfo reads the first time it needs it (float16 ops: after the worker confined
+itself)."""
+CONFINE = Path(__file__).with_name("confine.py")
 _counter = itertools.count()
 
 
@@ -62,7 +86,7 @@ class Launch:
     env: dict[str, str]
     cwd: str
     rlimits: list[tuple[str, int, int]]
-    sandbox: Literal["bwrap", "unshare", "none"]
+    sandbox: Tier
     uid: int | None
     """The uid the worker drops to before reading requests (None: it keeps the checker's)."""
     protections: tuple[str, ...]
@@ -96,26 +120,58 @@ def _unshare() -> tuple[str, ...] | None:
     return None
 
 
-def available() -> tuple[str, ...]:
+@cache
+def _landlock() -> int:
+    """The Landlock ABI a process can confine itself with here (``confine.py --probe``: rules
+    enforced, sockets refused), or 0. Without the socket filter (another architecture) the
+    tier needs unshare's network namespace to keep the network away."""
+    with tempfile.TemporaryDirectory(prefix="attention-landlock-probe-") as scratch:
+        try:
+            probe = subprocess.run([sys.executable, "-I", "-S", str(CONFINE), "--probe", scratch],
+                                   stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                   timeout=10, env={})
+        except (OSError, subprocess.SubprocessError):
+            return 0
+    if probe.returncode != 0 or not probe.stdout.strip().isdigit():
+        return 0
+    if not confine.seccomp_supported() and _unshare() is None:
+        return 0
+    return int(probe.stdout)
+
+
+def available() -> tuple[Tier, ...]:
     """The sandboxes that work here, strongest first ("none" always works)."""
-    found = []
+    found: list[Tier] = []
     if _bwrap():
         found.append("bwrap")
+    if _landlock():
+        found.append("landlock")
     if _unshare():
         found.append("unshare")
     return (*found, "none")
 
 
-def resolve_kind(kind: SandboxKind) -> Literal["bwrap", "unshare", "none"]:
-    """The tier ``kind`` means here; SandboxUnavailable if it was asked for and does not work."""
+def resolve_kind(kind: SandboxKind) -> Tier:
+    """The tier ``kind`` means here; SandboxUnavailable if it was asked for and does not work
+    (for ``"filesystem"``: when neither bubblewrap nor Landlock does, :data:`NO_FILESYSTEM_SANDBOX`)."""
     usable = available()
     if kind == "auto":
-        return usable[0]  # type: ignore[return-value]
+        return usable[0]
+    if kind == "filesystem":
+        for tier in usable:
+            if tier in FILESYSTEM_TIERS:
+                return tier
+        raise SandboxUnavailable(NO_FILESYSTEM_SANDBOX)
     if kind not in usable:
         raise SandboxUnavailable(
             f"sandbox {kind!r} does not work on this machine (usable: {', '.join(usable)})"
             + ("; install bubblewrap (apt-get install bubblewrap)" if kind == "bwrap" else ""))
     return kind
+
+
+def unsandboxed() -> Tier:
+    """The strongest tier that is no filesystem sandbox (what ``grade --no-sandbox`` runs in)."""
+    return "unshare" if "unshare" in available() else "none"
 
 
 def _python_roots() -> list[Path]:
@@ -157,7 +213,7 @@ def _ancestors(path: Path) -> list[str]:
 def _bwrap_argv(scratch: Path, uid: int | None) -> list[str]:
     argv = [_bwrap() or "bwrap", *NAMESPACES, "--die-with-parent", "--new-session",
             "--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+    for name in _SYSTEM[1:]:
         host = Path("/") / name
         if host.is_symlink():
             argv += ["--symlink", os.readlink(host), str(host)]
@@ -172,6 +228,18 @@ def _bwrap_argv(scratch: Path, uid: int | None) -> list[str]:
         argv += [*_ancestors(root), "--ro-bind", str(root), str(root)]
     argv += [*_ancestors(scratch), "--bind", str(scratch), str(scratch), "--chdir", str(scratch)]
     return argv
+
+
+def _landlock_args(writable: Sequence[Path], readable: Sequence[Path]) -> list[str]:
+    """The worker's arguments for confining itself: what it may read (the system, the Python
+    installation, the suite, a few files of /etc and /dev, its own /proc entry, what the CPU is,
+    ``readable``) and write (``writable``)."""
+    read = [f"/{name}" for name in _SYSTEM] + [f"/etc/{name}" for name in _ETC]
+    read += [*_DEVICES_READ, *_CPU, "/proc/self", *(str(root) for root in _python_roots())]
+    read += [str(path) for path in readable]
+    write = [*dict.fromkeys(str(path) for path in writable), "/dev/null"]
+    return [arg for path in read for arg in ("--landlock-read", path)] + [
+        arg for path in write for arg in ("--landlock-write", path)]
 
 
 def _user_tasks(uid: int) -> int:
@@ -204,7 +272,8 @@ def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence
     """
     tier = resolve_kind(kind)
     root = os.geteuid() == 0
-    uid = worker_uid() if tier == "bwrap" and root else None
+    # In place, the folder is the user's own: it keeps the user's uid (nothing is chowned).
+    uid = worker_uid() if root and home is None else None
     protections = ["own session", "stdin closed",
                    "clean environment", "in place (no copy)" if home else "scratch copy",
                    "rlimit cpu", "rlimit address space",
@@ -224,6 +293,10 @@ def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence
         rlimits.append(("RLIMIT_NPROC", allowed, allowed))
         protections.append("rlimit processes")
 
+    # Writable: the scratch copy (and HOME beside the folder checked in place); listable: the
+    # copy's own folder (it holds only the copy), as under bubblewrap, so that a submission
+    # listing ".." gets the same answer in both tiers.
+    writable, listable = ([scratch, home], []) if home else ([scratch], [scratch.parent])
     home = home or scratch
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
            "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -236,14 +309,28 @@ def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence
 
     if tier == "bwrap":
         argv = [*_bwrap_argv(scratch, uid), "--", *python]
-        protections += ["pid namespace", "network namespace", "ipc namespace",
-                        "read-only system", "host filesystem hidden", "private /tmp"]
-        if uid is not None:
-            protections.append("unprivileged uid")
+        protections += ["filesystem: bwrap", "pid namespace", "network namespace",
+                        "ipc namespace", "read-only system", "host filesystem hidden",
+                        "private /tmp"]
+    elif tier == "landlock":
+        namespaces = _unshare()
+        python += _landlock_args(writable, listable)
+        argv = [*namespaces, "--", *python] if namespaces else python
+        abi = _landlock()
+        protections += ["filesystem: landlock", f"landlock abi {abi}", "read-only system",
+                        "host filesystem unreadable", "writable: scratch only"]
+        protections += ["pid namespace", "network namespace"] if namespaces else []
+        protections += ["no tcp (landlock)"] if abi >= 4 else []
+        protections += ["no signals or abstract sockets outside (landlock)"] if abi >= 6 else []
+        if confine.seccomp_supported():
+            protections += ["no sockets (seccomp)", "no keyrings (seccomp)"]
     elif tier == "unshare":
         argv = [*(_unshare() or ()), "--", *python]
-        protections += ["pid namespace", "network namespace"]
+        protections += ["filesystem: none", "pid namespace", "network namespace"]
     else:
         argv = python
+        protections.append("filesystem: none")
+    if uid is not None:
+        protections.append("unprivileged uid")
     return Launch(argv=argv, env=env, cwd=str(scratch), rlimits=rlimits, sandbox=tier, uid=uid,
                   protections=tuple(protections))

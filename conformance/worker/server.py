@@ -1,6 +1,8 @@
 """The worker: the only process that imports the untrusted submission.
 
-It drops privileges where told to, then answers requests one at a time on fd 3 (requests) and
+It confines itself (``--landlock-read``/``--landlock-write``: the ``landlock`` tier, see
+``confine.py``) and drops privileges where told to, after importing torch and the suite and before
+anything of the submission runs, then answers requests one at a time on fd 3 (requests) and
 fd 4 (replies): ``load`` resolves the target with the suite's own ``registry.resolve`` (undeclared
 classes are inferred here, running the submission's code here), ``build`` makes a
 :class:`~conformance.adapter.ModuleInstance`, and the instance requests call it exactly as an
@@ -29,7 +31,7 @@ from conformance.adapter import CapabilityError, ImplementationError, ModuleInst
 from conformance.inference import DeclarationError, InferenceError
 from conformance.registry import ResolveError, load_code, resolve
 from conformance.spec import Config, Implementation
-from conformance.worker import codec
+from conformance.worker import codec, confine, reachable
 from conformance.worker.errors import WorkerStatus
 from conformance.worker.pristine import Pristine
 from conformance.worker.protocol import (
@@ -344,12 +346,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-keep", type=int, default=1 << 20)
     parser.add_argument("--uid", type=int)
     parser.add_argument("--gid", type=int)
+    parser.add_argument("--landlock-read", action="append", default=[], metavar="PATH")
+    parser.add_argument("--landlock-write", action="append", default=[], metavar="PATH")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)  # workers share the cores with the checker and each other
     sys.stdout = open(1, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
     faulthandler.enable(file=sys.stderr)  # a segfault's traceback goes to the captured output
+    if args.uid is not None:
+        reachable.keep_imports_reachable()  # while still root: it opens what the uid can't pass
+    if args.landlock_read or args.landlock_write:
+        # As root still: the rules name places only root can open (the installation under /root).
+        confine.restrict(args.landlock_read, args.landlock_write)
     drop_privileges(args.uid, args.gid)
     channel = BlockingChannel(args.request_fd, args.reply_fd, args.header_limit,
                               args.message_limit)

@@ -8,6 +8,10 @@ set -euo pipefail
 
 apt-get update
 apt-get install -y --no-install-recommends python3 python3-venv python3-pip
+# The filesystem sandbox for student code. Where Gradescope's container can't use it (no
+# namespaces), the kernel's Landlock serves; grading refuses only where neither works.
+apt-get install -y --no-install-recommends bubblewrap \
+    || echo "bubblewrap could not be installed: student code will run under Landlock"
 python3 -m venv /autograder/venv
 cd /autograder/source/attention-conformance
 # The CPU build of torch, pinned through constraints.txt like every install of this project.
