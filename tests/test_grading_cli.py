@@ -64,7 +64,7 @@ def test_grade_writes_every_output_and_says_so(mini, tmp_path, capsys):
     tier = sandbox.resolve_kind("filesystem")                # bubblewrap, else Landlock
     assert stdout.startswith(f"sandbox: {tier}\n")
     assert "graded 2, reused 0" in stdout and "statuses: graded 2" in stdout
-    assert stdout.startswith("reference solution: 3 / 3 (full marks)\n")
+    assert stdout.startswith(f"sandbox: {tier}\nreference solution: 3 / 3 (full marks)\n")
     rows = (out / "grades.csv").read_text().splitlines()
     assert rows[1] == "Points Possible,,,0,2,1,3,100,,,"
     assert rows[2].startswith("1001,lovelaceada,,0,2,1,3,100.0,graded,")
