@@ -6,6 +6,7 @@ a user can paste: ``Case(batch=2, q_len=2, kv_len=2, num_heads=2, head_dim=1, se
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, fields
 
 import torch
@@ -58,6 +59,36 @@ class Case:
         shown = [f"{name}={getattr(self, name)!r}" for name in defaults
                  if name in always or getattr(self, name) != defaults[name]]
         return f"Case({', '.join(shown)})"
+
+    @classmethod
+    def parse(cls, text: str) -> Case:
+        """The case a ``Case(...)`` string (a report's falsifying example) names; ValueError with
+        one line when it is not one. Only literal field values are read: nothing is evaluated."""
+        try:
+            call = ast.parse(text.strip(), mode="eval").body
+        except SyntaxError:
+            call = None
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id == "Case" and not call.args):
+            raise ValueError(f"{text!r} is not a Case(...) as a report prints it, e.g. "
+                             "Case(batch=1, q_len=2, kv_len=2, num_heads=2, head_dim=1, "
+                             "dtype='float32', seed=0)")
+        known = {f.name for f in fields(cls)}
+        values = {}
+        for keyword in call.keywords:
+            if keyword.arg not in known:
+                raise ValueError(f"Case has no field {keyword.arg!r} (fields: "
+                                 f"{', '.join(sorted(known))})")
+            try:
+                values[keyword.arg] = ast.literal_eval(keyword.value)
+            except ValueError:
+                raise ValueError(f"Case field {keyword.arg}: give a literal value") from None
+        if isinstance(values.get("kept"), list):
+            values["kept"] = tuple(values["kept"])
+        try:
+            return cls(**values)
+        except TypeError as error:
+            raise ValueError(f"{text!r}: {error}") from None
 
     @property
     def config(self) -> Config:

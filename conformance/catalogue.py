@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from conformance.adapter import ImplementationError, InProcessSubject, Subject
+from conformance.cases import Case
+from conformance.check_names import CHECK_NAMES, unknown_checks
 from conformance.constraints import discover
 from conformance.inference.declarations import Declarations
 from conformance.invariants.alibi import Alibi
@@ -48,7 +50,7 @@ from conformance.invariants.stability import Stability
 from conformance.precision import FLOAT32_NOISE
 from conformance.profiles import profile_settings
 from conformance.progress import ProgressLine
-from conformance.registry import resolve
+from conformance.registry import implementations_of, resolve
 from conformance.results import CheckResult, Status
 from conformance.spec import Config, Implementation
 from conformance.strategies import available_devices
@@ -63,7 +65,9 @@ CATALOGUE: tuple[Check, ...] = (
 )
 """The checks after the gate, in report order."""
 
-CHECK_NAMES: tuple[str, ...] = (GATE.name, *(c.name for c in CATALOGUE))
+if (GATE.name, *(c.name for c in CATALOGUE)) != CHECK_NAMES:
+    raise ImportError("conformance.check_names.CHECK_NAMES must list the catalogue's checks, "
+                      "the gate first, in order")
 
 
 def as_subject(impl: Implementation | Subject | str) -> Subject:
@@ -82,18 +86,24 @@ class Runner:
     """
 
     def __init__(self, profile: str = "quick", seed: int | None = None, *,
-                 strict: bool = False, progress: ProgressLine | None = None) -> None:
+                 strict: bool = False, progress: ProgressLine | None = None,
+                 verbosity: str | None = None, replay: Case | None = None) -> None:
         self.profile = profile
-        self.settings = profile_settings(profile)
+        self.settings = profile_settings(profile, seed=seed, verbosity=verbosity)
         self.seed = seed
         self.strict = strict
         self.progress = progress
+        self.replay = replay
+        """A falsifying example to run alone (``Case``), instead of a search: the checks verify
+        their property on exactly that case (the gate still runs as always)."""
         self._gates: dict[tuple[str, str], tuple[CheckResult, GateOutcome]] = {}
 
-    def _context(self, subject: Subject, capabilities, device: str) -> CheckContext:
+    def _context(self, subject: Subject, capabilities, device: str,
+                 replay: Case | None = None) -> CheckContext:
         return CheckContext(subject=subject, capabilities=capabilities, device=device,
                             settings=self.settings, seed=self.seed,
-                            on_example=self.progress.example if self.progress else None)
+                            on_example=self.progress.example if self.progress else None,
+                            replay=replay)
 
     def gate(self, subject: Subject, device: str) -> tuple[CheckResult, GateOutcome]:
         key = (subject.name, device)
@@ -142,7 +152,7 @@ class Runner:
             if check.skip_reason(subject.capabilities) is None:
                 skip = f"{skip} (the declared feature failed at the gate; see contract)"
             return CheckResult(subject.name, name, device, Status.SKIPPED, reason=skip)
-        context = self._context(subject, outcome.effective, device)
+        context = self._context(subject, outcome.effective, device, self.replay)
         context.broken = dict(outcome.broken)
         if outcome.precision is not None and outcome.precision.judged_as != torch.float64:
             context.precision = {torch.float64: outcome.precision.judged_as}
@@ -387,7 +397,8 @@ def _travelling(what: Implementation | Isolated) -> _Resolved | Isolated:
 def _check_in_worker(spec: str, what: _Resolved | Isolated,
                      declared: Declarations | None, profile: str, seed: int | None,
                      strict: bool, devices: Sequence[str] | None,
-                     checks: Sequence[str] | None) -> tuple[list[CheckResult], Interfaces]:
+                     checks: Sequence[str] | None,
+                     replay: Case | None = None) -> tuple[list[CheckResult], Interfaces]:
     """One target's verdicts (and interfaces), in a spawned process: an in-process one is
     resolved again there by its IMPL (expected failures and declarations travel along: they may
     come from files or flags the process never saw)."""
@@ -397,8 +408,8 @@ def _check_in_worker(spec: str, what: _Resolved | Isolated,
         what = replace(impl, expected_failures=what.expected_failures,
                        expected_warnings=what.expected_warnings)
     interfaces: Interfaces = {}
-    results = _results(Runner(profile, seed, strict=strict), spec, what, declared, devices,
-                       checks, interfaces)
+    results = _results(Runner(profile, seed, strict=strict, replay=replay), spec, what,
+                       declared, devices, checks, interfaces)
     return results, interfaces
 
 
@@ -407,19 +418,21 @@ def check_many(targets: Sequence[Target], *, profile: str = "quick",
                seed: int | None = None, jobs: int = 1,
                declared: Declarations | None = None, strict: bool = False,
                progress: ProgressLine | None = None,
-               interfaces: Interfaces | None = None) -> list[CheckResult]:
+               interfaces: Interfaces | None = None,
+               replay: Case | None = None) -> list[CheckResult]:
     """Verdicts for several implementations, ``jobs`` at a time; results in input order.
 
     ``targets`` pairs each implementation with the IMPL string (and ``declared``, the
     declarations) that resolve to it, so a worker process can find it again; an
     :class:`Isolated` target's implementations run in worker processes of their own. The
     verdicts don't depend on ``jobs``. ``strict`` promotes warnings to failures. ``interfaces``,
-    when given, receives what each implementation declares and what was inferred. Raises
+    when given, receives what each implementation declares and what was inferred. ``replay``
+    runs the checks on that one case instead of a search (see :class:`Runner`). Raises
     :class:`BadInput` when an isolated implementation is not checkable.
     """
     interfaces = interfaces if interfaces is not None else {}
     if jobs <= 1 or len(targets) <= 1:
-        runner = Runner(profile, seed, strict=strict, progress=progress)
+        runner = Runner(profile, seed, strict=strict, progress=progress, replay=replay)
         return [result for spec, what in targets
                 for result in _results(runner, spec, what, declared, devices, checks,
                                        interfaces)]
@@ -427,7 +440,7 @@ def check_many(targets: Sequence[Target], *, profile: str = "quick",
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context) as pool:
         futures = [pool.submit(_check_in_worker, spec, _travelling(what), declared, profile,
-                               seed, strict, devices, checks)
+                               seed, strict, devices, checks, replay)
                    for spec, what in targets]
         results: list[CheckResult] = []
         start = time.perf_counter()
@@ -442,15 +455,32 @@ def check_many(targets: Sequence[Target], *, profile: str = "quick",
         return results
 
 
-def check(impl: Implementation | Subject | str, *, profile: str = "quick",
-          devices: Sequence[str] | None = None, checks: Iterable[str] | None = None,
-          seed: int | None = None, strict: bool = False) -> list[CheckResult]:
-    """Run the catalogue on one implementation; one result per (check, device).
+def check(target: object, *, profile: str = "quick", devices: Sequence[str] | None = None,
+          checks: Iterable[str] | None = None, seed: int | None = None, strict: bool = False,
+          declare: Mapping[str, object] | None = None,
+          replay: Case | str | None = None) -> list[CheckResult]:
+    """Run the catalogue on an implementation; one result per (implementation, check, device).
 
-    ``impl`` is an :class:`Implementation`, a :class:`Subject`, a registered name or an IMPL
-    string. ``devices`` defaults to every available one; ``checks`` to the whole catalogue.
+    ``target`` is what the command line takes: an ``nn.Module`` class (inferred), an instance
+    (through its class), a core attention function, an :class:`Implementation` (or several), a
+    :class:`Subject`, a registered name or an IMPL string. ``declare`` overrides inference with
+    the command line's declarations in their TOML spellings (``{"causal": "always"}``), over what
+    the nearest ``pyproject.toml`` declares. ``devices`` defaults to every available one;
+    ``checks`` to the whole catalogue (an unknown name is a ValueError with a suggestion).
     Expected failures declared by the implementation come back as ``expected-failure``;
-    robustness findings as ``warning``, or as failures with ``strict=True``.
+    robustness findings as ``warning``, or as failures with ``strict=True``. ``replay`` runs the
+    checks on that one falsifying example (a ``Case`` or its text, as a report prints it).
     """
-    return Runner(profile, seed, strict=strict).run(as_subject(impl), devices=devices,
-                                                    checks=checks)
+    from conformance.inference.declarations import from_mapping
+
+    names = list(checks) if checks is not None else None
+    problem = unknown_checks(names or [])
+    if problem:
+        raise ValueError(problem)
+    case = Case.parse(replay) if isinstance(replay, str) else replay
+    runner = Runner(profile, seed, strict=strict, replay=case)
+    if isinstance(target, Subject):
+        return runner.run(target, devices=devices, checks=names)
+    stated = from_mapping(dict(declare or {}), "check(declare=...)") if declare else None
+    return [result for impl in implementations_of(target, stated)
+            for result in runner.run(InProcessSubject(impl), devices=devices, checks=names)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 import traceback
@@ -24,7 +25,7 @@ from conformance.benchmark import noise
 from conformance.benchmark.decode import DEFAULT_CONTEXTS, decode_bench, decode_table
 from conformance.benchmark.ladder import DEFAULT_LENGTHS, bench
 from conformance.benchmark.render import plot, plot_available, table, to_json
-from conformance.cases import DTYPES
+from conformance.cases import DTYPES, Case
 from conformance.catalogue import (
     CHECK_NAMES,
     BadInput,
@@ -38,8 +39,16 @@ from conformance.grading import cli as grading_cli
 from conformance.inference.declarations import DeclarationError, Declarations, parse_init
 from conformance.profiles import PROFILE_NAMES
 from conformance.progress import ProgressLine
-from conformance.registry import ResolveError, check_form, is_located, registered, resolve
+from conformance.registry import (
+    ResolveError,
+    check_form,
+    is_located,
+    origin,
+    registered,
+    resolve,
+)
 from conformance.report import render_json, render_text, wrap
+from conformance.results import CheckResult
 from conformance.spec import Implementation
 from conformance.strategies import available_devices
 from conformance.worker.local import CALL_SECONDS
@@ -72,7 +81,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="cpu, cuda or mps (repeatable; default: every available one)")
     check.add_argument("--check", action="append", dest="checks", choices=CHECK_NAMES,
                        metavar="NAME", help=f"only these checks (repeatable): {', '.join(CHECK_NAMES)}")
-    check.add_argument("--seed", type=int, help="hypothesis seed (fixes the thorough profile)")
+    check.add_argument("--seed", type=int,
+                       help="hypothesis seed: the examples are drawn from it (in either profile)")
+    check.add_argument("--replay", metavar="CASE",
+                       help="run one --check on this falsifying example alone, as a report "
+                            "prints it: --replay \"Case(batch=1, q_len=2, ...)\"")
     check.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                        help="check N implementations at a time in worker processes "
                             "(0: one per CPU core); verdicts don't depend on it")
@@ -240,6 +253,7 @@ def _check(args: argparse.Namespace) -> int:
         "mask_formats": tuple(args.mask_formats) if args.mask_formats else None})
     devices = args.devices or available_devices()
     checks = args.checks or list(CHECK_NAMES)
+    replay = _replay(args.replay, args.checks)
     start = time.perf_counter()
     isolate = args.isolate is not False  # files and modules: isolated unless --no-isolate
     failures, warnings = _expected(args.expected_failures)
@@ -260,7 +274,7 @@ def _check(args: argparse.Namespace) -> int:
         results = check_many(targets, profile=args.profile, devices=devices, checks=checks,
                              seed=args.seed, jobs=args.jobs or os.cpu_count() or 1,
                              declared=declared, strict=args.strict, progress=progress,
-                             interfaces=interfaces)
+                             interfaces=interfaces, replay=replay)
     except BadInput as error:
         raise UsageError(str(error)) from error
     finally:
@@ -270,7 +284,8 @@ def _check(args: argparse.Namespace) -> int:
     json_to_stdout = args.json is not None and str(args.json) == "-"
     print(render_text(results, checks=checks, profile=args.profile, devices=shown_devices,
                       unavailable=_unavailable(devices), seconds=seconds,
-                      notes={name: notes for name, (_, notes) in interfaces.items()}),
+                      notes={name: notes for name, (_, notes) in interfaces.items()},
+                      reproduce=_reproduction(args.impls)),
           file=sys.stderr if json_to_stdout else sys.stdout)
     if args.json:
         payload = render_json(results, interfaces=interfaces, profile=args.profile,
@@ -282,6 +297,33 @@ def _check(args: argparse.Namespace) -> int:
         else:
             args.json.write_text(text)
     return EXIT_FAILED if any(r.is_failure for r in results) else EXIT_OK
+
+
+def _replay(text: str | None, checks: Sequence[str] | None) -> Case | None:
+    """``--replay``'s case, for exactly one ``--check``."""
+    if text is None:
+        return None
+    if not checks or len(checks) != 1:
+        raise UsageError("--replay runs one check on one case: name it with one --check")
+    try:
+        return Case.parse(text)
+    except ValueError as error:
+        raise UsageError(f"--replay: {error}") from error
+
+
+def _reproduction(specs: Sequence[str]):
+    """How the report says to replay a falsifying example: this command line, for its check."""
+    by_name = {origin(spec): spec for spec in specs if is_located(spec)}
+
+    def command(result: CheckResult) -> str | None:
+        spec = by_name.get(result.implementation, result.implementation)
+        if spec not in specs and len(specs) == 1:
+            spec = specs[0]  # declared in the file under another name
+        # A Case's repr quotes its strings with single quotes, and holds no $, ` or ".
+        return (f"attention-conformance check {shlex.quote(spec)} --check {result.check} "
+                f'--replay "{result.counterexample}"')
+
+    return command
 
 
 def _expected(path: Path | None) -> tuple[dict, dict]:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from conformance.check_names import CHECK_NAMES, unknown_checks
 from conformance.spec import Implementation
 
 if sys.version_info >= (3, 11):
@@ -32,11 +33,10 @@ WARNINGS = "warnings"
 
 
 def _checks(table: dict, where: str, path: str | Path) -> dict[str, str]:
-    from conformance.catalogue import CHECK_NAMES
-
     unknown = sorted(set(table) - set(CHECK_NAMES))
     if unknown:
-        raise ExpectationsError(f"{path}: [{where}] names unknown check(s) {unknown}")
+        raise ExpectationsError(f"{path}: [{where}] names unknown check(s) {unknown}: "
+                                f"{unknown_checks(unknown)}")
     return {check: str(reason) for check, reason in table.items()}
 
 

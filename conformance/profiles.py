@@ -36,9 +36,39 @@ for _name, _profile in PROFILES.items():
     settings.register_profile(f"attention-conformance-{_name}", _profile)
 
 
-def profile_settings(name: str) -> settings:
-    """The settings of profile ``name`` (``quick`` or ``thorough``)."""
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise ValueError(f"unknown profile {name!r}: choose one of {', '.join(PROFILES)}") from None
+USER_PREFIX = "hypothesis:"
+"""``hypothesis:NAME``: a hypothesis profile the user registered (``--hypothesis-profile NAME``
+under pytest), honoured for what it says about the search."""
+
+
+def profile_settings(name: str, *, seed: int | None = None,
+                     verbosity: str | None = None) -> settings:
+    """The settings of profile ``name``: ``quick``, ``thorough``, or ``hypothesis:NAME``.
+
+    A user's profile gives the search its size, phases, derandomisation, verbosity and blob
+    printing; the suite keeps what its checks need whatever the profile (no deadline: a call may
+    be slow; no health checks; one bug reported; no example database). A ``seed`` makes even a
+    derandomised profile draw from it (the examples then change with the seed); ``verbosity``
+    (hypothesis' names: quiet, normal, verbose, debug) overrides the profile's.
+    """
+    if name.startswith(USER_PREFIX):
+        try:
+            base = settings.get_profile(name.removeprefix(USER_PREFIX))
+        except Exception as error:  # InvalidArgument: an unknown name
+            raise ValueError(f"unknown hypothesis profile {name.removeprefix(USER_PREFIX)!r}") \
+                from error
+        phases = tuple(dict.fromkeys((Phase.explicit, *base.phases)))
+        chosen = settings(base, phases=phases, **{k: v for k, v in _COMMON.items()
+                                                  if k not in ("phases", "verbosity",
+                                                               "print_blob")})
+    else:
+        try:
+            chosen = PROFILES[name]
+        except KeyError:
+            raise ValueError(f"unknown profile {name!r}: choose one of "
+                             f"{', '.join(PROFILES)}") from None
+    if seed is not None and chosen.derandomize:
+        chosen = settings(chosen, derandomize=False)
+    if verbosity is not None:
+        chosen = settings(chosen, verbosity=Verbosity[verbosity])
+    return chosen

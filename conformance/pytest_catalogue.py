@@ -6,8 +6,11 @@ named): one test per check, parametrized over implementations and devices; verdi
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -23,14 +26,15 @@ from conformance.pytest_plugin import (
     CATALOGUE_MODULE,
     names_catalogue,
     pasteable_id,
-    profile,
+    runner_options,
 )
 from conformance.registry import ResolveError, is_located, registered, resolve
-from conformance.report import failure_block
+from conformance.report import Reproduction, failure_block
 from conformance.results import CheckResult, Status
 from conformance.strategies import available_devices, fixed_features
 
 _SUBJECTS = pytest.StashKey[list[Subject]]()
+_SPECS = pytest.StashKey[dict[str, str]]()
 _RUNNER = pytest.StashKey[Runner]()
 
 
@@ -50,17 +54,21 @@ def _subjects(config: pytest.Config) -> list[Subject]:
             xfails = config.getoption("attention_xfails")
             expected = expectations.load_all(xfails) if xfails else ({}, {})
             subjects: list[Subject] = []
+            specs_of: dict[str, str] = {}
             for spec in specs or [None]:
                 if spec is not None and isolate and is_located(spec):
-                    subjects += _isolated(config, spec, expected, declared)
-                    continue
-                implementations = resolve(spec, declared) if spec else list(
-                    registered().values())
-                subjects += [InProcessSubject(impl) for impl in
+                    found: list[Subject] = _isolated(config, spec, expected, declared)
+                else:
+                    implementations = resolve(spec, declared) if spec else list(
+                        registered().values())
+                    found = [InProcessSubject(impl) for impl in
                              expectations.apply(implementations, *expected)]
+                subjects += found
+                specs_of.update({subject.name: spec or subject.name for subject in found})
         except (ResolveError, expectations.ExpectationsError, DeclarationError) as error:
             raise pytest.UsageError(f"attention-conformance: {error}") from error
         config.stash[_SUBJECTS] = subjects
+        config.stash[_SPECS] = specs_of
     return config.stash[_SUBJECTS]
 
 
@@ -104,11 +112,34 @@ def _isolated(config: pytest.Config, spec: str, expected: tuple[dict, dict],
     return subjects
 
 
+def runner(config: pytest.Config) -> Runner:
+    """A Runner for this session's options (profile, seed, verbosity, strictness, a replayed
+    case); a bad ``--attention-replay`` or profile is a usage error."""
+    options = runner_options(config)
+    replay = options.pop("replay")
+    try:
+        return Runner(**options, replay=Case.parse(replay) if replay else None)
+    except ValueError as error:
+        raise pytest.UsageError(f"attention-conformance: {error}") from error
+
+
+def reproduction(extra: Callable[[CheckResult], str] | None = None):
+    """How a failure under pytest says to replay its falsifying example: the test's own id (as
+    pytest runs it now), any ``extra`` options, and ``--attention-replay``."""
+    def command(result: CheckResult) -> str | None:
+        current = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+        if not current:
+            return None
+        options = f" {extra(result)}" if extra is not None else ""
+        return (f"pytest {shlex.quote(current)}{options} "
+                f'--attention-replay "{result.counterexample}"')
+
+    return command
+
+
 def configure(config: pytest.Config) -> None:
     """Set the run up (called once, by the light plugin, when this module is registered)."""
-    config.stash[_RUNNER] = Runner(profile(config),
-                                   config.getoption("hypothesis_seed", default=None),
-                                   strict=config.getoption("attention_strict"))
+    config.stash[_RUNNER] = runner(config)
     # `pytest --attention-impl IMPL` from any repository: collect the catalogue too, unless the
     # command line already names it (`--pyargs conformance`).
     if config.getoption("attention_impl") and not names_catalogue(config):
@@ -122,8 +153,18 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     devices = ", ".join(d if d in present else f"{d} (not available: skipped)"
                         for d in _devices(config))
     names = ", ".join(s.name for s in _subjects(config))
-    return [f"attention-conformance: profile {profile(config)}; devices {devices}",
+    search = config.stash[_RUNNER]
+    seed = f"; seed {search.seed}" if search.seed is not None else ""
+    replay = f"; replaying {search.replay!r}" if search.replay is not None else ""
+    return [f"attention-conformance: profile {search.profile}{seed}{replay}; devices {devices}",
             f"attention-conformance: implementations under test: {names}"]
+
+
+def catalogue_reproduction(config: pytest.Config):
+    """The catalogue's replay line: its test id needs the implementation named again."""
+    specs = config.stash.get(_SPECS, {})
+    return reproduction(lambda result: "--attention-impl "
+                        + shlex.quote(specs.get(result.implementation, result.implementation)))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -202,15 +243,17 @@ class AttentionConformanceWarning(UserWarning):
     ``--attention-strict`` to fail on it)."""
 
 
-def enforce(result: CheckResult) -> None:
+def enforce(result: CheckResult, reproduce: Reproduction | None = None) -> None:
     """Turn a verdict into the pytest outcome: pass, skip, xfail, a warning (the test passes and
-    pytest's warnings summary shows the evidence) or a failure that explains itself."""
+    pytest's warnings summary shows the evidence) or a failure that explains itself (and says
+    how to replay its falsifying example: ``reproduce``)."""
     if result.status is Status.WARNED:
-        warnings.warn(AttentionConformanceWarning(failure_block(result)), stacklevel=2)
+        warnings.warn(AttentionConformanceWarning(failure_block(result, reproduce)),
+                      stacklevel=2)
         return
     if result.status is Status.SKIPPED:
         pytest.skip(result.reason)
     if result.status is Status.EXPECTED_FAILURE:
         pytest.xfail(f"{result.reason} ({'; '.join(result.details[-1:])})")
     if result.status is Status.FAILED:
-        pytest.fail(failure_block(result), pytrace=False)
+        pytest.fail(failure_block(result, reproduce), pytrace=False)

@@ -24,6 +24,10 @@ PROFILE_NAMES = ("quick", "thorough")
 """The suite's profiles (:data:`conformance.profiles.PROFILE_NAMES`, without importing
 hypothesis)."""
 HYPOTHESIS_PREFIX = "attention-conformance-"
+HYPOTHESIS_BUILTIN = ("default", "ci")
+"""Hypothesis' own profiles (``ci`` is loaded under ``CI=true``): the suite's quick profile
+stays quick under them, reproducible wherever it runs."""
+_CONFIG: list[pytest.Config] = []
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -52,6 +56,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="warnings (robustness findings beyond the normal range) fail the test")
     group.addoption("--attention-xfails", default=None, metavar="FILE",
                     help="expected failures, TOML: [implementation] tables of check = \"reason\"")
+    group.addoption("--attention-replay", default=None, metavar="CASE",
+                    help="run the selected checks on this falsifying example alone, as a "
+                         "failure prints it: --attention-replay \"Case(batch=1, ...)\"")
     group.addoption("--attention-declare", action="append", default=[], metavar="NAME=VALUE",
                     help="a declaration for the classes named by --attention-impl, as the "
                          "command line's flags spell it: e.g. kv-grouping=tiled, "
@@ -61,7 +68,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def profile(config: pytest.Config) -> str:
     """The suite's profile for this run: ``--attention-profile``, else a ``--hypothesis-profile
-    attention-conformance-NAME``, else quick."""
+    attention-conformance-NAME``, else a profile the user registered and named with
+    ``--hypothesis-profile NAME`` (``hypothesis:NAME``), else quick."""
     chosen = config.getoption("attention_profile")
     if chosen:
         return chosen
@@ -69,7 +77,26 @@ def profile(config: pytest.Config) -> str:
     name = hypothesis_profile.removeprefix(HYPOTHESIS_PREFIX)
     if hypothesis_profile.startswith(HYPOTHESIS_PREFIX) and name in PROFILE_NAMES:
         return name
+    if hypothesis_profile and hypothesis_profile not in HYPOTHESIS_BUILTIN:
+        return f"hypothesis:{hypothesis_profile}"
     return "quick"
+
+
+def runner_options(config: pytest.Config) -> dict[str, object]:
+    """How this run's checks search, from pytest's and hypothesis' options: the profile, a seed
+    (``--hypothesis-seed``), hypothesis' verbosity, strictness, and a case to replay (its text)."""
+    seed = config.getoption("hypothesis_seed", default=None)
+    return {"profile": profile(config),
+            "seed": int(seed) if isinstance(seed, str) and seed.isdigit() else seed,
+            "verbosity": config.getoption("hypothesis_verbosity", default=None),
+            "strict": config.getoption("attention_strict"),
+            "replay": config.getoption("attention_replay")}
+
+
+def current_config() -> pytest.Config | None:
+    """The running pytest session's config (None outside pytest): tests parametrized by
+    :func:`conformance.testing.parametrize_with_checks` read their options from it."""
+    return _CONFIG[-1] if _CONFIG else None
 
 
 def names_catalogue(config: pytest.Config) -> bool:
@@ -106,6 +133,7 @@ def wanted(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    _CONFIG.append(config)
     # `--hypothesis-profile attention-conformance-NAME` is loaded by hypothesis' own plugin in
     # its pytest_configure: the suite's profiles must be registered before (tryfirst).
     if (config.getoption("hypothesis_profile", default=None) or "").startswith(HYPOTHESIS_PREFIX):
@@ -116,3 +144,35 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.pluginmanager.register(pytest_catalogue, "attention-conformance-catalogue")
         pytest_catalogue.configure(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config in _CONFIG:
+        _CONFIG.remove(config)
+
+
+def _checks_attention(item: pytest.Item) -> bool:
+    return bool({"attention_target", "attention_check"} & set(getattr(item, "fixturenames", ())))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """``--hypothesis-show-statistics`` for the suite's tests: their searches run inside the test
+    (not as ``@given`` tests of their own), so hypothesis' plugin can't see them; their statistics
+    are collected here and handed to it, which prints them in its section."""
+    if not (item.config.getoption("hypothesis_show_statistics", default=False)
+            and _checks_attention(item)):
+        yield
+        return
+    from hypothesis.statistics import collector, describe_statistics
+
+    collected: list[dict] = []
+    with collector.with_value(collected.append):
+        yield
+    described = []
+    for number, stats in enumerate(collected, 1):
+        stats["nodeid"] = item.nodeid + (f" (search {number} of {len(collected)})"
+                                         if len(collected) > 1 else "")
+        described.append(describe_statistics(stats))
+    if described:
+        item.hypothesis_statistics = "\n\n".join(described)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from conformance.inference.declarations import Declarations
+from conformance.inference.declarations import Declarations, merged
 from conformance.spec import (
     DEFAULT_DTYPES,
     CallConvention,
@@ -248,6 +248,36 @@ def check_form(spec: str) -> None:
         raise ResolveError(f"{location} is a file: name what is in it with '::' "
                            f"({location}::{attribute or 'NAME'}); ':' follows a module "
                            "(package.module:NAME)")
+
+
+def implementations_of(target: object, declared: Declarations | None = None,
+                       directory: Path | None = None) -> list[Implementation]:
+    """What any front door is given, as implementations: an :class:`Implementation` (or several),
+    a registered name or IMPL string, an ``nn.Module`` class, an instance (checked through its
+    class) or a core attention function. ``declared`` overrides inference item by item, over
+    what the nearest ``pyproject.toml`` declares for the object (as ``package.module:Name``, its
+    file ``path.py::Name``, or ``Name``). Raises ResolveError with a one-line reason."""
+    from conformance.inference.declarations import DeclarationError, from_pyproject, spellings
+
+    if isinstance(target, str):
+        return resolve(target, declared)
+    if isinstance(target, Implementation):
+        return [target]
+    if isinstance(target, Iterable) and not isinstance(target, torch.nn.Module):
+        found = [impl for item in target for impl in implementations_of(item, declared,
+                                                                          directory)]
+        if not found:
+            raise ResolveError("nothing to check: the collection is empty")
+        return found
+    subject = target if isinstance(target, type) or not isinstance(target, torch.nn.Module) \
+        else type(target)
+    try:
+        stated = merged(from_pyproject(spellings(subject, directory), directory),
+                        declared or Declarations())
+    except DeclarationError as error:
+        raise ResolveError(str(error)) from error
+    name = getattr(subject, "__name__", None) or type(subject).__name__
+    return _as_implementations(target, name, stated)
 
 
 def load_code(spec: str) -> object:

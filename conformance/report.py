@@ -2,14 +2,14 @@
 
 The text fits :data:`WIDTH` columns: long lines wrap (indented under their first line, words
 kept whole, so a ``Case(...)`` still pastes as Python) and the matrix is cut into as many blocks
-of checks as it takes.
+of checks as it takes; only a "replay it" command stays on one line, to be pasted whole.
 """
 
 from __future__ import annotations
 
 import platform
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -91,15 +91,33 @@ def _observations(results: Sequence[CheckResult], devices: Sequence[str]) -> lis
             for r in results for note in r.observations]
 
 
-def failure_block(result: CheckResult) -> str:
-    """A failure, expected failure or warning with its evidence."""
+def falsifying_example(result: CheckResult, indent: int = 2) -> list[str]:
+    """The shrunk case as hypothesis prints a falsifying example: the property called on it."""
+    pad = " " * indent
+    case = textwrap.fill(f"case={result.counterexample},", WIDTH, initial_indent=pad + "    ",
+                         subsequent_indent=pad + "         ", break_long_words=False,
+                         break_on_hyphens=False)
+    return [f"{pad}Falsifying example: {result.check}(", case, f"{pad})"]
+
+
+Reproduction = Callable[[CheckResult], "str | None"]
+"""How a front-end says to run a falsifying example again, in its own language (a command line,
+a pytest invocation): a line, or None where it can't."""
+
+
+def failure_block(result: CheckResult, reproduce: Reproduction | None = None) -> str:
+    """A failure, expected failure or warning with its evidence: what went wrong, the likely bug,
+    the falsifying example (hypothesis-shrunk) and how to replay it, the numbers seen."""
     label = {Status.FAILED: "FAIL ", Status.WARNED: "WARN "}.get(result.status, "XFAIL")
     lines = [f"{label} {result.implementation} · {result.check} [{result.device}]",
              wrap(result.reason, 2)]
     if result.hint:
         lines.append(wrap(f"likely bug: {result.hint}", 2))
     if result.counterexample:
-        lines.append(wrap(f"falsifying example (hypothesis-shrunk): {result.counterexample}", 2))
+        lines += falsifying_example(result)
+        command = reproduce(result) if reproduce is not None else None
+        if command:  # one line, never wrapped: it is pasted as it is
+            lines.append(f"  replay it: {command}")
     lines.extend(wrap(detail, 2) for detail in result.details)
     return "\n".join(lines)
 
@@ -132,7 +150,8 @@ def inferred(notes: Mapping[str, Sequence[str]]) -> list[str]:
 
 def render_text(results: Sequence[CheckResult], *, checks: Sequence[str], profile: str,
                 devices: Sequence[str], unavailable: Sequence[str], seconds: float,
-                notes: Mapping[str, Sequence[str]] | None = None) -> str:
+                notes: Mapping[str, Sequence[str]] | None = None,
+                reproduce: Reproduction | None = None) -> str:
     parts = [header(profile, devices, unavailable), ""]
     opening = inferred(notes or {})
     if opening:
@@ -147,7 +166,7 @@ def render_text(results: Sequence[CheckResult], *, checks: Sequence[str], profil
     shown = (Status.EXPECTED_FAILURE, Status.WARNED, Status.FAILED)
     failures = [r for r in results if r.status in shown]
     for result in sorted(failures, key=lambda r: shown.index(r.status)):
-        parts += ["", failure_block(result)]
+        parts += ["", failure_block(result, reproduce)]
     parts += ["", summary(results, seconds)]
     return "\n".join(parts)
 

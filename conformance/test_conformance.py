@@ -7,15 +7,17 @@ from __future__ import annotations
 
 from conformance.catalogue import CATALOGUE, CHECK_NAMES, GATE
 from conformance.catalogue import Runner as _Runner
+from conformance.pytest_catalogue import catalogue_reproduction as _reproduction
 from conformance.pytest_catalogue import enforce as _enforce
 
 _TITLES = {GATE.name: GATE.title, **{check.name: check.title for check in CATALOGUE}}
 
 
 def _make_test(name: str):
-    def test(attention_target, attention_runner: _Runner) -> None:
+    def test(attention_target, attention_runner: _Runner, request) -> None:
         subject, device = attention_target
-        _enforce(attention_runner.run_check(subject, name, device))
+        _enforce(attention_runner.run_check(subject, name, device),
+                 _reproduction(request.config))
 
     test.__name__ = f"test_{name}"
     test.__qualname__ = test.__name__

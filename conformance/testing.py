@@ -2,14 +2,21 @@
 works::
 
     from conformance.testing import parametrize_with_checks
-    from mypackage import MyAttention
+    from mypackage import MyAttention, my_attention_kernel
 
-    @parametrize_with_checks(MyAttention)            # a class (inferred) or an Implementation
+    @parametrize_with_checks(MyAttention, my_attention_kernel,
+                             declare={"mask": "ignore_bool:key_padding@key_padding_mask"})
     def test_my_attention(attention_check):
         attention_check()
 
 One test per (implementation, check, device), with ids such as ``MyAttention-padding``; a check
-the implementation can't take part in is skipped, an expected failure is an xfail.
+the implementation can't take part in is skipped, an expected failure is an xfail. Targets are
+what the command line takes: classes (inferred), instances (through their class), core attention
+functions, declared Implementations, registered names and IMPL strings; ``declare`` takes the
+command line's declarations in their TOML spellings, over what ``pyproject.toml`` declares. The
+search follows the pytest run's options (``--attention-profile``, ``--hypothesis-profile``,
+``--hypothesis-seed``, ``--hypothesis-verbosity``, ``--attention-strict``,
+``--attention-replay``) unless given here.
 """
 
 from __future__ import annotations
@@ -20,13 +27,18 @@ from dataclasses import dataclass
 import pytest
 
 from conformance.adapter import InProcessSubject, Subject
-from conformance.catalogue import CHECK_NAMES, Runner
+from conformance.cases import Case
+from conformance.catalogue import Runner
+from conformance.check_names import CHECK_NAMES, unknown_checks
 from conformance.expectations import apply
-from conformance.inference import DeclarationError, InferenceError, infer
-from conformance.inference.declarations import from_mapping, from_pyproject, merged
-from conformance.pytest_catalogue import enforce
-from conformance.pytest_plugin import pasteable_id
-from conformance.spec import Implementation
+from conformance.inference import DeclarationError
+from conformance.inference.declarations import from_mapping
+from conformance.pytest_catalogue import enforce, reproduction
+from conformance.pytest_plugin import current_config, pasteable_id
+from conformance.registry import ResolveError, implementations_of
+
+_RUNNERS: dict[tuple, Runner] = {}
+"""One Runner per set of options, so every check of an implementation shares its gate."""
 
 
 @dataclass
@@ -36,41 +48,70 @@ class AttentionCheck:
     subject: Subject
     check: str
     device: str
-    runner: Runner
+    profile: str | None
+    strict: bool | None
 
     def __call__(self) -> None:
-        enforce(self.runner.run_check(self.subject, self.check, self.device))
+        enforce(self.runner().run_check(self.subject, self.check, self.device), reproduction())
+
+    def runner(self) -> Runner:
+        """The Runner for the pytest run's options, with what the decorator fixed over them."""
+        config = current_config()
+        if config is None:  # called outside pytest
+            key: tuple = (self.profile or "quick", None, None, bool(self.strict), None)
+            if key not in _RUNNERS:
+                _RUNNERS[key] = Runner(key[0], strict=key[3])
+            return _RUNNERS[key]
+        from conformance.pytest_plugin import runner_options
+
+        options = runner_options(config)
+        if self.profile is not None:
+            options["profile"] = self.profile
+        if self.strict is not None:
+            options["strict"] = self.strict
+        key = (id(config), *sorted(options.items(), key=lambda item: item[0]))
+        if key not in _RUNNERS:
+            replay = options.pop("replay")
+            try:
+                _RUNNERS[key] = Runner(**options, replay=Case.parse(replay) if replay else None)
+            except ValueError as error:
+                raise pytest.UsageError(f"attention-conformance: {error}") from error
+        return _RUNNERS[key]
 
 
-def parametrize_with_checks(*targets: type | Implementation, profile: str = "quick",
+def parametrize_with_checks(*targets: object, profile: str | None = None,
                             devices: Sequence[str] = ("cpu", "cuda"),
                             checks: Sequence[str] | None = None,
                             expected_failures: Mapping[str, Mapping[str, str]] | None = None,
-                            strict: bool = False,
+                            strict: bool | None = None,
                             declare: Mapping[str, object] | None = None):
     """A ``pytest.mark.parametrize`` over every check of every target, as ``attention_check``.
 
-    ``targets`` are ``nn.Module`` classes (their interface is inferred) or declared
-    Implementations; ``expected_failures`` is ``{implementation: {check: reason}}``. A warning
-    passes the test and shows in pytest's warnings summary; ``strict`` fails on it.
-    ``declare`` overrides inference for the classes, with the spellings of the command line's
+    ``targets`` are what ``attention-conformance check`` takes (see the module's docstring);
+    ``expected_failures`` is ``{implementation: {check: reason}}``. A warning passes the test
+    and shows in pytest's warnings summary; ``strict`` fails on it. ``profile`` and ``strict``
+    default to the pytest run's (``--attention-profile``, ``--attention-strict``). ``declare``
+    overrides inference for the classes and functions, with the spellings of the command line's
     declarations and of ``pyproject.toml`` (``{"mask": "ignore_bool:key_padding@key_padding_mask",
-    "kv-grouping": "tiled"}``), over what ``pyproject.toml`` declares for
-    ``module:Class``.
+    "kv-grouping": "tiled"}``), over what the nearest ``pyproject.toml`` declares for them. An
+    unknown check name (in ``checks`` or ``expected_failures``) is an error with a suggestion.
     """
+    named = list(checks or CHECK_NAMES)
+    problem = unknown_checks([*named, *(check for table in (expected_failures or {}).values()
+                                        for check in table)])
+    if problem:
+        raise pytest.UsageError(f"attention-conformance: parametrize_with_checks: {problem}")
     try:
         stated = from_mapping(dict(declare or {}), "parametrize_with_checks(declare=...)")
-        implementations = [
-            t if isinstance(t, Implementation) else infer(t, declared=merged(
-                from_pyproject(f"{t.__module__}:{t.__qualname__}"), stated)).implementation
-            for t in targets]
-    except (DeclarationError, InferenceError) as error:
+        implementations = [impl for target in targets
+                           for impl in implementations_of(target, stated)]
+    except (DeclarationError, ResolveError) as error:
         raise pytest.UsageError(f"attention-conformance: {error}") from error
     implementations = apply(implementations, expected_failures or {})
-    runner = Runner(profile, strict=strict)  # one gate per implementation and device
     params = [
-        pytest.param(AttentionCheck(InProcessSubject(impl), name, device, runner),
-                     id=f"{pasteable_id(impl.name)}-{name}" + ("" if device == "cpu" else f"-{device}"))
-        for impl in implementations for device in devices for name in (checks or CHECK_NAMES)
+        pytest.param(AttentionCheck(InProcessSubject(impl), name, device, profile, strict),
+                     id=f"{pasteable_id(impl.name)}-{name}" + ("" if device == "cpu"
+                                                               else f"-{device}"))
+        for impl in implementations for device in devices for name in named
     ]
     return pytest.mark.parametrize("attention_check", params)

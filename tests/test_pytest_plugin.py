@@ -36,7 +36,34 @@ def test_a_failure_explains_itself():
                       "-k", "head_split")
     assert done.returncode == 1
     assert "FAILED conformance/test_conformance.py::test_head_split[user-wrong-scale]" in done.stdout
-    assert "falsifying example (hypothesis-shrunk): Case(" in done.stdout
+    assert "Falsifying example: head_split(\n      case=Case(" in done.stdout
+
+
+def _replay_line(stdout: str) -> str:
+    (line,) = [line for line in stdout.splitlines() if line.startswith("  replay it: pytest ")]
+    return line.removeprefix("  replay it: ")
+
+
+def test_a_falsifying_example_replays_from_its_one_line():
+    """The failure prints the shrunk case as hypothesis prints a falsifying example, and one line
+    that runs that test again on exactly that case."""
+    done = pytest_run("--attention-impl", "tests/fixtures/user_impls.py::wrong_scale",
+                      "-k", "test_padding")
+    assert done.returncode == 1
+    command = _replay_line(done.stdout)
+    # (the id quoted: a shell would read its brackets as a pattern)
+    assert command.startswith("pytest 'conformance/test_conformance.py::test_padding[user-wrong-"
+                              "scale]' --attention-impl tests/fixtures/user_impls.py::wrong_scale "
+                              '--attention-replay "Case(')
+    import shlex
+
+    args = shlex.split(command)[1:]
+    again = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+                           capture_output=True, text=True, cwd=ROOT)
+    assert again.returncode == 1 and "1 failed" in again.stdout
+    assert "replaying Case(" in again.stdout                  # the header says so
+    reason = [line for line in done.stdout.splitlines() if "masked positions changed" in line]
+    assert reason and reason[0] in again.stdout               # the same failure, the same numbers
 
 
 def test_bad_impl_is_a_usage_error():
@@ -83,3 +110,29 @@ def test_the_plugins_profile_names_are_the_suites():
     from conformance import profiles, pytest_plugin
 
     assert pytest_plugin.PROFILE_NAMES == profiles.PROFILE_NAMES
+
+
+def test_hypothesis_options_reach_the_suites_searches(tmp_path):
+    """--hypothesis-show-statistics, --hypothesis-verbosity, --hypothesis-seed and a profile the
+    user registered all act on the searches the checks run inside their tests."""
+    stats = pytest_run("--attention-impl", "seed002-MultiHeadAttention", "-k", "test_padding",
+                       "--hypothesis-show-statistics")
+    section = stats.stdout.split("Hypothesis Statistics")[1]
+    assert "test_padding[seed002-MultiHeadAttention]" in section
+    assert "passing" in section and "during generate phase" in section
+    verbose = pytest_run("--attention-impl", "tests/fixtures/user_impls.py::wrong_scale", "-k",
+                         "test_scale", "--hypothesis-verbosity", "verbose", "-s")
+    assert "Test case: property_holds(" in verbose.stdout   # each example, as hypothesis says it
+    seeded = pytest_run("--attention-impl", "seed002-MultiHeadAttention", "-k", "test_gate",
+                        "--hypothesis-seed", "7")
+    assert "attention-conformance: profile quick; seed 7;" in seeded.stdout
+    (tmp_path / "conftest.py").write_text(
+        "from hypothesis import settings\n"
+        "settings.register_profile('tiny', max_examples=3)\n")
+    tiny = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--attention-impl",
+         "seed002-MultiHeadAttention", "-k", "test_padding", "--hypothesis-profile", "tiny",
+         "--hypothesis-show-statistics", str(tmp_path)],
+        capture_output=True, text=True, cwd=tmp_path)
+    assert "attention-conformance: profile hypothesis:tiny" in tiny.stdout, tiny.stdout[-2000:]
+    assert "3 passing" in tiny.stdout.split("Hypothesis Statistics")[1]

@@ -93,3 +93,55 @@ def test_every_failing_id_pasted_back_reruns_that_test(tmp_path):
         assert re.findall(r"^FAILED (\S+)", again.stdout, re.MULTILINE) == [node], \
             again.stdout[-2000:] + again.stderr[-2000:]
         assert "1 failed" in again.stdout
+
+
+def test_one_front_door_for_classes_instances_functions_and_declarations(tmp_path):
+    """parametrize_with_checks takes what the command line takes (a class, an instance, a core
+    function), the pyproject table of declarations, and the run's profile."""
+    (tmp_path / "test_front.py").write_text(
+        "from conformance.testing import parametrize_with_checks\n"
+        "from user_impls import PlainAttention, InvertedAttentionMask\n"
+        "from core_functions import attention\n\n"
+        "@parametrize_with_checks(PlainAttention(8, 2), attention, InvertedAttentionMask,\n"
+        "                         checks=['gate', 'padding'])\n"
+        "def test_attention(attention_check):\n"
+        "    attention_check()\n")
+    # InvertedAttentionMask reads `attention_mask` with 1 = masked: the name says the reverse,
+    # so undeclared its masked keys are seen; declared as what it does, padding holds.
+    bare = run_pytest(tmp_path, "test_front.py")
+    assert "PASSED test_front.py::test_attention[PlainAttention-padding]" in bare.stdout
+    assert "PASSED test_front.py::test_attention[attention-padding]" in bare.stdout
+    assert "FAILED test_front.py::test_attention[InvertedAttentionMask-padding]" in bare.stdout
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.attention-conformance.declare."user_impls:InvertedAttentionMask"]\n'
+        'mask = "ignore_bool:key_padding@attention_mask"\n')
+    declared = run_pytest(tmp_path, "test_front.py", "--attention-profile", "thorough")
+    assert declared.returncode == 0, declared.stdout[-3000:]
+    assert "PASSED test_front.py::test_attention[InvertedAttentionMask-padding]" in \
+        declared.stdout
+
+
+def test_an_unknown_check_name_is_an_error_with_a_suggestion(tmp_path):
+    (tmp_path / "test_typo.py").write_text(
+        "from conformance.testing import parametrize_with_checks\n"
+        "from user_impls import PlainAttention\n\n"
+        "@parametrize_with_checks(PlainAttention,\n"
+        "                         expected_failures={'PlainAttention': {'paddng': 'why'}})\n"
+        "def test_attention(attention_check):\n"
+        "    attention_check()\n")
+    done = run_pytest(tmp_path, "test_typo.py")
+    assert done.returncode != 0
+    assert "unknown check 'paddng' (did you mean padding?)" in done.stdout + done.stderr
+
+
+def test_conformance_check_takes_a_class_and_declarations():
+    import conformance
+    from tests.fixtures.user_impls import InvertedAttentionMask, WrongScaleAttention
+
+    results = conformance.check(WrongScaleAttention, checks=["gate", "scale"], devices=["cpu"])
+    assert [(r.implementation, r.check, r.status.value) for r in results] == [
+        ("WrongScaleAttention", "gate", "passed"), ("WrongScaleAttention", "scale", "failed")]
+    bare = conformance.check(InvertedAttentionMask, checks=["padding"], devices=["cpu"])
+    declared = conformance.check(InvertedAttentionMask, checks=["padding"], devices=["cpu"],
+                                 declare={"mask": "ignore_bool:key_padding@attention_mask"})
+    assert (bare[0].status.value, declared[0].status.value) == ("failed", "passed")

@@ -53,10 +53,18 @@ Spellings (the same in flags and TOML):
 from __future__ import annotations
 
 import ast
+import contextlib
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 from conformance.spec import (
     QUERY_AXIS_LAYOUTS,
@@ -320,15 +328,45 @@ def parse_init(item: str) -> tuple[str, object]:
         return name, text
 
 
-def from_pyproject(spec: str, directory: Path | None = None) -> Declarations:
-    """``[tool.attention-conformance.declare."IMPL"]`` from ``pyproject.toml`` in ``directory``."""
-    from conformance.expectations import tomllib
+def pyproject(directory: Path | None = None) -> Path | None:
+    """The nearest ``pyproject.toml`` in ``directory`` (default: the current one) or above it."""
+    start = (directory or Path.cwd()).resolve()
+    for folder in (start, *start.parents):
+        if (folder / "pyproject.toml").is_file():
+            return folder / "pyproject.toml"
+    return None
 
-    path = (directory or Path.cwd()) / "pyproject.toml"
-    if not path.is_file():
+
+def from_pyproject(spec: str | Sequence[str], directory: Path | None = None) -> Declarations:
+    """``[tool.attention-conformance.declare."IMPL"]`` from the nearest ``pyproject.toml`` (see
+    :func:`pyproject`); ``spec`` may be several spellings of one implementation, the first
+    declared one is used."""
+    path = pyproject(directory)
+    if path is None:
         return Declarations()
     with path.open("rb") as handle:
-        table = tomllib.load(handle).get("tool", {}).get("attention-conformance", {})
-    declared = table.get("declare", {}).get(spec)
-    return from_mapping(declared, f"{path}: [tool.attention-conformance.declare.\"{spec}\"]") \
-        if declared else Declarations()
+        try:
+            table = tomllib.load(handle).get("tool", {}).get("attention-conformance", {})
+        except tomllib.TOMLDecodeError as error:
+            raise DeclarationError(f"{path} is not valid TOML: {error}") from None
+    tables = table.get("declare", {})
+    for name in [spec] if isinstance(spec, str) else spec:
+        declared = tables.get(name)
+        if declared:
+            return from_mapping(declared,
+                                f"{path}: [tool.attention-conformance.declare.\"{name}\"]")
+    return Declarations()
+
+
+def spellings(obj: object, directory: Path | None = None) -> list[str]:
+    """How ``pyproject.toml`` may name a class or function: ``package.module:Name``, the file
+    relative to the ``pyproject.toml`` (``src/attention.py::Name``), or ``Name`` alone."""
+    name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    module = getattr(obj, "__module__", None) or type(obj).__module__
+    found = [f"{module}:{name}"]
+    source = getattr(sys.modules.get(module), "__file__", None)
+    path = pyproject(directory)
+    if source and path is not None:
+        with contextlib.suppress(ValueError):
+            found.append(f"{Path(source).resolve().relative_to(path.parent).as_posix()}::{name}")
+    return [*found, name]

@@ -105,6 +105,9 @@ class CheckContext:
     precision: dict[torch.dtype, torch.dtype] = field(default_factory=dict)
     """Dtypes the implementation computes at a lower precision than it runs in, measured by the
     gate: ``{float64: float32}`` for one that computes part of attention in float32."""
+    replay: Case | None = None
+    """A falsifying example to verify alone: every search of the check is that one case (a
+    reproduction, deterministic: the case carries its inputs' seed)."""
 
     def rows(self, case: Case) -> torch.Tensor:
         """(B, Lq) bool on the CPU: the output rows attention specifies. Rows with a key to
@@ -203,6 +206,8 @@ class CheckContext:
                 examples: Sequence[Case], max_examples: int | None) -> Finding | None:
         """Hypothesis over ``strategy``: None when ``verify`` holds throughout, else the error
         and the shrunk case."""
+        if self.replay is not None:
+            return self._replayed(verify)
         last: dict[str, Case] = {}
         first: dict[str, Finding] = {}
 
@@ -243,6 +248,18 @@ class CheckContext:
             if "finding" in first:
                 return first["finding"]
             raise
+        return None
+
+    def _replayed(self, verify: Callable[[Case], str | None]) -> Finding | None:
+        """``verify`` on the replayed case alone: None when the property holds there."""
+        if self.on_example is not None:
+            self.on_example()
+        try:
+            note = verify(self.replay)
+        except (Violation, ImplementationError) as error:
+            return Finding(error, self.replay)
+        if note:
+            self.observe(note)
         return None
 
     def platform_or(self, case: Case, violation: Violation,
