@@ -12,6 +12,8 @@ before the window is the sliding_window check's).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from conformance.adapter import ImplementationError, Inputs, Instance
@@ -23,7 +25,6 @@ from conformance.invariants.base import (
     expect_finite_rows,
     fmt,
     reference_applies,
-    revealing,
 )
 from conformance.mask_mistakes import (
     HIDES_CURRENT,
@@ -71,10 +72,16 @@ def _dependence(context: CheckContext, instance: Instance, inputs: Inputs, case:
 
 CAUSAL_MISTAKES = (HIDES_CURRENT, SHOWS_NEXT, IGNORES_CAUSAL)
 
-def _pattern_mistake(context: CheckContext, case: Case) -> str | None:
-    """The causal-mask mistake whose pattern the module shows on ``case`` without weight
-    access: which output rows each position's inputs change is exactly the pattern that mask
-    gives (one mistake only; None when none or several fit)."""
+PATTERN_LENGTHS = (5, 7)
+"""Lengths of the unmasked cases a causal mistake's pattern must also show without weight
+access: a pattern of which rows each position changes is coarse, and a scrambled module can
+fit one mask's pattern at one size."""
+
+
+def _pattern(context: CheckContext, case: Case) -> tuple[set[str], set[str]] | None:
+    """Which causal-mask mistakes ``case`` can tell from the correct mask, and which of those
+    the module's pattern fits (which output rows each position's inputs change is exactly the
+    pattern that mask gives); None when it can't be measured."""
     instance = context.build(case)
     inputs = case.inputs(context.capabilities.call)
     try:
@@ -86,7 +93,7 @@ def _pattern_mistake(context: CheckContext, case: Case) -> str | None:
     keep = None if inputs.keep is None else inputs.keep.cpu()
     correct = allowed_keys(case.batch, case.q_len, case.kv_len, keep, True,
                            window=case.window)[:, 0]
-    found = []
+    told, fits = set(), set()
     for mistake in mask_mistakes(case.batch, case.q_len, case.kv_len, keep, causal=True,
                                  window=case.window):
         if mistake.words not in CAUSAL_MISTAKES:
@@ -101,9 +108,32 @@ def _pattern_mistake(context: CheckContext, case: Case) -> str | None:
         compared = visible.any(dim=-1) & rows.cpu()
         if not bool((compared & (visible != correct).any(dim=-1)).any()):
             continue
+        told.add(mistake.words)
         if bool((seen == expected)[compared].all()):
-            found.append(mistake.words)
-    return found[0] if len(found) == 1 else None
+            fits.add(mistake.words)
+    return told, fits
+
+
+def _pattern_mistake(context: CheckContext, case: Case) -> str | None:
+    """The causal-mask mistake whose pattern the module shows without weight access: on
+    ``case`` where it tells the mistakes apart, and on unmasked cases of PATTERN_LENGTHS
+    positions; named only when exactly one mistake fits everywhere it was told apart, and it
+    was told apart (and fit) on two cases at least."""
+    caps = context.capabilities
+    tried = [case] + [replace(case, q_len=length, kv_len=length, kept=None, mask_seed=None)
+                      for length in PATTERN_LENGTHS
+                      if caps.max_len is None or caps.max_len >= length]
+    consistent, shown = set(CAUSAL_MISTAKES), dict.fromkeys(CAUSAL_MISTAKES, 0)
+    for one in tried:
+        measured = _pattern(context, one)
+        if measured is None:
+            continue
+        told, fits = measured
+        consistent &= fits | (set(CAUSAL_MISTAKES) - told)
+        for words in fits:
+            shown[words] += 1
+    named = [words for words in consistent if shown[words] >= 2]
+    return named[0] if len(named) == 1 and len(consistent) == 1 else None
 
 
 class Causal(Check):
@@ -168,11 +198,12 @@ class Causal(Check):
                  attention: torch.Tensor | None = None) -> str | None:
         """The causal-mask mistake the module's behaviour reproduces, in words, or None.
 
-        Measured on ``case`` and, where that can't tell the mistakes apart (in a sequence of two,
-        a row that sees the next key sees every key), on its revealing case (see
-        :func:`revealing`): with weight access, as the weights ``attention`` measured with zero
-        logits (when given) or the output matching the float64 reference under that mask;
-        without, as which output rows each position's inputs change. A module that ignores the
+        With weight access: the weights ``attention`` measured with zero logits (when given)
+        show it, or the output matches the float64 reference under that mask, on ``case`` or,
+        where that can't tell the mistakes apart (in a sequence of two, a row that sees the next
+        key sees every key), on its revealing case (see :func:`revealing`). Without: which
+        output rows each position's inputs change (see :func:`_pattern_mistake`). A module that
+        ignores the
         causal mask with a padding mask given (``inputs``), and is causal without one, has the
         padding mask replacing it; one that is causal without the padding mask and not with it
         is said to be so."""
@@ -186,9 +217,7 @@ class Causal(Check):
         if words is None and reference_applies(caps):
             words = context.mask_mistake(case, only=CAUSAL_MISTAKES)
         elif words is None and not caps.positional:
-            for tried in (case, revealing(caps, case)):
-                if words is None and tried is not None:
-                    words = _pattern_mistake(context, tried)
+            words = _pattern_mistake(context, case)
         if words not in (None, IGNORES_CAUSAL) or inputs.keep is None:
             return words
         try:
