@@ -10,6 +10,7 @@ from dataclasses import replace
 import torch
 
 from conformance.adapter import Inputs
+from conformance.mask_mistakes import output_mistake
 from conformance.position_encoding import encode
 from conformance.reference import allowed_keys, reference_attention
 from conformance.spec import PositionEncoding, Rotary
@@ -39,16 +40,36 @@ def scale_candidates(head_dim: int, num_heads: int) -> dict[str, float]:
     return {words: s for words, s in candidates.items() if not math.isclose(s, correct)}
 
 
+def _scale_groups(head_dim: int, num_heads: int) -> list[tuple[str, float]]:
+    """The recognisable scales, those equal at this size in words together (the output can't
+    tell them apart), the first named last."""
+    groups: list[tuple[list[str], float]] = []
+    for words, value in scale_candidates(head_dim, num_heads).items():
+        same = next((g for g in groups if math.isclose(g[1], value)), None)
+        if same is None:
+            groups.append(([words], value))
+        else:
+            same[0].insert(0, words)
+    return [(words[0] if len(words) == 1 else
+             f"{value:.3g}, which at this size is each of: " + "; or ".join(words), value)
+            for words, value in groups]
+
+
 def _misshaped(weights: HeadWeights, inputs: Inputs, *, causal: bool, split_transposed: bool,
                merge_transposed: bool, window: int | None = None,
-               encoding: PositionEncoding | None = None) -> torch.Tensor:
-    """float64 attention with a head split or merge done by reshape alone (no transpose)."""
+               encoding: PositionEncoding | None = None,
+               batch_first: bool = True) -> torch.Tensor:
+    """float64 attention with a head split or merge done by reshape alone (no transpose); with
+    ``batch_first`` False, heads split with reshape(H, B, L, Dh).transpose(0, 1), which mixes
+    the batch and head dimensions."""
     w = weights.expanded().map(lambda t: t.to(torch.float64).cpu())
     heads, head_dim = w.num_heads, w.head_dim
 
     def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         flat = x.to(torch.float64).cpu() @ weight.reshape(-1, weight.shape[-1]).T + bias.reshape(-1)
         batch, length, _ = flat.shape
+        if not batch_first:
+            return flat.reshape(heads, batch, length, -1).transpose(0, 1)
         if split_transposed:
             return flat.view(batch, length, heads, -1).transpose(1, 2)
         return flat.reshape(batch, heads, length, -1)
@@ -71,6 +92,25 @@ def _misshaped(weights: HeadWeights, inputs: Inputs, *, causal: bool, split_tran
     merged = (out.transpose(1, 2).reshape(batch, length, -1) if merge_transposed
               else out.reshape(batch, length, -1))
     return merged if w.w_o is None else merged @ w.w_o.T + w.b_o
+
+
+BATCH_HEADS_MIXED = ("matches heads split with reshape(H, B, L, Dh) (then transpose(0, 1)) "
+                     "instead of view(B, L, H, Dh).transpose(1, 2): the batch and head "
+                     "dimensions are mixed")
+
+
+def batch_heads_mixed(weights: HeadWeights, inputs: Inputs, *, causal: bool,
+                      window: int | None = None,
+                      encoding: PositionEncoding | None = None) -> torch.Tensor:
+    """float64 attention with the heads split by reshape(H, B, L, Dh), mixing batch and heads."""
+    return _misshaped(weights, inputs, causal=causal, split_transposed=True,
+                      merge_transposed=True, window=window, encoding=encoding,
+                      batch_first=False)
+
+
+def matches(output: torch.Tensor, variant: torch.Tensor, rows: torch.Tensor | None) -> bool:
+    """Whether ``output`` reproduces a known mistake's float64 ``variant`` (within MATCH)."""
+    return _matches(output, variant, rows)
 
 
 def repeat_words(weights: HeadWeights) -> str:
@@ -162,7 +202,8 @@ def _matches(output: torch.Tensor, variant: torch.Tensor, rows: torch.Tensor | N
 def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causal: bool,
             rows: torch.Tensor | None = None, window: int | None = None,
             encoding: PositionEncoding | None = None) -> str | None:
-    """The likely bug behind ``output``, when it matches a known mistake."""
+    """The likely bug behind ``output``, when it matches a known mistake (a mask mistake: see
+    :mod:`conformance.mask_mistakes`)."""
     def ref(w: HeadWeights = weights, **options) -> torch.Tensor:
         return reference_attention(w, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
                                    causal=causal, window=window, encoding=encoding,
@@ -170,7 +211,7 @@ def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causa
 
     variants: list[tuple[str, Callable[[], torch.Tensor]]] = [
         (f"matches the reference at scale {words}", lambda s=s: ref(scale=s))
-        for words, s in scale_candidates(weights.head_dim, weights.num_heads).items()
+        for words, s in _scale_groups(weights.head_dim, weights.num_heads)
     ]
     variants.append(("rows sum to 1 along the query axis: softmax over the wrong dimension?",
                      lambda: ref(softmax_over="queries")))
@@ -189,8 +230,12 @@ def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causa
                      lambda: _misshaped(weights, inputs, causal=causal, split_transposed=True,
                                         merge_transposed=False, window=window,
                                         encoding=encoding)))
+    variants.append((BATCH_HEADS_MIXED, lambda: batch_heads_mixed(weights, inputs, causal=causal,
+                                                                  window=window,
+                                                                  encoding=encoding)))
     variants += _form_variants(weights, inputs, causal=causal, window=window, encoding=encoding)
     for words, compute in variants:
         if _matches(output, compute(), rows):
             return words
-    return None
+    return output_mistake(output, weights, inputs, causal=causal, rows=rows, window=window,
+                          encoding=encoding)

@@ -70,6 +70,8 @@ def reference_attention(
     start: int = 0,
     heads: tuple[int, int, int] | None = None,
     tables_in_dtype: bool = False,
+    allowed: torch.Tensor | None = None,
+    zeroed_after: torch.Tensor | None = None,
 ) -> ReferenceResult:
     """Multi-head attention, computed in ``dtype`` (float64 for the reference).
 
@@ -81,6 +83,11 @@ def reference_attention(
     sliding window of that many keys. ``encoding``: RoPE / ALiBi, tokens from position
     ``start`` on; ``heads`` = (first, total, key/value heads) when the weights are heads first ..
     of a module with ``total`` heads (ALiBi's slopes are per head).
+
+    Known mask mistakes, for diagnosis only: ``allowed`` (B, 1, Lq, Lk) bool replaces the keys
+    ``keep``, ``causal`` and ``window`` allow (an inverted mask, a causal diagonal off by one);
+    ``zeroed_after`` (B, Lk) bool keeps only those keys' weights after the softmax, without
+    renormalising (a mask applied after the softmax).
     """
     w = weights.expanded().map(lambda t: t.to(dtype))
     q_in, k_in, v_in = (t.to(dtype) for t in (query, key, value))
@@ -98,7 +105,9 @@ def reference_attention(
         logits = logits + bias.to(logits.device)
 
     batch, q_len, kv_len = q_in.shape[0], q_in.shape[1], k_in.shape[1]
-    allowed = allowed_keys(batch, q_len, kv_len, keep, causal, q_in.device, window=window)
+    if allowed is None:
+        allowed = allowed_keys(batch, q_len, kv_len, keep, causal, q_in.device, window=window)
+    allowed = allowed.to(q_in.device)
     logits = logits.masked_fill(~allowed, float("-inf"))
     empty_rows = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, Lq, 1)
     # Softmax of a row of -inf is NaN; give those rows finite logits and apply the policy after.
@@ -109,6 +118,8 @@ def reference_attention(
     elif fully_masked == "nan":
         attention = attention.masked_fill(empty_rows, float("nan"))
     # "uniform": softmax of equal (zero) logits already spreads evenly over every key.
+    if zeroed_after is not None:
+        attention = attention * zeroed_after.to(attention)[:, None, None, :]
 
     heads = attention @ v  # (B, H, Lq, Dv)
     concat = heads.transpose(1, 2).reshape(batch, q_len, -1)

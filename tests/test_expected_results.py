@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-from conformance import CHECK_NAMES, CheckResult, Status
+from conformance import CHECK_NAMES, CheckResult, Status, mask_mistakes
 from conformance.catalogue import check_many
 from conformance.kernels import PLATFORM_NOTE
 from implementations import bundled, expected_results, expected_warnings
@@ -120,3 +120,120 @@ SEED_MODULES = {
 def test_each_seed_module_names_the_seed_file_it_reproduces(number, module):
     doc = importlib.import_module(f"implementations.{module}").__doc__
     assert f"``{number}_" in doc
+
+
+# Hints name a bug only where its signature was measured: every hint a mutant's results carry
+# belongs to that mutant's own kind of bug, or names no cause at all (a pointer to the check
+# that sees the failure itself).
+MUTANT_KINDS = {
+    "alibi_sign": "alibi", "alibi_slopes_reversed": "alibi",
+    "batch_heads_mixed": "batch_heads",
+    "bool_mask_inverted": "mask_inverted", "mask_inverted": "mask_inverted",
+    "cache_causal_top_left": "cache", "cache_not_updated": "cache",
+    "cache_prefill_unmasked": "cache", "cache_wrong_axis": "cache", "rope_no_offset": "cache",
+    "causal_hides_current_token": "causal_hides", "causal_shows_next_token": "causal_shows",
+    "mask_drops_causality": "causal_dropped", "encoder_with_causal_mask": "causal_undeclared",
+    "cu_seqlens_off_by_one": "packing",
+    "custom_softmax_backward": "backward", "detached_projection": "detached",
+    "dropout_in_eval": "dropout_eval",
+    "dropout_on_logits": "dropout_bias", "dropout_without_rescaling": "dropout_bias",
+    "exp_without_max": "overflow", "fill_minus_1e9": "fill_value",
+    "mask_dtype_promotes": "fill_value",
+    "gqa_repeat": "kv_grouping",
+    "heads_merged_without_transpose": "heads_merge", "heads_view_no_transpose": "heads_split",
+    "in_place_input": "in_place", "kv_with_q_length": "shapes", "mask_required": "interface",
+    "inference_path_unscaled": "scale", "scale_missing": "scale",
+    "scale_applied_twice": "scale", "scale_sqrt_d_model": "scale",
+    "mask_after_softmax": "mask_after_softmax",
+    "mask_first_head_only": "mask_misapplied", "mask_on_query_axis": "mask_misapplied",
+    "nan_repaired_after_softmax": "nan_repair", "norm_without_dim": "batch_reduction",
+    "output_projection_skipped": "output_projection",
+    "same_projection_for_k_and_v": "same_projection",
+    "rope_mixed_pairing": "rope", "rope_over_d_model": "rope", "rope_theta_exponent": "rope",
+    "rotary_fraction_ignored": "rope",
+    "softmax_query_axis": "softmax_axis", "streaming_half_accumulators": "precision",
+    "window_off_by_one": "window",
+}
+"""Each bundled mutant's kind of bug."""
+
+HINT_KINDS = [
+    ("matches the reference at scale", {"scale"}), ("matches scale", {"scale"}),
+    ("rows sum to 1 along the query axis", {"softmax_axis"}),
+    ("without its output projection", {"output_projection"}),
+    ("the output projection's weights do", {"output_projection"}),
+    ("key projection used for the values", {"same_projection"}),
+    ("the value projection's weights do", {"same_projection"}),
+    ("view(B, H, L, Dh) and no transpose", {"heads_split"}),
+    ("reshape(B, L, H * Dh) and no transpose back", {"heads_merge"}),
+    ("reshape(H, B, L, Dh)", {"batch_heads"}),
+    ("one common factor about one common point", {"batch_reduction"}),
+    ("expanded with repeat", {"kv_grouping"}),
+    ("the window is one key too", {"window"}), ("matches a window of", {"window"}),
+    ("matches RoPE", {"rope"}), ("RoPE makes attention depend on i - j", {"rope"}),
+    ("ALiBi bias added with the wrong sign", {"alibi"}),
+    ("slopes in reverse head order", {"alibi"}),
+    (mask_mistakes.INVERTED, {"mask_inverted"}), ("reads its mask inverted", {"mask_inverted"}),
+    (mask_mistakes.AFTER_SOFTMAX, {"mask_after_softmax"}),
+    (mask_mistakes.HIDES_CURRENT, {"causal_hides"}),
+    (mask_mistakes.SHOWS_NEXT, {"causal_shows"}),
+    (mask_mistakes.IGNORES_CAUSAL, {"causal_dropped"}),
+    (mask_mistakes.REPLACES_CAUSAL, {"causal_dropped"}),
+    ("the padding mask undoes the causal masking", {"causal_dropped"}),
+    (mask_mistakes.CAUSAL_UNDECLARED, {"causal_undeclared"}),
+    ("exp taken without subtracting the row", {"overflow"}),
+    ("the masking value overflows float16", {"fill_value"}),
+    ("error that grows with the number of keys", {"precision"}),
+    ("defaults to training=True", {"dropout_eval"}),
+    ("randomness) active in eval mode", {"dropout_eval"}),
+    ("train mode is biased", {"dropout_bias"}),
+    ("is it detached", {"detached"}),
+    ("a custom backward, an in-place op or a detach", {"backward", "detached", "in_place"}),
+    ("an in-place op (mul_, masked_fill_, +=) on an argument", {"in_place"}),
+    ("the decode step attends to key 0 alone", {"cache"}),
+    ("is the cache returned or written at every call", {"cache"}),
+    ("is the causal mask dropped when a cache is passed", {"cache"}),
+    ("does the cache grow along the sequence axis", {"cache"}),
+    ("positions offset by the cache length", {"cache"}),
+    ("boundaries read from cu_seqlens off by one", {"packing"}),
+    ("then the NaN repaired after it", {"nan_repair"}),
+]
+"""Each recognisable hint (a substring of it) and the kinds of bug it names."""
+
+POINTERS = ("(see reference)", "(see padding)", "(see causal)", "(see batch_independence)",
+            "(see padding and fully_masked)")
+"""Hints that name no cause: the failure is another check's, which names it where it can."""
+
+
+def hint_kinds(hint: str) -> set[str] | None:
+    """The kinds of bug ``hint`` names (empty: none, it points elsewhere); None when the hint is
+    not recognised."""
+    kinds = [k for words, k in HINT_KINDS if words in hint]
+    if kinds:
+        return set().union(*kinds)
+    return set() if any(pointer in hint for pointer in POINTERS) else None
+
+
+@pytest.mark.parametrize("module", MUTANT_MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_every_hint_a_mutant_gets_names_its_own_kind_of_bug(results, module):
+    kind = MUTANT_KINDS[module.__name__.rsplit(".", 1)[-1]]
+    for result in results[module.IMPLEMENTATION.name].values():
+        if result.hint is None or result.status in (Status.PASSED, Status.SKIPPED):
+            continue
+        named = hint_kinds(result.hint)
+        assert named is not None, f"{result.check}: unrecognised hint {result.hint!r}"
+        assert not named or kind in named, f"{result.check} names {named}: {result.hint!r}"
+
+
+def test_the_bugs_a_mutant_is_made_of_are_named_where_they_are_caught(results):
+    def hint(name: str, check: str) -> str:
+        return results[name][check].hint or ""
+
+    assert hint("mutant-mask-inverted", "padding").startswith(mask_mistakes.INVERTED)
+    assert "inverted" in hint("mutant-bool-mask-inverted", "mask_formats")
+    assert hint("mutant-mask-after-softmax", "padding").startswith(mask_mistakes.AFTER_SOFTMAX)
+    assert hint("mutant-causal-hides-current-token", "causal") == mask_mistakes.HIDES_CURRENT
+    assert hint("mutant-causal-shows-next-token", "causal") == mask_mistakes.SHOWS_NEXT
+    # Where a mask mistake surfaces in other checks, it is named there too.
+    for check in ("reference", "head_split", "row_stochastic"):
+        assert hint("mutant-mask-inverted", check) == mask_mistakes.INVERTED, check
+        assert hint("mutant-mask-after-softmax", check) == mask_mistakes.AFTER_SOFTMAX, check

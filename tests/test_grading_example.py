@@ -7,6 +7,7 @@ Every submission runs in the sandboxed worker, as a teacher's run does.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -14,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from conformance import mask_mistakes
 from conformance.grading import merge, pipeline, selftest, shards
 from conformance.grading.roster import load as load_roster
 from conformance.grading.rubric import load
+from conformance.grading.student_text import SUITE
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "attention-assignment"
 AS_OF = datetime(2026, 2, 20, tzinfo=timezone.utc)  # before the due date
@@ -62,6 +65,35 @@ def test_the_class_report_flags_what_needs_a_human(graded):
         assert f"| {student} | {why}" in look, look
     bugs = report.split("## Most common likely bugs")[1].split("##")[0]
     assert "did you divide by sqrt(hidden_dim) instead of sqrt(head_dim)? | 1: 1003 |" in bugs
+
+
+CLI = re.compile(r"(?<![\w-])--[a-z]|\bdeclare\b|attention-conformance|conformance\.implementation")
+"""What command-line advice looks like."""
+
+
+def test_students_read_rubric_language_their_own_files_and_measured_hints(graded):
+    out, result = graded
+    for student in result.students:
+        folder = out / "students" / student.id
+        # What the code printed is the student's own (and goes in another change).
+        page = (folder / "feedback.md").read_text().split("## What your code printed")[0]
+        payload = json.loads((folder / "results.json").read_text())
+        shown = [payload["output"]] + [f"{t['name']}\n{t.get('output', '')}"
+                                       for t in payload["tests"]]
+        for text in (page, *shown):
+            assert not CLI.search(text), (student.id, CLI.search(text))
+            for grader in (str(out), SUITE, "site-packages"):
+                assert grader not in text, (student.id, grader)
+    pages = {s.id: (out / "students" / s.id / "feedback.md").read_text()
+             for s in result.students}
+    # Dijkstra reads the mask inverted: named as such where padding fails.
+    padding = pages["2002"].split("### padding mask")[1].split("###")[0]
+    assert f"Likely bug: {mask_mistakes.INVERTED}" in padding
+    # Scrambled heads and a query-axis softmax break causality, the causal mask is right:
+    # no causal-mask mistake is named.
+    for student in ("mhamilton", "torvalds"):
+        for words in (mask_mistakes.HIDES_CURRENT, mask_mistakes.SHOWS_NEXT, "triu"):
+            assert words not in pages[student], (student, words)
 
 
 def test_a_hostile_submission_hurts_only_itself(graded):

@@ -2,7 +2,9 @@
 
 Each rubric item appears with its points; a failed check shows what went wrong (the
 result's reason), the likely bug in words (its hint), the numbers seen (its details) and the
-smallest failing example hypothesis found (its counterexample). Items show only what their
+smallest failing example hypothesis found (its counterexample), in words a student can act on
+(see :mod:`conformance.grading.student_text`: no command-line advice, none of the grader's
+paths). Items show only what their
 visibility allows at the time of writing: ``visible`` everything; ``after_due_date`` its name,
 and the rest once the due date has passed; ``hidden`` and ``after_published`` nothing but a
 count. Everything that comes from a submission (messages, names) is escaped; what it printed is
@@ -21,6 +23,7 @@ from conformance.catalogue import CATALOGUE, GATE
 from conformance.grading.outcome import RunStatus
 from conformance.grading.rubric import Rubric
 from conformance.grading.scoring import CheckScore, ItemScore, State
+from conformance.grading.student_text import for_student, hint_for_student
 from conformance.results import Status
 
 if TYPE_CHECKING:
@@ -58,38 +61,41 @@ class Block:
     tone: str = ""
 
 
-def _check_lines(check: CheckScore) -> list[Block]:
-    """What a student needs to fix one check: why, the likely bug, the numbers, the example."""
+def _check_lines(check: CheckScore, files: tuple[str, ...] = ()) -> list[Block]:
+    """What a student needs to fix one check: why, the likely bug, the numbers, the example
+    (``files``: the student's, as submitted, for the paths in messages)."""
     blocks: list[Block] = []
     result = check.result
     if check.state is State.NOT_EVALUATED:
-        blocks.append(Block("p", f"Not evaluated: {check.why.rstrip('.')}."))
+        blocks.append(Block("p", f"Not evaluated: {for_student(check.why, files).rstrip('.')}."))
         if not check.blocked and result is not None:
             blocks.append(Block("note", "This could not be checked automatically: your teacher "
                                         "will look at it.", tone="hint"))
         return blocks
+    hint = None if result is None else hint_for_student(result.hint, files)
     if result is not None and check.state is State.PASSED and result.status is Status.WARNED:
-        blocks.append(Block("note", f"Passed, with a warning (no points lost): {result.reason}",
-                            tone="hint"))
-        if result.hint:
-            blocks.append(Block("note", f"Worth knowing: {result.hint}", tone="hint"))
+        blocks.append(Block("note", "Passed, with a warning (no points lost): "
+                                    + for_student(result.reason, files), tone="hint"))
+        if hint:
+            blocks.append(Block("note", f"Worth knowing: {hint}", tone="hint"))
         return blocks
     if check.state is State.PASSED or result is None:
         return blocks
-    blocks.append(Block("p", f"What went wrong: {result.reason}"))
-    if result.hint:
-        blocks.append(Block("note", f"Likely bug: {result.hint}", tone="hint"))
+    blocks.append(Block("p", f"What went wrong: {for_student(result.reason, files)}"))
+    if hint:
+        blocks.append(Block("note", f"Likely bug: {hint}", tone="hint"))
     if result.details:
         blocks.append(Block("p", "Numbers seen:"))
-        blocks.append(Block("list", items=list(result.details)))
+        blocks.append(Block("list", items=[for_student(d, files) for d in result.details]))
     if result.counterexample:
         blocks.append(Block("p", "Smallest failing example (found and shrunk by hypothesis):"))
-        blocks.append(Block("pre", result.counterexample))
+        blocks.append(Block("pre", for_student(result.counterexample, files)))
     return blocks
 
 
-def item_blocks(score: ItemScore) -> list[Block]:
-    """The detail of one item (checks that did not pass), as blocks."""
+def item_blocks(score: ItemScore, files: tuple[str, ...] = ()) -> list[Block]:
+    """The detail of one item (checks that did not pass), as blocks (``files``: the
+    student's, for the paths in messages)."""
     blocks: list[Block] = [Block("p", f"Rule: {score.item.rule}.")]
     for check in score.checks:
         if score.item.is_group:
@@ -97,11 +103,12 @@ def item_blocks(score: ItemScore) -> list[Block]:
                                 tone=check.state.value))
         elif check.check in TITLES:
             blocks.append(Block("p", f"Property: {TITLES[check.check]}."))
-        blocks += _check_lines(check)
+        blocks += _check_lines(check, files)
     return blocks
 
 
-def _outcome_line(status: RunStatus, message: str) -> str:
+def _outcome_line(status: RunStatus, message: str, files: tuple[str, ...] = ()) -> str:
+    message = for_student(message, files)
     return status.value + (f": {message}" if message else "")
 
 
@@ -131,9 +138,11 @@ def document(rubric: Rubric, student: Student, as_of: datetime) -> list[Block]:
     if student.record is None:
         blocks.append(Block("note", "No submission was found for you.", tone="bad"))
         return blocks
+    files = tuple(student.record.files)
     outcome = student.record.outcome
     if outcome.status is not RunStatus.GRADED and not outcome.targets:  # a staging problem
-        blocks.append(Block("note", _outcome_line(outcome.status, outcome.message), tone="bad"))
+        blocks.append(Block("note", _outcome_line(outcome.status, outcome.message, files),
+                            tone="bad"))
 
     for target_score in student.score.targets:
         target_outcome = target_score.outcome
@@ -141,11 +150,13 @@ def document(rubric: Rubric, student: Student, as_of: datetime) -> list[Block]:
         blocks.append(Block("h2", f"{target_score.target.name}{where}"))
         if target_outcome is not None and target_outcome.status is not RunStatus.GRADED:
             blocks.append(Block("note", _outcome_line(target_outcome.status,
-                                                      target_outcome.message), tone="bad"))
+                                                      target_outcome.message, files),
+                                tone="bad"))
         if target_outcome is not None and target_outcome.interface:
             blocks.append(Block("p", "How your class was called (inferred from its code, or "
                                      "prescribed by the assignment where marked declared):"))
-            blocks.append(Block("list", items=list(target_outcome.interface)))
+            blocks.append(Block("list", items=[for_student(line, files)
+                                               for line in target_outcome.interface]))
         rows, classes, details = [], [], []
         for item in target_score.items:
             visibility = shown(item.item.visibility, rubric, as_of)
@@ -173,14 +184,15 @@ def document(rubric: Rubric, student: Student, as_of: datetime) -> list[Block]:
             blocks.append(Block("h3", f"{item.item.label}: {item.state.value} "
                                       f"({points(item.points)} / {points(item.max_points)})",
                                 tone=item.state.value))
-            blocks += item_blocks(item)
+            blocks += item_blocks(item, files)
     omitted = [i for i in items if shown(i.item.visibility, rubric, as_of) == "nothing"]
     if omitted:
         blocks.append(Block("p", f"{len(omitted)} further item(s) are graded but not shown "
                                  "here."))
     if student.record.notes:
         blocks.append(Block("h2", "Notes on your files"))
-        blocks.append(Block("list", items=list(student.record.notes)))
+        blocks.append(Block("list", items=[for_student(note, files)
+                                           for note in student.record.notes]))
     # What the code printed is the teacher's only (printed/ID.txt, the class report): a
     # submission could print what it read on the grading machine.
     return blocks
@@ -240,11 +252,12 @@ def markdown(rubric: Rubric, student: Student, as_of: datetime) -> str:
     return render_markdown(document(rubric, student, as_of))
 
 
-def item_markdown(score: ItemScore) -> str:
-    """One item's detail as Markdown (Gradescope test output: it applies visibility itself)."""
+def item_markdown(score: ItemScore, files: tuple[str, ...] = ()) -> str:
+    """One item's detail as Markdown (Gradescope test output: it applies visibility itself;
+    ``files``: the student's, for the paths in messages)."""
     head = (f"**{score.state.value}**: {points(score.points)} / {points(score.max_points)} "
             "point(s)")
-    return head + "\n\n" + render_markdown(item_blocks(score))
+    return head + "\n\n" + render_markdown(item_blocks(score, files))
 
 
 # --------------------------------------------------------------------------------------------

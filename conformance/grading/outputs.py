@@ -15,7 +15,7 @@ or on the order of grading.
 ``results.json``: the Gradescope autograder format (``score``, ``tests[]`` with ``name``,
 ``number``, ``score``, ``max_score``, ``status``, ``output``, ``output_format``, ``visibility``,
 ``tags``). Gradescope applies each test's visibility itself, so every test carries its full
-output.
+output, in words a student can act on (see :mod:`conformance.grading.student_text`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from conformance.grading.outcome import RunStatus
 from conformance.grading.rubric import Rubric
 from conformance.grading.scoring import State
 from conformance.grading.store import versions
+from conformance.grading.student_text import for_student
 
 if TYPE_CHECKING:
     from conformance.grading.pipeline import Student
@@ -105,18 +106,19 @@ def write_json(path: Path, payload: dict) -> None:
     path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n", encoding="utf-8")
 
 
-def _target_test(target_score, index: int) -> dict:
+def _target_test(target_score, index: int, files: tuple[str, ...] = ()) -> dict:
     outcome = target_score.outcome
     name = target_score.target.name
     if outcome is None:
         return {"name": f"{name}: found and loaded", "number": f"{index}.0", "status": "failed",
                 "output": "The submission was not run.", "visibility": "visible"}
-    lines = [outcome.status.value + (f": {outcome.message}" if outcome.message else "")]
+    message = for_student(outcome.message, files)
+    lines = [outcome.status.value + (f": {message}" if message else "")]
     if outcome.near_misses:
         lines.append("Close names in your code: " + ", ".join(outcome.near_misses))
     if outcome.interface:
-        lines.append("How your class was called:\n" + "\n".join(f"- {feedback.md_escape(n)}"
-                                                              for n in outcome.interface))
+        lines.append("How your class was called:\n" + "\n".join(
+            f"- {feedback.md_escape(for_student(n, files))}" for n in outcome.interface))
     return {"name": f"{name}: found and loaded", "number": f"{index}.0",
             "status": "passed" if outcome.status is RunStatus.GRADED else "failed",
             "output": feedback.md_escape(lines[0]) + "\n\n" + "\n\n".join(lines[1:]),
@@ -126,8 +128,9 @@ def _target_test(target_score, index: int) -> dict:
 def gradescope_results(rubric: Rubric, student: Student) -> dict:
     """``student``'s result in Gradescope's ``results.json`` format."""
     tests = []
+    files = tuple(student.record.files) if student.record is not None else ()
     for index, target_score in enumerate(student.score.targets, 1):
-        tests.append(_target_test(target_score, index))
+        tests.append(_target_test(target_score, index, files))
         for position, item in enumerate(target_score.items, 1):
             tests.append({
                 "name": f"{target_score.target.name}: {item.item.label}",
@@ -135,7 +138,7 @@ def gradescope_results(rubric: Rubric, student: Student) -> dict:
                 "score": item.points,
                 "max_score": item.max_points,
                 "status": "passed" if item.state is State.PASSED else "failed",
-                "output": feedback.item_markdown(item),
+                "output": feedback.item_markdown(item, files),
                 "output_format": "md",
                 "visibility": item.item.visibility,
                 "tags": list(item.item.checks),
@@ -145,7 +148,7 @@ def gradescope_results(rubric: Rubric, student: Student) -> dict:
     summary = (f"{number(student.score.total)} / {number(student.score.max_points)} points; "
                f"status: {student.status.value}")
     if outcome is not None and outcome.message:
-        summary += f" ({outcome.message})"
+        summary += f" ({for_student(outcome.message, files)})"
     payload = {
         "score": student.score.total,
         "output": feedback.md_escape(summary),

@@ -15,14 +15,16 @@ implementation in another process (an untrusted one) can't answer for it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from hypothesis import strategies as st
 
 from conformance.adapter import Inputs, Instance
 from conformance.cases import Case
-from conformance.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.invariants.base import Check, CheckContext, Violation, fmt, revealing
 from conformance.strategies import cases
-from conformance.tolerance import worst_index
+from conformance.tolerance import abs_error, only_rows, unchanged_tolerance, worst_index
 
 FD_DIRECTIONS = 3
 FD_STEP = {torch.float64: 1e-3, torch.float32: 3e-2}
@@ -79,6 +81,10 @@ def _tiny(draw, context: CheckContext) -> Case:
                       masks="auto"))
 
 
+NEVER_APPLIED = "never applied"
+"""How a hint ends that measured a projection the output does not depend on."""
+
+
 class Autograd(Check):
     """Backward runs; gradients reach every parameter and input, match finite differences, skip
     masked keys."""
@@ -118,9 +124,13 @@ class Autograd(Check):
             if gradient is None and name in unused:
                 continue
             if gradient is None:
-                raise Violation(f"parameter {name} receives no gradient, though its submodule "
-                                "runs in the forward",
-                                hint="is a projection detached (.detach(), torch.no_grad())?")
+                hint = context.hint(lambda name=name: self._no_gradient(context, case, instance,
+                                                                        inputs, name))
+                # A declared projection counts even when the forward never calls it: say that
+                # it runs only where that was not measured otherwise.
+                runs = "" if hint and hint.endswith(NEVER_APPLIED) else (
+                    ", though its submodule runs in the forward")
+                raise Violation(f"parameter {name} receives no gradient{runs}", hint=hint)
             if not bool(torch.isfinite(gradient).all()):
                 raise Violation(f"the gradient of parameter {name} is not finite")
         for name, gradient in gradients.inputs.items():
@@ -134,7 +144,8 @@ class Autograd(Check):
         for name in needed:
             if float(gradients.inputs[name].abs().max()) == 0.0 and bool(rows.any()):
                 raise Violation(f"no gradient reaches input {name}",
-                                hint="is that input detached, or not used?")
+                                hint=context.hint(lambda name=name: self._input_unreached(
+                                    context, case, instance, inputs, name)))
 
         if keep is None:
             return
@@ -148,8 +159,77 @@ class Autograd(Check):
                 raise Violation(
                     f"input {name} at masked position {position} of batch {b} receives gradient "
                     f"{fmt(float(leak[b, position].max()))}, not exactly 0",
-                    hint="is the mask applied after the softmax, or with a finite fill that "
-                         "lets a little weight through?")
+                    hint=context.hint(lambda: self._forward_leaks(context, case, instance,
+                                                                  inputs)))
+
+    @staticmethod
+    def _changes(context: CheckContext, case: Case, instance: Instance, inputs: Inputs,
+                 output: torch.Tensor) -> bool:
+        """Whether ``instance`` on ``inputs`` gives another output than ``output``."""
+        other = context.run(instance, inputs, case)
+        tolerance = unchanged_tolerance(context.judged(output.dtype), output)
+        return float(only_rows(abs_error(other, output), context.rows(case)).max()) > tolerance
+
+    def _no_gradient(self, context: CheckContext, case: Case, instance: Instance,
+                     inputs: Inputs, name: str) -> str | None:
+        """Why parameter ``name`` gets no gradient, where measured with weight access: a
+        projection whose weights don't change the output is never applied; where every
+        projection's do, a parameter without gradient is cut from the graph. Measured on
+        ``case``, or where its rows have one key each (the softmax then ignores q and k), on
+        its revealing case."""
+        if not context.capabilities.weights:
+            return None
+        keep = inputs.keep
+        if int(case.kv_len if keep is None else keep.sum(-1).min()) < 2:
+            shown = revealing(context.capabilities, case)
+            if shown is None or shown.kv_len < 2:
+                return None
+            case, instance = shown, context.build(shown)
+            inputs = case.inputs(context.capabilities.call)
+        weights = instance.read_weights()
+        output = context.run(instance, inputs, case)
+        roles = {"query": "w_q", "key": "w_k", "value": "w_v", "output": "w_o"}
+        unused = []
+        for role, field in roles.items():
+            weight = getattr(weights, field)
+            if weight is None:
+                continue
+            instance.write_weights(replace(weights, **{field: weight * 2.0}))
+            if not self._changes(context, case, instance, inputs, output):
+                unused.append(role)
+        instance.write_weights(weights)
+        if unused:
+            return (f"the output does not change when the {' and '.join(unused)} projection's "
+                    f"weights do: {'it is' if len(unused) == 1 else 'they are'} {NEVER_APPLIED}")
+        return (f"every projection's weights change the output, yet {name} receives no gradient: "
+                "is it detached (.detach(), torch.no_grad())?")
+
+    def _input_unreached(self, context: CheckContext, case: Case, instance: Instance,
+                         inputs: Inputs, name: str) -> str:
+        """Whether an input without gradient is unused (the output ignores it) or cut from
+        the graph (the output depends on it)."""
+        output = context.run(instance, inputs, case)
+        if name == "x":
+            changed = inputs.with_tensors(inputs.query * 2.0 + 0.5)
+        else:
+            tensors = {n: getattr(inputs, n) for n in ("query", "key", "value")}
+            tensors[name] = tensors[name] * 2.0 + 0.5
+            changed = inputs.with_tensors(tensors["query"], tensors["key"], tensors["value"])
+        if self._changes(context, case, instance, changed, output):
+            return (f"the output depends on {name}, yet no gradient reaches it: is it detached "
+                    "(.detach(), torch.no_grad())?")
+        return f"the output does not depend on {name} at all: it is not used"
+
+    def _forward_leaks(self, context: CheckContext, case: Case, instance: Instance,
+                       inputs: Inputs) -> str | None:
+        """A pointer to the padding check where the forward itself depends on the masked
+        positions (the gradient leak is that leak); else None: nothing measured names a
+        cause."""
+        output = context.run(instance, inputs, case)
+        changed = case.replace_positions(inputs, ~inputs.keep, stream=11, scale=10.0)
+        if self._changes(context, case, instance, changed, output):
+            return "the forward already depends on the masked positions (see padding)"
+        return None
 
     def gradcheck(self, context: CheckContext, case: Case) -> None:
         judged = context.judged(case.config.dtype)

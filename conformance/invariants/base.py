@@ -16,6 +16,7 @@ from hypothesis.errors import Flaky
 from conformance.adapter import ImplementationError, Inputs, Instance, Subject
 from conformance.cases import Case
 from conformance.kernels import PLATFORM_NOTE, matmul_spreads_nan
+from conformance.mask_mistakes import output_mistake
 from conformance.reference import plain_attention, reference_attention
 from conformance.spec import Capabilities, PositionEncoding
 from conformance.tolerance import Agreement, agreement, logit_rounding
@@ -310,6 +311,60 @@ class CheckContext:
         output = instance.forward(inputs)
         expect_output(output, case, inputs)
         return output
+
+    @staticmethod
+    def hint(measure: Callable[[], str | None]) -> str | None:
+        """``measure()``, the likely bug a failure's evidence shows, or None where measuring it
+        fails in any way: a hint is extra evidence, and failing to gather it must never change
+        the verdict or the reason it goes with."""
+        try:
+            return measure()
+        except Exception:  # any failure of the measurement means "no hint" (see above)
+            return None
+
+    def mask_mistake(self, case: Case, *, only: tuple[str, ...] | None = None) -> str | None:
+        """The mask mistake (see :mod:`conformance.mask_mistakes`) the module's output
+        reproduces on ``case`` or, where that case shows none, on its :func:`revealing` case;
+        None without weight access, with a position encoding the reference does not model, or
+        when a measurement fails. ``only`` restricts the mistakes tried to those words."""
+        if not reference_applies(self.capabilities):
+            return None
+        for tried in (case, revealing(self.capabilities, case)):
+            if tried is None:
+                continue
+            try:
+                instance = self.build(tried)
+                inputs = tried.inputs(self.capabilities.call)
+                output = self.run(instance, inputs, tried)
+                words = output_mistake(output, instance.read_weights(), inputs,
+                                       causal=tried.causal, rows=self.rows(tried),
+                                       window=tried.window, encoding=self.capabilities.encoding,
+                                       only=only)
+            except (Violation, ImplementationError):
+                return None
+            if words is not None:
+                return words
+        return None
+
+
+REVEALING_LENGTH = 5
+"""Keys of the case a mask mistake is looked for again when the failing case can't show one."""
+
+
+def revealing(capabilities: Capabilities, case: Case) -> Case | None:
+    """``case`` with REVEALING_LENGTH keys (and queries, where they go with the keys), and where
+    it has a padding mask, one that masks the last two keys of every batch element: enough to
+    tell mask mistakes apart, where a shrunk case often can't (with every key kept an inverted
+    mask shows nothing; in two positions a row that sees the next key sees every key). None
+    where that is ``case`` itself or the module takes no sequence that long."""
+    length = REVEALING_LENGTH
+    if capabilities.max_len is not None and capabilities.max_len < length:
+        return None
+    same_length = case.causal or capabilities.call == "self" or case.q_len == case.kv_len
+    kept = None if case.kept is None else (length - 2,) * case.batch
+    shown = replace(case, q_len=length if same_length else case.q_len, kv_len=length,
+                    kept=kept, mask_seed=None)
+    return None if shown == case else shown
 
 
 def expect_output(output: torch.Tensor, case: Case, inputs: Inputs) -> None:

@@ -12,7 +12,8 @@ import torch
 
 from conformance.adapter import Inputs
 from conformance.cases import Case
-from conformance.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.diagnosis import BATCH_HEADS_MIXED, batch_heads_mixed, matches
+from conformance.invariants.base import Check, CheckContext, Violation, fmt, reference_applies
 from conformance.strategies import cases, distinct_sizes
 from conformance.tolerance import abs_error, only_rows, reordering_tolerance, worst_index
 
@@ -69,8 +70,8 @@ class BatchIndependence(Check):
             raise Violation(
                 f"changing batch element {changed} changed element {others[i]} (row {row}, by "
                 f"{fmt(float(diff[i, row].max()))})",
-                hint="does a reshape mix the batch and head dimensions (view(H, B, ...), "
-                     "transpose(0, 1)), or a reduction run over the whole batch?")
+                hint=context.hint(lambda: self._mixing(context, case, instance, inputs, output,
+                                                       after[others], output[others])))
 
         rows = context.rows(case)
         tolerance = reordering_tolerance(context.judged(case.config.dtype), output)
@@ -82,5 +83,34 @@ class BatchIndependence(Check):
                 _, row, _ = worst_index(diff)
                 raise Violation(
                     f"batch element {b} run alone differs from the batched run (row {row}, by "
-                    f"{fmt(float(diff.max()))}, allowed {fmt(tolerance)})",
-                    hint="does the computation depend on the batch size?")
+                    f"{fmt(float(diff.max()))}, allowed {fmt(tolerance)})")
+
+    @staticmethod
+    def _mixing(context: CheckContext, case: Case, instance, inputs: Inputs,
+                output: torch.Tensor, after: torch.Tensor, before: torch.Tensor) -> str | None:
+        """How batch elements reach each other, where the behaviour shows it: the output is
+        attention with the heads split by reshape(H, B, L, Dh) (with weight access); or the
+        other elements' outputs all moved by one common factor about one common point (a
+        reduction over the whole batch, as a norm or mean without dim= gives); else None."""
+        if reference_applies(context.capabilities):
+            variant = batch_heads_mixed(instance.read_weights(), inputs, causal=case.causal,
+                                        window=case.window,
+                                        encoding=context.capabilities.encoding)
+            if matches(output, variant, context.rows(case)):
+                return BATCH_HEADS_MIXED
+        # One common factor about one common point per feature (the output projection's bias
+        # is not scaled): a[., f] = s b[., f] + t[f], s the same for every feature.
+        a = after.detach().to(torch.float64).cpu().reshape(-1, after.shape[-1])
+        b = before.detach().to(torch.float64).cpu().reshape(-1, before.shape[-1])
+        if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())):
+            return None
+        a, b = a - a.mean(dim=0), b - b.mean(dim=0)
+        spread = float(b.abs().max())
+        if spread == 0.0 or float((a - b).abs().max()) == 0.0:
+            return None
+        factor = float((a * b).sum() / (b * b).sum())
+        if float((a - factor * b).abs().max()) <= reordering_tolerance(
+                context.judged(case.config.dtype), before):
+            return ("every other element's output moved by one common factor about one common "
+                    "point: a reduction over the whole batch (a norm or mean without dim=)?")
+        return None

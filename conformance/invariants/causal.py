@@ -12,9 +12,11 @@ before the window is the sliding_window check's).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
-from conformance.adapter import Inputs
+from conformance.adapter import ImplementationError, Inputs, Instance
 from conformance.cases import Case
 from conformance.invariants.base import (
     Check,
@@ -22,8 +24,18 @@ from conformance.invariants.base import (
     Violation,
     expect_finite_rows,
     fmt,
+    reference_applies,
+)
+from conformance.mask_mistakes import (
+    HIDES_CURRENT,
+    IGNORES_CAUSAL,
+    REPLACES_CAUSAL,
+    SHOWS_NEXT,
+    mask_mistakes,
+    weights_mistake,
 )
 from conformance.probes import measure_attention
+from conformance.reference import allowed_keys
 from conformance.spec import Capabilities
 from conformance.strategies import cases
 from conformance.tolerance import abs_error, eps, only_rows, unchanged_tolerance, worst_index
@@ -41,6 +53,87 @@ def _perturb_after(inputs: Inputs, cut: int, case: Case) -> Inputs:
         return Inputs.self_attention(replaced(inputs.query, 21), inputs.keep, causal=True)
     return Inputs(replaced(inputs.query, 21), replaced(inputs.key, 22),
                   replaced(inputs.value, 23), inputs.keep, causal=True)
+
+
+def _dependence(context: CheckContext, instance: Instance, inputs: Inputs, case: Case,
+                output: torch.Tensor) -> torch.Tensor:
+    """(B, Lq, Lk) bool: whether output row t changes when the key/value inputs (self-attention:
+    x) at position s alone are replaced by fresh noise, in each batch element."""
+    tolerance = unchanged_tolerance(context.judged(output.dtype), output)
+    seen = torch.zeros(case.batch, case.q_len, case.kv_len, dtype=torch.bool)
+    for position in range(case.kv_len):
+        where = torch.zeros(case.batch, case.kv_len, dtype=torch.bool)
+        where[:, position] = True
+        changed = context.run(instance, case.replace_positions(inputs, where, stream=33,
+                                                               scale=3.0), case)
+        seen[:, :, position] = (abs_error(changed, output, nan_equal=True) > tolerance).any(-1)
+    return seen
+
+
+CAUSAL_MISTAKES = (HIDES_CURRENT, SHOWS_NEXT, IGNORES_CAUSAL)
+
+PATTERN_LENGTHS = (5, 7)
+"""Lengths of the unmasked cases a causal mistake's pattern must also show without weight
+access: a pattern of which rows each position changes is coarse, and a scrambled module can
+fit one mask's pattern at one size."""
+
+
+def _pattern(context: CheckContext, case: Case) -> tuple[set[str], set[str]] | None:
+    """Which causal-mask mistakes ``case`` can tell from the correct mask, and which of those
+    the module's pattern fits (which output rows each position's inputs change is exactly the
+    pattern that mask gives); None when it can't be measured."""
+    instance = context.build(case)
+    inputs = case.inputs(context.capabilities.call)
+    try:
+        output = context.run(instance, inputs, case)
+        seen = _dependence(context, instance, inputs, case, output)
+    except (Violation, ImplementationError):
+        return None
+    rows = context.rows(case)
+    keep = None if inputs.keep is None else inputs.keep.cpu()
+    correct = allowed_keys(case.batch, case.q_len, case.kv_len, keep, True,
+                           window=case.window)[:, 0]
+    told, fits = set(), set()
+    for mistake in mask_mistakes(case.batch, case.q_len, case.kv_len, keep, causal=True,
+                                 window=case.window):
+        if mistake.words not in CAUSAL_MISTAKES:
+            continue
+        visible = mistake.visible()[:, 0]
+        expected = visible
+        if inputs.is_self:
+            # x at position t is row t's query too: it moves row t whenever the row weighs
+            # two keys or more.
+            weighs = visible.sum(dim=-1) >= 2
+            expected = visible | (torch.diag_embed(weighs) & weighs[:, :, None])
+        compared = visible.any(dim=-1) & rows.cpu()
+        if not bool((compared & (visible != correct).any(dim=-1)).any()):
+            continue
+        told.add(mistake.words)
+        if bool((seen == expected)[compared].all()):
+            fits.add(mistake.words)
+    return told, fits
+
+
+def _pattern_mistake(context: CheckContext, case: Case) -> str | None:
+    """The causal-mask mistake whose pattern the module shows without weight access: on
+    ``case`` where it tells the mistakes apart, and on unmasked cases of PATTERN_LENGTHS
+    positions; named only when exactly one mistake fits everywhere it was told apart, and it
+    was told apart (and fit) on two cases at least."""
+    caps = context.capabilities
+    tried = [case] + [replace(case, q_len=length, kv_len=length, kept=None, mask_seed=None)
+                      for length in PATTERN_LENGTHS
+                      if caps.max_len is None or caps.max_len >= length]
+    consistent, shown = set(CAUSAL_MISTAKES), dict.fromkeys(CAUSAL_MISTAKES, 0)
+    for one in tried:
+        measured = _pattern(context, one)
+        if measured is None:
+            continue
+        told, fits = measured
+        consistent &= fits | (set(CAUSAL_MISTAKES) - told)
+        for words in fits:
+            shown[words] += 1
+    named = [words for words in consistent if shown[words] >= 2]
+    return named[0] if len(named) == 1 and len(consistent) == 1 else None
 
 
 class Causal(Check):
@@ -70,22 +163,17 @@ class Causal(Check):
         inputs = case.inputs(context.capabilities.call)
         cut = case.seed % (case.q_len - 1)
         before = context.run(instance, inputs, case)
-        expect_finite_rows(before, context.rows(case),
-                           hint="does the causal mask hide the current token, leaving row 0 with "
-                                "nothing to attend to?")
+        try:
+            expect_finite_rows(before, context.rows(case))
+        except Violation as violation:
+            violation.hint = context.hint(lambda: self._mistake(context, case, inputs))
+            raise
         after = context.run(instance, _perturb_after(inputs, cut, case), case)
         diff = only_rows(abs_error(after, before), context.rows(case))[:, : cut + 1]
         tolerance = unchanged_tolerance(context.judged(before.dtype), before)
         if float(diff.max()) > tolerance:
             b, row, _ = worst_index(diff)
-            hint = None
-            if inputs.keep is not None and self._causal_without_mask(context, instance, inputs,
-                                                                     case, cut):
-                hint = ("without a mask it is causal: does a given padding mask replace the "
-                        "causal mask instead of being combined with it?")
-            elif row == cut:
-                hint = ("does the causal mask let a row see the next position (triu diagonal off "
-                        "by one)?")
+            hint = context.hint(lambda: self._mistake(context, case, inputs))
             raise Violation(
                 f"changing inputs after position {cut} changed output row {row} of batch {b} "
                 f"by {fmt(float(diff[b, row].max()))} (tolerance {fmt(tolerance)})"
@@ -106,6 +194,44 @@ class Causal(Check):
                     f"{cut + 1 + position} (batch {b}) is {fmt(float(future[b, position].max()))},"
                     " not exactly 0")
 
+    def _mistake(self, context: CheckContext, case: Case, inputs: Inputs, *,
+                 attention: torch.Tensor | None = None) -> str | None:
+        """The causal-mask mistake the module's behaviour reproduces, in words, or None.
+
+        With weight access: the weights ``attention`` measured with zero logits (when given)
+        show it, or the output matches the float64 reference under that mask, on ``case`` or,
+        where that can't tell the mistakes apart (in a sequence of two, a row that sees the next
+        key sees every key), on its revealing case (see :func:`revealing`). Without: which
+        output rows each position's inputs change (see :func:`_pattern_mistake`). A module that
+        ignores the
+        causal mask with a padding mask given (``inputs``), and is causal without one, has the
+        padding mask replacing it; one that is causal without the padding mask and not with it
+        is said to be so."""
+        caps = context.capabilities
+        words = None
+        if attention is not None:
+            tolerance = 4 * eps(context.judged(case.config.dtype))
+            words = weights_mistake(attention, None, causal=True, tolerance=tolerance,
+                                    window=case.window, logits=torch.zeros_like(attention),
+                                    only=CAUSAL_MISTAKES)
+        if words is None and reference_applies(caps):
+            words = context.mask_mistake(case, only=CAUSAL_MISTAKES)
+        elif words is None and not caps.positional:
+            words = _pattern_mistake(context, case)
+        if words not in (None, IGNORES_CAUSAL) or inputs.keep is None:
+            return words
+        try:
+            causal_without = self._causal_without_mask(context, context.build(case), inputs,
+                                                       case, case.seed % (case.q_len - 1))
+        except (Violation, ImplementationError):
+            return words
+        if not causal_without:
+            return words
+        if words == IGNORES_CAUSAL:
+            return f"{REPLACES_CAUSAL} (it is causal without a mask, not with one)"
+        return ("the module is causal without a mask, not with the padding mask given: the "
+                "padding mask undoes the causal masking")
+
     @staticmethod
     def _causal_without_mask(context: CheckContext, instance, inputs: Inputs, case: Case,
                              cut: int) -> bool:
@@ -122,21 +248,25 @@ class Causal(Check):
         attention = measure_attention(context.build(case), case, context.capabilities.call,
                                       causal=True, gain=0.0)
         length = case.q_len
+        tolerance = eps(context.judged(case.config.dtype))
+
+        def mistake() -> str | None:
+            # Measured without a padding mask: a mask that replaces the causal one can't show.
+            return context.hint(lambda: self._mistake(
+                context, case, case.inputs(context.capabilities.call, use_mask=False),
+                attention=attention))
+
         later = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)
         if bool(torch.isnan(attention).any()):
             b, h, row, _ = (int(i) for i in torch.nonzero(torch.isnan(attention))[0])
-            raise Violation(
-                f"batch {b}, head {h}, row {row} has NaN attention weights",
-                hint="every key of that row is masked: does the causal mask hide the current "
-                     "token?" if row == 0 else None)
+            raise Violation(f"batch {b}, head {h}, row {row} has NaN attention weights",
+                            hint=mistake())
         future = attention * later
-        if float(future.max()) > eps(context.judged(case.config.dtype)):
+        if float(future.max()) > tolerance:
             b, h, row, key = worst_index(future)
             raise Violation(
                 f"batch {b}, head {h}, row {row} gives later position {key} attention weight "
-                f"{fmt(float(attention[b, h, row, key]))}, not 0",
-                hint="does the causal mask show the next token (triu diagonal off by one)?"
-                if key == row + 1 else None)
+                f"{fmt(float(attention[b, h, row, key]))}, not 0", hint=mistake())
         window = case.window or length
         before_window = torch.tril(torch.ones(length, length, dtype=torch.bool), diagonal=-window)
         past = attention.masked_fill(later | before_window, float("inf"))
@@ -144,9 +274,7 @@ class Causal(Check):
             b, h, row, key = worst_index(-past)
             raise Violation(
                 f"batch {b}, head {h}, row {row} gives position {key} <= {row} attention weight "
-                f"{fmt(float(attention[b, h, row, key]))}: over-masked",
-                hint="the causal mask hides the current token (diagonal off by one)?"
-                if key == row else None)
+                f"{fmt(float(attention[b, h, row, key]))}: over-masked", hint=mistake())
 
     def past_visible(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)
@@ -164,6 +292,4 @@ class Causal(Check):
             position += first
             raise Violation(
                 f"output row {row} of batch {b} does not depend on position {position} <= {row}:"
-                " over-masked",
-                hint="the causal mask hides the current token (diagonal off by one)?"
-                if position == row else None)
+                " over-masked", hint=context.hint(lambda: self._mistake(context, case, inputs)))

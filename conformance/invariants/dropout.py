@@ -132,7 +132,31 @@ class Dropout(Check):
                 f"{fmt(float(mean[b, row, feature]))} where eval mode gives "
                 f"{fmt(float(expected[b, row, feature]))} (batch {b}, row {row}, feature "
                 f"{feature}; {fmt(bound)} standard errors = {fmt(float(allowed[b, row, feature]))})",
-                hint="is dropout applied to the logits, or without the 1/(1 - p) rescaling?")
+                hint=context.hint(lambda: self._bias_cause(context, case, instance, inputs,
+                                                           expected)))
+
+    @staticmethod
+    def _bias_cause(context: CheckContext, case: Case, instance, inputs: Inputs,
+                    expected: torch.Tensor) -> str | None:
+        """Why the mean of the draws is off, where measured: the draws run as replicas along
+        the batch, so a module whose eval output changes when the batch is replicated is off
+        for that reason (batch elements see each other); one whose eval output does not is
+        off in train mode alone, which is dropout's doing."""
+        try:
+            replicas = DRAWS // CALLS
+            batched = instance.forward(_replicated(inputs, replicas)).to(torch.float64).cpu()
+        except ImplementationError:
+            return None
+        batched = batched.reshape(replicas, *expected.shape)
+        tolerance = reordering_tolerance(context.judged(case.config.dtype), expected)
+        rows = context.rows(case)
+        if float(only_rows(abs_error(batched, expected.expand_as(batched), nan_equal=True)
+                           .amax(dim=0), rows).max()) > tolerance:
+            return ("in eval mode the output changes when the batch is repeated: batch elements "
+                    "see each other (see batch_independence), so the draws taken along the "
+                    "batch are not independent")
+        return ("eval mode is right and unchanged by a repeated batch, train mode is biased: is "
+                "dropout applied to the logits, or without the 1/(1 - p) rescaling?")
 
     @staticmethod
     def _draws(instance, inputs: Inputs, case: Case) -> torch.Tensor:
@@ -156,30 +180,65 @@ class Dropout(Check):
         inputs = case.inputs(context.capabilities.call)
         rows = context.rows(case)
         before = instance.forward(inputs, training=True, seed=7)
-        expect_finite_rows(before, rows, hint="dropout on the logits turns a masked -inf into "
-                                              "NaN (-inf * 0): apply dropout after the softmax")
+        try:
+            expect_finite_rows(before, rows)
+        except Violation as violation:
+            violation.hint = context.hint(lambda: self._nan_cause(context, case, instance,
+                                                                  inputs, rows))
+            raise
         if inputs.keep is not None:
             masked = ~inputs.keep.cpu()
             compared = rows & inputs.keep.cpu() if inputs.is_self else rows
-            after = instance.forward(case.replace_positions(inputs, masked, stream=81,
-                                                                scale=10.0), training=True, seed=7)
+            changed = case.replace_positions(inputs, masked, stream=81, scale=10.0)
+            after = instance.forward(changed, training=True, seed=7)
             diff = only_rows(abs_error(after, before, nan_equal=True), compared)
             if float(diff.max()) > 0.0:
                 b, row, _ = worst_index(diff)
                 raise Violation(
                     f"in train mode, changing masked key/value inputs changed output row {row} of "
                     f"batch {b} by {fmt(float(diff[b, row].max()))}",
-                    hint="dropout on the logits turns a masked -inf/-1e20 into 0: apply dropout "
-                         "to the weights after the softmax")
+                    hint=context.hint(lambda: self._train_only(
+                        context, case, instance, inputs, changed, compared,
+                        "eval mode ignores the masked keys, train mode does not: does dropout on "
+                        "the logits turn a masked -inf/-1e20 into 0? Apply dropout to the "
+                        "weights after the softmax", "padding")))
         if case.causal and case.q_len >= 2:
             cut = case.seed % (case.q_len - 1)
             later = torch.zeros(case.batch, case.kv_len, dtype=torch.bool)
             later[:, cut + 1:] = True
-            after = instance.forward(case.replace_positions(inputs, later, stream=81,
-                                                                scale=10.0), training=True, seed=7)
+            changed = case.replace_positions(inputs, later, stream=81, scale=10.0)
+            after = instance.forward(changed, training=True, seed=7)
             diff = only_rows(abs_error(after, before, nan_equal=True)[:, : cut + 1],
                              rows[:, : cut + 1])
             if float(diff.max()) > 0.0:
+                earlier = rows.clone()
+                earlier[:, cut + 1:] = False
                 raise Violation(f"in train mode, changing inputs after position {cut} changed an "
-                                "earlier output row", hint="dropout on the logits undoes the "
-                                                           "causal mask")
+                                "earlier output row",
+                                hint=context.hint(lambda: self._train_only(
+                                    context, case, instance, inputs, changed, earlier,
+                                    "eval mode is causal, train mode is not: dropout on the "
+                                    "logits undoes the causal mask? Apply dropout to the "
+                                    "weights after the softmax", "causal")))
+
+    @staticmethod
+    def _nan_cause(context: CheckContext, case: Case, instance, inputs: Inputs,
+                   rows: torch.Tensor) -> str:
+        """Whether train mode alone makes the rows non-finite (dropout's doing)."""
+        output = context.run(instance, inputs, case)
+        if bool(torch.isfinite(output).all(dim=-1).cpu()[rows].all()):
+            return ("finite in eval mode, not in train mode: does dropout on the logits turn a "
+                    "masked -inf into NaN (-inf * 0)? Apply dropout after the softmax")
+        return "not finite in eval mode either (see padding and fully_masked)"
+
+    @staticmethod
+    def _train_only(context: CheckContext, case: Case, instance, inputs: Inputs,
+                    changed: Inputs, rows: torch.Tensor, hint: str, check: str) -> str:
+        """``hint`` where the same change leaves the ``rows`` unchanged in eval mode (the leak is
+        train mode's alone), else a pointer to the ``check`` that sees it in eval mode."""
+        before = context.run(instance, inputs, case)
+        after = context.run(instance, changed, case)
+        tolerance = reordering_tolerance(context.judged(case.config.dtype), before)
+        if float(only_rows(abs_error(after, before, nan_equal=True), rows).max()) <= tolerance:
+            return hint
+        return f"eval mode shows the same leak (see {check}): it is not dropout's"

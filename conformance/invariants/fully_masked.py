@@ -74,7 +74,11 @@ class FullyMasked(Check):
         empty = [b for b, count in enumerate(case.kept) if count == 0]
         rows = context.rows(case)
         output = context.run(instance, inputs, case)
-        expect_finite_rows(output, rows)
+        try:
+            expect_finite_rows(output, rows)
+        except Violation as violation:
+            violation.hint = context.hint(lambda: context.mask_mistake(case))
+            raise
         control_keep = inputs.keep.clone()
         control_keep[empty] = True
         control = context.run(instance, inputs.with_mask(control_keep), case)

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
+
+from conformance.adapter import ImplementationError
 from conformance.cases import Case, dtype_name
 from conformance.invariants.base import (
     Check,
@@ -106,23 +109,12 @@ class LowPrecision(Check):
         return case
 
     def verify(self, context: CheckContext, case: Case, offset: float = 0.0) -> None:
-        hint = ("is a low-precision intermediate (logits, softmax sum) kept where the same-dtype "
-                "baseline upcasts or scales first?")
         details = []
         if offset:
-            hint = ("error that grows with the number of keys: are running sums (the softmax "
-                    "denominator, the output accumulator) kept in half precision?")
             details = [f"the long-sequence case: inputs offset by {offset:g} (a component "
                        f"common to every position), {case.kv_len} keys"]
-            instance = context.build(case)
-            inputs = case.inputs(context.capabilities.call)
-            inputs = inputs.with_tensors(*(t + offset for t in (
-                (inputs.query,) if inputs.is_self else (inputs.query, inputs.key, inputs.value))))
-            output = context.run(instance, inputs, case)
-            rows = context.rows(case)
-            expect_finite_rows(output, rows)
-        else:
-            instance, inputs, output, rows = context.first_call(case, finite=True)
+        instance, inputs, output, rows = self._call(context, case, offset)
+        expect_finite_rows(output, rows)
         if not reference_applies(context.capabilities):
             return
         seen, _ = agree_with_reference(output, instance.read_weights(), inputs, case, rows,
@@ -132,4 +124,46 @@ class LowPrecision(Check):
             b, row, _ = seen.worst
             raise Violation(f"in {case.dtype} the output differs from the float64 reference: "
                             f"{seen.describe()} (row {row} of batch {b})", details=details,
-                            hint=hint)
+                            hint=context.hint(lambda: self._cause(context, case, offset)))
+
+    @staticmethod
+    def _call(context: CheckContext, case: Case, offset: float) -> tuple:
+        """The first call on ``case``, its inputs offset by ``offset`` (the long case):
+        (instance, inputs, output, rows)."""
+        if not offset:
+            return context.first_call(case)
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        inputs = inputs.with_tensors(*(t + offset for t in (
+            (inputs.query,) if inputs.is_self else (inputs.query, inputs.key, inputs.value))))
+        return instance, inputs, context.run(instance, inputs, case), context.rows(case)
+
+    def _cause(self, context: CheckContext, case: Case, offset: float) -> str | None:
+        """Why ``case`` disagrees in half precision, where measured: the same case in a wider
+        declared dtype agrees with the reference (the error is the low precision's: for the
+        long case, error that grows with the keys), or does not (the bug is not precision's);
+        None when no wider dtype is declared."""
+        wider = next((d for d in (torch.float32, torch.float64)
+                      if d in context.capabilities.dtypes), None)
+        if wider is None:
+            return None
+        wide = replace(case, dtype=dtype_name(wider))
+        try:
+            instance, inputs, output, rows = self._call(context, wide, offset)
+            expect_finite_rows(output, rows)
+            seen, _ = agree_with_reference(output, instance.read_weights(), inputs, wide, rows,
+                                           judged=context.judged(wider),
+                                           encoding=context.capabilities.encoding)
+        except (Violation, ImplementationError):
+            seen = None
+        if seen is None or not seen.ok:
+            return (f"the same case in {wide.dtype} differs from the reference too: the error is "
+                    "not one of precision (see reference)")
+        if offset:
+            return (f"the same case in {wide.dtype} agrees with the reference, and the short "
+                    f"cases in {case.dtype} do: error that grows with the number of keys. Are "
+                    "running sums (the softmax denominator, the output accumulator) kept in half "
+                    "precision?")
+        return (f"the same case in {wide.dtype} agrees with the reference: the error is "
+                f"{case.dtype}'s. Is a low-precision intermediate (logits, softmax sum) kept "
+                "where the same-dtype baseline upcasts or scales first?")

@@ -48,14 +48,21 @@ class MaskFormats(Check):
             if float(diff.max()) <= tolerance:
                 continue
             b, row, _ = worst_index(diff)
-            hint = None
-            complement = ~inputs.keep
-            both = rows & complement.cpu().any(-1, keepdim=True)
-            inverted = context.run(instance, inputs.with_mask(complement), case)
-            if bool(both.any()) and float(only_rows(abs_error(other, inverted, nan_equal=True),
-                                                    both).max()) <= tolerance:
-                hint = (f"the format {convention.describe()} reads its mask inverted "
-                        "(True/1 taken as 'ignore', or -inf where 0 belongs)")
+
+            def inverted(convention=convention, other=other) -> str | None:
+                """The format read inverted, where it gives the primary format's output
+                under the complement mask."""
+                complement = ~inputs.keep
+                both = rows & complement.cpu().any(-1, keepdim=True)
+                flipped = context.run(instance, inputs.with_mask(complement), case)
+                if bool(both.any()) and float(only_rows(abs_error(other, flipped,
+                                                                  nan_equal=True),
+                                                        both).max()) <= tolerance:
+                    return (f"the format {convention.describe()} reads its mask inverted "
+                            "(True/1 taken as 'ignore', or -inf where 0 belongs)")
+                return None
+
+            hint = context.hint(inverted)
             raise Violation(
                 f"mask format {convention.describe()} gives another output than "
                 f"{caps.mask.describe()}: row {row} of batch {b} differs by "

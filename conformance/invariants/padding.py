@@ -16,8 +16,11 @@ invisible) fails here, once, with what was tried; the other mask checks skip.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
+from conformance.adapter import ImplementationError, Inputs, Instance
 from conformance.cases import Case
 from conformance.invariants.base import (
     Check,
@@ -27,7 +30,9 @@ from conformance.invariants.base import (
     Violation,
     expect_finite_rows,
     fmt,
+    reference_applies,
 )
+from conformance.mask_mistakes import AFTER_SOFTMAX, INVERTED, weights_mistake
 from conformance.probes import measure_attention
 from conformance.spec import Capabilities
 from conformance.strategies import cases
@@ -101,7 +106,11 @@ class Padding(Check):
         if inputs.is_self:
             rows = rows & keep.cpu()  # a masked position's own query changes too
         before = context.run(instance, inputs, case)
-        expect_finite_rows(before, rows)
+        try:
+            expect_finite_rows(before, rows)
+        except Violation as violation:
+            violation.hint = context.hint(lambda: context.mask_mistake(case))
+            raise
         changed = case.replace_positions(inputs, ~keep, stream=11, scale=NOISE_SCALE)
         after = context.run(instance, changed, case)
         diff = only_rows(abs_error(after, before), rows)
@@ -109,18 +118,36 @@ class Padding(Check):
         if float(diff.max()) <= tolerance:
             return
         b, row, feature = worst_index(diff)
-        hint = None
-        if not inputs.is_self:
-            kept_changed = context.run(instance, case.replace_positions(inputs, keep, stream=11,
-                                                                    scale=NOISE_SCALE), case)
-            if float(only_rows(abs_error(kept_changed, before), rows).max()) <= tolerance:
-                hint = "output is independent of the kept keys: is the mask inverted?"
+        hint = context.hint(lambda: self._mistake(context, case, instance, inputs, before, rows))
         raise Violation(
             f"changing key/value inputs at masked positions changed output row {row} of batch "
             f"{b} by {fmt(float(diff[b, row, feature]))} (tolerance {fmt(tolerance)})",
             details=[f"batch {b} keeps keys {_positions(keep[b])}, masks "
                      f"{_positions(~keep[b])}; largest change at feature {feature}"],
             hint=hint)
+
+    @staticmethod
+    def _mistake(context: CheckContext, case: Case, instance: Instance, inputs: Inputs,
+                 output: torch.Tensor, rows: torch.Tensor) -> str | None:
+        """The mask mistake the module's behaviour reproduces, in words, or None: with weight
+        access, its output matches the float64 reference with the mask inverted, or with the
+        masked weights zeroed after the softmax; without, in cross-attention, the output does
+        not depend on the kept keys at all (it depends on the masked ones: that is the
+        failure)."""
+        caps = context.capabilities
+        if reference_applies(caps):
+            return context.mask_mistake(case, only=(INVERTED, AFTER_SOFTMAX))
+        if inputs.is_self or caps.positional:
+            return None  # x is queries and keys at once: kept keys can't be changed alone
+        try:
+            kept_changed = context.run(instance, case.replace_positions(
+                inputs, inputs.keep, stream=11, scale=NOISE_SCALE), case)
+        except (Violation, ImplementationError):
+            return None
+        tolerance = unchanged_tolerance(context.judged(output.dtype), output)
+        if float(only_rows(abs_error(kept_changed, output), rows).max()) <= tolerance:
+            return f"{INVERTED} (the output does not depend on the kept keys at all)"
+        return None
 
     def padded_queries(self, context: CheckContext, case: Case) -> None:
         """Rows at padded query positions follow the declared policy (``zero``, ``self``)."""
@@ -147,6 +174,30 @@ class Padding(Check):
             f"declared (padded queries {context.capabilities.padded_queries!r})",
             details=[f"batch {b} keeps {_positions(case.keep()[b])}"])
 
+    @staticmethod
+    def _overflow(context: CheckContext, case: Case, instance: Instance) -> str:
+        """Why a row's weights are all non-finite: a half-precision overflow where the same
+        case in float32 measures finite, leak-free weights; else the symptom alone."""
+        symptom = "the kept keys' weights are not finite either: the whole row is lost"
+        wide = replace(case, dtype="float32")
+        if case.dtype not in ("float16", "bfloat16") or torch.float32 not in (
+                context.capabilities.dtypes):
+            return symptom
+        try:
+            attention = measure_attention(context.build(wide), wide, context.capabilities.call,
+                                          keep=wide.keep())
+        except (Violation, ImplementationError, ValueError):
+            return symptom
+        rows = context.rows(wide)[:, None, :, None].expand_as(attention)
+        masked = (~wide.keep()).cpu()[:, None, None, :].expand_as(attention) & rows
+        if not bool(torch.isfinite(attention[rows]).all()) or bool(
+                (attention[masked].abs() > eps(torch.float32)).any()):
+            return symptom
+        return (f"the kept keys' weights are not finite either: the softmax of this row "
+                f"overflows in {case.dtype}, and the same case in float32 is finite and leaks "
+                "nothing (exp taken without subtracting the row's maximum first? A softmax that "
+                "subtracts it can't overflow)")
+
     def zero_weight(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)
         keep = case.keep()
@@ -159,11 +210,11 @@ class Padding(Check):
         weights = attention[b, h, row]
         if not bool(weights[keep[b].cpu()].isfinite().any()):
             # Not a leak: the kept keys' weights are lost too.
-            hint = (f"the kept keys' weights are not finite either: the softmax of this row "
-                    f"overflowed in {case.dtype} (an exp taken without subtracting the row's "
-                    "maximum first?)")
+            hint = context.hint(lambda: self._overflow(context, case, instance))
         else:
-            hint = "is the mask applied after the softmax, or to the wrong axis?"
+            hint = context.hint(lambda: weights_mistake(
+                attention, keep, causal=False, tolerance=eps(context.judged(case.config.dtype)),
+                rows=context.rows(case), only=(INVERTED,)))
         raise Violation(
             f"batch {b}, head {h}, row {row} gives masked key {key} attention weight "
             f"{fmt(float(attention[b, h, row, key]))}, not 0",

@@ -12,6 +12,7 @@ import torch
 
 from conformance.cases import Case
 from conformance.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.mask_mistakes import CAUSAL_UNDECLARED
 from conformance.spec import Capabilities
 from conformance.strategies import cases
 from conformance.tolerance import abs_error, only_rows, reordering_tolerance, worst_index
@@ -47,8 +48,11 @@ class Permutation(Check):
     def verify(self, context: CheckContext, case: Case) -> None:
         instance, inputs, output, rows = context.first_call(case)
         tolerance = reordering_tolerance(context.judged(case.config.dtype), output)
-        hint = ("does the output depend on absolute positions (a causal mask or positional bias "
-                "where none is declared)?")
+
+        def hint() -> str | None:
+            """A causal mask applied where none is declared, where the output shows it."""
+            return context.hint(lambda: context.mask_mistake(case, only=(CAUSAL_UNDECLARED,)))
+
         if inputs.is_self:
             order = _moving(case.q_len, case.seed)
             keep = None if inputs.keep is None else inputs.keep[:, order]
@@ -60,7 +64,7 @@ class Permutation(Check):
                 raise Violation(
                     f"permuting the tokens as {order.tolist()} does not permute the output: row "
                     f"{row} of batch {b} is off by {fmt(float(diff[b, row].max()))} (allowed "
-                    f"{fmt(tolerance)})", hint=hint)
+                    f"{fmt(tolerance)})", hint=hint())
             return
 
         order = _moving(case.kv_len, case.seed)
@@ -73,7 +77,7 @@ class Permutation(Check):
             raise Violation(
                 f"permuting the key/value positions jointly as {order.tolist()} changed output "
                 f"row {row} of batch {b} by {fmt(float(diff[b, row].max()))} (allowed "
-                f"{fmt(tolerance)})", hint=hint)
+                f"{fmt(tolerance)})", hint=hint())
         if case.q_len < 2:
             return
         order = _moving(case.q_len, case.seed + 1)
@@ -85,4 +89,4 @@ class Permutation(Check):
             raise Violation(
                 f"permuting the query positions as {order.tolist()} does not permute the output "
                 f"rows: row {row} of batch {b} is off by {fmt(float(diff[b, row].max()))}",
-                hint=hint)
+                hint=hint())

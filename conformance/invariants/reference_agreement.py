@@ -20,6 +20,7 @@ from conformance.invariants.base import (
     Finding,
     Violation,
     agree_with_reference,
+    expect_finite_rows,
     fmt,
     position_skip_reason,
 )
@@ -79,8 +80,13 @@ class ReferenceAgreement(Check):
                      "rotation is none of them is outside what it can be held to"), None))
 
     def verify(self, context: CheckContext, case: Case) -> None:
-        instance, inputs, output, rows = context.first_call(case, finite=True)
+        instance, inputs, output, rows = context.first_call(case)
         weights = instance.read_weights()
+        try:
+            expect_finite_rows(output, rows)
+        except Violation as violation:
+            violation.hint = context.hint(lambda: context.mask_mistake(case))
+            raise
         dtype = context.judged(case.config.dtype)
         encoding = context.capabilities.encoding
         seen, reference = agree_with_reference(output, weights, inputs, case, rows, judged=dtype,
@@ -93,8 +99,10 @@ class ReferenceAgreement(Check):
                 details=[f"implementation {fmt(float(output[b, row, feature]))}, reference "
                          f"{fmt(float(reference[b, row, feature]))}; same-dtype baseline error "
                          f"{fmt(seen.baseline_error)}"],
-                hint=explain(output, weights, inputs, causal=case.causal, rows=rows,
-                             window=case.window, encoding=encoding))
+                hint=context.hint(lambda: explain(output, weights, inputs, causal=case.causal,
+                                                  rows=rows, window=case.window,
+                                                  encoding=encoding)
+                                  or context.mask_mistake(case)))
         if not bool(case.attendable_rows().all()):
             return  # a fully masked row's gradient is the fully_masked check's business
         # Only the rows attention specifies count (not a padded query's).
@@ -114,4 +122,6 @@ class ReferenceAgreement(Check):
                     f"the gradient with respect to {name} differs from the float64 reference's: "
                     f"{seen.describe()}; largest at batch {b}, position {position}, feature "
                     f"{feature}",
-                    hint="does backward go through a detached or in-place-modified tensor?")
+                    hint="the output agrees with the reference, its gradient does not: the backward "
+                         "is not the forward's derivative (a custom backward, an in-place op or a "
+                         "detach in the graph?)")

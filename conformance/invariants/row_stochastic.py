@@ -18,6 +18,19 @@ from conformance.spec import Capabilities
 from conformance.strategies import cases
 from conformance.tolerance import eps, worst_index
 
+QUERY_AXIS = "rows sum to 1 along the query axis: softmax over the wrong dimension?"
+
+
+def over_queries(attention: torch.Tensor, tolerance: float) -> bool:
+    """Whether measured weights (B, H, Lq, Lk) are a softmax over the query axis: every column
+    with finite weights sums to 1 over the queries, and some column is finite (Lq > 1: with one
+    query both axes sum to 1)."""
+    if attention.shape[-2] < 2:
+        return False
+    columns = attention.sum(dim=-2)
+    finite = torch.isfinite(columns)
+    return bool(finite.any()) and float((columns[finite] - 1).abs().max()) <= tolerance
+
 
 class RowStochastic(Check):
     """Attention weights are >= 0 and each row sums to 1."""
@@ -38,39 +51,42 @@ class RowStochastic(Check):
 
     def verify(self, context: CheckContext, case: Case) -> None:
         keep = case.keep()
-        attention = measure_attention(context.build(case), case, context.capabilities.call,
-                                      keep=keep, causal=case.causal)
+        measured = measure_attention(context.build(case), case, context.capabilities.call,
+                                     keep=keep, causal=case.causal)
         # Rows with no key to attend to are the padding check's business.
-        attention = attention.masked_fill(~context.rows(case)[:, None, :, None], 0.0)
+        attention = measured.masked_fill(~context.rows(case)[:, None, :, None], 0.0)
         rows_sum = context.rows(case)[:, None, :].expand(attention.shape[:3])
         nan = torch.isnan(attention)
+        tolerance = 2 * (case.kv_len + 2) * eps(context.judged(case.config.dtype))
         if bool(nan.any()):
             b, h, row, key = (int(i) for i in torch.nonzero(nan)[0])
-            hint = None
-            if keep is not None and not bool((nan & keep.cpu()[:, None, None, :]).any()):
-                hint = ("weights are NaN only at masked keys: is the softmax taken over the query "
-                        "axis, leaving a fully masked column with nothing to normalise?")
             raise Violation(f"batch {b}, head {h}, row {row} has NaN attention weights (key "
-                            f"{key}), though the row has keys to attend to", hint=hint)
-        tolerance = 2 * (case.kv_len + 2) * eps(context.judged(case.config.dtype))
+                            f"{key}), though the row has keys to attend to",
+                            hint=context.hint(lambda: self._mistake(context, case, measured,
+                                                                    tolerance)))
         negative = (-attention).clamp(min=0)
         if float(negative.max()) > tolerance:
             b, h, row, key = worst_index(negative)
             raise Violation(f"batch {b}, head {h}, row {row} gives key {key} a negative weight "
-                            f"{fmt(float(attention[b, h, row, key]))}",
-                            hint="are the logits exponentiated (softmax) at all?")
+                            f"{fmt(float(attention[b, h, row, key]))}")
         sums = attention.sum(dim=-1)
         off = torch.where(rows_sum, (sums - 1).abs(), 0.0)
         if float(off.max()) <= tolerance:
             return
         b, h, row = worst_index(off)
-        hint = None
-        query_sums = attention.sum(dim=-2)
-        if case.q_len > 1 and float((query_sums - 1).abs().max()) <= tolerance:
-            hint = "rows sum to 1 along the query axis: softmax over the wrong dimension?"
         raise Violation(
             f"batch {b}, head {h}, row {row} sums to {fmt(float(sums[b, h, row]))}, not 1 "
             f"(tolerance {fmt(tolerance)})",
             details=["weights of that row: " + ", ".join(
                 fmt(float(w)) for w in attention[b, h, row])],
-            hint=hint)
+            hint=context.hint(lambda: self._mistake(context, case, measured, tolerance)))
+
+    @staticmethod
+    def _mistake(context: CheckContext, case: Case, measured: torch.Tensor,
+                 tolerance: float) -> str | None:
+        """The bug the measured weights ``measured`` (B, H, Lq, Lk, every row) show: a softmax
+        over the query axis (every finite column sums to 1 over the queries), or a mask mistake
+        the module's output reproduces (see CheckContext.mask_mistake); else None."""
+        if over_queries(measured, tolerance):
+            return QUERY_AXIS
+        return context.mask_mistake(case)

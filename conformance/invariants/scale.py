@@ -17,9 +17,11 @@ import torch
 from conformance.cases import Case
 from conformance.diagnosis import scale_candidates
 from conformance.invariants.base import Check, CheckContext, Violation, fmt, position_skip_reason
+from conformance.invariants.row_stochastic import QUERY_AXIS, over_queries
 from conformance.probes import probe
 from conformance.spec import Capabilities
 from conformance.strategies import cases
+from conformance.tolerance import eps
 
 
 def fit_scale(attention: torch.Tensor, logits: torch.Tensor,
@@ -84,9 +86,8 @@ class Scale(Check):
             raise Violation(
                 "the attention weights are not softmax(s * q.k) over the keys for any single "
                 f"scale s (log-weight residual {fmt(residual)})",
-                hint="is the softmax taken over the wrong axis, or the mask applied after it?"
-                + (" With grouped key/value heads: does each query head read its own group's "
-                   "key/value head (see kv_groups)?" if context.capabilities.kv_heads else ""))
+                hint=QUERY_AXIS if over_queries(
+                    measured.attention, 2 * (case.kv_len + 2) * eps(case.config.dtype)) else None)
         if abs(fitted - expected) <= tolerance * expected:
             return
         hint = None

@@ -85,28 +85,61 @@ class Stability(Check):
 
     def _agrees(self, context: CheckContext, case: Case, instance: Instance,
                 weights: HeadWeights, what: str, largest_logit: float,
-                reference_weights: HeadWeights | None = None, hint: str = HINT) -> None:
+                reference_weights: HeadWeights | None = None, hint: str = HINT,
+                ordinary: HeadWeights | None = None) -> None:
         """``instance`` loaded with ``weights`` agrees with the reference (one instance serves
-        every weight set of an example: the weights are written, not rebuilt)."""
+        every weight set of an example: the weights are written, not rebuilt). ``hint`` names
+        the cause of a non-finite output only where the same case with the ``ordinary``
+        weights agrees with the reference (the failure is the large logits'); where it does not,
+        the hint says so."""
         instance.write_weights(weights)
         inputs = case.inputs(context.capabilities.call)
         output = context.run(instance, inputs, case)
         rows = context.rows(case)
-        try:
-            expect_finite_rows(output, rows, hint=hint)
-        except Violation as violation:
-            raise Violation(f"{what}: {violation.summary}", hint=hint) from violation
         encoding = context.capabilities.encoding
+        try:
+            expect_finite_rows(output, rows)
+        except Violation as violation:
+            cause = context.hint(lambda: self._cause(context, case, instance, ordinary, hint))
+            raise Violation(f"{what}: {violation.summary}", hint=cause) from violation
         seen, _ = agree_with_reference(output, weights, inputs, case, rows,
                                        judged=context.judged(case.config.dtype),
                                        largest_logit=largest_logit,
                                        reference_weights=reference_weights, encoding=encoding)
         if not seen.ok:
             b, row, _ = seen.worst
-            form = form_hint(output, reference_weights or weights, inputs, causal=case.causal,
-                             rows=rows, window=case.window, encoding=encoding)
+            form = context.hint(lambda: form_hint(
+                output, reference_weights or weights, inputs, causal=case.causal, rows=rows,
+                window=case.window, encoding=encoding)
+                or self._cause(context, case, instance, ordinary, None))
             raise Violation(f"{what}: the output differs from the reference ({seen.describe()}, "
-                            f"row {row} of batch {b})", hint=form or hint)
+                            f"row {row} of batch {b})", hint=form)
+
+    @staticmethod
+    def _cause(context: CheckContext, case: Case, instance: Instance,
+               ordinary: HeadWeights | None, hint: str | None) -> str | None:
+        """``hint`` when the same case with the ``ordinary`` weights is finite and agrees with
+        the reference (only large logits break it); a pointer to the reference check when it
+        does not; None when not measured."""
+        if ordinary is None:
+            return None
+        instance.write_weights(ordinary)
+        inputs = case.inputs(context.capabilities.call)
+        rows = context.rows(case)
+        try:
+            output = context.run(instance, inputs, case)
+            expect_finite_rows(output, rows)
+            seen, _ = agree_with_reference(output, ordinary, inputs, case, rows,
+                                           judged=context.judged(case.config.dtype),
+                                           encoding=context.capabilities.encoding)
+        except (Violation, ImplementationError):
+            seen = None
+        if seen is None or not seen.ok:
+            return ("the same case at ordinary logits already differs from the reference: the "
+                    "bug is not the large logits' (see reference)")
+        if hint is None:
+            return None
+        return f"the same case at ordinary logits is right: {hint}"
 
     def large_and_shifted(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)
@@ -120,7 +153,7 @@ class Stability(Check):
         factor = LARGE_LOGIT / largest
         big = replace(weights, w_q=weights.w_q * factor, b_q=weights.b_q * factor)
         self._agrees(context, case, instance, big, f"with logits up to {LARGE_LOGIT:g}",
-                     LARGE_LOGIT)
+                     LARGE_LOGIT, ordinary=weights)
 
         if encoding is not None and encoding.rotary is not None:
             # RoPE turns a key bias with the key's position: it no longer adds one constant to
@@ -137,7 +170,7 @@ class Stability(Check):
         try:
             self._agrees(context, case, instance, shifted, f"with every row's logits shifted by "
                          f"about {ROW_SHIFT:g}", largest + 4 * ROW_SHIFT,
-                         reference_weights=weights)
+                         reference_weights=weights, ordinary=weights)
         except ImplementationError as error:
             if "has no bias" not in str(error):
                 raise
@@ -160,4 +193,4 @@ class Stability(Check):
                   + (", past float16's 65504" if largest > torch.finfo(torch.float16).max else "")
                   + ")")
         self._agrees(context, case, instance, big, beyond, largest / case.head_dim**0.5,
-                     hint=FLOAT16_HINT)
+                     hint=FLOAT16_HINT, ordinary=weights)

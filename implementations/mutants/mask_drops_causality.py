@@ -4,8 +4,8 @@ Bug: ``allowed = keep if attention_mask is not None else causal``: with a mask t
 attends as the mask says and forgets the causal triangle (the way HuggingFace's 4-D masks are
 meant, but this module is given a (B, Lk) padding mask, which carries no causality).
 Symptom: without a mask it is causal; with a padding mask every row sees the future.
-Caught by: ``causal`` (with a padding mask given; hint: "does a given padding mask replace the
-causal mask").
+Caught by: ``causal`` (with a padding mask given; its hint: causal without a mask, not with the
+padding mask given).
 """
 
 from __future__ import annotations

@@ -1,0 +1,227 @@
+"""The suite's messages as a student may read them: rubric language, none of the grader's paths.
+
+The checks and inference write for whoever runs the suite: their advice names command-line
+flags (``declare it: --mask KIND:LAYOUT@ARG``, ``use --run-all-cells``) and the tool itself. A
+student's interface is prescribed by the assignment, so such advice is noise to them, or worse,
+a hint to look for flags they can't pass: a clause that gives it is dropped, the rest of the
+message kept. Paths name the grader's files (its own package, site-packages, the grading output
+and staging folders, the Python installation): a student needs their own file names and lines,
+so a path to one of their files becomes that file's name as they submitted it, a path inside an
+installed package its path within the package (``torch/nn/functional.py``), a path inside the
+grader "the grader", and any other path its last component. Traceback frames in the grader or
+the Python installation are dropped; the student's own frames and the libraries' stay.
+"""
+
+from __future__ import annotations
+
+import re
+import sysconfig
+from collections.abc import Sequence
+from pathlib import Path
+
+import conformance
+
+SUITE = str(Path(conformance.__file__).resolve().parent)
+"""The grader's package folder."""
+
+STDLIB = str(Path(sysconfig.get_paths()["stdlib"]).resolve())
+"""The Python installation's standard library."""
+
+_PACKAGES = re.compile(r"/(?:site|dist)-packages/")
+
+_CLI = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*|\bdeclare\b|\battention-conformance\b"
+                  r"|\bconformance\.implementation\(", re.IGNORECASE)
+"""What marks advice for the command-line user: a flag, "declare", the tool, its Python API."""
+
+_FRAME = re.compile(r'^(?P<indent>[ \t]*)File "(?P<path>[^"]+)", line (?P<line>\d+)(?P<rest>.*)$')
+
+_PATH = re.compile(r"(?<![\w.~/-])/(?:[^\s\"'():;,<>/]+/)+[^\s\"'():;,<>/]+(?::\d+)?")
+"""An absolute path of two components or more, without spaces or the punctuation that ends a
+path in prose, and its ``:line``."""
+
+
+def for_student(text: str, files: Sequence[str] = ()) -> str:
+    """``text`` in words a student can act on: CLI advice dropped, the grader's paths and
+    traceback frames removed, paths to the student's own ``files`` (as submitted, relative)
+    given as those names."""
+    if not text:
+        return text
+    text = _frames(text, files)
+    text = "\n".join(_without_cli(line) for line in text.split("\n"))
+    return _paths(text, files)
+
+
+def hint_for_student(hint: str | None, files: Sequence[str] = ()) -> str | None:
+    """A hint as :func:`for_student` gives it, or None where nothing is left of it."""
+    if not hint:
+        return None
+    return for_student(hint, files) or None
+
+
+# --------------------------------------------------------------------------------------------
+# Paths.
+
+
+def _own(path: str, files: Sequence[str]) -> str | None:
+    """The student's file ``path`` names (the longest that ends it), or None."""
+    for name in sorted(files, key=len, reverse=True):
+        clean = name.strip("/")
+        if clean and (path == clean or path.endswith("/" + clean)):
+            return clean
+    return None
+
+
+def _where(path: str, files: Sequence[str]) -> str:
+    """What a student is shown for absolute ``path`` (with its ``:line``, if any)."""
+    found = re.fullmatch(r"(.*?)(:\d+)?", path)
+    path, line = found.group(1), found.group(2) or ""
+    if path == SUITE or path.startswith(SUITE + "/"):
+        return "the grader"
+    return _shown(path, files) + line
+
+
+def _shown(path: str, files: Sequence[str]) -> str:
+    """What a student is shown for absolute ``path`` outside the grader."""
+    own = _own(path, files)
+    if own is not None:
+        return own
+    found = _PACKAGES.search(path)
+    if found:
+        return path[found.end():]
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _paths(text: str, files: Sequence[str]) -> str:
+    # A student's file name may hold spaces: those paths first, the name matched literally.
+    for name in sorted((f.strip("/") for f in files if f.strip("/")), key=len, reverse=True):
+        text = re.sub(r"(?<![\w.~/-])/(?:[^\s\"'():;,<>/]+/)+" + re.escape(name)
+                      + r"(?![\w.-])", lambda _, name=name: name, text)
+    return _PATH.sub(lambda match: _where(match.group(0), files), text)
+
+
+def _grader_frame(path: str, files: Sequence[str]) -> bool:
+    """Whether a traceback frame in ``path`` is the grader's or the Python installation's."""
+    if _own(path, files) is not None:
+        return False
+    if path.startswith("<"):  # <frozen runpy>, <string>: the interpreter's
+        return True
+    if _PACKAGES.search(path):
+        return False  # a library the student's code calls
+    return (path == SUITE or path.startswith(SUITE + "/") or path.startswith(STDLIB + "/"))
+
+
+def _frames(text: str, files: Sequence[str]) -> str:
+    """``text`` without the traceback frames in the grader or the Python installation (a
+    frame: its ``File "...", line N`` line and the more indented lines under it)."""
+    kept: list[str] = []
+    dropping: int | None = None
+    for line in text.split("\n"):
+        indent = len(line) - len(line.lstrip(" \t"))
+        if dropping is not None:
+            if line.strip() and indent > dropping:
+                continue
+            dropping = None
+        frame = _FRAME.match(line)
+        if frame and _grader_frame(frame.group("path"), files):
+            dropping = len(frame.group("indent"))
+            continue
+        kept.append(line)
+    return "\n".join(kept)
+
+
+# --------------------------------------------------------------------------------------------
+# Advice for the command-line user.
+
+
+def _groups(text: str) -> list[str]:
+    """``text`` split into plain runs and balanced parenthesised groups, in order."""
+    parts: list[str] = []
+    depth, start = 0, 0
+    for i, char in enumerate(text):
+        if char == "(":
+            if depth == 0 and i > start:
+                parts.append(text[start:i])
+                start = i
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+            if depth == 0:
+                parts.append(text[start:i + 1])
+                start = i + 1
+    if start < len(text):
+        parts.append(text[start:])
+    return parts
+
+
+def _top_level(text: str) -> str:
+    """``text`` with its parenthesised groups blanked: what is said outside them."""
+    return "".join("" if part.startswith("(") and part.endswith(")") else part
+                   for part in _groups(text))
+
+
+def _split(text: str, separator: re.Pattern[str]) -> list[str]:
+    """``text`` split at ``separator`` outside parentheses, separators kept at the pieces'
+    starts."""
+    pieces, current = [], ""
+    for part in _groups(text):
+        if part.startswith("("):
+            current += part
+            continue
+        last = 0
+        for found in separator.finditer(part):
+            current += part[last:found.start()]
+            pieces.append(current)
+            current = found.group(0)
+            last = found.end()
+        current += part[last:]
+    pieces.append(current)
+    return pieces
+
+
+_CLAUSE = re.compile(r";\s+|\.\s+(?=[A-Z])")
+_COLON = re.compile(r":\s+")
+
+
+def _without_cli(text: str) -> str:
+    """``text`` without the clauses that give command-line advice (unchanged without any)."""
+    if not _CLI.search(text):
+        return text
+    cleaned = []
+    for clause in _split(text, _CLAUSE):
+        if _CLI.search(_top_level(clause)):
+            # Keep what the clause states before its advice ("...: add --width-arg NAME").
+            kept = []
+            for piece in _split(clause, _COLON):
+                advice = _CLI.search(_top_level(piece))
+                if advice:
+                    # "to state it: --mask X": what leads to a bare flag is advice too.
+                    if _top_level(piece).lstrip(": \t").startswith(advice.group(0)) and (
+                            advice.group(0).startswith("--")):
+                        kept = []
+                    break
+                kept.append(piece)
+            clause = "".join(kept)
+        cleaned.append(_inner(clause))
+    return _tidy("".join(cleaned))
+
+
+def _inner(text: str) -> str:
+    """``text`` with the advice inside its parenthesised groups dropped (a group left empty
+    goes entirely)."""
+    out = []
+    for part in _groups(text):
+        if part.startswith("(") and part.endswith(")"):
+            inside = _without_cli(part[1:-1])
+            out.append(f"({inside})" if inside.strip() else "")
+        else:
+            out.append(part)
+    return "".join(out)
+
+
+def _tidy(text: str) -> str:
+    """Punctuation and spacing left right where clauses went."""
+    text = re.sub(r"[ \t]+([,;:)])", r"\1", text)
+    text = re.sub(r"\(\s+", "(", text)
+    text = re.sub(r"[ \t]{2,}", " ", text)
+    text = re.sub(r"^[;:,]\s*", "", text)
+    return re.sub(r"[\s;:,]+$", "", text)
