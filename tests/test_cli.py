@@ -43,7 +43,9 @@ def test_matrix_failure_block_and_summary(capsys):
     assert verdicts["causal"] == "SKIP" and verdicts["padding"] == "PASS"
     assert "cuda: not available, skipped" in lines[1]
     assert "XFAIL mutant-mask-after-softmax · padding [cpu]" in out
-    assert "falsifying example (hypothesis-shrunk): Case(" in out
+    assert "Falsifying example: padding(\n      case=Case(" in out
+    assert "replay it: attention-conformance check mutant-mask-after-softmax --check padding " \
+        '--replay "Case(' in out
     assert "OK: no unexpected failure" in out
 
 

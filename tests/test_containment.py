@@ -36,6 +36,8 @@ def _subreaper(on: bool) -> None:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     report = tmp_path_factory.mktemp("containment") / "report.json"
+    # What this process ran before (a multiprocessing resource tracker, say) is not the run's.
+    earlier = set(descendants())
     _subreaper(True)
     try:
         done = subprocess.run(
@@ -47,8 +49,8 @@ def run(tmp_path_factory):
             cwd=HERE, capture_output=True, text=True, timeout=LIVENESS)
         # Whatever the run left behind was re-parented here; the supervisors kill their trees
         # as they end, so give them a moment.
-        wait_until(lambda: not descendants(), seconds=10)
-        left = descendants()
+        wait_until(lambda: not set(descendants()) - earlier, seconds=10)
+        left = sorted(set(descendants()) - earlier)
     finally:
         _subreaper(False)
     results = {(r["implementation"], r["check"]): r
