@@ -18,6 +18,7 @@ from conformance.cases import Case
 from conformance.kernels import PLATFORM_NOTE, matmul_spreads_nan
 from conformance.mask_mistakes import output_mistake
 from conformance.reference import plain_attention, reference_attention
+from conformance.search_source import strategies_only
 from conformance.spec import Capabilities, PositionEncoding
 from conformance.tolerance import Agreement, agreement, logit_rounding
 from conformance.weights import HeadWeights
@@ -238,7 +239,8 @@ class CheckContext:
         if self.seed is not None:
             test = hypothesis_seed(self.seed)(test)
         try:
-            test()
+            with strategies_only():
+                test()
         except (Violation, ImplementationError) as error:
             # Hypothesis replays the minimal example last, so `last` holds the shrunk case.
             return Finding(error, last.get("case"))

@@ -22,6 +22,7 @@ import torch
 
 from conformance.adapter import ImplementationError, Instance
 from conformance.cases import Case
+from conformance.constraints import HEAD_COUNTS, HEAD_DIMS
 from conformance.diagnosis import form_hint
 from conformance.invariants.base import (
     Check,
@@ -31,6 +32,7 @@ from conformance.invariants.base import (
     expect_finite_rows,
     position_skip_reason,
 )
+from conformance.invariants.gate import base_case, base_pair
 from conformance.position_encoding import encode
 from conformance.spec import Capabilities, PositionEncoding
 from conformance.strategies import cases
@@ -58,6 +60,23 @@ def _projections(weights: HeadWeights, inputs, case: Case,
     return q, k
 
 
+WIDEST_LENGTH = 16
+
+
+def widest_case(caps: Capabilities, device: str) -> Case:
+    """The float16 search's first example: the widest heads the module builds (at its base head
+    count), 16 tokens. There q @ k^T of std-80 queries and keys passes 65504 (its 256 logits
+    reach about three standard deviations of 80**2 * sqrt(16)), so a module that multiplies
+    before scaling is found every time, not when the draw happens to be wide."""
+    heads, _ = base_pair(caps)
+    pairs = list(caps.shapes or [(h, d) for h in HEAD_COUNTS for d in HEAD_DIMS])
+    heads, head_dim = max([p for p in pairs if p[0] == heads] or pairs,
+                          key=lambda p: (p[1], -abs(p[0] - heads)))
+    length = min(WIDEST_LENGTH, caps.max_len or WIDEST_LENGTH)
+    return base_case(caps, torch.float16, device, num_heads=heads, head_dim=head_dim,
+                     q_len=length, kv_len=length, causal=caps.causal == "always")
+
+
 class Stability(Check):
     """Large logits and shifted rows give the reference's answer, finite."""
 
@@ -81,7 +100,8 @@ class Stability(Check):
         if torch.float16 in caps.dtypes:
             context.explore(cases(caps, context.device, masks=masks,
                                   dtypes=(torch.float16,)),
-                            lambda case: self.float16_large(context, case), severity="warn")
+                            lambda case: self.float16_large(context, case), severity="warn",
+                            examples=[widest_case(caps, context.device)])
 
     def _agrees(self, context: CheckContext, case: Case, instance: Instance,
                 weights: HeadWeights, what: str, largest_logit: float,
