@@ -3,9 +3,10 @@
     python benchmarks/grading_throughput.py [--students 100] [--jobs 2]
 
 Builds a class of ``--students`` ordinary submissions by copying the example assignment's
-Canvas-style files (``examples/attention-assignment/submissions/*_*_*_*.py``: correct ones and
-buggy ones; not the hostile one, whose forward never returns and which would only measure the
-rubric's time limit) under fresh student ids, grades it with the example rubric into a scratch
+(``examples/attention-assignment/submissions``: correct and buggy ones, in every layout it has:
+Canvas files, a notebook, a zip, Moodle folders, GitHub Classroom repositories; not the hostile
+one, whose forward never returns and which would only measure the rubric's time limit, nor the
+unreadable zip) under fresh student ids, grades it with the example rubric into a scratch
 folder, and prints the rate, beside the cost of one worker's start-up and of one request,
 measured in the same run (the floor under the rate is the checks themselves: see README,
 "Speed").
@@ -24,21 +25,39 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "attention-assignment"
-CANVAS = re.compile(r"^(?P<name>[a-z]+)_(?:LATE_)?(?P<user>\d+)_(?P<sub>\d+)_(?P<file>.+\.py)$")
-HOSTILE = {"mallorymal"}
-"""The example's hostile submission (examples/attention-assignment/README.md): left out."""
+CANVAS = re.compile(r"^(?P<name>[a-z]+)_(?:LATE_)?(?P<user>\d+)_(?P<sub>\d+)_(?P<file>.+)$")
+MOODLE = re.compile(r"^(?P<name>.+)_(?P<user>\d+)_assignsubmission_file_$")
+GITHUB = "attention-assignment-"
+LEFT_OUT = {"mallorymal", "nobodyjane"}
+"""The example's hostile submission and its unreadable zip (examples/attention-assignment/README.md)."""
+
+
+def _ordinary() -> list[Path]:
+    found = []
+    for path in sorted((EXAMPLE / "submissions").iterdir()):
+        canvas = CANVAS.match(path.name)
+        file = path.is_file() and canvas is not None and canvas["name"] not in LEFT_OUT
+        folder = path.is_dir() and bool(MOODLE.match(path.name) or path.name.startswith(GITHUB))
+        if file or folder:
+            found.append(path)
+    return found
 
 
 def build_class(folder: Path, students: int) -> None:
-    """``students`` Canvas files, cycling through the example's, each under a new id."""
-    sources = sorted(p for p in (EXAMPLE / "submissions").iterdir()
-                     if p.is_file() and CANVAS.match(p.name)
-                     and CANVAS.match(p.name)["name"] not in HOSTILE)
+    """``students`` submissions, cycling through the example's ordinary ones, each under a new
+    id in its own layout."""
+    sources = _ordinary()
     for index in range(students):
         source = sources[index % len(sources)]
-        parts = CANVAS.match(source.name)
-        name = f"{parts['name']}{index}_{5000 + index}_{90000 + index}_{parts['file']}"
-        shutil.copy(source, folder / name)
+        canvas = CANVAS.match(source.name)
+        if canvas:
+            shutil.copy(source, folder / f"{canvas['name']}{index}_{5000 + index}_"
+                                          f"{90000 + index}_{canvas['file']}")
+        elif MOODLE.match(source.name):
+            shutil.copytree(source, folder / f"Student {index}_{7000 + index}"
+                                             "_assignsubmission_file_")
+        else:
+            shutil.copytree(source, folder / f"{GITHUB}{source.name.removeprefix(GITHUB)}{index}")
 
 
 def worker_costs() -> tuple[float, float]:
