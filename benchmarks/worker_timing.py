@@ -5,7 +5,7 @@
 Start-up is measured from spawning the supervisor to the worker's first frame (interpreter,
 ``import torch``, the suite) and then the ``load`` request (importing the submission); a forward
 round trip against ``ModuleInstance.forward`` in this process at a small and a medium size; the
-full quick-profile catalogue on the textbook attention (``implementations/mutants/textbook.py``)
+full quick-profile catalogue on the textbook attention (``conformance/implementations/mutants/textbook.py``)
 isolated against in-process. torch runs on one thread on both sides. Medians are printed.
 """
 
@@ -21,9 +21,9 @@ import torch
 
 from conformance import Config, Runner
 from conformance.adapter import InProcessSubject, Inputs
+from conformance.implementations.mutants.textbook import IMPLEMENTATIONS
 from conformance.worker import IsolatedSubject
 from conformance.worker.sandbox import resolve_kind
-from implementations.mutants.textbook import IMPLEMENTATIONS
 
 TEXTBOOK = Path(__file__).resolve().parents[1] / "implementations" / "mutants" / "textbook.py"
 

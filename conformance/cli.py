@@ -345,7 +345,7 @@ def _list() -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from implementations.reference_sdpa import IMPLEMENTATION as SDPA
+    from conformance.implementations.reference_sdpa import IMPLEMENTATION as SDPA
 
     if args.impls:
         implementations = [impl for _, impl in _targets(args.impls)]

@@ -1,6 +1,6 @@
 """Expected-failures files: ``[implementation]`` tables of ``check = "reason"`` (TOML).
 
-The bundled implementations keep theirs in ``implementations/expected_results.toml``; a user
+The bundled implementations keep theirs in ``conformance/implementations/expected_results.toml``; a user
 passes one with ``--expected-failures FILE`` (CLI) or ``--attention-xfails FILE`` (pytest), like
 array-api-tests' xfails file. An expected failure that passes fails the run (strict).
 

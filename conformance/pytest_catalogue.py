@@ -212,7 +212,7 @@ class BenchCase:
 
 
 def _bench_params(config: pytest.Config) -> list:
-    from implementations.reference_sdpa import IMPLEMENTATION as SDPA
+    from conformance.implementations.reference_sdpa import IMPLEMENTATION as SDPA
 
     subjects = [s for s in _subjects(config) if s.name != SDPA.name] + [InProcessSubject(SDPA)]
     lengths = [int(n) for n in config.getoption("attention_bench_lengths").split(",")]

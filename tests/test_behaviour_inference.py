@@ -219,7 +219,7 @@ def test_rope_in_the_forward_is_measured_and_its_constraint_found():
 
 
 def test_rope_held_to_the_theta_it_states():
-    from implementations.mutants.rope_theta_exponent import RopeThetaExponent
+    from conformance.implementations.mutants.rope_theta_exponent import RopeThetaExponent
 
     inferred = infer(RopeThetaExponent)
     assert "theta 100 where it states 10000" in _note(inferred, "RoPE: its output is reproduced")
@@ -237,14 +237,14 @@ def test_a_whole_mask_carries_causality_and_a_padding_mask_is_preferred():
 
 
 def test_a_padding_mask_that_drops_causality_is_assumed_and_caught():
-    from implementations.mutants.mask_drops_causality import MaskDropsCausality
+    from conformance.implementations.mutants.mask_drops_causality import MaskDropsCausality
 
     caps = infer(MaskDropsCausality).implementation.capabilities
     assert caps.mask.layout.value == "key_padding" and "no longer causal" in caps.mask_assumed
 
 
 def test_the_only_convention_that_runs_leaks_and_padding_shows_it():
-    from implementations.mutants.mask_on_query_axis import MaskOnQueryAxis
+    from conformance.implementations.mutants.mask_on_query_axis import MaskOnQueryAxis
 
     impl = infer(MaskOnQueryAxis).implementation
     assert "masked keys leak" in impl.capabilities.mask_assumed

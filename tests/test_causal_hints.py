@@ -16,7 +16,7 @@ from torch import nn
 
 from conformance import Implementation, Status, mask_mistakes
 from conformance.catalogue import check_many
-from implementations.mutants import (
+from conformance.implementations.mutants import (
     batch_heads_mixed,
     causal_hides_current_token,
     causal_shows_next_token,
@@ -24,7 +24,7 @@ from implementations.mutants import (
     heads_view_no_transpose,
     same_projection_for_k_and_v,
 )
-from implementations.mutants.textbook import TextbookAttention, declare
+from conformance.implementations.mutants.textbook import TextbookAttention, declare
 
 CAUSAL_WORDS = (mask_mistakes.HIDES_CURRENT, mask_mistakes.SHOWS_NEXT,
                 mask_mistakes.IGNORES_CAUSAL, mask_mistakes.REPLACES_CAUSAL,

@@ -50,14 +50,14 @@ def test_pyproject_table_declares_for_an_impl(tmp_path, monkeypatch, capsys):
 
 
 def test_init_and_mask_format_flags(capsys):
-    code = main(["check", "implementations.mutants.textbook:TextbookAttention", "--init",
+    code = main(["check", "conformance.implementations.mutants.textbook:TextbookAttention", "--init",
                  "causal=True", "--mask-format", "keep_bool:broadcast", "--check", "gate",
                  "--check", "causal", "--check", "mask_formats"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "constructed with causal=True (declared)" in out
     assert "also takes bool mask, True = attend, shape (B, 1, 1, Lk) (declared)" in out
-    assert main(["check", "implementations.mutants.textbook:TextbookAttention", "--init",
+    assert main(["check", "conformance.implementations.mutants.textbook:TextbookAttention", "--init",
                  "causal"]) == 2
     assert "use NAME=VALUE" in capsys.readouterr().err
 

@@ -1,4 +1,4 @@
-"""The suite reproduces exactly the verdict matrix in implementations/expected_results.toml."""
+"""The suite reproduces exactly the verdict matrix in conformance/implementations/expected_results.toml."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 
 from conformance import CHECK_NAMES, CheckResult, Status, mask_mistakes
 from conformance.catalogue import check_many
+from conformance.implementations import bundled, expected_results, expected_warnings
+from conformance.implementations.mutants import MUTANT_MODULES
 from conformance.kernels import PLATFORM_NOTE
-from implementations import bundled, expected_results, expected_warnings
-from implementations.mutants import MUTANT_MODULES
 
 IMPLEMENTATIONS = {impl.name: impl for impl in bundled()}
 MODERN = {"kv_groups", "position_shift", "alibi", "sliding_window", "kv_cache", "packed"}
@@ -118,7 +118,7 @@ SEED_MODULES = {
 
 @pytest.mark.parametrize("number,module", SEED_MODULES.items())
 def test_each_seed_module_names_the_seed_file_it_reproduces(number, module):
-    doc = importlib.import_module(f"implementations.{module}").__doc__
+    doc = importlib.import_module(f"conformance.implementations.{module}").__doc__
     assert f"``{number}_" in doc
 
 

@@ -10,13 +10,13 @@ import torch
 
 from conformance import Config, Status
 from conformance.catalogue import check_many
+from conformance.implementations import bundled, expected_results, expected_warnings
+from conformance.implementations import seed000_multihead_self_attention as seed000
+from conformance.implementations.mutants import MUTANT_MODULES
+from conformance.implementations.mutants.mask_inverted import MaskInverted
 from conformance.inference import Declarations, InferenceError, infer
 from conformance.kernels import PLATFORM_NOTE
 from conformance.registry import resolve
-from implementations import bundled, expected_results, expected_warnings
-from implementations import seed000_multihead_self_attention as seed000
-from implementations.mutants import MUTANT_MODULES
-from implementations.mutants.mask_inverted import MaskInverted
 
 PROBE = Config(batch=1, q_len=2, kv_len=2, d_model=8, num_heads=2)
 
@@ -141,7 +141,7 @@ def test_a_mask_named_mask_read_the_other_way_is_accepted_and_doubted():
     assert impl.capabilities.mask.kind.value == "ignore_bool"
     assert "the opposite of what a mask named 'mask' usually means" in impl.capabilities.mask_doubt
     assert "--mask ignore_bool:" in impl.capabilities.mask_doubt
-    (result,) = check_many([("implementations.mutants.mask_inverted:MaskInverted", impl)],
+    (result,) = check_many([("conformance.implementations.mutants.mask_inverted:MaskInverted", impl)],
                            devices=["cpu"], checks=["padding"])
     assert result.status is Status.WARNED
 

@@ -14,13 +14,13 @@ from conformance.benchmark.decode import decode_bench, decode_table
 from conformance.call_arguments import block_diagonal, cu_seqlens, positions_argument
 from conformance.cases import Case
 from conformance.diagnosis import tiled_groups
+from conformance.implementations.modern import IMPLEMENTATIONS, LlamaAttention, VarlenAttention
 from conformance.inference import Declarations, InferenceError, infer
 from conformance.inference.declarations import DeclarationError
 from conformance.masks import MaskEncodingError, encode_mask
 from conformance.reference import allowed_keys, reference_attention
 from conformance.spec import Config, MaskConvention, MaskKind, MaskLayout
 from conformance.weights import FusedProjection, HeadWeights, SeparateProjections
-from implementations.modern import IMPLEMENTATIONS, LlamaAttention, VarlenAttention
 
 MODERN = {impl.name: impl for impl in IMPLEMENTATIONS}
 
@@ -118,7 +118,7 @@ def test_the_cache_session_says_when_a_protocol_is_not_kept():
 
 
 def test_a_modern_call_to_an_implementation_without_the_form_is_a_suite_error():
-    from implementations.reference_sdpa import IMPLEMENTATION
+    from conformance.implementations.reference_sdpa import IMPLEMENTATION
 
     instance = InProcessSubject(IMPLEMENTATION).instantiate(Config(1, 2, 2, 4, 2), 0)
     x = torch.randn(1, 2, 4)

@@ -11,8 +11,8 @@ from conformance.registry import resolve
 
 def test_huggingface_bert_and_gpt2_attention():
     pytest.importorskip("transformers")
-    targets = [("implementations.huggingface:IMPLEMENTATIONS", impl)
-               for impl in resolve("implementations.huggingface:IMPLEMENTATIONS")]
+    targets = [("conformance.implementations.huggingface:IMPLEMENTATIONS", impl)
+               for impl in resolve("conformance.implementations.huggingface:IMPLEMENTATIONS")]
     results = check_many(targets, devices=["cpu"], jobs=2)
     verdicts = {(r.implementation, r.check): r for r in results}
     for name in ("hf-bert-self-attention", "hf-gpt2-attention"):

@@ -6,6 +6,9 @@ import pytest
 import torch
 from torch import nn
 
+from conformance.implementations import seed001_self_attention_steps as seed001
+from conformance.implementations import seed003_causal_multihead_attention as seed003
+from conformance.implementations.mutants.textbook import TextbookAttention
 from conformance.weights import (
     FusedProjection,
     HeadWeights,
@@ -14,9 +17,6 @@ from conformance.weights import (
     SeparateProjections,
     WeightLayoutError,
 )
-from implementations import seed001_self_attention_steps as seed001
-from implementations import seed003_causal_multihead_attention as seed003
-from implementations.mutants.textbook import TextbookAttention
 
 LAYOUTS = [
     (lambda: TextbookAttention(6, 3), SeparateProjections("q_proj", "k_proj", "v_proj", "out_proj"), 3),

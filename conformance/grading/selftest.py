@@ -1,7 +1,7 @@
 """The rubric's self-test: does it give the reference full marks and tell the mutants apart?
 
 The instructor's reference solution (``[assignment] reference``) is graded like a submission
-and must get full marks. Then every bundled mutant (:mod:`implementations.mutants`, each a
+and must get full marks. Then every bundled mutant (:mod:`conformance.implementations.mutants`, each a
 correct textbook attention with one bug people ship, and ``CATCHES``, the check that must
 catch it) is graded against each target of matching causality, with the mutant's own
 declaration. A mutant must lose the points of the item that holds its ``CATCHES`` check;
@@ -104,7 +104,7 @@ class SelfTest:
 
 def bundled_mutants() -> list[Mutant]:
     """Every mutant of the zoo, with the check that must catch it."""
-    from implementations.mutants import MUTANT_MODULES
+    from conformance.implementations.mutants import MUTANT_MODULES
 
     return [Mutant(module.IMPLEMENTATION.name, module.__name__, module.CATCHES,
                    module.IMPLEMENTATION.description,

@@ -30,7 +30,6 @@ is writable (a user's own code checked in place keeps the user's uid).
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import os
 import shutil
@@ -176,15 +175,12 @@ def unsandboxed() -> Tier:
 
 def _python_roots() -> list[Path]:
     """What the worker's interpreter needs to see: the installation, the environment, the
-    suite's own packages (``conformance``, and ``implementations``, the bundled implementations
-    the self-test grades; an editable install lives outside site-packages)."""
+    suite's own package (``conformance``, the bundled implementations the self-test grades
+    included; an editable install lives outside site-packages)."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              os.path.dirname(os.path.realpath(sys.executable)),
              os.path.dirname(os.path.abspath(sys.executable)),
              str(Path(conformance.__file__).resolve().parent)}
-    bundled = importlib.util.find_spec("implementations")
-    if bundled is not None and bundled.submodule_search_locations:
-        paths.update(str(Path(p).resolve()) for p in bundled.submodule_search_locations)
     for scheme_paths in (sysconfig.get_paths(), sysconfig.get_paths(vars={"base": sys.base_prefix,
                                                                           "platbase": sys.base_prefix})):
         paths.update(scheme_paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")
