@@ -21,6 +21,7 @@ from conformance.adapter import InProcessSubject, Subject
 from conformance.cases import Case
 from conformance.catalogue import Runner
 from conformance.inference.declarations import DeclarationError, Declarations, from_mapping
+from conformance.interface_language import Interface, spoken_result
 from conformance.pytest_plugin import (
     BENCHMARK_MODULE,
     CATALOGUE_MODULE,
@@ -243,10 +244,13 @@ class AttentionConformanceWarning(UserWarning):
     ``--attention-strict`` to fail on it)."""
 
 
-def enforce(result: CheckResult, reproduce: Reproduction | None = None) -> None:
+def enforce(result: CheckResult, reproduce: Reproduction | None = None,
+            interface: Interface = "pytest") -> None:
     """Turn a verdict into the pytest outcome: pass, skip, xfail, a warning (the test passes and
     pytest's warnings summary shows the evidence) or a failure that explains itself (and says
-    how to replay its falsifying example: ``reproduce``)."""
+    how to replay its falsifying example: ``reproduce``), its advice spoken for ``interface``
+    (pytest's options, or a test file's ``declare=``)."""
+    result = spoken_result(result, interface)
     if result.status is Status.WARNED:
         warnings.warn(AttentionConformanceWarning(failure_block(result, reproduce)),
                       stacklevel=2)

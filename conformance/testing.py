@@ -52,7 +52,8 @@ class AttentionCheck:
     strict: bool | None
 
     def __call__(self) -> None:
-        enforce(self.runner().run_check(self.subject, self.check, self.device), reproduction())
+        enforce(self.runner().run_check(self.subject, self.check, self.device), reproduction(),
+                interface="python")
 
     def runner(self) -> Runner:
         """The Runner for the pytest run's options, with what the decorator fixed over them."""
