@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip
 
-.PHONY: check test lint bench bench-decode bench-suite clean
+.PHONY: check test lint docs bench bench-decode bench-suite clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,9 +20,15 @@ check: $(STAMP)
 	$(BIN)/attention-conformance check --jobs 0
 
 # Two pytest-xdist workers, a test file each at a time (a file's module fixtures run once).
+# The documentation is built too (strict: a broken link or a page missing from it fails).
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+# The documentation site, in site/.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -40,4 +46,4 @@ bench-suite: $(STAMP)
 	$(BIN)/python benchmarks/phase_timing.py --json docs/phase-timing.json
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info
