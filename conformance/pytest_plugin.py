@@ -146,6 +146,34 @@ def pytest_configure(config: pytest.Config) -> None:
         pytest_catalogue.configure(config)
 
 
+def _catalogue_modules(config: pytest.Config) -> list[Path]:
+    # Where the modules are, not resolved: a virtualenv's lib64 links to its lib, and the way
+    # through the link would collect them twice.
+    return [CATALOGUE_MODULE.absolute(),
+            *([BENCHMARK_MODULE.absolute()] if config.getoption("attention_bench") else [])]
+
+
+def _virtualenv(path: Path) -> Path | None:
+    """The virtualenv ``path`` lies in (the folder holding ``pyvenv.cfg``), or None."""
+    return next((folder for folder in path.parents if (folder / "pyvenv.cfg").is_file()), None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The catalogue's modules are collected even when the suite is installed in a virtualenv
+    inside the repository (a project's own ``.venv``), which pytest otherwise skips: inside that
+    virtualenv only the folders on the way to them, and they, are collected; nothing else."""
+    if not wanted(config):
+        return None
+    modules = _catalogue_modules(config)
+    venv = _virtualenv(modules[0])
+    path = collection_path.absolute()
+    if venv is None or not (path == venv or venv in path.parents):
+        return None
+    on_the_way = any(path == module or path in module.parents for module in modules)
+    return not on_the_way
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if config in _CONFIG:
         _CONFIG.remove(config)

@@ -1,0 +1,100 @@
+"""The package as a user installs it: a wheel in a fresh virtualenv inside their project (their own
+``.venv``), their module checked as the README's first screen shows, from the command line and
+from pytest.
+
+The wheel is built from this checkout and unpacked into a new virtualenv; its dependencies (torch,
+hypothesis, pytest) come from this environment through a ``.pth`` file, so nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MY_ATTENTION = '''
+import math
+import torch
+from torch import nn
+
+
+class MyAttention(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.h = num_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d)      # sqrt(d_model), not head_dim
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+        return self.out((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, d))
+'''
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--wheel-dir", str(root / "dist"), str(ROOT)],
+                   check=True, capture_output=True)
+    (wheel,) = (root / "dist").glob("attention_conformance-*.whl")
+    project = root / "project"
+    project.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(project / ".venv")],
+                   check=True)
+    site = Path(subprocess.run(
+        [str(project / ".venv" / "bin" / "python"), "-c",
+         "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True).stdout.strip())
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (project / "my_attention.py").write_text(MY_ATTENTION)
+    return project
+
+
+def run(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(project / ".venv" / "bin" / "python"), *args],
+                          capture_output=True, text=True, cwd=project)
+
+
+def test_only_one_top_level_package_is_installed(project):
+    done = run(project, "-c", "import conformance, importlib.util; print(conformance.__file__); "
+                              "print(importlib.util.find_spec('implementations'))")
+    where, bundled = done.stdout.split()
+    assert str(project / ".venv") in where           # the wheel's copy, not this checkout
+    assert bundled == "None"
+
+
+def test_the_first_screen_works_from_the_wheel(project):
+    done = run(project, "-m", "conformance", "check", "my_attention.py::MyAttention", "--check",
+               "gate", "--check", "scale", "--json", "-")
+    assert done.returncode == 1, done.stderr[-2000:]
+    results = {r["check"]: r for r in json.loads(done.stdout)["results"]}
+    assert results["gate"]["status"] == "passed"
+    assert results["scale"]["status"] == "failed"
+    assert "did you divide by sqrt(hidden_dim)" in results["scale"]["hint"]
+
+
+def test_pytest_finds_the_catalogue_in_the_projects_own_virtualenv(project):
+    """pytest skips virtualenvs it meets while collecting; the catalogue lives in one here."""
+    done = run(project, "-m", "pytest", "-p", "no:cacheprovider", "--attention-impl",
+               "my_attention.py::MyAttention", "-k", "test_scale or test_gate")
+    failed = re.findall(r"^FAILED (\S+)", done.stdout, re.MULTILINE)
+    assert len(failed) == 1 and failed[0].endswith("::test_scale[my_attention.py:MyAttention]"), \
+        done.stdout[-3000:]
+    assert "1 failed, 1 passed" in done.stdout
+    again = run(project, "-m", "pytest", "-p", "no:cacheprovider", "--attention-impl",
+                "my_attention.py::MyAttention", failed[0])
+    assert re.findall(r"^FAILED (\S+)", again.stdout, re.MULTILINE) == failed
