@@ -25,7 +25,7 @@ from conformance.implementations.mutants.textbook import IMPLEMENTATIONS
 from conformance.worker import IsolatedSubject
 from conformance.worker.sandbox import resolve_kind
 
-TEXTBOOK = Path(__file__).resolve().parents[1] / "implementations" / "mutants" / "textbook.py"
+TEXTBOOK = Path(__file__).resolve().parents[1] / "conformance" / "implementations" / "mutants" / "textbook.py"
 
 
 def median_time(function, repeats: int) -> float:
