@@ -51,7 +51,10 @@ def imported(name: str, path: Path, known: set[str]) -> set[str]:
                 stem = ".".join(base + ([node.module] if node.module else []))
             else:
                 stem = node.module or ""
-            names = [stem] + [f"{stem}.{alias.name}" for alias in node.names]
+            # `from pkg import sub` imports the submodule (pkg itself counts as a parent, below);
+            # `from module import name` imports the module.
+            names = [f"{stem}.{alias.name}" if f"{stem}.{alias.name}" in known else stem
+                     for alias in node.names]
         else:
             continue
         for target in names:
