@@ -7,7 +7,7 @@ Cycles are found statically, from each module's AST: every ``import``/``from ...
 (an import deferred into a function still ties the two modules together). Importing ``pkg.mod``
 counts as importing ``pkg`` too, since Python runs ``pkg/__init__.py`` first. What a module loads
 is measured dynamically, in a fresh interpreter: the ``conformance`` modules in ``sys.modules``
-after ``import conformance.results`` and after the worker's own imports (``conformance.worker.server``,
+after ``import conformance.model.results`` and after the worker's own imports (``conformance.worker.server``,
 what ``python -m conformance.worker`` runs before reading its first request), and whether
 hypothesis is among them.
 """
@@ -139,7 +139,7 @@ def load_summary(statement: str) -> dict:
     ours = [name for name in names if name == "conformance" or name.startswith("conformance.")]
     return {"statement": statement, "conformance_modules": len(ours), "modules": ours,
             "hypothesis": "hypothesis" in names,
-            "checks": [name for name in ours if name.startswith(("conformance.invariants",
+            "checks": [name for name in ours if name.startswith(("conformance.checks.invariants",
                                                                  "conformance.checks"))]}
 
 
@@ -161,7 +161,7 @@ def main() -> None:
     print(f"largest file: {sizes[0][1]} ({sizes[0][0]} lines); over 400 lines: "
           + (", ".join(f"{name} ({lines})" for lines, name in over) or "none"))
     report = {"modules": len(edges), "cycles": found, "largest": sizes[0], "over_400": over}
-    for statement in ("import conformance.results", WORKER):
+    for statement in ("import conformance.model.results", WORKER):
         summary = load_summary(statement)
         report[statement] = summary
         print(f"`{statement}`: {summary['conformance_modules']} conformance modules, "

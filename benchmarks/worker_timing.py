@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from conformance import Config, Runner
-from conformance.adapter import InProcessSubject, Inputs
 from conformance.implementations.mutants.textbook import IMPLEMENTATIONS
+from conformance.subject.boundary import InProcessSubject, Inputs
 from conformance.worker import IsolatedSubject
 from conformance.worker.sandbox import resolve_kind
 

@@ -24,16 +24,16 @@ from conformance._version import __version__
 # `import conformance` (and the pytest plugin, which pytest loads in every run of an environment
 # the suite is installed in) costs nothing until something is used.
 _EXPORTS = {
-    "conformance.adapter": ("ImplementationError", "Inputs", "Instance", "Subject"),
-    "conformance.catalogue": ("CHECK_NAMES", "Runner", "check", "check_many"),
+    "conformance.subject.boundary": ("ImplementationError", "Inputs", "Instance", "Subject"),
+    "conformance.run.runner": ("CHECK_NAMES", "Runner", "check", "check_many"),
     "conformance.inference": ("Declarations", "Inferred", "infer", "infer_function"),
-    "conformance.registry": ("ResolveError", "implementation", "register", "registered",
+    "conformance.loading.registry": ("ResolveError", "implementation", "register", "registered",
                              "resolve"),
-    "conformance.results": ("CheckResult", "Status"),
-    "conformance.spec": ("AlibiBias", "CacheStyle", "Capabilities", "Config", "Implementation",
+    "conformance.model.results": ("CheckResult", "Status"),
+    "conformance.model.spec": ("AlibiBias", "CacheStyle", "Capabilities", "Config", "Implementation",
                          "MaskConvention", "MaskKind", "MaskLayout", "PackedForm",
                          "PositionEncoding", "PositionForm", "Rotary"),
-    "conformance.weights": ("FusedProjection", "HeadWeights", "PackedInProjection",
+    "conformance.model.weights": ("FusedProjection", "HeadWeights", "PackedInProjection",
                             "PerHeadModules", "SeparateProjections", "WeightLayout"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -63,12 +63,10 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from conformance.adapter import ImplementationError, Inputs, Instance, Subject
-    from conformance.catalogue import CHECK_NAMES, Runner, check, check_many
     from conformance.inference import Declarations, Inferred, infer, infer_function
-    from conformance.registry import ResolveError, implementation, register, registered, resolve
-    from conformance.results import CheckResult, Status
-    from conformance.spec import (
+    from conformance.loading.registry import ResolveError, implementation, register, registered, resolve
+    from conformance.model.results import CheckResult, Status
+    from conformance.model.spec import (
         AlibiBias,
         CacheStyle,
         Capabilities,
@@ -82,7 +80,7 @@ if TYPE_CHECKING:
         PositionForm,
         Rotary,
     )
-    from conformance.weights import (
+    from conformance.model.weights import (
         FusedProjection,
         HeadWeights,
         PackedInProjection,
@@ -90,3 +88,5 @@ if TYPE_CHECKING:
         SeparateProjections,
         WeightLayout,
     )
+    from conformance.run.runner import CHECK_NAMES, Runner, check, check_many
+    from conformance.subject.boundary import ImplementationError, Inputs, Instance, Subject

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import mask_mistakes
+from conformance.checks import mask_mistakes
 from conformance.grading import merge, pipeline, selftest, shards
 from conformance.grading.roster import load as load_roster
 from conformance.grading.rubric import load

@@ -15,7 +15,7 @@ from conformance.grading.execution import run_submission
 from conformance.grading.outcome import RunStatus
 from conformance.grading.rubric import load
 from conformance.grading.scoring import score
-from conformance.results import Status
+from conformance.model.results import Status
 
 ATTENTION = '''
 import math

@@ -18,7 +18,7 @@ from conformance.grading.roster import Person, Roster
 from conformance.grading.rubric import load
 from conformance.grading.scoring import score
 from conformance.grading.store import Record, Store
-from conformance.results import CheckResult, Status
+from conformance.model.results import CheckResult, Status
 
 RUBRIC = """
 [assignment]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cli import main
+from conformance.frontends.cli import main
 from conformance.grading.rubric import GATE, RubricError, load, prerequisites
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "attention-assignment"

@@ -17,7 +17,7 @@ from conformance.grading.outcome import (
 )
 from conformance.grading.rubric import load
 from conformance.grading.scoring import State, score
-from conformance.results import CheckResult, Status
+from conformance.model.results import CheckResult, Status
 
 RUBRIC = """
 [[targets]]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cli import main
+from conformance.frontends.cli import main
 from conformance.grading import merge, pipeline, shards
 from conformance.grading.discovery import Submission
 from conformance.grading.roster import Person, Roster

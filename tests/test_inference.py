@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from conformance import Config, Status
-from conformance.catalogue import check_many
 from conformance.implementations import bundled, expected_results, expected_warnings
 from conformance.implementations import seed000_multihead_self_attention as seed000
 from conformance.implementations.mutants import MUTANT_MODULES
 from conformance.implementations.mutants.mask_inverted import MaskInverted
 from conformance.inference import Declarations, InferenceError, infer
-from conformance.kernels import PLATFORM_NOTE
-from conformance.registry import resolve
+from conformance.loading.registry import resolve
+from conformance.numerics.platform_defects import PLATFORM_NOTE
+from conformance.run.runner import check_many
 
 PROBE = Config(batch=1, q_len=2, kv_len=2, d_model=8, num_heads=2)
 

@@ -9,7 +9,7 @@ from torch import nn
 from conformance.implementations import seed001_self_attention_steps as seed001
 from conformance.implementations import seed003_causal_multihead_attention as seed003
 from conformance.implementations.mutants.textbook import TextbookAttention
-from conformance.weights import (
+from conformance.model.weights import (
     FusedProjection,
     HeadWeights,
     PackedInProjection,

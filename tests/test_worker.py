@@ -27,8 +27,8 @@ from worker_support import (
 )
 
 from conformance import Config, Runner, resolve
-from conformance.adapter import InProcessSubject, Inputs
 from conformance.inference import Declarations
+from conformance.subject.boundary import InProcessSubject, Inputs
 from conformance.worker import (
     IsolatedSubject,
     LoadError,

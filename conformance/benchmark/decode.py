@@ -19,12 +19,12 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from conformance.adapter import ImplementationError, InProcessSubject, Inputs
 from conformance.benchmark.measure import WARMUP, time_interleaved
-from conformance.cases import Case, dtype_name
-from conformance.head_projections import HeadProjections
-from conformance.spec import CacheStyle, Capabilities, Implementation
-from conformance.weights import SeparateProjections
+from conformance.generation.cases import Case, dtype_name
+from conformance.model.spec import CacheStyle, Capabilities, Implementation
+from conformance.model.weights import SeparateProjections
+from conformance.subject.boundary import ImplementationError, InProcessSubject, Inputs
+from conformance.subject.head_projections import HeadProjections
 
 DEFAULT_CONTEXTS = (128, 512, 2048)
 

@@ -24,14 +24,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
-from conformance.catalogue import GATE, Runner
 from conformance.grading import interface
 from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome, overall_status
 from conformance.grading.rubric import Limits, Rubric, Target
 from conformance.grading.targets import Location, locate, near_misses, scan
-from conformance.inference.declarations import Declarations
-from conformance.results import Status
-from conformance.spec import Config
+from conformance.model.declarations import Declarations
+from conformance.model.results import Status
+from conformance.model.spec import Config
+from conformance.run.runner import GATE, Runner
 from conformance.worker import IsolatedSubject, LoadError, SandboxKind, WorkerError
 from conformance.worker import Limits as WorkerLimits
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from conformance.results import CheckResult, Status
+from conformance.model.results import CheckResult, Status
 
 
 class RunStatus(str, Enum):

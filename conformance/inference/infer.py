@@ -9,10 +9,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from conformance.adapter import ImplementationError, InProcessSubject, ModuleInstance
-from conformance.call_arguments import positions_argument
-from conformance.cases import dtype_name
-from conformance.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, describe, discover
+from conformance.generation.cases import dtype_name
+from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, describe, discover
 from conformance.inference import kv_cache, packing, weight_roles, window
 from conformance.inference.convention import (
     FILLABLE_POSITIONS,
@@ -21,7 +19,6 @@ from conformance.inference.convention import (
     mask_family,
     read_forward,
 )
-from conformance.inference.declarations import DeclarationError, Declarations
 from conformance.inference.positional import position_encoding
 from conformance.inference.probing import (
     BOOLEAN_POLARITY,
@@ -38,8 +35,8 @@ from conformance.inference.roles import (
 )
 from conformance.inference.weight_roles import WeightOutcome
 from conformance.inference.weight_search import REPRODUCED_FLOAT32, relative_error
-from conformance.reference import reference_attention
-from conformance.spec import (
+from conformance.model.declarations import DeclarationError, Declarations
+from conformance.model.spec import (
     QUERY_AXIS_LAYOUTS,
     AlibiBias,
     Capabilities,
@@ -50,7 +47,10 @@ from conformance.spec import (
     PositionForm,
     Rotary,
 )
-from conformance.weights import WeightLayout, WeightLayoutError
+from conformance.model.weights import WeightLayout, WeightLayoutError
+from conformance.numerics.reference import reference_attention
+from conformance.subject.boundary import ImplementationError, InProcessSubject, ModuleInstance
+from conformance.subject.call_arguments import positions_argument
 
 ALL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 ASSUMED_DTYPES = (torch.float16, torch.bfloat16)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from conformance.weights import (
+from conformance.model.weights import (
     FusedProjection,
     PackedInProjection,
     PerHeadModules,

@@ -28,14 +28,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from conformance.adapter import Inputs, ModuleInstance
 from conformance.inference.encoding_search import fit_theta
 from conformance.inference.projections import NAMES
 from conformance.inference.tracing import Called, intervention, record_calls, same_values
-from conformance.layouts import ArrangedProjection, ParameterProjections, RelabelledHeads, role_rows
-from conformance.reference import reference_attention
-from conformance.spec import PositionEncoding, Rotary
-from conformance.weights import (
+from conformance.model.layouts import ArrangedProjection, ParameterProjections, RelabelledHeads, role_rows
+from conformance.model.spec import PositionEncoding, Rotary
+from conformance.model.weights import (
     HeadWeights,
     PackedInProjection,
     PerHeadModules,
@@ -44,6 +42,8 @@ from conformance.weights import (
     WeightLayoutError,
     is_conv1d,
 )
+from conformance.numerics.reference import reference_attention
+from conformance.subject.boundary import Inputs, ModuleInstance
 
 REPRODUCED = 1e-8
 """Largest relative error of a float64 reproduction when the module computes in float64

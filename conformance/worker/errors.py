@@ -2,7 +2,7 @@
 
 Every failure of the worker process (it exited, crashed, hung, ran out of memory, sent
 garbage) reaches the checks as a :class:`WorkerError`, an
-:class:`~conformance.adapter.ImplementationError`, so the check in flight fails with that evidence
+:class:`~conformance.subject.boundary.ImplementationError`, so the check in flight fails with that evidence
 and the run goes on.
 """
 
@@ -12,7 +12,7 @@ import signal
 from collections.abc import Sequence
 from enum import Enum
 
-from conformance.adapter import ImplementationError
+from conformance.subject.boundary import ImplementationError
 
 
 class WorkerStatus(str, Enum):

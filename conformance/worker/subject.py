@@ -2,8 +2,8 @@
 
 The catalogue runs unchanged on an :class:`IsolatedSubject` (``Runner(profile).run(subject)``):
 every check builds instances, calls them and reads their weights through the abstract
-:class:`~conformance.adapter.Subject` / :class:`~conformance.adapter.Instance` methods, each of
-which is one request to the worker, and computes its verdict here, with this process's torch,
+:class:`~conformance.subject.boundary.Subject` / :class:`~conformance.subject.boundary.Instance`
+methods, each of which is one request to the worker, and computes its verdict here, with this process's torch,
 from the tensors and plain data that come back.
 
 When the worker dies (or is killed: a timeout, a flood, a malformed reply), the call in flight
@@ -26,10 +26,17 @@ from typing import Any
 
 import torch
 
-from conformance.adapter import CapabilityError, Gradients, ImplementationError, Inputs, Instance, Subject
-from conformance.inference.declarations import Declarations
-from conformance.spec import Config
-from conformance.weights import HeadWeights
+from conformance.model.declarations import Declarations
+from conformance.model.spec import Config
+from conformance.model.weights import HeadWeights
+from conformance.subject.boundary import (
+    CapabilityError,
+    Gradients,
+    ImplementationError,
+    Inputs,
+    Instance,
+    Subject,
+)
 from conformance.worker import codec
 from conformance.worker.errors import LoadError, WorkerError, WorkerStatus
 from conformance.worker.limits import Limits

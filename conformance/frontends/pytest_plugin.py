@@ -1,0 +1,180 @@
+"""pytest plugin: the catalogue as ordinary tests.
+
+``pytest --pyargs conformance --attention-impl IMPL`` (or ``pytest --attention-impl IMPL`` in
+any repository) collects ``conformance/test_conformance.py``: one test per check, parametrized
+over implementations (and devices other than the CPU), with ids such as
+``test_padding[seed002-MultiHeadAttention]``. An expected failure is an xfail, a check the
+implementation can't take part in is a skip, a device that is absent is a clean skip.
+
+pytest loads this module in every run of an environment where the suite is installed, so it
+costs nothing until used: it declares the options and imports only pytest; the hooks and
+fixtures that need torch and the suite (:mod:`conformance.frontends.pytest_catalogue`) are registered only
+when the run is about the catalogue.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+# The catalogue's test modules live at the package's root, so `pytest --pyargs conformance`
+# collects them and their ids read `conformance/test_conformance.py::...`.
+CATALOGUE_MODULE = Path(__file__).parents[1] / "test_conformance.py"
+BENCHMARK_MODULE = Path(__file__).parents[1] / "test_benchmarks.py"
+PROFILE_NAMES = ("quick", "thorough")
+"""The suite's profiles (:data:`conformance.generation.profiles.PROFILE_NAMES`, without importing
+hypothesis)."""
+HYPOTHESIS_PREFIX = "attention-conformance-"
+HYPOTHESIS_BUILTIN = ("default", "ci")
+"""Hypothesis' own profiles (``ci`` is loaded under ``CI=true``): the suite's quick profile
+stays quick under them, reproducible wherever it runs."""
+_CONFIG: list[pytest.Config] = []
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("attention-conformance")
+    group.addoption("--attention-impl", action="append", default=[], metavar="IMPL",
+                    help="implementation to check: registered name, package.module:Attr or "
+                         "path/to/file.py::Attr (repeatable; default: every registered one)")
+    group.addoption("--attention-profile", choices=PROFILE_NAMES, default=None,
+                    help="the suite's hypothesis profile (default quick; "
+                         "--hypothesis-profile attention-conformance-NAME also selects it)")
+    group.addoption("--attention-device", action="append", default=[], metavar="DEVICE",
+                    help="devices to test on (repeatable; default cpu and cuda, absent ones skip)")
+    group.addoption("--attention-bench", action="store_true",
+                    help="run the benchmark fixtures (conformance/test_benchmarks.py)")
+    group.addoption("--attention-bench-lengths", default="128,512", metavar="L,L,...",
+                    help="sequence lengths for the benchmark fixtures (default 128,512)")
+    group.addoption("--attention-bench-dtype", default="float32",
+                    choices=("float32", "float64", "float16", "bfloat16"))
+    group.addoption("--attention-isolate", action="store_true",
+                    help="run each implementation named by a file or module in a worker process "
+                         "of its own: a call that hangs fails its test after "
+                         "--attention-call-timeout, a crash fails with its status")
+    group.addoption("--attention-call-timeout", type=float, default=None, metavar="SECONDS",
+                    help="time limit of one call in an isolated implementation (default 10)")
+    group.addoption("--attention-strict", action="store_true",
+                    help="warnings (robustness findings beyond the normal range) fail the test")
+    group.addoption("--attention-xfails", default=None, metavar="FILE",
+                    help="expected failures, TOML: [implementation] tables of check = \"reason\"")
+    group.addoption("--attention-replay", default=None, metavar="CASE",
+                    help="run the selected checks on this falsifying example alone, as a "
+                         "failure prints it: --attention-replay \"Case(batch=1, ...)\"")
+    group.addoption("--attention-declare", action="append", default=[], metavar="NAME=VALUE",
+                    help="a declaration for the classes named by --attention-impl, as the "
+                         "command line's flags spell it: e.g. kv-grouping=tiled, "
+                         "mask=ignore_bool:key_padding@key_padding_mask, returns=tensor "
+                         "(repeatable; init and mask-format accumulate)")
+
+
+def profile(config: pytest.Config) -> str:
+    """The suite's profile for this run: ``--attention-profile``, else a ``--hypothesis-profile
+    attention-conformance-NAME``, else a profile the user registered and named with
+    ``--hypothesis-profile NAME`` (``hypothesis:NAME``), else quick."""
+    chosen = config.getoption("attention_profile")
+    if chosen:
+        return chosen
+    hypothesis_profile = config.getoption("hypothesis_profile", default=None) or ""
+    name = hypothesis_profile.removeprefix(HYPOTHESIS_PREFIX)
+    if hypothesis_profile.startswith(HYPOTHESIS_PREFIX) and name in PROFILE_NAMES:
+        return name
+    if hypothesis_profile and hypothesis_profile not in HYPOTHESIS_BUILTIN:
+        return f"hypothesis:{hypothesis_profile}"
+    return "quick"
+
+
+def runner_options(config: pytest.Config) -> dict[str, object]:
+    """How this run's checks search, from pytest's and hypothesis' options: the profile, a seed
+    (``--hypothesis-seed``), hypothesis' verbosity, strictness, and a case to replay (its text)."""
+    seed = config.getoption("hypothesis_seed", default=None)
+    return {"profile": profile(config),
+            "seed": int(seed) if isinstance(seed, str) and seed.isdigit() else seed,
+            "verbosity": config.getoption("hypothesis_verbosity", default=None),
+            "strict": config.getoption("attention_strict"),
+            "replay": config.getoption("attention_replay")}
+
+
+def current_config() -> pytest.Config | None:
+    """The running pytest session's config (None outside pytest): tests parametrized by
+    :func:`conformance.testing.parametrize_with_checks` read their options from it."""
+    return _CONFIG[-1] if _CONFIG else None
+
+
+def names_catalogue(config: pytest.Config) -> bool:
+    """Whether the command line names the catalogue's own test modules."""
+    return any(arg == "conformance" or "test_conformance" in arg or "test_benchmarks" in arg
+               or Path(arg.split("::")[0]).resolve() == CATALOGUE_MODULE.parent
+               for arg in config.args)
+
+
+def pasteable_id(name: str) -> str:
+    """An implementation's name as a part of a pytest test id that pastes back as a command-line
+    argument: pytest splits arguments at ``::``, so a file's ``attention.py::MHA`` is written
+    ``attention.py:MHA`` there."""
+    return name.replace("::", ":")
+
+
+def _rerunnable(config: pytest.Config) -> None:
+    """Test ids as pytest prints them for the catalogue (``::test_padding[attention.py:MHA]``, or
+    ``test_conformance.py::...``: the module lives with the suite, outside the user's repository)
+    pasted back as arguments: pointed at the catalogue's module."""
+    for index, arg in enumerate(config.args):
+        path, separator, selection = arg.partition("::")
+        if separator and (not path or Path(path).name in (CATALOGUE_MODULE.name,
+                                                          BENCHMARK_MODULE.name)):
+            module = BENCHMARK_MODULE if selection.startswith("test_bench") else CATALOGUE_MODULE
+            if not path or not Path(path).exists():
+                config.args[index] = f"{module}::{selection}"
+
+
+def wanted(config: pytest.Config) -> bool:
+    """Whether this run is about the catalogue."""
+    return bool(config.getoption("attention_impl")) or names_catalogue(config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    _CONFIG.append(config)
+    # `--hypothesis-profile attention-conformance-NAME` is loaded by hypothesis' own plugin in
+    # its pytest_configure: the suite's profiles must be registered before (tryfirst).
+    if (config.getoption("hypothesis_profile", default=None) or "").startswith(HYPOTHESIS_PREFIX):
+        pass
+    if wanted(config):
+        _rerunnable(config)
+        from conformance.frontends import pytest_catalogue
+
+        config.pluginmanager.register(pytest_catalogue, "attention-conformance-catalogue")
+        pytest_catalogue.configure(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config in _CONFIG:
+        _CONFIG.remove(config)
+
+
+def _checks_attention(item: pytest.Item) -> bool:
+    return bool({"attention_target", "attention_check"} & set(getattr(item, "fixturenames", ())))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """``--hypothesis-show-statistics`` for the suite's tests: their searches run inside the test
+    (not as ``@given`` tests of their own), so hypothesis' plugin can't see them; their statistics
+    are collected here and handed to it, which prints them in its section."""
+    if not (item.config.getoption("hypothesis_show_statistics", default=False)
+            and _checks_attention(item)):
+        yield
+        return
+    from hypothesis.statistics import collector, describe_statistics
+
+    collected: list[dict] = []
+    with collector.with_value(collected.append):
+        yield
+    described = []
+    for number, stats in enumerate(collected, 1):
+        stats["nodeid"] = item.nodeid + (f" (search {number} of {len(collected)})"
+                                         if len(collected) > 1 else "")
+        described.append(describe_statistics(stats))
+    if described:
+        item.hypothesis_statistics = "\n\n".join(described)
