@@ -44,7 +44,8 @@ def one(spec: str) -> dict[str, float]:
     """The phases of checking ``spec`` in this (fresh) interpreter."""
     start = time.perf_counter()
     from conformance.loading.registry import resolve
-    from conformance.run.runner import CHECK_NAMES, Runner
+    from conformance.model.check_names import CHECK_NAMES
+    from conformance.run.runner import Runner
     from conformance.subject.boundary import InProcessSubject
 
     phases = {"startup": time.perf_counter() - start}

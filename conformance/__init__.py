@@ -24,17 +24,21 @@ from conformance._version import __version__
 # `import conformance` (and the pytest plugin, which pytest loads in every run of an environment
 # the suite is installed in) costs nothing until something is used.
 _EXPORTS = {
-    "conformance.subject.boundary": ("ImplementationError", "Inputs", "Instance", "Subject"),
-    "conformance.run.runner": ("CHECK_NAMES", "Runner", "check", "check_many"),
-    "conformance.inference": ("Declarations", "Inferred", "infer", "infer_function"),
+    "conformance.inference.core_function": ("infer_function",),
+    "conformance.inference.infer": ("Inferred", "infer"),
     "conformance.loading.registry": ("ResolveError", "implementation", "register", "registered",
-                             "resolve"),
+                                     "resolve"),
+    "conformance.model.check_names": ("CHECK_NAMES",),
+    "conformance.model.declarations": ("Declarations",),
     "conformance.model.results": ("CheckResult", "Status"),
-    "conformance.model.spec": ("AlibiBias", "CacheStyle", "Capabilities", "Config", "Implementation",
-                         "MaskConvention", "MaskKind", "MaskLayout", "PackedForm",
-                         "PositionEncoding", "PositionForm", "Rotary"),
+    "conformance.model.spec": ("AlibiBias", "CacheStyle", "Capabilities", "Config",
+                               "Implementation", "MaskConvention", "MaskKind", "MaskLayout",
+                               "PackedForm", "PositionEncoding", "PositionForm", "Rotary"),
     "conformance.model.weights": ("FusedProjection", "HeadWeights", "PackedInProjection",
-                            "PerHeadModules", "SeparateProjections", "WeightLayout"),
+                                  "PerHeadModules", "SeparateProjections", "WeightLayout"),
+    "conformance.run.many": ("check", "check_many"),
+    "conformance.run.runner": ("Runner",),
+    "conformance.subject.boundary": ("ImplementationError", "Inputs", "Instance", "Subject"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
@@ -63,8 +67,17 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from conformance.inference import Declarations, Inferred, infer, infer_function
-    from conformance.loading.registry import ResolveError, implementation, register, registered, resolve
+    from conformance.inference.core_function import infer_function
+    from conformance.inference.infer import Inferred, infer
+    from conformance.loading.registry import (
+        ResolveError,
+        implementation,
+        register,
+        registered,
+        resolve,
+    )
+    from conformance.model.check_names import CHECK_NAMES
+    from conformance.model.declarations import Declarations
     from conformance.model.results import CheckResult, Status
     from conformance.model.spec import (
         AlibiBias,
@@ -88,5 +101,6 @@ if TYPE_CHECKING:
         SeparateProjections,
         WeightLayout,
     )
-    from conformance.run.runner import CHECK_NAMES, Runner, check, check_many
+    from conformance.run.many import check, check_many
+    from conformance.run.runner import Runner
     from conformance.subject.boundary import ImplementationError, Inputs, Instance, Subject

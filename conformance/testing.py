@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import pytest
 
 from conformance.frontends.pytest_catalogue import enforce, reproduction
-from conformance.frontends.pytest_plugin import current_config, pasteable_id
+from conformance.frontends.pytest_options import current_config, pasteable_id
 from conformance.generation.cases import Case
 from conformance.inference import DeclarationError
 from conformance.loading.registry import ResolveError, implementations_of
@@ -63,7 +63,7 @@ class AttentionCheck:
             if key not in _RUNNERS:
                 _RUNNERS[key] = Runner(key[0], strict=key[3])
             return _RUNNERS[key]
-        from conformance.frontends.pytest_plugin import runner_options
+        from conformance.frontends.pytest_options import runner_options
 
         options = runner_options(config)
         if self.profile is not None:

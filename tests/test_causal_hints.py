@@ -25,7 +25,7 @@ from conformance.implementations.mutants import (
     same_projection_for_k_and_v,
 )
 from conformance.implementations.mutants.textbook import TextbookAttention, declare
-from conformance.run.runner import check_many
+from conformance.run.many import check_many
 
 CAUSAL_WORDS = (mask_mistakes.HIDES_CURRENT, mask_mistakes.SHOWS_NEXT,
                 mask_mistakes.IGNORES_CAUSAL, mask_mistakes.REPLACES_CAUSAL,

@@ -11,7 +11,7 @@ from conformance.checks import mask_mistakes
 from conformance.implementations import bundled, expected_results, expected_warnings
 from conformance.implementations.mutants import MUTANT_MODULES
 from conformance.numerics.platform_defects import PLATFORM_NOTE
-from conformance.run.runner import check_many
+from conformance.run.many import check_many
 
 IMPLEMENTATIONS = {impl.name: impl for impl in bundled()}
 MODERN = {"kv_groups", "position_shift", "alibi", "sliding_window", "kv_cache", "packed"}

@@ -16,7 +16,7 @@ from conformance.implementations.mutants.mask_inverted import MaskInverted
 from conformance.inference import Declarations, InferenceError, infer
 from conformance.loading.registry import resolve
 from conformance.numerics.platform_defects import PLATFORM_NOTE
-from conformance.run.runner import check_many
+from conformance.run.many import check_many
 
 PROBE = Config(batch=1, q_len=2, kv_len=2, d_model=8, num_heads=2)
 

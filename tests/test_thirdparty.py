@@ -6,7 +6,7 @@ import pytest
 
 from conformance import Status
 from conformance.loading.registry import resolve
-from conformance.run.runner import check_many
+from conformance.run.many import check_many
 
 
 def test_huggingface_bert_and_gpt2_attention():

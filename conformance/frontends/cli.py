@@ -31,10 +31,12 @@ from conformance.generation.profiles import PROFILE_NAMES
 from conformance.generation.strategies import available_devices
 from conformance.loading.registry import ResolveError, check_form, is_located, origin, registered, resolve
 from conformance.model import expectations
+from conformance.model.check_names import CHECK_NAMES
 from conformance.model.declarations import DeclarationError, Declarations, parse_init
 from conformance.model.results import CheckResult
 from conformance.model.spec import Implementation
-from conformance.run.runner import CHECK_NAMES, BadInput, Interfaces, Isolated, Target, check_many, preflight
+from conformance.run.isolated import BadInput, Interfaces, Isolated, Target, preflight
+from conformance.run.many import check_many
 from conformance.subject.boundary import InProcessSubject
 from conformance.worker.local import CALL_SECONDS
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conformance.frontends.interface_language import Interface, spoken_result
-from conformance.frontends.pytest_plugin import (
+from conformance.frontends.pytest_options import (
     BENCHMARK_MODULE,
     CATALOGUE_MODULE,
     names_catalogue,

@@ -31,7 +31,7 @@ from conformance.grading.rubric import Rubric
 from conformance.grading.scoring import State
 
 if TYPE_CHECKING:
-    from conformance.grading.pipeline import Student
+    from conformance.grading.student import Student
 
 
 @dataclass(frozen=True)

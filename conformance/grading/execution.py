@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
+from conformance.checks.catalogue import GATE
 from conformance.grading import interface
 from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome, overall_status
 from conformance.grading.rubric import Limits, Rubric, Target
@@ -31,7 +32,7 @@ from conformance.grading.targets import Location, locate, near_misses, scan
 from conformance.model.declarations import Declarations
 from conformance.model.results import Status
 from conformance.model.spec import Config
-from conformance.run.runner import GATE, Runner
+from conformance.run.runner import Runner
 from conformance.worker import IsolatedSubject, LoadError, SandboxKind, WorkerError
 from conformance.worker import Limits as WorkerLimits
 

@@ -51,9 +51,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from conformance.generation.profiles import PROFILE_NAMES
+from conformance.model.check_names import CHECK_NAMES
 from conformance.model.declarations import DeclarationError, Declarations, from_mapping
 from conformance.model.expectations import tomllib
-from conformance.run.runner import CHECK_NAMES
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 """Gradescope's visibility values; feedback files show an item as its visibility allows."""
