@@ -25,7 +25,8 @@ from conformance._version import __version__
 # the suite is installed in) costs nothing until something is used.
 _EXPORTS = {
     "conformance.inference.core_function": ("infer_function",),
-    "conformance.inference.infer": ("Inferred", "infer"),
+    "conformance.inference.infer": ("infer",),
+    "conformance.inference.plan": ("Inferred",),
     "conformance.loading.registry": ("ResolveError", "implementation", "register", "registered",
                                      "resolve"),
     "conformance.model.check_names": ("CHECK_NAMES",),
@@ -68,7 +69,8 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from conformance.inference.core_function import infer_function
-    from conformance.inference.infer import Inferred, infer
+    from conformance.inference.infer import infer
+    from conformance.inference.plan import Inferred
     from conformance.loading.registry import (
         ResolveError,
         implementation,

@@ -16,7 +16,8 @@ from dataclasses import replace
 
 import torch
 
-from conformance.inference.infer import InferenceError, Inferred, infer
+from conformance.inference.infer import infer
+from conformance.inference.plan import InferenceError, Inferred
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.subject.head_projections import HeadProjections
 
