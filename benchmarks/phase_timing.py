@@ -46,7 +46,7 @@ def one(spec: str) -> dict[str, float]:
     from conformance.loading.registry import resolve
     from conformance.model.check_names import CHECK_NAMES
     from conformance.run.runner import Runner
-    from conformance.subject.boundary import InProcessSubject
+    from conformance.subject.in_process import InProcessSubject
 
     phases = {"startup": time.perf_counter() - start}
     start = time.perf_counter()

@@ -21,7 +21,8 @@ import torch
 
 from conformance import Config, Runner
 from conformance.implementations.mutants.textbook import IMPLEMENTATIONS
-from conformance.subject.boundary import InProcessSubject, Inputs
+from conformance.subject.boundary import Inputs
+from conformance.subject.in_process import InProcessSubject
 from conformance.worker import IsolatedSubject
 from conformance.worker.sandbox import resolve_kind
 

@@ -35,7 +35,8 @@ from conformance.model.check_names import CHECK_NAMES, unknown_checks
 from conformance.model.declarations import from_mapping
 from conformance.model.expectations import apply
 from conformance.run.runner import Runner
-from conformance.subject.boundary import InProcessSubject, Subject
+from conformance.subject.boundary import Subject
+from conformance.subject.in_process import InProcessSubject
 
 _RUNNERS: dict[tuple, Runner] = {}
 """One Runner per set of options, so every check of an implementation shares its gate."""

@@ -18,8 +18,9 @@ from conformance.model.declarations import DeclarationError
 from conformance.model.spec import Config, MaskConvention, MaskKind, MaskLayout
 from conformance.model.weights import FusedProjection, HeadWeights, SeparateProjections
 from conformance.numerics.reference import allowed_keys, reference_attention
-from conformance.subject.boundary import CapabilityError, ImplementationError, InProcessSubject, Inputs
+from conformance.subject.boundary import CapabilityError, ImplementationError, Inputs
 from conformance.subject.call_arguments import block_diagonal, cu_seqlens, positions_argument
+from conformance.subject.in_process import InProcessSubject
 from conformance.subject.masks import MaskEncodingError, encode_mask
 
 MODERN = {impl.name: impl for impl in IMPLEMENTATIONS}

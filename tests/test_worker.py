@@ -28,7 +28,8 @@ from worker_support import (
 
 from conformance import Config, Runner, resolve
 from conformance.inference import Declarations
-from conformance.subject.boundary import InProcessSubject, Inputs
+from conformance.subject.boundary import Inputs
+from conformance.subject.in_process import InProcessSubject
 from conformance.worker import (
     IsolatedSubject,
     LoadError,

@@ -44,7 +44,8 @@ import conformance
 from conformance import Config, Runner, resolve
 from conformance.inference import Declarations
 from conformance.model.results import Status
-from conformance.subject.boundary import InProcessSubject, Inputs
+from conformance.subject.boundary import Inputs
+from conformance.subject.in_process import InProcessSubject
 from conformance.worker import IsolatedSubject, LoadError, WorkerError, WorkerStatus
 from conformance.worker import sandbox as sandbox_module
 

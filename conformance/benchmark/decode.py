@@ -23,8 +23,9 @@ from conformance.benchmark.measure import WARMUP, time_interleaved
 from conformance.generation.cases import Case, dtype_name
 from conformance.model.spec import CacheStyle, Capabilities, Implementation
 from conformance.model.weights import SeparateProjections
-from conformance.subject.boundary import ImplementationError, InProcessSubject, Inputs
+from conformance.subject.boundary import ImplementationError, Inputs
 from conformance.subject.head_projections import HeadProjections
+from conformance.subject.in_process import InProcessSubject
 
 DEFAULT_CONTEXTS = (128, 512, 2048)
 

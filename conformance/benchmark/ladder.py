@@ -14,7 +14,8 @@ from conformance.benchmark.measure import WARMUP, attention_flops, peak_memory, 
 from conformance.generation.cases import Case, dtype_name
 from conformance.generation.strategies import fixed_features
 from conformance.model.spec import Implementation
-from conformance.subject.boundary import ImplementationError, InProcessSubject
+from conformance.subject.boundary import ImplementationError
+from conformance.subject.in_process import InProcessSubject
 
 DEFAULT_LENGTHS = (32, 64, 128, 256, 512, 1024, 2048)
 

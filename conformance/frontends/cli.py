@@ -37,7 +37,7 @@ from conformance.model.results import CheckResult
 from conformance.model.spec import Implementation
 from conformance.run.isolated import BadInput, Interfaces, Isolated, Target, preflight
 from conformance.run.many import check_many
-from conformance.subject.boundary import InProcessSubject
+from conformance.subject.in_process import InProcessSubject
 from conformance.worker.local import CALL_SECONDS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

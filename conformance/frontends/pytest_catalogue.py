@@ -32,7 +32,8 @@ from conformance.model import expectations
 from conformance.model.declarations import DeclarationError, Declarations, from_mapping
 from conformance.model.results import CheckResult, Status
 from conformance.run.runner import Runner
-from conformance.subject.boundary import InProcessSubject, Subject
+from conformance.subject.boundary import Subject
+from conformance.subject.in_process import InProcessSubject
 
 _SUBJECTS = pytest.StashKey[list[Subject]]()
 _SPECS = pytest.StashKey[dict[str, str]]()

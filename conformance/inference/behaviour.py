@@ -15,7 +15,8 @@ from conformance.inference.weight_roles import WeightOutcome
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.spec import Config
 from conformance.model.weights import WeightLayout
-from conformance.subject.boundary import ImplementationError, InProcessSubject, ModuleInstance
+from conformance.subject.boundary import ImplementationError
+from conformance.subject.in_process import InProcessSubject, ModuleInstance
 
 
 def find_weights(plan: Plan, declared: Declarations, label: str, constraint: Constraint | None,

@@ -10,7 +10,7 @@ from conformance.inference.plan import WIDE_WINDOW, InferenceError, Plan
 from conformance.inference.probing import BOOLEAN_POLARITY, infer_mask, probe_case
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.spec import QUERY_AXIS_LAYOUTS, Config, PackedForm
-from conformance.subject.boundary import InProcessSubject
+from conformance.subject.in_process import InProcessSubject
 
 
 def window_form(plan: Plan, declared: Declarations, capabilities: dict, config: Config,

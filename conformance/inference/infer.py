@@ -26,7 +26,7 @@ from conformance.inference.plan import InferenceError, Inferred, Plan
 from conformance.inference.position import alibi_counting, encoding_inside, position_input
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.spec import Config
-from conformance.subject.boundary import InProcessSubject
+from conformance.subject.in_process import InProcessSubject
 
 
 def infer(cls: type, *, name: str | None = None,

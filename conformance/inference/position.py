@@ -23,7 +23,8 @@ from conformance.model.spec import (
 )
 from conformance.model.weights import WeightLayout, WeightLayoutError
 from conformance.numerics.reference import reference_attention
-from conformance.subject.boundary import ImplementationError, InProcessSubject
+from conformance.subject.boundary import ImplementationError
+from conformance.subject.in_process import InProcessSubject
 
 POSITION_WORDS = {"rotary": "rotary position embeddings (RoPE)", "alibi": "ALiBi position biases",
                   "positions": "a position input"}

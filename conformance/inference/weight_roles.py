@@ -31,7 +31,8 @@ from conformance.model.layouts import ParameterProjections, RelabelledHeads
 from conformance.model.spec import PositionEncoding, Rotary
 from conformance.model.weights import WeightLayout, WeightLayoutError
 from conformance.numerics.reference import reference_attention
-from conformance.subject.boundary import ImplementationError, Inputs, ModuleInstance
+from conformance.subject.boundary import ImplementationError, Inputs
+from conformance.subject.in_process import ModuleInstance
 
 Build = Callable[[int, int, "int | None"], ModuleInstance]
 """Builds the module in float64 for (num_heads, head_dim, num_kv_heads)."""

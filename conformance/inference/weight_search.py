@@ -43,7 +43,8 @@ from conformance.model.weights import (
     is_conv1d,
 )
 from conformance.numerics.reference import reference_attention
-from conformance.subject.boundary import Inputs, ModuleInstance
+from conformance.subject.boundary import Inputs
+from conformance.subject.in_process import ModuleInstance
 
 REPRODUCED = 1e-8
 """Largest relative error of a float64 reproduction when the module computes in float64

@@ -23,7 +23,8 @@ from conformance.model.results import CheckResult
 from conformance.model.spec import Implementation
 from conformance.run.isolated import Interfaces, Isolated, Target, isolated_results
 from conformance.run.runner import Progress, Runner
-from conformance.subject.boundary import InProcessSubject, Subject
+from conformance.subject.boundary import Subject
+from conformance.subject.in_process import InProcessSubject
 
 
 def _results(runner: Runner, spec: str, what: Implementation | Isolated,

@@ -26,7 +26,8 @@ from conformance.loading.registry import resolve
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.results import CheckResult, Status
 from conformance.model.spec import Implementation
-from conformance.subject.boundary import InProcessSubject, Subject
+from conformance.subject.boundary import Subject
+from conformance.subject.in_process import InProcessSubject
 
 
 class Progress(Protocol):
