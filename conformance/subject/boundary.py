@@ -3,8 +3,9 @@
 The invariants see only :class:`Subject` (what an implementation declares, and a way to build it)
 and :class:`Instance` (one built implementation: run it forward, take input gradients, read and
 write its projections in the canonical form). Everything that crosses is a tensor or plain data,
-so an implementation can run in this process (:class:`~conformance.subject.in_process.InProcessSubject`) or, for untrusted code,
-behind the same interface in another process.
+so an implementation can run in this process
+(:class:`~conformance.subject.in_process.InProcessSubject`) or, for untrusted code, behind the same
+interface in another process.
 """
 
 from __future__ import annotations
