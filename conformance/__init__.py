@@ -32,9 +32,10 @@ _EXPORTS = {
     "conformance.model.check_names": ("CHECK_NAMES",),
     "conformance.model.declarations": ("Declarations",),
     "conformance.model.results": ("CheckResult", "Status"),
-    "conformance.model.spec": ("AlibiBias", "CacheStyle", "Capabilities", "Config",
-                               "Implementation", "MaskConvention", "MaskKind", "MaskLayout",
-                               "PackedForm", "PositionEncoding", "PositionForm", "Rotary"),
+    "conformance.model.forms": ("AlibiBias", "CacheStyle", "MaskConvention", "MaskKind",
+                                "MaskLayout", "PackedForm", "PositionEncoding", "PositionForm",
+                                "Rotary"),
+    "conformance.model.spec": ("Capabilities", "Config", "Implementation"),
     "conformance.model.weights": ("FusedProjection", "HeadWeights", "PackedInProjection",
                                   "PerHeadModules", "SeparateProjections", "WeightLayout"),
     "conformance.run.many": ("check", "check_many"),
@@ -80,13 +81,9 @@ if TYPE_CHECKING:
     )
     from conformance.model.check_names import CHECK_NAMES
     from conformance.model.declarations import Declarations
-    from conformance.model.results import CheckResult, Status
-    from conformance.model.spec import (
+    from conformance.model.forms import (
         AlibiBias,
         CacheStyle,
-        Capabilities,
-        Config,
-        Implementation,
         MaskConvention,
         MaskKind,
         MaskLayout,
@@ -95,6 +92,8 @@ if TYPE_CHECKING:
         PositionForm,
         Rotary,
     )
+    from conformance.model.results import CheckResult, Status
+    from conformance.model.spec import Capabilities, Config, Implementation
     from conformance.model.weights import (
         FusedProjection,
         HeadWeights,

@@ -12,8 +12,8 @@ from torch import nn
 
 from conformance import Status, check
 from conformance.inference import Declarations, infer, infer_function
+from conformance.model.forms import AlibiBias, PositionEncoding, Rotary
 from conformance.model.layouts import ArrangedProjection, RelabelledHeads, role_rows
-from conformance.model.spec import AlibiBias, PositionEncoding, Rotary
 from conformance.numerics.position_encoding import encode, head_slopes, standard_slopes
 
 

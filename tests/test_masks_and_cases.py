@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
-from conformance.model.spec import Capabilities, MaskConvention, MaskKind, MaskLayout
+from conformance.model.forms import MaskConvention, MaskKind, MaskLayout
+from conformance.model.spec import Capabilities
 from conformance.subject.masks import encode_mask
 
 KEEP = torch.tensor([[True, False, True], [True, True, True]])

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 from conformance.benchmark.measure import WARMUP, time_interleaved
 from conformance.generation.cases import Case, dtype_name
-from conformance.model.spec import CacheStyle, Capabilities, Implementation
+from conformance.model.forms import CacheStyle
+from conformance.model.spec import Capabilities, Implementation
 from conformance.model.weights import SeparateProjections
 from conformance.subject.boundary import ImplementationError, Inputs
 from conformance.subject.head_projections import HeadProjections

@@ -10,7 +10,7 @@ from dataclasses import replace
 import torch
 
 from conformance.checks.mask_mistakes import output_mistake
-from conformance.model.spec import PositionEncoding, Rotary
+from conformance.model.forms import PositionEncoding, Rotary
 from conformance.model.weights import HeadWeights
 from conformance.numerics.position_encoding import encode
 from conformance.numerics.reference import allowed_keys, reference_attention

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.model.spec import PositionEncoding
+from conformance.model.forms import PositionEncoding
 from conformance.model.weights import HeadWeights
 from conformance.numerics.reference import allowed_keys, reference_attention
 from conformance.numerics.tolerance import abs_error, only_rows

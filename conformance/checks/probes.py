@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from conformance.generation.cases import Case
-from conformance.model.spec import PositionEncoding
+from conformance.model.forms import PositionEncoding
 from conformance.model.weights import HeadWeights
 from conformance.numerics.position_encoding import encode
 from conformance.subject.boundary import ImplementationError, Inputs, Instance

@@ -20,7 +20,8 @@ from hypothesis import reject
 from hypothesis import strategies as st
 
 from conformance.generation.cases import Case, dtype_name
-from conformance.model.spec import Capabilities, MaskLayout
+from conformance.model.forms import MaskLayout
+from conformance.model.spec import Capabilities
 
 MAX_LEN = 33
 MAX_HEAD_DIM = 16

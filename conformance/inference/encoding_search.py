@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from conformance.model.spec import AlibiBias, PositionEncoding, Rotary
+from conformance.model.forms import AlibiBias, PositionEncoding, Rotary
 from conformance.numerics.tolerance import abs_error
 from conformance.subject.boundary import Inputs, Instance
 

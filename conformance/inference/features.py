@@ -9,7 +9,8 @@ from conformance.inference import kv_cache, packing, window
 from conformance.inference.plan import WIDE_WINDOW, InferenceError, Plan
 from conformance.inference.probing import BOOLEAN_POLARITY, infer_mask, probe_case
 from conformance.model.declarations import DeclarationError, Declarations
-from conformance.model.spec import QUERY_AXIS_LAYOUTS, Config, PackedForm
+from conformance.model.forms import QUERY_AXIS_LAYOUTS, PackedForm
+from conformance.model.spec import Config
 from conformance.subject.in_process import InProcessSubject
 
 

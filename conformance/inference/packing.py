@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from conformance.generation.cases import Case
-from conformance.model.spec import PackedForm
+from conformance.model.forms import PackedForm
 from conformance.subject.boundary import ImplementationError, Inputs, Instance
 
 

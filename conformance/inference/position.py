@@ -14,13 +14,8 @@ from conformance.inference.probing import probe_case
 from conformance.inference.weight_roles import WeightOutcome
 from conformance.inference.weight_search import REPRODUCED_FLOAT32, relative_error
 from conformance.model.declarations import Declarations
-from conformance.model.spec import (
-    AlibiBias,
-    Config,
-    PositionEncoding,
-    PositionForm,
-    Rotary,
-)
+from conformance.model.forms import AlibiBias, PositionEncoding, PositionForm, Rotary
+from conformance.model.spec import Config
 from conformance.model.weights import WeightLayout, WeightLayoutError
 from conformance.numerics.reference import reference_attention
 from conformance.subject.boundary import ImplementationError

@@ -27,8 +27,8 @@ from conformance.inference.weight_search import (
     search,
     trace,
 )
+from conformance.model.forms import PositionEncoding, Rotary
 from conformance.model.layouts import ParameterProjections, RelabelledHeads
-from conformance.model.spec import PositionEncoding, Rotary
 from conformance.model.weights import WeightLayout, WeightLayoutError
 from conformance.numerics.reference import reference_attention
 from conformance.subject.boundary import ImplementationError, Inputs

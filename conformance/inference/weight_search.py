@@ -31,8 +31,8 @@ from torch import nn
 from conformance.inference.encoding_search import fit_theta
 from conformance.inference.projections import NAMES
 from conformance.inference.tracing import Called, intervention, record_calls, same_values
+from conformance.model.forms import PositionEncoding, Rotary
 from conformance.model.layouts import ArrangedProjection, ParameterProjections, RelabelledHeads, role_rows
-from conformance.model.spec import PositionEncoding, Rotary
 from conformance.model.weights import (
     HeadWeights,
     PackedInProjection,

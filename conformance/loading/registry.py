@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from conformance.model.declarations import Declarations, merged
+from conformance.model.forms import MaskConvention
 from conformance.model.spec import (
     DEFAULT_DTYPES,
     CallConvention,
@@ -26,7 +27,6 @@ from conformance.model.spec import (
     Config,
     FullyMaskedPolicy,
     Implementation,
-    MaskConvention,
 )
 from conformance.model.weights import WeightLayout
 

@@ -66,7 +66,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from conformance.model.spec import (
+from conformance.model.forms import (
     QUERY_AXIS_LAYOUTS,
     CacheStyle,
     MaskConvention,

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from conformance.model.spec import AlibiBias, PositionEncoding, Rotary
+from conformance.model.forms import AlibiBias, PositionEncoding, Rotary
 
 
 def standard_slopes(num_heads: int) -> list[float]:

@@ -21,7 +21,7 @@ from typing import Literal
 
 import torch
 
-from conformance.model.spec import PositionEncoding
+from conformance.model.forms import PositionEncoding
 from conformance.model.weights import HeadWeights
 from conformance.numerics.position_encoding import encode
 

@@ -17,7 +17,8 @@ from types import MappingProxyType
 
 import torch
 
-from conformance.model.spec import Capabilities, Config, MaskConvention
+from conformance.model.forms import MaskConvention
+from conformance.model.spec import Capabilities, Config
 from conformance.model.weights import HeadWeights
 
 NOT_A_TENSOR = "not a tensor"

@@ -3,7 +3,7 @@
 The checks ask for cached calls with plain data (``Inputs.cache`` and ``Inputs.position``: the
 call continues a cache holding ``position`` tokens; 0 starts a fresh one). The cache itself never
 crosses the boundary: it lives here, beside the module, in the style the implementation declares
-(:class:`conformance.model.spec.CacheStyle`):
+(:class:`conformance.model.forms.CacheStyle`):
 
 - ``returned``: the past goes in through ``cache_argument`` (None for a fresh cache) and the
   present comes back in the output tuple: its only other element, or else the first element
@@ -22,7 +22,8 @@ from collections.abc import Callable
 
 import torch
 
-from conformance.model.spec import CacheStyle, Capabilities
+from conformance.model.forms import CacheStyle
+from conformance.model.spec import Capabilities
 
 
 class CacheProtocolError(Exception):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from conformance.model.spec import PositionForm
+from conformance.model.forms import PositionForm
 
 
 def positions_argument(form: PositionForm, start: int, batch: int, length: int,

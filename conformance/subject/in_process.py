@@ -15,7 +15,8 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from conformance.model.spec import Config, Implementation, PackedForm
+from conformance.model.forms import PackedForm
+from conformance.model.spec import Config, Implementation
 from conformance.model.weights import HeadWeights, WeightLayoutError
 from conformance.subject.boundary import (
     NOT_A_PLAIN_TENSOR,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from conformance.model.spec import LAYOUT_SHAPES, MaskConvention, MaskKind, MaskLayout
+from conformance.model.forms import LAYOUT_SHAPES, MaskConvention, MaskKind, MaskLayout
 
 
 class MaskEncodingError(ValueError):

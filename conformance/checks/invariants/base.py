@@ -16,7 +16,8 @@ from hypothesis.errors import Flaky
 from conformance.checks.mask_mistakes import output_mistake
 from conformance.generation.cases import Case
 from conformance.generation.search_source import strategies_only
-from conformance.model.spec import Capabilities, PositionEncoding
+from conformance.model.forms import PositionEncoding
+from conformance.model.spec import Capabilities
 from conformance.model.weights import HeadWeights
 from conformance.numerics.platform_defects import PLATFORM_NOTE, matmul_spreads_nan
 from conformance.numerics.reference import plain_attention, reference_attention

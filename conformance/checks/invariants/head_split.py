@@ -26,7 +26,8 @@ from conformance.checks.invariants.base import (
 )
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
-from conformance.model.spec import Capabilities, PositionEncoding
+from conformance.model.forms import PositionEncoding
+from conformance.model.spec import Capabilities
 from conformance.model.weights import HeadWeights
 from conformance.numerics.reference import plain_attention, reference_attention
 from conformance.numerics.tolerance import abs_error, agreement, only_rows, worst_index

@@ -20,7 +20,8 @@ import torch
 from conformance.checks.invariants.base import Check, CheckContext, Violation, fmt
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
-from conformance.model.spec import CacheStyle, Capabilities
+from conformance.model.forms import CacheStyle
+from conformance.model.spec import Capabilities
 from conformance.numerics.tolerance import abs_error, eps, only_rows, reordering_tolerance, worst_index
 from conformance.subject.boundary import Inputs
 

@@ -24,7 +24,8 @@ from conformance.checks.invariants.base import (
 )
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
-from conformance.model.spec import Capabilities, PositionEncoding
+from conformance.model.forms import PositionEncoding
+from conformance.model.spec import Capabilities
 from conformance.model.weights import HeadWeights
 from conformance.numerics.reference import reference_attention
 from conformance.numerics.tolerance import agreement

@@ -33,7 +33,8 @@ from conformance.checks.invariants.gate import base_case, base_pair
 from conformance.generation.cases import Case
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS
 from conformance.generation.strategies import cases
-from conformance.model.spec import Capabilities, PositionEncoding
+from conformance.model.forms import PositionEncoding
+from conformance.model.spec import Capabilities
 from conformance.model.weights import HeadWeights
 from conformance.numerics.position_encoding import encode
 from conformance.subject.boundary import ImplementationError, Instance
