@@ -36,8 +36,9 @@ _EXPORTS = {
                                 "MaskLayout", "PackedForm", "PositionEncoding", "PositionForm",
                                 "Rotary"),
     "conformance.model.spec": ("Capabilities", "Config", "Implementation"),
-    "conformance.model.weights": ("FusedProjection", "HeadWeights", "PackedInProjection",
-                                  "PerHeadModules", "SeparateProjections", "WeightLayout"),
+    "conformance.model.declared_layouts": ("FusedProjection", "PackedInProjection",
+                                           "PerHeadModules", "SeparateProjections"),
+    "conformance.model.weights": ("HeadWeights", "WeightLayout"),
     "conformance.run.many": ("check", "check_many"),
     "conformance.run.runner": ("Runner",),
     "conformance.subject.boundary": ("ImplementationError", "Inputs", "Instance", "Subject"),
@@ -81,6 +82,12 @@ if TYPE_CHECKING:
     )
     from conformance.model.check_names import CHECK_NAMES
     from conformance.model.declarations import Declarations
+    from conformance.model.declared_layouts import (
+        FusedProjection,
+        PackedInProjection,
+        PerHeadModules,
+        SeparateProjections,
+    )
     from conformance.model.forms import (
         AlibiBias,
         CacheStyle,
@@ -94,14 +101,7 @@ if TYPE_CHECKING:
     )
     from conformance.model.results import CheckResult, Status
     from conformance.model.spec import Capabilities, Config, Implementation
-    from conformance.model.weights import (
-        FusedProjection,
-        HeadWeights,
-        PackedInProjection,
-        PerHeadModules,
-        SeparateProjections,
-        WeightLayout,
-    )
+    from conformance.model.weights import HeadWeights, WeightLayout
     from conformance.run.many import check, check_many
     from conformance.run.runner import Runner
     from conformance.subject.boundary import ImplementationError, Inputs, Instance, Subject

@@ -15,9 +15,10 @@ from conformance.generation.cases import Case
 from conformance.implementations.modern import IMPLEMENTATIONS, LlamaAttention, VarlenAttention
 from conformance.inference import Declarations, InferenceError, infer
 from conformance.model.declarations import DeclarationError
+from conformance.model.declared_layouts import FusedProjection, SeparateProjections
 from conformance.model.forms import MaskConvention, MaskKind, MaskLayout
 from conformance.model.spec import Config
-from conformance.model.weights import FusedProjection, HeadWeights, SeparateProjections
+from conformance.model.weights import HeadWeights
 from conformance.numerics.reference import allowed_keys, reference_attention
 from conformance.subject.boundary import CapabilityError, ImplementationError, Inputs
 from conformance.subject.call_arguments import block_diagonal, cu_seqlens, positions_argument

@@ -21,9 +21,9 @@ import torch.nn.functional as F
 
 from conformance.benchmark.measure import WARMUP, time_interleaved
 from conformance.generation.cases import Case, dtype_name
+from conformance.model.declared_layouts import SeparateProjections
 from conformance.model.forms import CacheStyle
 from conformance.model.spec import Capabilities, Implementation
-from conformance.model.weights import SeparateProjections
 from conformance.subject.boundary import ImplementationError, Inputs
 from conformance.subject.head_projections import HeadProjections
 from conformance.subject.in_process import InProcessSubject

@@ -31,17 +31,15 @@ from torch import nn
 from conformance.inference.encoding_search import fit_theta
 from conformance.inference.projections import NAMES
 from conformance.inference.tracing import Called, intervention, record_calls, same_values
-from conformance.model.forms import PositionEncoding, Rotary
-from conformance.model.layouts import ArrangedProjection, ParameterProjections, RelabelledHeads, role_rows
-from conformance.model.weights import (
-    HeadWeights,
+from conformance.model.declared_layouts import (
     PackedInProjection,
     PerHeadModules,
     SeparateProjections,
-    WeightLayout,
-    WeightLayoutError,
     is_conv1d,
 )
+from conformance.model.forms import PositionEncoding, Rotary
+from conformance.model.layouts import ArrangedProjection, ParameterProjections, RelabelledHeads, role_rows
+from conformance.model.weights import HeadWeights, WeightLayout, WeightLayoutError
 from conformance.numerics.reference import reference_attention
 from conformance.subject.boundary import Inputs
 from conformance.subject.in_process import ModuleInstance

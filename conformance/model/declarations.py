@@ -66,6 +66,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from conformance.model.declared_layouts import FusedProjection, PackedInProjection, SeparateProjections
 from conformance.model.forms import (
     QUERY_AXIS_LAYOUTS,
     CacheStyle,
@@ -75,7 +76,7 @@ from conformance.model.forms import (
     PackedForm,
     PositionForm,
 )
-from conformance.model.weights import FusedProjection, PackedInProjection, SeparateProjections, WeightLayout
+from conformance.model.weights import WeightLayout
 
 
 class DeclarationError(Exception):

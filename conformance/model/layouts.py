@@ -24,16 +24,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from conformance.model.weights import (
-    HeadWeights,
-    WeightLayout,
-    WeightLayoutError,
-    copy_into,
-    linear_parts,
-    read_output,
-    submodule,
-    write_output,
-)
+from conformance.model.declared_layouts import copy_into, linear_parts, read_output, submodule, write_output
+from conformance.model.weights import HeadWeights, WeightLayout, WeightLayoutError
 
 Arrangement = Literal["stacked", "per_head", "per_group"]
 
