@@ -16,8 +16,9 @@ from typing import Protocol
 import torch
 
 from conformance.checks.catalogue import GATE, by_name
-from conformance.checks.invariants.base import Check, CheckContext, CheckFailed, Violation
+from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.gate import GateOutcome
+from conformance.checks.invariants.violation import CheckFailed, Violation
 from conformance.checks.precision import FLOAT32_NOISE
 from conformance.generation.cases import Case
 from conformance.generation.profiles import profile_settings

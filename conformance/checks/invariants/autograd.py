@@ -20,7 +20,9 @@ from dataclasses import replace
 import torch
 from hypothesis import strategies as st
 
-from conformance.checks.invariants.base import Check, CheckContext, Violation, fmt, revealing
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import fmt, revealing
+from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.numerics.tolerance import abs_error, only_rows, unchanged_tolerance, worst_index

@@ -11,7 +11,9 @@ from __future__ import annotations
 import torch
 
 from conformance.checks.diagnosis import BATCH_HEADS_MIXED, batch_heads_mixed, matches
-from conformance.checks.invariants.base import Check, CheckContext, Violation, fmt, reference_applies
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import fmt, reference_applies
+from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases, distinct_sizes
 from conformance.numerics.tolerance import abs_error, only_rows, reordering_tolerance, worst_index

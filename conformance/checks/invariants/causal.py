@@ -16,14 +16,9 @@ from dataclasses import replace
 
 import torch
 
-from conformance.checks.invariants.base import (
-    Check,
-    CheckContext,
-    Violation,
-    expect_finite_rows,
-    fmt,
-    reference_applies,
-)
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import expect_finite_rows, fmt, reference_applies
+from conformance.checks.invariants.violation import Violation
 from conformance.checks.mask_mistakes import (
     HIDES_CURRENT,
     IGNORES_CAUSAL,

@@ -14,8 +14,10 @@ from dataclasses import replace
 
 import torch
 
-from conformance.checks.invariants.base import Check, CheckContext, CheckFailed, Violation, fmt
+from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.gate import LOW_PRECISION, base_case
+from conformance.checks.invariants.verify import fmt
+from conformance.checks.invariants.violation import CheckFailed, Violation
 from conformance.generation.cases import Case, dtype_name
 from conformance.generation.strategies import cases
 from conformance.numerics.tolerance import abs_error, only_rows, reordering_tolerance, worst_index

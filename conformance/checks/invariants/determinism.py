@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conformance.checks.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.dropout import CONFIGURED_RATE
+from conformance.checks.invariants.verify import fmt
+from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.numerics.tolerance import abs_error, worst_index

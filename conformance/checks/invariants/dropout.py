@@ -21,7 +21,9 @@ from dataclasses import replace
 
 import torch
 
-from conformance.checks.invariants.base import Check, CheckContext, Violation, expect_finite_rows, fmt
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import expect_finite_rows, fmt
+from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.spec import Capabilities

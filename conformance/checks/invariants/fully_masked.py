@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import torch
 
-from conformance.checks.invariants.base import (
-    Check,
-    CheckContext,
-    Violation,
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import (
     agree_with_reference,
     expect_finite_rows,
     fmt,
     mask_skip_reason,
     reference_applies,
 )
+from conformance.checks.invariants.violation import Violation
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from conformance.checks.invariants.base import CheckContext, Violation, expect_output
+from conformance.checks.invariants.base import CheckContext
+from conformance.checks.invariants.verify import expect_output
+from conformance.checks.invariants.violation import Violation
 from conformance.checks.precision import Precision, classify, rounding_noise
 from conformance.generation.cases import Case, dtype_name
 from conformance.generation.constraints import Constraint, discover

@@ -16,14 +16,9 @@ from __future__ import annotations
 import torch
 
 from conformance.checks.diagnosis import explain
-from conformance.checks.invariants.base import (
-    Check,
-    CheckContext,
-    Violation,
-    expect_finite_rows,
-    fmt,
-    position_skip_reason,
-)
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import expect_finite_rows, fmt, position_skip_reason
+from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.forms import PositionEncoding

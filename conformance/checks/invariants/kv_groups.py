@@ -16,7 +16,9 @@ from dataclasses import replace
 
 import torch
 
-from conformance.checks.invariants.base import Check, CheckContext, Finding, Violation, fmt
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import fmt
+from conformance.checks.invariants.violation import Finding, Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.spec import Capabilities

@@ -17,17 +17,10 @@ from dataclasses import replace
 
 import torch
 
-from conformance.checks.invariants.base import (
-    Check,
-    CheckContext,
-    CheckFailed,
-    Finding,
-    Violation,
-    agree_with_reference,
-    expect_finite_rows,
-    reference_applies,
-)
+from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.gate import LOW_PRECISION, base_pair
+from conformance.checks.invariants.verify import agree_with_reference, expect_finite_rows, reference_applies
+from conformance.checks.invariants.violation import CheckFailed, Finding, Violation
 from conformance.generation.cases import Case, dtype_name
 from conformance.generation.strategies import SEEDS, cases, fixed_features, window_padding
 from conformance.model.spec import Capabilities

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conformance.checks.invariants.base import Check, CheckContext, Violation, fmt, mask_skip_reason
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import fmt, mask_skip_reason
+from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.spec import Capabilities

@@ -12,7 +12,9 @@ from itertools import pairwise
 
 import torch
 
-from conformance.checks.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import fmt
+from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.spec import Capabilities

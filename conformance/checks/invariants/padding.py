@@ -20,16 +20,9 @@ from dataclasses import replace
 
 import torch
 
-from conformance.checks.invariants.base import (
-    Check,
-    CheckContext,
-    CheckFailed,
-    Finding,
-    Violation,
-    expect_finite_rows,
-    fmt,
-    reference_applies,
-)
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import expect_finite_rows, fmt, reference_applies
+from conformance.checks.invariants.violation import CheckFailed, Finding, Violation
 from conformance.checks.mask_mistakes import AFTER_SOFTMAX, INVERTED, weights_mistake
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case

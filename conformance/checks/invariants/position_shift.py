@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from conformance.checks.invariants.base import Check, CheckContext, Violation, fmt
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import fmt
+from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.forms import CacheStyle

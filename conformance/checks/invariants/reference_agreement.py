@@ -12,16 +12,14 @@ from __future__ import annotations
 import torch
 
 from conformance.checks.diagnosis import explain
-from conformance.checks.invariants.base import (
-    Check,
-    CheckContext,
-    Finding,
-    Violation,
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import (
     agree_with_reference,
     expect_finite_rows,
     fmt,
     position_skip_reason,
 )
+from conformance.checks.invariants.violation import Finding, Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.forms import PositionEncoding

@@ -15,8 +15,10 @@ import math
 import torch
 
 from conformance.checks.diagnosis import scale_candidates
-from conformance.checks.invariants.base import Check, CheckContext, Violation, fmt, position_skip_reason
+from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.row_stochastic import QUERY_AXIS, over_queries
+from conformance.checks.invariants.verify import fmt, position_skip_reason
+from conformance.checks.invariants.violation import Violation
 from conformance.checks.probes import probe
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
