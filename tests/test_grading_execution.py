@@ -13,7 +13,7 @@ from worker_support import FILESYSTEM_SANDBOXES
 from conformance.grading import execution
 from conformance.grading.execution import run_submission
 from conformance.grading.outcome import RunStatus
-from conformance.grading.rubric import load
+from conformance.grading.rubric_file import load
 from conformance.grading.scoring import score
 from conformance.model.results import Status
 

@@ -15,7 +15,7 @@ from conformance.grading.outcome import (
     overall_status,
     result_from_dict,
 )
-from conformance.grading.rubric import load
+from conformance.grading.rubric_file import load
 from conformance.grading.scoring import State, score
 from conformance.model.results import CheckResult, Status
 

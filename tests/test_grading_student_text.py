@@ -14,7 +14,7 @@ import pytest
 
 from conformance.grading import feedback, outputs
 from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome
-from conformance.grading.rubric import load
+from conformance.grading.rubric_file import load
 from conformance.grading.scoring import score
 from conformance.grading.store import Record
 from conformance.grading.student import Student

@@ -32,7 +32,7 @@ from conformance.grading.progress import Progress
 from conformance.grading.roster import Roster, RosterError
 from conformance.grading.roster import load as load_roster
 from conformance.grading.rubric import Rubric, RubricError
-from conformance.grading.rubric import load as load_rubric
+from conformance.grading.rubric_file import load as load_rubric
 from conformance.worker import SandboxUnavailable
 from conformance.worker import sandbox as sandboxes
 
