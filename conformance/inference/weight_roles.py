@@ -25,8 +25,8 @@ from conformance.inference.weight_search import (
     relative_error,
     reproduction_error,
     search,
-    trace,
 )
+from conformance.inference.weight_trace import trace
 from conformance.model.forms import PositionEncoding, Rotary
 from conformance.model.layouts import ParameterProjections, RelabelledHeads
 from conformance.model.weights import WeightLayout, WeightLayoutError

@@ -25,8 +25,8 @@ from conformance.checks.invariants.violation import (
     Severity,
     Violation,
     as_warning,
-    reports_earlier_call,
 )
+from conformance.checks.invariants.violation import reports_earlier_call as _repeated
 from conformance.checks.mask_mistakes import output_mistake
 from conformance.generation.cases import Case
 from conformance.generation.search_source import strategies_only
@@ -109,7 +109,7 @@ class CheckContext:
             try:
                 return verify(case)
             except (Violation, ImplementationError) as error:
-                if reports_earlier_call(error) or self._severity(error, case) != "warn":
+                if _repeated(error) or self._severity(error, case) != "warn":
                     raise
                 first_warning.setdefault("case", case)
                 return None
@@ -118,7 +118,7 @@ class CheckContext:
             try:
                 return verify(case)
             except (Violation, ImplementationError) as error:
-                if reports_earlier_call(error):
+                if _repeated(error):
                     raise
                 if self._severity(error, case) == "warn":
                     raise self._as_warning(error, case) from error
@@ -170,6 +170,8 @@ class CheckContext:
         last: dict[str, Case] = {}
         first: dict[str, Finding] = {}
 
+        # Keep this function's source as it is: hypothesis seeds a derandomized search from it
+        # (function_digest), so an edit here changes every check's examples, and verdicts.
         def property_holds(case: Case) -> None:
             last["case"] = case
             if self.on_example is not None:
@@ -177,7 +179,7 @@ class CheckContext:
             try:
                 note = verify(case)
             except (Violation, ImplementationError) as error:
-                if reports_earlier_call(error):
+                if _repeated(error):
                     # The call was not run (its check already lost the implementation to a hang
                     # or a crash): nothing is known about this example.
                     reject()
