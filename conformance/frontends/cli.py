@@ -16,35 +16,31 @@ from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
-import torch
-
 from conformance._version import __version__
-from conformance.benchmark import noise
-from conformance.benchmark.decode import DEFAULT_CONTEXTS, decode_bench, decode_table
-from conformance.benchmark.ladder import DEFAULT_LENGTHS, bench
-from conformance.benchmark.render import plot, plot_available, table, to_json
+from conformance.benchmark.decode import DEFAULT_CONTEXTS
+from conformance.benchmark.ladder import DEFAULT_LENGTHS
 from conformance.frontends import grade as grading_cli
+from conformance.frontends.bench_command import run_bench
+from conformance.frontends.command_targets import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    resolved_targets,
+)
 from conformance.frontends.progress_line import ProgressLine
-from conformance.frontends.report import render_json, render_text, wrap
-from conformance.generation.cases import DTYPES, Case
+from conformance.frontends.report import render_json, render_text
+from conformance.generation.cases import Case
 from conformance.generation.profiles import PROFILE_NAMES
 from conformance.generation.strategies import available_devices
-from conformance.loading.registry import ResolveError, check_form, is_located, origin, registered, resolve
+from conformance.loading.registry import ResolveError, check_form, is_located, origin, registered
 from conformance.model import expectations
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.declarations import DeclarationError, Declarations, parse_init
 from conformance.model.results import CheckResult
-from conformance.model.spec import Implementation
-from conformance.run.isolated import BadInput, Interfaces, Isolated, Target, preflight
+from conformance.run.isolated import BadInput, Interfaces, Isolated, Target
 from conformance.run.many import check_many
-from conformance.subject.in_process import InProcessSubject
 from conformance.worker.local import CALL_SECONDS
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-class UsageError(Exception):
-    """Bad input from the user: printed as one line, exit status 2."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -200,28 +196,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _targets(specs: Sequence[str], expected: tuple[dict, dict] = ({}, {}),
-             declared: Declarations | None = None) -> list[tuple[str, Implementation]]:
-    """Each implementation to check in this process, with the IMPL string that resolves to it
-    (every registered one, with no IMPL)."""
-    try:
-        targets = ([(spec, impl) for spec in specs for impl in resolve(spec, declared)] if specs
-                   else [(name, impl) for name, impl in registered().items()])
-        targets = list(zip([spec for spec, _ in targets],
-                           expectations.apply([impl for _, impl in targets], *expected),
-                           strict=True))
-    except ResolveError as error:
-        raise UsageError(str(error)) from error
-    if not targets:
-        raise UsageError("no implementation to check: name one, or register one")
-    try:
-        for _, impl in targets:
-            preflight(InProcessSubject(impl))
-    except BadInput as error:
-        raise UsageError(str(error)) from error
-    return targets
-
-
 def _unavailable(devices: Sequence[str]) -> list[str]:
     candidates = ["cuda", "mps"] if sys.platform == "darwin" else ["cuda"]
     present = available_devices()
@@ -254,7 +228,7 @@ def _check(args: argparse.Namespace) -> int:
         if spec is not None and isolate and is_located(spec):
             targets.append((spec, Isolated(failures, warnings, args.call_timeout)))
         else:
-            targets += _targets([spec] if spec else [], (failures, warnings), declared)
+            targets += resolved_targets([spec] if spec else [], (failures, warnings), declared)
     progress = ProgressLine(live=args.progress, final=args.progress, total=len(targets))
     interfaces: Interfaces = {}
     try:
@@ -331,91 +305,13 @@ def _list() -> int:
     return EXIT_OK
 
 
-def _bench(args: argparse.Namespace) -> int:
-    from conformance.implementations.reference_sdpa import IMPLEMENTATION as SDPA
-
-    if args.impls:
-        implementations = [impl for _, impl in _targets(args.impls)]
-    else:
-        implementations = [impl for impl in registered().values() if impl.benchmark and (
-            impl.capabilities.kv_cache is not None or not args.decode)]
-    if args.decode:
-        return _bench_decode(args, implementations)
-    try:
-        lengths = [int(n) for n in args.lengths.split(",")]
-    except ValueError as error:
-        raise UsageError(f"--lengths {args.lengths!r}: give comma-separated integers") from error
-    if args.device not in available_devices():
-        raise UsageError(f"--device {args.device}: not available on this machine")
-    if args.plot and not plot_available():  # before the run, not after it
-        raise UsageError("--plot needs matplotlib: pip install 'attention-conformance[plot]' "
-                         "(in a source checkout: pip install -e '.[plot]')")
-    if args.threads < 1:
-        raise UsageError(f"--threads {args.threads}: give at least 1")
-    mode = "forward + backward" if args.backward else "forward (eval, no_grad)"
-    heading = wrap(f"attention-conformance bench · {mode} · {args.dtype} · {args.device} · batch "
-                   f"{args.batch}, {args.heads} heads x {args.head_dim} · {args.threads} torch "
-                   f"thread(s) · median of {args.rounds} calls, interleaved with SDPA · torch "
-                   + torch.__version__)
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads)
-    loads = [noise.load_average()]
-    try:
-        points = bench(implementations, SDPA, lengths=lengths, batch=args.batch,
-                       heads=args.heads, head_dim=args.head_dim, dtype=DTYPES[args.dtype],
-                       device=args.device, backward=args.backward, budget=args.budget,
-                       rounds=args.rounds)
-    finally:
-        torch.set_num_threads(previous_threads)
-    loads.append(noise.load_average())
-    print(table(points, heading))
-    doubts = noise.warnings(points, load=max((x for x in loads if x is not None), default=None),
-                            cores=os.cpu_count() or 1, threads=args.threads)
-    if doubts:
-        print("\n" + wrap("warning: these figures may be noise: " + "; ".join(doubts) + ". "
-                          "Compare ratios measured in one run, rerun on an idle machine or with "
-                          "more --rounds."), file=sys.stderr)
-    if args.json:
-        settings = {k: str(v) for k, v in vars(args).items() if k not in ("json", "plot")}
-        payload = to_json(points, settings)
-        payload["noise"] = doubts
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
-    if args.plot:
-        plot(points, str(args.plot), heading)
-    return EXIT_OK
-
-
-def _bench_decode(args: argparse.Namespace, implementations: list[Implementation]) -> int:
-    try:
-        contexts = [int(n) for n in args.contexts.split(",")]
-    except ValueError as error:
-        raise UsageError(f"--contexts {args.contexts!r}: give comma-separated integers") from error
-    if args.device not in available_devices():
-        raise UsageError(f"--device {args.device}: not available on this machine")
-    heading = (f"attention-conformance bench --decode · one token per call, eval, no_grad, one "
-               f"torch thread · "
-               f"{args.dtype} · {args.device} · batch {args.batch}, {args.heads} heads x "
-               f"{args.head_dim} · median of {args.rounds} calls, interleaved with SDPA over a "
-               "concatenated cache · torch " + torch.__version__)
-    points = decode_bench(implementations, contexts=contexts, batch=args.batch,
-                          heads=args.heads, head_dim=args.head_dim, dtype=DTYPES[args.dtype],
-                          device=args.device, rounds=args.rounds)
-    print(decode_table(points, heading))
-    if args.json:
-        settings = {k: str(v) for k, v in vars(args).items() if k not in ("json", "plot")}
-        args.json.write_text(json.dumps({"settings": settings,
-                                         "points": [p.to_dict() for p in points]}, indent=2)
-                             + "\n")
-    return EXIT_OK
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "grade":
         return grading_cli.run(args)
     try:
         if args.command == "bench":
-            return _bench(args)
+            return run_bench(args)
         return _check(args) if args.command == "check" else _list()
     except UsageError as error:
         if getattr(args, "debug", False):
