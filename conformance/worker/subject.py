@@ -17,7 +17,6 @@ each declared feature once, and each gets its own answer).
 
 from __future__ import annotations
 
-import re
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -55,21 +54,10 @@ from conformance.worker.protocol import (
 )
 from conformance.worker.sandbox import SandboxKind
 from conformance.worker.sandbox import available as available_sandboxes
+from conformance.worker.target_spec import check_spec
 
 TimeoutPolicy = Callable[[str, "Config | None"], float]
 """``(operation, config of the instance or None) -> seconds`` for one request."""
-
-_FILE_SPEC = re.compile(r"^(?!/)(?!.*(^|/)\.\.(/|$))[\w./-]+\.py::[A-Za-z_]\w*$")
-_MODULE_SPEC = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
-
-
-def check_spec(spec: str) -> None:
-    """ValueError unless ``spec`` names a file inside the submission (``dir/file.py::Attr``) or a
-    module (``package.module:Attr``)."""
-    if not (_FILE_SPEC.match(spec) or _MODULE_SPEC.match(spec)):
-        raise ValueError(f"{spec!r}: give path/file.py::Attr (relative, inside the submission) "
-                         "or package.module:Attr")
-
 
 class IsolatedSubject(Subject):
     """An implementation in a submission, checked in a sandboxed worker process.
