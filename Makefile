@@ -22,10 +22,13 @@ check: $(STAMP)
 # Two pytest-xdist workers, a test file each at a time (a file's module fixtures run once).
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
+# ruff, and the layers contract (pyproject.toml [tool.importlinter]; docs/architecture.md).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-logo
 
 # The speed of the implementations themselves, beside SDPA.
 bench: $(STAMP)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from conformance.errors import ConformanceError
 from conformance.loading.registry import ResolveError, registered, resolve
 from conformance.model import expectations
 from conformance.model.declarations import Declarations
@@ -17,7 +18,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 """The command line's exit statuses: every failure expected; an unexpected failure; bad input."""
 
 
-class UsageError(Exception):
+class UsageError(ConformanceError):
     """Bad input from the user: printed as one line, exit status 2."""
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from conformance.errors import ConformanceError
 from conformance.grading import class_report, feedback, outputs, shards
 from conformance.grading.archives import ArchiveError, extract_zip
 from conformance.grading.discovery import Submission, discover
@@ -30,7 +31,7 @@ from conformance.worker import SandboxKind
 from conformance.worker.sandbox import resolve_kind
 
 
-class GradingInputError(Exception):
+class GradingInputError(ConformanceError):
     """Input that can't be graded (missing or empty folder, unknown --only id); one line."""
 
 

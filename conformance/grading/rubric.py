@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from conformance.errors import ConformanceError
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.declarations import Declarations
 
@@ -57,7 +58,7 @@ VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 GATE = "gate"
 
 
-class RubricError(Exception):
+class RubricError(ConformanceError):
     """A rubric that can't be used; the message is one line naming the file and the place."""
 
 

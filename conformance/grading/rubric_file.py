@@ -10,11 +10,11 @@ import math
 from datetime import datetime, timezone
 from pathlib import Path
 
+from conformance._compat import tomllib
 from conformance.generation.profiles import PROFILE_NAMES
 from conformance.grading.rubric import GATE, VISIBILITIES, Item, Limits, Rubric, RubricError, Target
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.declarations import DeclarationError, from_mapping
-from conformance.model.expectations import tomllib
 
 _TOP = {"assignment", "limits", "targets"}
 _ASSIGNMENT = {"name", "title", "due", "reference", "profile", "seed", "strict",

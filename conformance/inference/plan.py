@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from conformance.errors import ConformanceError
 from conformance.inference.convention import FILLABLE_POSITIONS, ForwardConvention
 from conformance.inference.roles import CONTEXT_LENGTH, MAX_BATCH_SIZE, ConstructorRoles
 from conformance.model.spec import Capabilities, Config, Implementation
@@ -24,7 +25,7 @@ WIDE_WINDOW = 1024
 not checked as windowed): wider than any generated sequence, so it never applies."""
 
 
-class InferenceError(Exception):
+class InferenceError(ConformanceError):
     """What can't be inferred, and how to declare it; one line."""
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from conformance.errors import ConformanceError
 from conformance.model.declarations import Declarations, merged
 from conformance.model.forms import MaskConvention
 from conformance.model.spec import (
@@ -36,7 +37,7 @@ _registry: dict[str, Implementation] = {}
 _entry_points_loaded = False
 
 
-class ResolveError(Exception):
+class ResolveError(ConformanceError):
     """An IMPL argument that names nothing checkable; the message is one line for the user."""
 
 

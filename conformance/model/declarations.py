@@ -61,11 +61,8 @@ from pathlib import Path
 
 import torch
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
+from conformance._compat import tomllib
+from conformance.errors import ConformanceError
 from conformance.model.declared_layouts import FusedProjection, PackedInProjection, SeparateProjections
 from conformance.model.forms import (
     QUERY_AXIS_LAYOUTS,
@@ -79,7 +76,7 @@ from conformance.model.forms import (
 from conformance.model.weights import WeightLayout
 
 
-class DeclarationError(Exception):
+class DeclarationError(ConformanceError):
     """A declaration that can't be read; one line."""
 
 

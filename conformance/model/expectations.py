@@ -10,21 +10,17 @@ fails a run, but under ``--strict`` the listed ones are expected failures.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from conformance._compat import tomllib
+from conformance.errors import ConformanceError
 from conformance.model.check_names import CHECK_NAMES, unknown_checks
 from conformance.model.spec import Implementation
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
-
-class ExpectationsError(Exception):
+class ExpectationsError(ConformanceError):
     """An expected-failures file that can't be used; one line."""
 
 

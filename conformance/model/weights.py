@@ -26,8 +26,10 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from conformance.errors import ConformanceError
 
-class WeightLayoutError(Exception):
+
+class WeightLayoutError(ConformanceError):
     """The module's parameters don't match the declared layout."""
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from conformance.checks.catalogue import GATE
 from conformance.checks.invariants.gate import base_case
+from conformance.errors import ConformanceError
 from conformance.generation.constraints import discover
 from conformance.generation.strategies import available_devices
 from conformance.model.check_names import CHECK_NAMES
@@ -43,7 +44,7 @@ Interfaces = dict[str, tuple[str, tuple[str, ...]]]
 """``{implementation: (what it declares, what was inferred)}``, for reports."""
 
 
-class BadInput(Exception):
+class BadInput(ConformanceError):
     """An isolated implementation is not checkable (a syntax or import error, not found, an
     interface that can't be inferred): one line for the user, as in-process resolution gives."""
 

@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 import torch
 
+from conformance.errors import ConformanceError
 from conformance.model.forms import MaskConvention
 from conformance.model.spec import Capabilities, Config
 from conformance.model.weights import HeadWeights
@@ -28,7 +29,7 @@ NOT_A_PLAIN_TENSOR = "not a plain tensor"
 interface broken by it."""
 
 
-class ImplementationError(Exception):
+class ImplementationError(ConformanceError):
     """The implementation raised, or returned something that is not a tensor."""
 
     fatal: bool = False
@@ -36,7 +37,7 @@ class ImplementationError(Exception):
     call's arguments explain (an isolated subject's errors set it)."""
 
 
-class CapabilityError(Exception):
+class CapabilityError(ConformanceError):
     """A check asked for something the implementation does not declare (a suite bug)."""
 
 

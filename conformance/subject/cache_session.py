@@ -22,11 +22,12 @@ from collections.abc import Callable
 
 import torch
 
+from conformance.errors import ConformanceError
 from conformance.model.forms import CacheStyle
 from conformance.model.spec import Capabilities
 
 
-class CacheProtocolError(Exception):
+class CacheProtocolError(ConformanceError):
     """The implementation did not hand the cache back as its declared style says; one line."""
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import torch
 
+from conformance.errors import ConformanceError
 from conformance.model.forms import LAYOUT_SHAPES, MaskConvention, MaskKind, MaskLayout
 
 
-class MaskEncodingError(ValueError):
+class MaskEncodingError(ConformanceError, ValueError):
     """The canonical mask can't be expressed in the convention (a shared (Lq, Lk) mask for
     batch elements with different padding, a per-row pattern in a layout without a query axis)."""
 

@@ -12,6 +12,7 @@ import signal
 from collections.abc import Sequence
 from enum import Enum
 
+from conformance.errors import ConformanceError
 from conformance.subject.boundary import ImplementationError
 
 
@@ -85,7 +86,7 @@ class LoadError(WorkerError):
         self.output = output
 
 
-class ProtocolError(Exception):
+class ProtocolError(ConformanceError):
     """A malformed frame or message (from the worker, or to it)."""
 
 

@@ -43,6 +43,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
+from conformance.errors import ConformanceError
 from conformance.worker import confine
 from conformance.worker.limits import TORCH_ADDRESS_SPACE, Limits
 
@@ -75,7 +76,7 @@ its ``__file__`` would tie this module to everything the package names."""
 _counter = itertools.count()
 
 
-class SandboxUnavailable(Exception):
+class SandboxUnavailable(ConformanceError):
     """The requested sandbox does not work on this machine; one line."""
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
+from conformance.errors import ConformanceError
 from conformance.generation.cases import Case
 
 Severity = Literal["fail", "warn"]
@@ -15,7 +16,7 @@ Severity = Literal["fail", "warn"]
 ``warn``: a robustness finding beyond that range (see :class:`conformance.model.results.Status`)."""
 
 
-class Violation(AssertionError):
+class Violation(ConformanceError, AssertionError):
     """The property does not hold: ``summary`` in one line, then evidence and a likely cause.
 
     ``severity="warn"`` marks a finding that is a warning, not a failure, wherever it is raised.
@@ -56,7 +57,7 @@ class Finding(NamedTuple):
     case: Case | None
 
 
-class CheckFailed(Exception):
+class CheckFailed(ConformanceError):
     """A check failed; carries the violation (or implementation error) and the minimal case."""
 
     def __init__(self, error: BaseException, case: Case | None):
