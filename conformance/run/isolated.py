@@ -20,6 +20,7 @@ from conformance.model.check_names import CHECK_NAMES
 from conformance.model.declarations import Declarations
 from conformance.model.results import CheckResult, Status
 from conformance.model.spec import Config, Implementation
+from conformance.model.status import is_load_problem
 from conformance.run.runner import Runner
 from conformance.subject.boundary import ImplementationError, Subject
 
@@ -47,11 +48,6 @@ Interfaces = dict[str, tuple[str, tuple[str, ...]]]
 class BadInput(ConformanceError):
     """An isolated implementation is not checkable (a syntax or import error, not found, an
     interface that can't be inferred): one line for the user, as in-process resolution gives."""
-
-
-LOAD_PROBLEMS = ("syntax error", "import error", "not found", "interface mismatch")
-"""What a worker says when an implementation is bad input, as opposed to one that hangs or
-crashes while it is loaded (a failed gate, with the evidence)."""
 
 
 def not_loaded(name: str, error: BaseException, devices: Sequence[str] | None,
@@ -107,7 +103,7 @@ def isolated_results(runner: Runner, spec: str, what: Isolated,
     try:
         subjects = open_all(spec, declared, call_seconds=what.call_seconds)
     except LoadError as error:
-        if str(getattr(error.status, "value", error.status)) in LOAD_PROBLEMS:
+        if is_load_problem(error.status):
             raise BadInput(f"{spec}: {error}") from None
         interfaces[origin(spec)] = ("not loaded", ())
         return not_loaded(origin(spec), error, devices, checks)

@@ -13,19 +13,20 @@ from collections.abc import Sequence
 from enum import Enum
 
 from conformance.errors import ConformanceError
+from conformance.model.status import LoadProblem
 from conformance.subject.boundary import ImplementationError
 
 
 class WorkerStatus(str, Enum):
     """Why an isolated implementation could not be loaded or called."""
 
-    SYNTAX_ERROR = "syntax error"
+    SYNTAX_ERROR = LoadProblem.SYNTAX_ERROR.value
     """The submission does not parse."""
-    IMPORT_ERROR = "import error"
+    IMPORT_ERROR = LoadProblem.IMPORT_ERROR.value
     """Importing it raised (a missing dependency, an exception at import time)."""
-    NOT_FOUND = "not found"
+    NOT_FOUND = LoadProblem.NOT_FOUND.value
     """The named file, module or attribute does not exist."""
-    INTERFACE_MISMATCH = "interface mismatch"
+    INTERFACE_MISMATCH = LoadProblem.INTERFACE_MISMATCH.value
     """It exists but is not checkable: not an attention module, or its interface can't be inferred."""
     TIMEOUT = "timeout"
     """A request, the start-up or the worker's lifetime ran past its wall-clock limit."""
