@@ -63,7 +63,7 @@ class RubricError(ConformanceError):
 
 
 @dataclass(frozen=True)
-class Limits:
+class RubricLimits:
     """Resource limits for running one submission."""
 
     check_seconds: float = 60.0
@@ -161,7 +161,7 @@ class Rubric:
     reference: Path | None
     profile: str
     seed: int
-    limits: Limits
+    limits: RubricLimits
     targets: tuple[Target, ...]
     strict: bool = False
     """A warning earns nothing (by default it earns the check's points)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conformance._compat import tomllib
 from conformance.generation.profiles import PROFILE_NAMES
-from conformance.grading.rubric import GATE, VISIBILITIES, Item, Limits, Rubric, RubricError, Target
+from conformance.grading.rubric import GATE, VISIBILITIES, Item, Rubric, RubricError, RubricLimits, Target
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.declarations import DeclarationError, from_mapping
 
@@ -130,10 +130,10 @@ def _positive(value: object, where: str) -> float:
     return float(value)
 
 
-def _limits(table: dict, where: str) -> Limits:
+def _limits(table: dict, where: str) -> RubricLimits:
     _known_keys(table, _LIMITS, f"{where}: [limits]")
-    defaults = Limits()
-    return Limits(
+    defaults = RubricLimits()
+    return RubricLimits(
         check_seconds=_positive(table.get("check_seconds", defaults.check_seconds),
                                 f"{where}: [limits] check_seconds"),
         submission_seconds=_positive(table.get("submission_seconds", defaults.submission_seconds),
