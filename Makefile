@@ -23,6 +23,7 @@ check: $(STAMP)
 # The documentation is built too (strict: a broken link or a page missing from it fails).
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
@@ -30,8 +31,10 @@ test: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
+# ruff, and the layers contract (pyproject.toml [tool.importlinter]; docs/architecture.md).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-logo
 
 # The speed of the implementations themselves, beside SDPA.
 bench: $(STAMP)

@@ -62,7 +62,7 @@ def build_class(folder: Path, students: int) -> None:
 
 def worker_costs() -> tuple[float, float]:
     """(seconds to start a worker and load a submission, seconds per forward request)."""
-    from conformance.cases import Case
+    from conformance.generation.cases import Case
     from conformance.worker import IsolatedSubject
 
     source = sorted((EXAMPLE / "reference").glob("*.py"))[0]

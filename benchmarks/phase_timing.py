@@ -43,9 +43,10 @@ SPREAD = [
 def one(spec: str) -> dict[str, float]:
     """The phases of checking ``spec`` in this (fresh) interpreter."""
     start = time.perf_counter()
-    from conformance.adapter import InProcessSubject
-    from conformance.catalogue import CHECK_NAMES, Runner
-    from conformance.registry import resolve
+    from conformance.loading.registry import resolve
+    from conformance.model.check_names import CHECK_NAMES
+    from conformance.run.runner import Runner
+    from conformance.subject.in_process import InProcessSubject
 
     phases = {"startup": time.perf_counter() - start}
     start = time.perf_counter()

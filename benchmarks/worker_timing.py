@@ -20,12 +20,13 @@ from pathlib import Path
 import torch
 
 from conformance import Config, Runner
-from conformance.adapter import InProcessSubject, Inputs
 from conformance.implementations.mutants.textbook import IMPLEMENTATIONS
+from conformance.subject.boundary import Inputs
+from conformance.subject.in_process import InProcessSubject
 from conformance.worker import IsolatedSubject
 from conformance.worker.sandbox import resolve_kind
 
-TEXTBOOK = Path(__file__).resolve().parents[1] / "implementations" / "mutants" / "textbook.py"
+TEXTBOOK = Path(__file__).resolve().parents[1] / "conformance" / "implementations" / "mutants" / "textbook.py"
 
 
 def median_time(function, repeats: int) -> float:

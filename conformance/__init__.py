@@ -24,17 +24,24 @@ from conformance._version import __version__
 # `import conformance` (and the pytest plugin, which pytest loads in every run of an environment
 # the suite is installed in) costs nothing until something is used.
 _EXPORTS = {
-    "conformance.adapter": ("ImplementationError", "Inputs", "Instance", "Subject"),
-    "conformance.catalogue": ("CHECK_NAMES", "Runner", "check", "check_many"),
-    "conformance.inference": ("Declarations", "Inferred", "infer", "infer_function"),
-    "conformance.registry": ("ResolveError", "implementation", "register", "registered",
-                             "resolve"),
-    "conformance.results": ("CheckResult", "Status"),
-    "conformance.spec": ("AlibiBias", "CacheStyle", "Capabilities", "Config", "Implementation",
-                         "MaskConvention", "MaskKind", "MaskLayout", "PackedForm",
-                         "PositionEncoding", "PositionForm", "Rotary"),
-    "conformance.weights": ("FusedProjection", "HeadWeights", "PackedInProjection",
-                            "PerHeadModules", "SeparateProjections", "WeightLayout"),
+    "conformance.inference.core_function": ("infer_function",),
+    "conformance.inference.infer": ("infer",),
+    "conformance.inference.plan": ("Inferred",),
+    "conformance.loading.registry": ("ResolveError", "implementation", "register", "registered",
+                                     "resolve"),
+    "conformance.model.check_names": ("CHECK_NAMES",),
+    "conformance.model.declarations": ("Declarations",),
+    "conformance.model.results": ("CheckResult", "Status"),
+    "conformance.model.forms": ("AlibiBias", "CacheStyle", "MaskConvention", "MaskKind",
+                                "MaskLayout", "PackedForm", "PositionEncoding", "PositionForm",
+                                "Rotary"),
+    "conformance.model.spec": ("Capabilities", "Config", "Implementation"),
+    "conformance.model.declared_layouts": ("FusedProjection", "PackedInProjection",
+                                           "PerHeadModules", "SeparateProjections"),
+    "conformance.model.weights": ("HeadWeights", "WeightLayout"),
+    "conformance.run.many": ("check", "check_many"),
+    "conformance.run.runner": ("Runner",),
+    "conformance.subject.boundary": ("ImplementationError", "Inputs", "Instance", "Subject"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
@@ -63,17 +70,27 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from conformance.adapter import ImplementationError, Inputs, Instance, Subject
-    from conformance.catalogue import CHECK_NAMES, Runner, check, check_many
-    from conformance.inference import Declarations, Inferred, infer, infer_function
-    from conformance.registry import ResolveError, implementation, register, registered, resolve
-    from conformance.results import CheckResult, Status
-    from conformance.spec import (
+    from conformance.inference.core_function import infer_function
+    from conformance.inference.infer import infer
+    from conformance.inference.plan import Inferred
+    from conformance.loading.registry import (
+        ResolveError,
+        implementation,
+        register,
+        registered,
+        resolve,
+    )
+    from conformance.model.check_names import CHECK_NAMES
+    from conformance.model.declarations import Declarations
+    from conformance.model.declared_layouts import (
+        FusedProjection,
+        PackedInProjection,
+        PerHeadModules,
+        SeparateProjections,
+    )
+    from conformance.model.forms import (
         AlibiBias,
         CacheStyle,
-        Capabilities,
-        Config,
-        Implementation,
         MaskConvention,
         MaskKind,
         MaskLayout,
@@ -82,11 +99,9 @@ if TYPE_CHECKING:
         PositionForm,
         Rotary,
     )
-    from conformance.weights import (
-        FusedProjection,
-        HeadWeights,
-        PackedInProjection,
-        PerHeadModules,
-        SeparateProjections,
-        WeightLayout,
-    )
+    from conformance.model.results import CheckResult, Status
+    from conformance.model.spec import Capabilities, Config, Implementation
+    from conformance.model.weights import HeadWeights, WeightLayout
+    from conformance.run.many import check, check_many
+    from conformance.run.runner import Runner
+    from conformance.subject.boundary import ImplementationError, Inputs, Instance, Subject

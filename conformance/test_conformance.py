@@ -5,10 +5,11 @@ One test function per check; the plugin parametrizes each over implementations a
 
 from __future__ import annotations
 
-from conformance.catalogue import CATALOGUE, CHECK_NAMES, GATE
-from conformance.catalogue import Runner as _Runner
-from conformance.pytest_catalogue import catalogue_reproduction as _reproduction
-from conformance.pytest_catalogue import enforce as _enforce
+from conformance.checks.catalogue import CATALOGUE, GATE
+from conformance.frontends.pytest_catalogue import catalogue_reproduction as _reproduction
+from conformance.frontends.pytest_catalogue import enforce as _enforce
+from conformance.model.check_names import CHECK_NAMES
+from conformance.run.runner import Runner as _Runner
 
 _TITLES = {GATE.name: GATE.title, **{check.name: check.title for check in CATALOGUE}}
 

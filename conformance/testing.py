@@ -26,16 +26,17 @@ from dataclasses import dataclass
 
 import pytest
 
-from conformance.adapter import InProcessSubject, Subject
-from conformance.cases import Case
-from conformance.catalogue import Runner
-from conformance.check_names import CHECK_NAMES, unknown_checks
-from conformance.expectations import apply
+from conformance.frontends.pytest_catalogue import enforce, reproduction
+from conformance.frontends.pytest_options import current_config, pasteable_id
+from conformance.generation.cases import Case
 from conformance.inference import DeclarationError
-from conformance.inference.declarations import from_mapping
-from conformance.pytest_catalogue import enforce, reproduction
-from conformance.pytest_plugin import current_config, pasteable_id
-from conformance.registry import ResolveError, implementations_of
+from conformance.loading.registry import ResolveError, implementations_of
+from conformance.model.check_names import CHECK_NAMES, unknown_checks
+from conformance.model.declarations import from_mapping
+from conformance.model.expectations import apply
+from conformance.run.runner import Runner
+from conformance.subject.boundary import Subject
+from conformance.subject.in_process import InProcessSubject
 
 _RUNNERS: dict[tuple, Runner] = {}
 """One Runner per set of options, so every check of an implementation shares its gate."""
@@ -63,7 +64,7 @@ class AttentionCheck:
             if key not in _RUNNERS:
                 _RUNNERS[key] = Runner(key[0], strict=key[3])
             return _RUNNERS[key]
-        from conformance.pytest_plugin import runner_options
+        from conformance.frontends.pytest_options import runner_options
 
         options = runner_options(config)
         if self.profile is not None:

@@ -12,9 +12,9 @@ from torch import nn
 
 from conformance import Status, check
 from conformance.inference import Declarations, infer, infer_function
-from conformance.layouts import ArrangedProjection, RelabelledHeads, role_rows
-from conformance.position_encoding import encode, head_slopes, standard_slopes
-from conformance.spec import AlibiBias, PositionEncoding, Rotary
+from conformance.model.forms import AlibiBias, PositionEncoding, Rotary
+from conformance.model.layouts import ArrangedProjection, RelabelledHeads, role_rows
+from conformance.numerics.position_encoding import encode, head_slopes, standard_slopes
 
 
 def _softmax_attention(q, k, v, causal=False, keep=None):

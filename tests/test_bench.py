@@ -9,8 +9,8 @@ import torch
 
 from conformance.benchmark import attention_flops, peak_memory, scaling_exponent, time_interleaved
 from conformance.benchmark.ladder import BenchPoint, predicted_cost
-from conformance.cli import main
-from conformance.spec import Config
+from conformance.frontends.cli import main
+from conformance.model.spec import Config
 
 
 def test_flop_formula():
@@ -144,9 +144,9 @@ def test_noise_is_said_with_its_numbers():
 
 
 def test_bench_checks_for_matplotlib_before_the_run(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("conformance.cli.plot_available", lambda: False)
+    monkeypatch.setattr("conformance.frontends.bench_command.plot_available", lambda: False)
     ran = []
-    monkeypatch.setattr("conformance.cli.bench", lambda *a, **k: ran.append(1) or [])
+    monkeypatch.setattr("conformance.frontends.bench_command.bench", lambda *a, **k: ran.append(1) or [])
     code = main(["bench", "textbook", "--lengths", "16", "--plot", str(tmp_path / "b.png")])
     err = capsys.readouterr().err
     assert code == 2 and ran == []
@@ -161,7 +161,7 @@ def test_bench_runs_on_the_threads_it_is_given(capsys, monkeypatch):
         return []
 
     before = torch.get_num_threads()
-    monkeypatch.setattr("conformance.cli.bench", fake_bench)
+    monkeypatch.setattr("conformance.frontends.bench_command.bench", fake_bench)
     assert main(["bench", "textbook", "--lengths", "16", "--threads", "1"]) == 0
     assert seen == [1] and torch.get_num_threads() == before
     assert "1 torch thread(s)" in " ".join(capsys.readouterr().out.split())

@@ -14,8 +14,8 @@ from dataclasses import replace
 import pytest
 from torch import nn
 
-from conformance import Implementation, Status, mask_mistakes
-from conformance.catalogue import check_many
+from conformance import Implementation, Status
+from conformance.checks import mask_mistakes
 from conformance.implementations.mutants import (
     batch_heads_mixed,
     causal_hides_current_token,
@@ -25,6 +25,7 @@ from conformance.implementations.mutants import (
     same_projection_for_k_and_v,
 )
 from conformance.implementations.mutants.textbook import TextbookAttention, declare
+from conformance.run.many import check_many
 
 CAUSAL_WORDS = (mask_mistakes.HIDES_CURRENT, mask_mistakes.SHOWS_NEXT,
                 mask_mistakes.IGNORES_CAUSAL, mask_mistakes.REPLACES_CAUSAL,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conformance import CHECK_NAMES
-from conformance.cli import main
+from conformance.frontends.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
 USER = f"{FIXTURES / 'user_impls.py'}::"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from worker_support import descendants, wait_until
 
-from conformance.progress import ProgressLine
-from conformance.results import CheckResult, Status
+from conformance.frontends.progress_line import ProgressLine
+from conformance.model.results import CheckResult, Status
 
 HERE = Path(__file__).parent / "fixtures" / "containment"
 USER = Path(__file__).parent / "fixtures" / "user_impls.py"

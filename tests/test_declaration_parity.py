@@ -13,7 +13,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import conformance
-from conformance.cli import main
+from conformance.frontends.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHECKS = ["gate", "padding", "mask_formats"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance.cli import main
+from conformance.frontends.cli import main
 from conformance.inference import Declarations, InferenceError, infer
-from conformance.registry import ResolveError, resolve
+from conformance.loading.registry import ResolveError, resolve
 from tests.fixtures.user_styles import EinsumAttention
 
 SPEC = "tests.fixtures.user_styles:OddlyNamed"

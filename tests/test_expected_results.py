@@ -6,11 +6,13 @@ import importlib
 
 import pytest
 
-from conformance import CHECK_NAMES, CheckResult, Status, mask_mistakes
-from conformance.catalogue import check_many
+from conformance import CHECK_NAMES, CheckResult, Status
+from conformance.checks import mask_mistakes
 from conformance.implementations import bundled, expected_results, expected_warnings
 from conformance.implementations.mutants import MUTANT_MODULES
-from conformance.kernels import PLATFORM_NOTE
+from conformance.numerics.platform_defects import PLATFORM_NOTE
+from conformance.run.many import check_many
+from tests.selection import wanted
 
 IMPLEMENTATIONS = {impl.name: impl for impl in bundled()}
 MODERN = {"kv_groups", "position_shift", "alibi", "sliding_window", "kv_cache", "packed"}
@@ -39,11 +41,23 @@ CORRECT = {  # correct implementations, and the checks they declare they can't t
 }
 
 
+def _implementation(params: dict) -> str | None:
+    """The bundled implementation a test's parameters are about."""
+    if "name" in params:
+        return params["name"]
+    module = params.get("module")
+    return getattr(getattr(module, "IMPLEMENTATION", None), "name", None)
+
+
 @pytest.fixture(scope="module")
-def results() -> dict[str, dict[str, CheckResult]]:
-    """Every bundled implementation's verdicts on the CPU (quick profile, both cores)."""
+def results(request) -> dict[str, dict[str, CheckResult]]:
+    """The bundled implementations' verdicts on the CPU (quick profile, both cores): those the
+    selected tests are about (``-k mask_inverted`` checks one), every one for a full run."""
+    names = wanted(request, {"results", "matrix"}, _implementation)
+    targets = [(name, impl) for name, impl in IMPLEMENTATIONS.items()
+               if names is None or name in names]
     verdicts: dict[str, dict[str, CheckResult]] = {}
-    for result in check_many(list(IMPLEMENTATIONS.items()), devices=["cpu"], jobs=2):
+    for result in check_many(targets, devices=["cpu"], jobs=2):
         verdicts.setdefault(result.implementation, {})[result.check] = result
     return verdicts
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cli import main
+from conformance.frontends.cli import main
 from conformance.grading import selftest
 from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome
 from conformance.grading.progress import Progress
-from conformance.grading.rubric import load
-from conformance.results import CheckResult, Status
+from conformance.grading.rubric_file import load
+from conformance.model.results import CheckResult, Status
 from conformance.worker import sandbox
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "attention-assignment"

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance import mask_mistakes
+from conformance.checks import mask_mistakes
 from conformance.grading import merge, pipeline, selftest, shards
 from conformance.grading.roster import load as load_roster
-from conformance.grading.rubric import load
+from conformance.grading.rubric_file import load
 from conformance.grading.student_text import SUITE
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "attention-assignment"

@@ -13,9 +13,9 @@ from worker_support import FILESYSTEM_SANDBOXES
 from conformance.grading import execution
 from conformance.grading.execution import run_submission
 from conformance.grading.outcome import RunStatus
-from conformance.grading.rubric import load
+from conformance.grading.rubric_file import load
 from conformance.grading.scoring import score
-from conformance.results import Status
+from conformance.model.results import Status
 
 ATTENTION = '''
 import math

@@ -15,7 +15,7 @@ from conformance.grading.archives import ArchiveError, ArchiveLimits, extract_zi
 from conformance.grading.discovery import discover, safe_id
 from conformance.grading.notebooks import NotebookError, convert
 from conformance.grading.outcome import RunStatus, TargetOutcome
-from conformance.grading.rubric import load
+from conformance.grading.rubric_file import load
 from conformance.grading.staging import stage, tree_hash
 from conformance.grading.targets import Location, locate, near_misses, scan
 

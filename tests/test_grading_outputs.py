@@ -13,12 +13,13 @@ import pytest
 
 from conformance.grading import class_report, feedback, outputs
 from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome, overall_status
-from conformance.grading.pipeline import Student, write_outputs
+from conformance.grading.pipeline import write_outputs
 from conformance.grading.roster import Person, Roster
-from conformance.grading.rubric import load
+from conformance.grading.rubric_file import load
 from conformance.grading.scoring import score
 from conformance.grading.store import Record, Store
-from conformance.results import CheckResult, Status
+from conformance.grading.student import Student
+from conformance.model.results import CheckResult, Status
 
 RUBRIC = """
 [assignment]

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cli import main
-from conformance.grading.rubric import GATE, RubricError, load, prerequisites
+from conformance.frontends.cli import main
+from conformance.grading.rubric import GATE, RubricError, prerequisites
+from conformance.grading.rubric_file import load
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "attention-assignment"
 

@@ -15,9 +15,9 @@ from conformance.grading.outcome import (
     overall_status,
     result_from_dict,
 )
-from conformance.grading.rubric import load
+from conformance.grading.rubric_file import load
 from conformance.grading.scoring import State, score
-from conformance.results import CheckResult, Status
+from conformance.model.results import CheckResult, Status
 
 RUBRIC = """
 [[targets]]

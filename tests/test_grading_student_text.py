@@ -14,12 +14,12 @@ import pytest
 
 from conformance.grading import feedback, outputs
 from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome
-from conformance.grading.pipeline import Student
-from conformance.grading.rubric import load
+from conformance.grading.rubric_file import load
 from conformance.grading.scoring import score
 from conformance.grading.store import Record
+from conformance.grading.student import Student
 from conformance.grading.student_text import SUITE, for_student, hint_for_student
-from conformance.results import CheckResult, Status
+from conformance.model.results import CheckResult, Status
 
 PACKAGES = sysconfig.get_paths()["purelib"]
 STDLIB = sysconfig.get_paths()["stdlib"]

@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 from conformance.grading import selftest
-from conformance.grading.rubric import load
+from conformance.grading.rubric_file import load
 from conformance.grading.variants import renamed
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "attention-assignment"

@@ -9,14 +9,15 @@ import pytest
 import torch
 
 from conformance import Config, Status
-from conformance.catalogue import check_many
 from conformance.implementations import bundled, expected_results, expected_warnings
 from conformance.implementations import seed000_multihead_self_attention as seed000
 from conformance.implementations.mutants import MUTANT_MODULES
 from conformance.implementations.mutants.mask_inverted import MaskInverted
 from conformance.inference import Declarations, InferenceError, infer
-from conformance.kernels import PLATFORM_NOTE
-from conformance.registry import resolve
+from conformance.loading.registry import resolve
+from conformance.numerics.platform_defects import PLATFORM_NOTE
+from conformance.run.many import check_many
+from tests.selection import wanted
 
 PROBE = Config(batch=1, q_len=2, kv_len=2, d_model=8, num_heads=2)
 
@@ -57,13 +58,16 @@ MUTANTS = {module.IMPLEMENTATION.name: module for module in MUTANT_MODULES}
 
 
 @pytest.fixture(scope="module")
-def inferred_findings() -> dict[str, tuple[set[str], set[str], object]]:
+def inferred_findings(request) -> dict[str, tuple[set[str], set[str], object]]:
     """(failed checks, warned checks, the inferred implementation) of each registration's class,
-    inferred (plus its one flag, where listed), keyed by the registration's name."""
+    inferred (plus its one flag, where listed), keyed by the registration's name: those the
+    selected tests are about (``-k mask_inverted`` infers and checks one), every one for a full
+    run."""
+    names = wanted(request, {"inferred_findings"}, lambda params: params.get("name"))
     plain = {name: (spec, resolve(spec)[0]) for name, spec in CHECKED.items()
-             if name not in ONE_FLAG}
+             if name not in ONE_FLAG and (names is None or name in names)}
     flagged = {name: (CHECKED[name], resolve(CHECKED[name], declared)[0])
-               for name, declared in ONE_FLAG.items()}
+               for name, declared in ONE_FLAG.items() if names is None or name in names}
     unique = list({impl.name: (spec, impl) for spec, impl in plain.values()}.values())
     results = check_many(unique, devices=["cpu"], jobs=2)
     for spec, impl in flagged.values():

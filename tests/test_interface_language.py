@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.interface_language import spoken, spoken_result
-from conformance.results import CheckResult, Status
+from conformance.frontends.interface_language import spoken, spoken_result
+from conformance.model.results import CheckResult, Status
 
 
 @pytest.mark.parametrize("text,pytest_form,python_form", [

@@ -27,7 +27,7 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("x_transformers")
 
-from conformance.cli import main
+from conformance.frontends.cli import main
 from tests.fixtures import library_others, library_transformers
 
 TRANSFORMERS = "tests.fixtures.library_transformers"

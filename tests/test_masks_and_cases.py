@@ -7,10 +7,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.cases import Case
-from conformance.masks import encode_mask
-from conformance.spec import Capabilities, MaskConvention, MaskKind, MaskLayout
-from conformance.strategies import cases
+from conformance.generation.cases import Case
+from conformance.generation.strategies import cases
+from conformance.model.forms import MaskConvention, MaskKind, MaskLayout
+from conformance.model.spec import Capabilities
+from conformance.subject.masks import encode_mask
 
 KEEP = torch.tensor([[True, False, True], [True, True, True]])
 

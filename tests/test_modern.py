@@ -9,18 +9,21 @@ import torch
 from torch import nn
 
 from conformance import CacheStyle, Capabilities, Implementation, PackedForm, PositionForm
-from conformance.adapter import CapabilityError, ImplementationError, InProcessSubject, Inputs
 from conformance.benchmark.decode import decode_bench, decode_table
-from conformance.call_arguments import block_diagonal, cu_seqlens, positions_argument
-from conformance.cases import Case
-from conformance.diagnosis import tiled_groups
+from conformance.checks.diagnosis import tiled_groups
+from conformance.generation.cases import Case
 from conformance.implementations.modern import IMPLEMENTATIONS, LlamaAttention, VarlenAttention
 from conformance.inference import Declarations, InferenceError, infer
-from conformance.inference.declarations import DeclarationError
-from conformance.masks import MaskEncodingError, encode_mask
-from conformance.reference import allowed_keys, reference_attention
-from conformance.spec import Config, MaskConvention, MaskKind, MaskLayout
-from conformance.weights import FusedProjection, HeadWeights, SeparateProjections
+from conformance.model.declarations import DeclarationError
+from conformance.model.declared_layouts import FusedProjection, SeparateProjections
+from conformance.model.forms import MaskConvention, MaskKind, MaskLayout
+from conformance.model.spec import Config
+from conformance.model.weights import HeadWeights
+from conformance.numerics.reference import allowed_keys, reference_attention
+from conformance.subject.boundary import CapabilityError, ImplementationError, Inputs
+from conformance.subject.call_arguments import block_diagonal, cu_seqlens, positions_argument
+from conformance.subject.in_process import InProcessSubject
+from conformance.subject.masks import MaskEncodingError, encode_mask
 
 MODERN = {impl.name: impl for impl in IMPLEMENTATIONS}
 
@@ -148,7 +151,7 @@ def test_declarations_of_the_modern_forms_read_and_refuse_in_one_line():
 
 
 def test_the_modern_declarations_have_their_toml_spellings():
-    from conformance.inference.declarations import from_mapping
+    from conformance.model.declarations import from_mapping
 
     declared = from_mapping({"kv-heads-arg": "n_kv", "window-arg": "window_size:left",
                              "kv-cache": "returned@past", "packed": "mask",

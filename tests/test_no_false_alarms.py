@@ -24,8 +24,8 @@ import json
 import pytest
 import torch
 
-from conformance.cli import main
-from conformance.kernels import PLATFORM_NOTE, matmul_spreads_nan
+from conformance.frontends.cli import main
+from conformance.numerics.platform_defects import PLATFORM_NOTE, matmul_spreads_nan
 from tests.fixtures import homework_styles, modern_styles, user_styles, wild_styles
 
 SPECS = ([f"tests.fixtures.user_styles:{cls.__name__}" for cls in user_styles.STYLES]

@@ -73,7 +73,7 @@ def test_bad_impl_is_a_usage_error():
 
 
 def test_profiles_hold_under_ci_and_foreign_hypothesis_profiles():
-    code = ("import conformance.profiles as p; s = p.PROFILES['quick']; "
+    code = ("import conformance.generation.profiles as p; s = p.PROFILES['quick']; "
             "print(s.max_examples, s.derandomize, s.database)")
     for env in ({"CI": "true"}, {}):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -102,14 +102,16 @@ def test_the_plugin_costs_nothing_until_used(tmp_path):
                            str(tmp_path)], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     # The plugin was loaded (pytest11), and nothing else of the suite, nor torch.
-    assert "LOADED ['conformance', 'conformance._version', 'conformance.pytest_plugin'] False" \
-        in done.stdout
+    loaded = ("LOADED ['conformance', 'conformance._version', 'conformance.frontends', "
+              "'conformance.frontends.pytest_options', 'conformance.frontends.pytest_plugin'] False")
+    assert loaded in done.stdout
 
 
 def test_the_plugins_profile_names_are_the_suites():
-    from conformance import profiles, pytest_plugin
+    from conformance.frontends import pytest_options
+    from conformance.generation import profiles
 
-    assert pytest_plugin.PROFILE_NAMES == profiles.PROFILE_NAMES
+    assert pytest_options.PROFILE_NAMES == profiles.PROFILE_NAMES
 
 
 def test_hypothesis_options_reach_the_suites_searches(tmp_path):

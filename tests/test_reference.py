@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conformance.reference import allowed_keys, reference_attention
-from conformance.weights import HeadWeights
+from conformance.model.weights import HeadWeights
+from conformance.numerics.reference import allowed_keys, reference_attention
 
 
 def _weights(heads: int, head_dim: int, d_in: int, *, out: bool = True, seed: int = 0):

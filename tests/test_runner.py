@@ -6,9 +6,9 @@ import torch
 
 import conformance
 from conformance import Status
-from conformance.cases import Case
-from conformance.probes import measure_attention
-from conformance.reference import reference_attention
+from conformance.checks.probes import measure_attention
+from conformance.generation.cases import Case
+from conformance.numerics.reference import reference_attention
 from tests.fixtures import user_impls
 
 
@@ -106,7 +106,7 @@ def test_quick_profile_is_deterministic():
 
 
 def test_probe_measures_the_attention_matrix_an_implementation_computes():
-    subject = conformance.catalogue.as_subject("reference-sdpa")
+    subject = conformance.run.runner.as_subject("reference-sdpa")
     case = Case(batch=2, q_len=3, kv_len=4, num_heads=2, head_dim=5, seed=1, kept=(4, 2))
     instance = subject.instantiate(case.config, case.seed)
     attention = measure_attention(instance, case, "qkv", keep=case.keep())

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conformance import Status
-from conformance.catalogue import check_many
-from conformance.registry import resolve
+from conformance.loading.registry import resolve
+from conformance.run.many import check_many
 
 
 def test_huggingface_bert_and_gpt2_attention():

@@ -1,11 +1,11 @@
-"""The agreement rule (conformance.tolerance): the max rule always, the mean rule where a mean
+"""The agreement rule (conformance.numerics.tolerance): the max rule always, the mean rule where a mean
 is a statistic."""
 
 from __future__ import annotations
 
 import torch
 
-from conformance.tolerance import MEAN_MIN_ELEMENTS, agreement
+from conformance.numerics.tolerance import MEAN_MIN_ELEMENTS, agreement
 
 
 def test_a_few_elements_a_unit_off_are_judged_by_the_max_rule_alone():

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conformance.cli import main
+from conformance.frontends.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

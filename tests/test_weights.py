@@ -9,14 +9,13 @@ from torch import nn
 from conformance.implementations import seed001_self_attention_steps as seed001
 from conformance.implementations import seed003_causal_multihead_attention as seed003
 from conformance.implementations.mutants.textbook import TextbookAttention
-from conformance.weights import (
+from conformance.model.declared_layouts import (
     FusedProjection,
-    HeadWeights,
     PackedInProjection,
     PerHeadModules,
     SeparateProjections,
-    WeightLayoutError,
 )
+from conformance.model.weights import HeadWeights, WeightLayoutError
 
 LAYOUTS = [
     (lambda: TextbookAttention(6, 3), SeparateProjections("q_proj", "k_proj", "v_proj", "out_proj"), 3),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -45,8 +46,17 @@ class MyAttention(nn.Module):
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wheel")
+    # Built from a copy of the tracked files: a build in the checkout leaves build/, whose stale
+    # modules a later wheel would carry.
+    source = root / "source"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True,
+                             capture_output=True, text=True).stdout.split("\0")
+    for name in filter(None, tracked):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--wheel-dir", str(root / "dist"), str(ROOT)],
+                    "--no-build-isolation", "--wheel-dir", str(root / "dist"), str(source)],
                    check=True, capture_output=True)
     (wheel,) = (root / "dist").glob("attention_conformance-*.whl")
     project = root / "project"

@@ -27,8 +27,9 @@ from worker_support import (
 )
 
 from conformance import Config, Runner, resolve
-from conformance.adapter import InProcessSubject, Inputs
 from conformance.inference import Declarations
+from conformance.subject.boundary import Inputs
+from conformance.subject.in_process import InProcessSubject
 from conformance.worker import (
     IsolatedSubject,
     LoadError,

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from conformance import Capabilities, Config, Declarations, MaskConvention, MaskKind, MaskLayout
-from conformance.adapter import Gradients, Inputs
-from conformance.weights import HeadWeights
+from conformance.model.weights import HeadWeights
+from conformance.subject.boundary import Gradients, Inputs
 from conformance.worker import CodecError, decode, encode
 from conformance.worker.errors import ProtocolError
 from conformance.worker.protocol import Declaration, Failure, LoadReply

@@ -42,9 +42,10 @@ from worker_support import (
 
 import conformance
 from conformance import Config, Runner, resolve
-from conformance.adapter import InProcessSubject, Inputs
 from conformance.inference import Declarations
-from conformance.results import Status
+from conformance.model.results import Status
+from conformance.subject.boundary import Inputs
+from conformance.subject.in_process import InProcessSubject
 from conformance.worker import IsolatedSubject, LoadError, WorkerError, WorkerStatus
 from conformance.worker import sandbox as sandbox_module
 

@@ -19,12 +19,14 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from conformance.adapter import ImplementationError, InProcessSubject, Inputs
 from conformance.benchmark.measure import WARMUP, time_interleaved
-from conformance.cases import Case, dtype_name
-from conformance.head_projections import HeadProjections
-from conformance.spec import CacheStyle, Capabilities, Implementation
-from conformance.weights import SeparateProjections
+from conformance.generation.cases import Case, dtype_name
+from conformance.model.declared_layouts import SeparateProjections
+from conformance.model.forms import CacheStyle
+from conformance.model.spec import Capabilities, Implementation
+from conformance.subject.boundary import ImplementationError, Inputs
+from conformance.subject.head_projections import HeadProjections
+from conformance.subject.in_process import InProcessSubject
 
 DEFAULT_CONTEXTS = (128, 512, 2048)
 

@@ -10,11 +10,12 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from conformance.adapter import ImplementationError, InProcessSubject
 from conformance.benchmark.measure import WARMUP, attention_flops, peak_memory, time_interleaved
-from conformance.cases import Case, dtype_name
-from conformance.spec import Implementation
-from conformance.strategies import fixed_features
+from conformance.generation.cases import Case, dtype_name
+from conformance.generation.strategies import fixed_features
+from conformance.model.spec import Implementation
+from conformance.subject.boundary import ImplementationError
+from conformance.subject.in_process import InProcessSubject
 
 DEFAULT_LENGTHS = (32, 64, 128, 256, 512, 1024, 2048)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from conformance.spec import Config
+from conformance.model.spec import Config
 
 WARMUP = 2
 """Untimed calls of each workload before the timed rounds."""

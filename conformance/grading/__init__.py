@@ -15,5 +15,5 @@ One idea per module, in the order data flows:
 - :mod:`~conformance.grading.outputs`, :mod:`~conformance.grading.feedback`,
   :mod:`~conformance.grading.class_report`: what comes out;
 - :mod:`~conformance.grading.pipeline`, :mod:`~conformance.grading.selftest`,
-  :mod:`~conformance.grading.gradescope`, :mod:`~conformance.grading.cli`: the glue.
+  :mod:`~conformance.grading.gradescope`, :mod:`~conformance.frontends.grade`: the glue.
 """

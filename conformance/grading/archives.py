@@ -16,11 +16,13 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from conformance.errors import ConformanceError
+
 JUNK_PARTS = frozenset({"__MACOSX", ".DS_Store", "__pycache__", ".git", ".ipynb_checkpoints",
                         ".hypothesis", ".pytest_cache"})
 
 
-class ArchiveError(Exception):
+class ArchiveError(ConformanceError):
     """An archive that can't be used; one line for the student's row."""
 
 

@@ -29,9 +29,10 @@ from conformance.grading.feedback import Block, render_html, render_markdown
 from conformance.grading.outcome import NEEDS_A_LOOK, RunStatus
 from conformance.grading.rubric import Rubric
 from conformance.grading.scoring import State
+from conformance.model.results import Status
 
 if TYPE_CHECKING:
-    from conformance.grading.pipeline import Student
+    from conformance.grading.student import Student
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def needs_a_look(students: list[Student]) -> list[tuple[str, str]]:
                 reasons.append(f"{target.target}: {target.message}")
             gate = target.result("gate")
             if target.status is RunStatus.GRADED and gate is not None \
-                    and gate.status.value != "passed":
+                    and gate.status is not Status.PASSED:
                 reasons.append(f"{target.target}: the gate failed ({gate.reason})")
         for key, check in student.score.unevaluated:
             reasons.append(f"{key}: {check.check} not evaluated ({check.why})")

@@ -24,14 +24,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
-from conformance.catalogue import GATE, Runner
+from conformance.checks.catalogue import GATE
 from conformance.grading import interface
 from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome, overall_status
-from conformance.grading.rubric import Limits, Rubric, Target
+from conformance.grading.rubric import Rubric, RubricLimits, Target
 from conformance.grading.targets import Location, locate, near_misses, scan
-from conformance.inference.declarations import Declarations
-from conformance.results import Status
-from conformance.spec import Config
+from conformance.model.declarations import Declarations
+from conformance.model.results import Status
+from conformance.model.spec import Config
+from conformance.run.runner import Runner
 from conformance.worker import IsolatedSubject, LoadError, SandboxKind, WorkerError
 from conformance.worker import Limits as WorkerLimits
 
@@ -60,7 +61,7 @@ def _other_names(rubric: Rubric, target: Target) -> tuple[str, ...]:
     return tuple(name for other in rubric.targets if other is not target for name in other.names)
 
 
-def run_submission(staged_dir: Path, rubric: Rubric, limits: Limits | None = None, *,
+def run_submission(staged_dir: Path, rubric: Rubric, limits: RubricLimits | None = None, *,
                    syntax_errors: Sequence[str] = (),
                    sandbox: SandboxKind = "filesystem") -> SubmissionOutcome:
     """Run every target's checks on the submission staged in ``staged_dir``, in the worker.
@@ -92,7 +93,7 @@ def run_submission(staged_dir: Path, rubric: Rubric, limits: Limits | None = Non
     return outcome
 
 
-def run_registered(rubric: Rubric, target: Target, module: str, limits: Limits | None = None,
+def run_registered(rubric: Rubric, target: Target, module: str, limits: RubricLimits | None = None,
                    *, sandbox: SandboxKind = "filesystem") -> SubmissionOutcome:
     """Grade a registered implementation (``module``'s ``IMPLEMENTATION``: a bundled mutant) as
     ``target``, with its own declaration, in the worker like any submission (for
@@ -135,7 +136,7 @@ class _Ran(NamedTuple):
 
 
 def _run_target(directory: Path, spec: str, target: Target, declared: Declarations | None,
-                rubric: Rubric, limits: Limits, sandbox: SandboxKind,
+                rubric: Rubric, limits: RubricLimits, sandbox: SandboxKind,
                 located: Location | None = None, others: tuple[str, ...] = ()) -> _Ran:
     """Run one target's checks in its worker."""
     file = located.file if located else None

@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from conformance.catalogue import CATALOGUE, GATE
+from conformance.checks.catalogue import CATALOGUE, GATE
 from conformance.grading.outcome import RunStatus
 from conformance.grading.rubric import Rubric
 from conformance.grading.scoring import CheckScore, ItemScore, State
 from conformance.grading.student_text import for_student, hint_for_student
-from conformance.results import Status
+from conformance.model.results import Status
 
 if TYPE_CHECKING:
-    from conformance.grading.pipeline import Student
+    from conformance.grading.student import Student
 
 TITLES = {GATE.name: GATE.title, **{check.name: check.title for check in CATALOGUE}}
 """Each check's property in one line."""

@@ -19,11 +19,11 @@ from conformance.grading import feedback, outputs
 from conformance.grading.discovery import Source, Submission, safe_id
 from conformance.grading.execution import run_submission
 from conformance.grading.outcome import SubmissionOutcome
-from conformance.grading.pipeline import Student
 from conformance.grading.rubric import Rubric
 from conformance.grading.scoring import score
 from conformance.grading.staging import stage
 from conformance.grading.store import Record, versions
+from conformance.grading.student import Student
 from conformance.worker import SandboxKind
 
 SUBMISSION = Path("/autograder/submission")

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conformance.adapter import NOT_A_PLAIN_TENSOR, NOT_A_TENSOR
 from conformance.grading.rubric import Target
-from conformance.results import CheckResult, Status
+from conformance.model.results import CheckResult, Status
+from conformance.subject.boundary import NOT_A_PLAIN_TENSOR, NOT_A_TENSOR
 
 FORM_WORDS = {"keyword": "with keyword arguments", "positional": "with positional arguments"}
 

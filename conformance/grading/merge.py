@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from conformance.errors import ConformanceError
 from conformance.grading import pipeline, shards
 from conformance.grading.discovery import Submission
 from conformance.grading.roster import Roster
@@ -30,7 +31,7 @@ from conformance.grading.rubric import Rubric
 from conformance.grading.store import KEYED_VERSIONS, Record, Store, versions
 
 
-class MergeError(Exception):
+class MergeError(ConformanceError):
     """Shard outputs that can't be combined; one line."""
 
 

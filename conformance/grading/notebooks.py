@@ -18,8 +18,10 @@ import ast
 import json
 from dataclasses import dataclass, field
 
+from conformance.errors import ConformanceError
 
-class NotebookError(Exception):
+
+class NotebookError(ConformanceError):
     """A notebook that can't be read; one line."""
 
 

@@ -10,17 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from conformance.results import CheckResult, Status
+from conformance.model.results import CheckResult, Status
+from conformance.model.status import LoadProblem
 
 
 class RunStatus(str, Enum):
     """How far a submission (or one of its targets) got."""
 
     GRADED = "graded"
-    SYNTAX_ERROR = "syntax error"
-    IMPORT_ERROR = "import error"
-    NOT_FOUND = "not found"
-    INTERFACE_MISMATCH = "interface mismatch"
+    SYNTAX_ERROR = LoadProblem.SYNTAX_ERROR.value
+    IMPORT_ERROR = LoadProblem.IMPORT_ERROR.value
+    NOT_FOUND = LoadProblem.NOT_FOUND.value
+    INTERFACE_MISMATCH = LoadProblem.INTERFACE_MISMATCH.value
     TIMEOUT = "timeout"
     CRASHED = "crashed"
     OUT_OF_MEMORY = "out of memory"

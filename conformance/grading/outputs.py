@@ -33,7 +33,7 @@ from conformance.grading.store import versions
 from conformance.grading.student_text import for_student
 
 if TYPE_CHECKING:
-    from conformance.grading.pipeline import Student
+    from conformance.grading.student import Student
 
 CLASSROOM_COLUMNS = ("assignment_name", "assignment_url", "starter_code_url", "github_username",
                      "roster_identifier", "student_repository_name", "student_repository_url",

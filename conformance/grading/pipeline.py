@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from conformance.errors import ConformanceError
 from conformance.grading import class_report, feedback, outputs, shards
 from conformance.grading.archives import ArchiveError, extract_zip
 from conformance.grading.discovery import Submission, discover
@@ -25,39 +26,13 @@ from conformance.grading.rubric import Rubric
 from conformance.grading.scoring import SubmissionScore, score
 from conformance.grading.staging import Staged, stage
 from conformance.grading.store import Record, Store, versions
+from conformance.grading.student import Student
 from conformance.worker import SandboxKind
 from conformance.worker.sandbox import resolve_kind
 
 
-class GradingInputError(Exception):
+class GradingInputError(ConformanceError):
     """Input that can't be graded (missing or empty folder, unknown --only id); one line."""
-
-
-@dataclass
-class Student:
-    """One row of the grade book: who, what their submission gave, and its score."""
-
-    id: str
-    name: str
-    email: str
-    layout: str
-    late: bool
-    repository: str | None
-    roster_identifier: str
-    record: Record | None
-    score: SubmissionScore
-
-    @property
-    def status(self) -> RunStatus:
-        return self.score.status
-
-    @property
-    def submission_hash(self) -> str:
-        return self.record.submission_hash if self.record else ""
-
-    @property
-    def outcome(self) -> SubmissionOutcome | None:
-        return self.record.outcome if self.record else None
 
 
 @dataclass

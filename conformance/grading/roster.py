@@ -19,13 +19,15 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.errors import ConformanceError
+
 ID_COLUMNS = ("id", "student_id", "user_id", "userid", "sis_user_id", "participant_id",
               "login", "login_id", "username", "github_username", "identifier",
               "roster_identifier")
 NAME_COLUMNS = ("name", "full_name", "student", "student_name")
 
 
-class RosterError(Exception):
+class RosterError(ConformanceError):
     """A roster that can't be read; one line."""
 
 

@@ -26,7 +26,7 @@ from enum import Enum
 
 from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome
 from conformance.grading.rubric import Item, Rubric, Target, prerequisites
-from conformance.results import CheckResult, Status
+from conformance.model.results import CheckResult, Status
 
 
 class State(str, Enum):

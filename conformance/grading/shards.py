@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.errors import ConformanceError
 from conformance.grading import outputs
 from conformance.grading.discovery import Submission
 from conformance.grading.roster import Roster
@@ -29,7 +30,7 @@ BY = "sha256 of the submission id"
 """How a student's shard is chosen, as recorded in each shard's ``run.json``."""
 
 
-class ShardError(ValueError):
+class ShardError(ConformanceError, ValueError):
     """A ``--shard`` that can't be read; one line."""
 
 

@@ -19,10 +19,8 @@ import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
 
-import conformance
-
-SUITE = str(Path(conformance.__file__).resolve().parent)
-"""The grader's package folder."""
+SUITE = str(Path(__file__).resolve().parents[1])
+"""The grader's package folder (``conformance/``)."""
 
 STDLIB = str(Path(sysconfig.get_paths()["stdlib"]).resolve())
 """The Python installation's standard library."""

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conformance import expectations
-from conformance.spec import Implementation
+from conformance.model import expectations
+from conformance.model.spec import Implementation
 
 EXPECTED_RESULTS = Path(__file__).with_name("expected_results.toml")
 

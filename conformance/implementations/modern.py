@@ -27,23 +27,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conformance import (
-    AlibiBias,
-    CacheStyle,
-    Capabilities,
-    FusedProjection,
-    Implementation,
-    MaskConvention,
-    MaskKind,
-    MaskLayout,
-    PackedForm,
-    PositionEncoding,
-    PositionForm,
-    Rotary,
-    SeparateProjections,
+from conformance import Implementation, PackedForm
+from conformance.implementations.modern_declared import (
+    KEEP_INT_PER_QUERY,
+    declare_alibi,
+    declare_buffered,
+    declare_llama,
+    declare_varlen,
 )
-
-ALL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
 def alibi_slopes(num_heads: int) -> list[float]:
@@ -360,82 +351,6 @@ class VarlenAttention(nn.Module):
 
 
 # --- Declarations -------------------------------------------------------------------------------
-
-KEEP_INT_PADDING = MaskConvention(MaskKind.KEEP_INT, MaskLayout.KEY_PADDING, "attention_mask")
-KEEP_INT_PER_QUERY = MaskConvention(MaskKind.KEEP_INT, MaskLayout.PER_QUERY, "attention_mask")
-ROTARY = "rotary position embeddings (RoPE)"
-ALIBI = "ALiBi position biases"
-HALF_SPLIT_ROPE = PositionEncoding(rotary=Rotary("half", 10000.0))
-INTERLEAVED_ROPE = PositionEncoding(rotary=Rotary("interleaved", 10000.0))
-
-
-def declare_llama(name: str, module: type[ModernAttention], *, description: str,
-                  benchmark: bool = True, **capabilities: object) -> Implementation:
-    """A LlamaAttention-shaped module: grouped-query heads from the configuration, RoPE at
-    position_ids, the legacy tuple cache, a (B, Lk) keep mask; ``capabilities`` override."""
-    declared = dict(
-        call="self", causal="always", mask=KEEP_INT_PADDING, dtypes=ALL_DTYPES,
-        fully_masked="nan", kv_heads="config", positional=ROTARY, relative="rotary",
-        encoding=HALF_SPLIT_ROPE, positions="position_ids", position_form=PositionForm.IDS,
-        kv_cache=CacheStyle.RETURNED, cache_argument="past_key_value",
-        cache_options=(("use_cache", True),))
-    declared.update(capabilities)
-    if declared["positional"] is None and "encoding" not in capabilities:
-        declared["encoding"] = None  # no RoPE inside: none for the reference either
-    window = declared.get("window")
-
-    def factory(c):
-        if window is None:
-            return module(c.d_model, c.num_heads, c.num_kv_heads)
-        return module(c.d_model, c.num_heads, c.num_kv_heads, sliding_window=c.window)
-
-    return Implementation(
-        name, factory, Capabilities(**declared),
-        SeparateProjections(q="q_proj", k="k_proj", v="v_proj", o="o_proj"),
-        description=description, benchmark=benchmark)
-
-
-def declare_alibi(name: str, module: type[AlibiAttention], *, description: str,
-                  benchmark: bool = False) -> Implementation:
-    """An AlibiAttention-shaped module: the paper's slopes, a KVCache object as ``cache``."""
-    return Implementation(
-        name, lambda c: module(c.d_model, c.num_heads),
-        Capabilities(call="self", causal="always", mask=KEEP_INT_PADDING, dtypes=ALL_DTYPES,
-                     fully_masked="nan", positional=ALIBI, relative="alibi", alibi="standard",
-                     encoding=PositionEncoding(alibi=AlibiBias()),
-                     kv_cache=CacheStyle.OBJECT, cache_argument="cache",
-                     cache_factory="conformance.implementations.modern:KVCache"),
-        SeparateProjections(q="q_proj", k="k_proj", v="v_proj", o="o_proj"),
-        description=description, benchmark=benchmark)
-
-
-def declare_buffered(name: str, module: type[MetaLlamaAttention], *, description: str,
-                     benchmark: bool = False) -> Implementation:
-    """A MetaLlamaAttention-shaped module: preallocated cache buffers written at start_pos."""
-    # Buffers as long as the configuration's sequence and a margin: what a model allocates for
-    # the longest sequence it will see.
-    return Implementation(
-        name, lambda c: module(c.d_model, c.num_heads, c.num_kv_heads,
-                               max_seq_len=max(c.q_len, c.kv_len) + 64),
-        Capabilities(call="self", causal="always", dtypes=ALL_DTYPES, kv_heads="config",
-                     positional=ROTARY, relative="rotary", encoding=INTERLEAVED_ROPE,
-                     kv_cache=CacheStyle.BUFFERS,
-                     cache_argument="start_pos", max_batch=8),
-        SeparateProjections(q="wq", k="wk", v="wv", o="wo"),
-        description=description, benchmark=benchmark)
-
-
-def declare_varlen(name: str, module: type[VarlenAttention], *, description: str,
-                   benchmark: bool = False) -> Implementation:
-    """A VarlenAttention-shaped module: flat tokens with cu_seqlens and max_seqlen."""
-    return Implementation(
-        name, lambda c: module(c.d_model, c.num_heads, c.num_kv_heads),
-        Capabilities(call="self", causal="always", dtypes=ALL_DTYPES, kv_heads="config",
-                     packed=PackedForm.CU_SEQLENS_FLAT, packed_argument="cu_seqlens",
-                     max_seqlen_argument="max_seqlen"),
-        FusedProjection(qkv="qkv", o="out"),
-        description=description, benchmark=benchmark)
-
 
 IMPLEMENTATIONS: list[Implementation] = [
     declare_llama("modern-llama", LlamaAttention,

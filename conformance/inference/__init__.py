@@ -8,8 +8,9 @@ the tool assumed; probing never turns a bug into an accepted convention (see
 """
 
 from conformance.inference.core_function import infer_function
-from conformance.inference.declarations import DeclarationError, Declarations
-from conformance.inference.infer import InferenceError, Inferred, infer
+from conformance.inference.infer import infer
+from conformance.inference.plan import InferenceError, Inferred
+from conformance.model.declarations import DeclarationError, Declarations
 
 __all__ = ["DeclarationError", "Declarations", "InferenceError", "Inferred", "infer",
            "infer_function"]

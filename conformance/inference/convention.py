@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
-from conformance.spec import PositionForm
+from conformance.model.forms import PositionForm
 
 QUERY_NAMES = ("q", "query", "queries", "x_q")
 KEY_NAMES = ("k", "key", "keys", "x_k")

@@ -16,9 +16,10 @@ from dataclasses import replace
 
 import torch
 
-from conformance.head_projections import HeadProjections
-from conformance.inference.declarations import DeclarationError, Declarations
-from conformance.inference.infer import InferenceError, Inferred, infer
+from conformance.inference.infer import infer
+from conformance.inference.plan import InferenceError, Inferred
+from conformance.model.declarations import DeclarationError, Declarations
+from conformance.subject.head_projections import HeadProjections
 
 LAYOUT_WORDS = {"bhld": "(batch, heads, length, head_dim)",
                 "blhd": "(batch, length, heads, head_dim)"}

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from conformance.adapter import Inputs, Instance
-from conformance.spec import AlibiBias, PositionEncoding, Rotary
-from conformance.tolerance import abs_error
+from conformance.model.forms import AlibiBias, PositionEncoding, Rotary
+from conformance.numerics.tolerance import abs_error
+from conformance.subject.boundary import Inputs, Instance
 
 THETAS = (10000.0, 500000.0, 1000000.0, 100000.0, 50000.0, 1000.0)
 """The RoPE bases in use (Llama 2, Llama 3, Qwen2 / Mistral, and a few others)."""

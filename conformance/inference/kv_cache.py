@@ -1,4 +1,4 @@
-"""Which KV cache a forward argument takes, in which style (see :class:`conformance.spec.CacheStyle`).
+"""Which KV cache a forward argument takes, in which style (see :class:`conformance.model.forms.CacheStyle`).
 
 From the signature: a start position (``start_pos``) means buffers the module keeps; an argument
 annotated with a cache class (HuggingFace's ``Cache``, a module's own ``KVCache``) means an object
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.adapter import ImplementationError, Inputs, Instance
-from conformance.cases import Case
+from conformance.generation.cases import Case
 from conformance.inference.convention import START_NAMES, ForwardConvention
-from conformance.spec import CacheStyle
+from conformance.model.forms import CacheStyle
+from conformance.subject.boundary import ImplementationError, Inputs, Instance
 
 NOT_CACHES = (type(None), torch.Tensor, tuple, list, dict, int, bool, str)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from conformance.adapter import ImplementationError, Inputs, Instance
-from conformance.cases import Case
-from conformance.spec import PackedForm
+from conformance.generation.cases import Case
+from conformance.model.forms import PackedForm
+from conformance.subject.boundary import ImplementationError, Inputs, Instance
 
 
 def probe_form(build: Callable[..., Instance], case: Case, call: str, argument: str,

@@ -30,21 +30,10 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from conformance.adapter import CapabilityError, ImplementationError, Instance
-from conformance.cases import Case
-from conformance.spec import (
-    LAYOUT_SHAPES,
-    QUERY_AXIS_LAYOUTS,
-    MaskConvention,
-    MaskKind,
-    MaskLayout,
-)
-from conformance.tolerance import (
-    abs_error,
-    only_rows,
-    reordering_tolerance,
-    unchanged_tolerance,
-)
+from conformance.generation.cases import Case
+from conformance.model.forms import LAYOUT_SHAPES, QUERY_AXIS_LAYOUTS, MaskConvention, MaskKind, MaskLayout
+from conformance.numerics.tolerance import abs_error, only_rows, reordering_tolerance, unchanged_tolerance
+from conformance.subject.boundary import CapabilityError, ImplementationError, Instance
 
 K, L = MaskKind, MaskLayout
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from torch import nn
 
-from conformance.weights import (
+from conformance.model.declared_layouts import (
     FusedProjection,
     PackedInProjection,
     PerHeadModules,
     SeparateProjections,
-    WeightLayout,
-    WeightLayoutError,
 )
+from conformance.model.weights import WeightLayout, WeightLayoutError
 
 NAMES = {
     "q": ("q", "q_proj", "w_q", "wq", "linear_q", "q_linear", "query", "W_query", "to_q",

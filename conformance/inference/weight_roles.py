@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
-from conformance.adapter import ImplementationError, Inputs, ModuleInstance
 from conformance.inference.encoding_search import (
     hypotheses,
     position_dependent,
@@ -26,12 +25,14 @@ from conformance.inference.weight_search import (
     relative_error,
     reproduction_error,
     search,
-    trace,
 )
-from conformance.layouts import ParameterProjections, RelabelledHeads
-from conformance.reference import reference_attention
-from conformance.spec import PositionEncoding, Rotary
-from conformance.weights import WeightLayout, WeightLayoutError
+from conformance.inference.weight_trace import trace
+from conformance.model.forms import PositionEncoding, Rotary
+from conformance.model.layouts import ParameterProjections, RelabelledHeads
+from conformance.model.weights import WeightLayout, WeightLayoutError
+from conformance.numerics.reference import reference_attention
+from conformance.subject.boundary import ImplementationError, Inputs
+from conformance.subject.in_process import ModuleInstance
 
 Build = Callable[[int, int, "int | None"], ModuleInstance]
 """Builds the module in float64 for (num_heads, head_dim, num_kv_heads)."""

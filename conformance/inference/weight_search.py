@@ -28,22 +28,19 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from conformance.adapter import Inputs, ModuleInstance
 from conformance.inference.encoding_search import fit_theta
 from conformance.inference.projections import NAMES
-from conformance.inference.tracing import Called, intervention, record_calls, same_values
-from conformance.layouts import ArrangedProjection, ParameterProjections, RelabelledHeads, role_rows
-from conformance.reference import reference_attention
-from conformance.spec import PositionEncoding, Rotary
-from conformance.weights import (
-    HeadWeights,
+from conformance.inference.weight_interventions import by_roles
+from conformance.inference.weight_trace import Source, Trace, weight_of
+from conformance.model.declared_layouts import (
     PackedInProjection,
     PerHeadModules,
     SeparateProjections,
-    WeightLayout,
-    WeightLayoutError,
-    is_conv1d,
 )
+from conformance.model.forms import PositionEncoding, Rotary
+from conformance.model.layouts import ArrangedProjection, ParameterProjections, RelabelledHeads
+from conformance.model.weights import HeadWeights, WeightLayout, WeightLayoutError
+from conformance.numerics.reference import reference_attention
 
 REPRODUCED = 1e-8
 """Largest relative error of a float64 reproduction when the module computes in float64
@@ -59,36 +56,6 @@ REFINED = 4
 """How many of the closest RoPE shapes (pairing, rotated share) get their theta fitted."""
 
 
-@dataclass(frozen=True)
-class Source:
-    """A called layer with a 2-D weight: where it is, what it reads and gives."""
-
-    path: str
-    rows: int
-    cols: int
-    reads: str | None
-    """The model input it reads ("x", "query", "key", "value"), or None; for a layer that
-    reads something of a model input's shape, that input with a ``~`` ("~x"); for a layer the
-    forward never calls, "unused"."""
-    gives_output: bool
-
-
-@dataclass
-class Trace:
-    """What one float64 forward showed."""
-
-    inputs: Inputs
-    output: torch.Tensor
-    calls: list[Called]
-    sources: list[Source]
-    packed: list[str]
-    """Paths of called nn.MultiheadAttention-like modules (a packed ``in_proj_weight``)."""
-    used: set[str]
-    """Parameters (by name under the root) the output depends on."""
-    rerun: Callable[[], torch.Tensor]
-    """The same call again (with whatever interventions are open)."""
-
-
 @dataclass
 class Found:
     """The outcome: the layout (None when nothing fits), whether it reproduces the module's
@@ -100,56 +67,6 @@ class Found:
     encoding: PositionEncoding | None = None
     tried: int = 0
     evidence: list[str] = field(default_factory=list)
-
-
-def _weight_of(module: nn.Module) -> torch.Tensor | None:
-    weight = getattr(module, "weight", None)
-    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
-        return weight
-    return None
-
-
-def trace(instance: ModuleInstance, inputs: Inputs) -> Trace:
-    """Run ``instance`` once on ``inputs`` with every parameter-holding submodule hooked."""
-    root = instance.module
-    output, calls = record_calls(root, lambda: instance.forward(inputs))
-    named = {"x": inputs.query} if inputs.is_self else {
-        "query": inputs.query, "key": inputs.key, "value": inputs.value}
-    sources, packed, seen = [], [], set()
-    for call in calls:
-        if call.path in seen:
-            continue
-        seen.add(call.path)
-        if getattr(call.module, "in_proj_weight", None) is not None:
-            packed.append(call.path)
-            continue
-        weight = _weight_of(call.module)
-        if weight is None or not call.inputs or call.output is None:
-            continue
-        rows, cols = (weight.shape[1], weight.shape[0]) if is_conv1d(call.module) else weight.shape
-        if call.inputs[0].shape[-1] != cols or call.output.shape[-1] != rows:
-            continue
-        reads = next((name for name, tensor in named.items()
-                      if same_values(call.inputs[0], tensor)), None)
-        if reads is None:
-            reads = next((f"~{name}" for name, tensor in named.items()
-                          if _same_shape(call.inputs[0], tensor)), None)
-        sources.append(Source(call.path, rows, cols, reads, same_values(call.output, output)))
-    for path, module in root.named_modules():
-        weight = _weight_of(module)
-        if path and path not in seen and weight is not None and not any(
-                path.startswith(p + ".") for p in packed):
-            rows, cols = (weight.shape[1], weight.shape[0]) if is_conv1d(module) else weight.shape
-            sources.append(Source(path, rows, cols, "unused", False))
-    cotangent = torch.ones_like(output)
-    gradients = instance.gradients(inputs, cotangent)
-    used = {name for name, grad in gradients.parameters.items() if grad is not None}
-    return Trace(inputs, output, calls, sources, packed, used,
-                 lambda: instance.forward(inputs))
-
-
-def _same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape or (a.dim() >= 2 and a.transpose(0, 1).shape == b.shape)
 
 
 def _name_score(layout: WeightLayout) -> int:
@@ -249,7 +166,7 @@ def _raw_parameters(found: Trace, root: nn.Module) -> list[WeightLayout]:
     held = set()
     for call in found.calls:
         for name, _ in call.module.named_parameters(recurse=False):
-            if _weight_of(call.module) is not None and name == "weight":
+            if weight_of(call.module) is not None and name == "weight":
                 held.add(f"{call.path}.{name}")
     for path in found.packed:
         held |= {f"{path}.{name}" for name, _ in root.get_submodule(path).named_parameters()}
@@ -403,103 +320,6 @@ def search(found: Trace, root: nn.Module, heads: int, *, causal: bool,
                          best.tried)
     if not fitting:
         return Found(None, tried=best.tried)
-    chosen = _by_roles(found, root, fitting)
+    chosen = by_roles(found, root, fitting)
     return Found(chosen, reproduced=False, error=best.error if best.layout == chosen else
                  float("inf"), encoding=None, tried=best.tried)
-
-
-def _by_roles(found: Trace, root: nn.Module,
-              fitting: list[tuple[WeightLayout, HeadWeights]]) -> WeightLayout:
-    """Of the fitting candidates, the first whose role for every head-wide block of every
-    source agrees with what nudging that block does (see :func:`block_roles`)."""
-    measured: dict[str, list[str]] = {}
-    for layout, weights in fitting:
-        predicted = _predicted_roles(layout, weights)
-        if predicted is None:
-            continue
-        for path in predicted:
-            if path not in measured:
-                measured[path] = block_roles(found, root, path, weights.head_dim)
-        if all(_agree(measured[path], roles) for path, roles in predicted.items()):
-            return layout
-    return fitting[0][0]
-
-
-def _agree(measured: list[str], predicted: list[str]) -> bool:
-    return len(measured) == len(predicted) and all(
-        m in (p, "unused") for m, p in zip(measured, predicted, strict=True))
-
-
-def _predicted_roles(layout: WeightLayout, weights: HeadWeights) -> dict[str, list[str]] | None:
-    """The role of every head-wide block of every source the layout reads, where it can say."""
-    if isinstance(layout, RelabelledHeads):
-        layout = layout.inner
-    heads, kv, head_dim = weights.num_heads, weights.num_kv_heads, weights.head_dim
-    if isinstance(layout, SeparateProjections):
-        return {layout.q: ["q"] * heads, layout.k: ["k"] * kv, layout.v: ["v"] * kv}
-    if isinstance(layout, ArrangedProjection):
-        order = layout.order
-        counts = {"q": heads, "k": kv, "v": kv} if layout.q is None else {"k": kv, "v": kv}
-        rows = role_rows(layout.arrangement, order, counts.get("q", kv), kv, head_dim)
-        blocks = ["?"] * (sum(counts.values()))
-        for role, index in rows.items():
-            for row in index[::head_dim].tolist():
-                blocks[row // head_dim] = role
-        predicted = {layout.qkv: blocks}
-        if layout.q is not None:
-            predicted[layout.q] = ["q"] * heads
-        return predicted
-    return None
-
-
-def block_roles(found: Trace, root: nn.Module, path: str, head_dim: int) -> list[str]:
-    """What nudging each head-wide block of ``path``'s output at the first token does:
-    ``q`` (only that token's row changes), ``v`` (every row, linearly), ``k`` (every row, not
-    linearly) or ``unused``."""
-    module = root.get_submodule(path)
-    call = next((c for c in found.calls if c.path == path), None)
-    if call is None:
-        width = _weight_of(module).shape[1 if is_conv1d(module) else 0]
-        return ["unused"] * (width // head_dim)
-    width = call.output.shape[-1]
-    token_axis = _token_axis(call.output, found.output)
-    roles = []
-    for start in range(0, width - head_dim + 1, head_dim):
-        deltas = []
-        for size in (0.5, 1.0):
-            def nudge(output: torch.Tensor, size=size, start=start) -> torch.Tensor:
-                changed = output.clone()
-                index = [slice(None)] * output.dim()
-                index[token_axis] = 0
-                index[-1] = slice(start, start + head_dim)
-                changed[tuple(index)] += size
-                return changed
-
-            with intervention(module, nudge):
-                after = found.rerun()
-            # A row NaN before and after (nothing to attend to) did not change.
-            both = torch.isnan(after) & torch.isnan(found.output)
-            deltas.append(torch.where(both, torch.zeros((), dtype=after.dtype),
-                                      after - found.output))
-        roles.append(_role(deltas[0], deltas[1]))
-    return roles
-
-
-def _token_axis(inner: torch.Tensor, output: torch.Tensor) -> int:
-    """The token axis of an internal tensor: 1 when it leads with (B, L) as the output does,
-    0 when with (L, B) (a sequence-first module)."""
-    batch, length = output.shape[:2]
-    if inner.dim() >= 2 and tuple(inner.shape[:2]) == (length, batch) and batch != length:
-        return 0
-    return 1
-
-
-def _role(half: torch.Tensor, whole: torch.Tensor) -> str:
-    scale = max(1e-300, float(whole.abs().max()))
-    if float(whole.abs().max()) <= 1e-12:
-        return "unused"
-    rows = whole.abs().amax(dim=(0, 2)) > 1e-9 * scale
-    if bool(rows[0]) and not bool(rows[1:].any()):
-        return "q"
-    linear = float((whole - 2 * half).abs().max()) <= 1e-7 * scale
-    return "v" if linear else "k"

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import torch
 
-from conformance.adapter import ImplementationError, Instance
-from conformance.cases import Case
-from conformance.tolerance import abs_error, unchanged_tolerance
+from conformance.generation.cases import Case
+from conformance.numerics.tolerance import abs_error, unchanged_tolerance
+from conformance.subject.boundary import ImplementationError, Instance
 
 SETTLED = {"sliding_window": "keys", "sliding_window_size": "keys", "max_attend_past": "left"}
 """Names whose meaning settles the count (HuggingFace's configs)."""

@@ -1,6 +1,6 @@
 """Run untrusted attention code in a sandboxed worker process, behind the suite's boundary.
 
-:class:`IsolatedSubject` is a :class:`~conformance.adapter.Subject` whose implementation lives in
+:class:`IsolatedSubject` is a :class:`~conformance.subject.boundary.Subject` whose implementation lives in
 a worker process (``python -m conformance.worker``) started on a scratch copy of a submission,
 under :class:`Limits`, in the strongest sandbox this machine allows (:func:`available_sandboxes`).
 The catalogue runs on it unchanged and computes every verdict in the checker; the worker's

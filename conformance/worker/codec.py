@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from conformance.errors import ConformanceError
+
 DTYPES: dict[str, torch.dtype] = {
     str(dtype).removeprefix("torch."): dtype
     for dtype in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
@@ -37,7 +39,7 @@ DTYPES: dict[str, torch.dtype] = {
 _MAX_DEPTH = 32
 
 
-class CodecError(ValueError):
+class CodecError(ConformanceError, ValueError):
     """A value that does not fit the type expected for it; the message says where."""
 
 

@@ -2,7 +2,7 @@
 
 Every failure of the worker process (it exited, crashed, hung, ran out of memory, sent
 garbage) reaches the checks as a :class:`WorkerError`, an
-:class:`~conformance.adapter.ImplementationError`, so the check in flight fails with that evidence
+:class:`~conformance.subject.boundary.ImplementationError`, so the check in flight fails with that evidence
 and the run goes on.
 """
 
@@ -12,19 +12,21 @@ import signal
 from collections.abc import Sequence
 from enum import Enum
 
-from conformance.adapter import ImplementationError
+from conformance.errors import ConformanceError
+from conformance.model.status import LoadProblem
+from conformance.subject.boundary import ImplementationError
 
 
 class WorkerStatus(str, Enum):
     """Why an isolated implementation could not be loaded or called."""
 
-    SYNTAX_ERROR = "syntax error"
+    SYNTAX_ERROR = LoadProblem.SYNTAX_ERROR.value
     """The submission does not parse."""
-    IMPORT_ERROR = "import error"
+    IMPORT_ERROR = LoadProblem.IMPORT_ERROR.value
     """Importing it raised (a missing dependency, an exception at import time)."""
-    NOT_FOUND = "not found"
+    NOT_FOUND = LoadProblem.NOT_FOUND.value
     """The named file, module or attribute does not exist."""
-    INTERFACE_MISMATCH = "interface mismatch"
+    INTERFACE_MISMATCH = LoadProblem.INTERFACE_MISMATCH.value
     """It exists but is not checkable: not an attention module, or its interface can't be inferred."""
     TIMEOUT = "timeout"
     """A request, the start-up or the worker's lifetime ran past its wall-clock limit."""
@@ -85,7 +87,7 @@ class LoadError(WorkerError):
         self.output = output
 
 
-class ProtocolError(Exception):
+class ProtocolError(ConformanceError):
     """A malformed frame or message (from the worker, or to it)."""
 
 

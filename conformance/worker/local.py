@@ -14,8 +14,8 @@ import threading
 import time
 from pathlib import Path
 
-from conformance.inference.declarations import Declarations
-from conformance.spec import Config
+from conformance.model.declarations import Declarations
+from conformance.model.spec import Config
 from conformance.worker.errors import LoadError, WorkerStatus
 from conformance.worker.limits import Limits
 from conformance.worker.subject import IsolatedSubject

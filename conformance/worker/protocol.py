@@ -13,10 +13,10 @@ from typing import Any, Literal
 
 import torch
 
-from conformance.adapter import Gradients, Inputs
-from conformance.inference.declarations import Declarations
-from conformance.spec import Capabilities, Config
-from conformance.weights import HeadWeights
+from conformance.model.declarations import Declarations
+from conformance.model.spec import Capabilities, Config
+from conformance.model.weights import HeadWeights
+from conformance.subject.boundary import Gradients, Inputs
 from conformance.worker.errors import WorkerStatus
 
 

@@ -43,7 +43,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-import conformance
+from conformance.errors import ConformanceError
 from conformance.worker import confine
 from conformance.worker.limits import TORCH_ADDRESS_SPACE, Limits
 
@@ -70,10 +70,13 @@ _CPU = ("/proc/cpuinfo", "/sys/devices/system/cpu")
 """What torch's cpuinfo reads the first time it needs it (float16 ops: after the worker confined
 itself)."""
 CONFINE = Path(__file__).with_name("confine.py")
+SUITE = Path(__file__).resolve().parents[1]
+"""The suite's own package folder (``conformance/``), found from here: importing the package for
+its ``__file__`` would tie this module to everything the package names."""
 _counter = itertools.count()
 
 
-class SandboxUnavailable(Exception):
+class SandboxUnavailable(ConformanceError):
     """The requested sandbox does not work on this machine; one line."""
 
 
@@ -180,7 +183,7 @@ def _python_roots() -> list[Path]:
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              os.path.dirname(os.path.realpath(sys.executable)),
              os.path.dirname(os.path.abspath(sys.executable)),
-             str(Path(conformance.__file__).resolve().parent)}
+             str(SUITE)}
     for scheme_paths in (sysconfig.get_paths(), sysconfig.get_paths(vars={"base": sys.base_prefix,
                                                                           "platbase": sys.base_prefix})):
         paths.update(scheme_paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")

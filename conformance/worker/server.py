@@ -5,7 +5,7 @@ It confines itself (``--landlock-read``/``--landlock-write``: the ``landlock`` t
 anything of the submission runs, then answers requests one at a time on fd 3 (requests) and
 fd 4 (replies): ``load`` resolves the target with the suite's own ``registry.resolve`` (undeclared
 classes are inferred here, running the submission's code here), ``build`` makes a
-:class:`~conformance.adapter.ModuleInstance`, and the instance requests call it exactly as an
+:class:`~conformance.subject.in_process.ModuleInstance`, and the instance requests call it exactly as an
 in-process run would, so masks are encoded, inputs copied and prints recorded by the same code.
 Whatever the submission does to this process (patching torch, replacing functions, printing,
 exiting) can only change what this process answers; the checker judges the answers.
@@ -27,10 +27,11 @@ from typing import Any
 
 import torch
 
-from conformance.adapter import CapabilityError, ImplementationError, ModuleInstance
 from conformance.inference import DeclarationError, InferenceError
-from conformance.registry import ResolveError, load_code, resolve
-from conformance.spec import Config, Implementation
+from conformance.loading.registry import ResolveError, load_code, resolve
+from conformance.model.spec import Config, Implementation
+from conformance.subject.boundary import CapabilityError, ImplementationError
+from conformance.subject.in_process import ModuleInstance
 from conformance.worker import codec, confine, reachable
 from conformance.worker.errors import WorkerStatus
 from conformance.worker.pristine import Pristine

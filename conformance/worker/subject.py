@@ -2,8 +2,8 @@
 
 The catalogue runs unchanged on an :class:`IsolatedSubject` (``Runner(profile).run(subject)``):
 every check builds instances, calls them and reads their weights through the abstract
-:class:`~conformance.adapter.Subject` / :class:`~conformance.adapter.Instance` methods, each of
-which is one request to the worker, and computes its verdict here, with this process's torch,
+:class:`~conformance.subject.boundary.Subject` / :class:`~conformance.subject.boundary.Instance`
+methods, each of which is one request to the worker, and computes its verdict here, with this process's torch,
 from the tensors and plain data that come back.
 
 When the worker dies (or is killed: a timeout, a flood, a malformed reply), the call in flight
@@ -17,7 +17,6 @@ each declared feature once, and each gets its own answer).
 
 from __future__ import annotations
 
-import re
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -26,10 +25,17 @@ from typing import Any
 
 import torch
 
-from conformance.adapter import CapabilityError, Gradients, ImplementationError, Inputs, Instance, Subject
-from conformance.inference.declarations import Declarations
-from conformance.spec import Config
-from conformance.weights import HeadWeights
+from conformance.model.declarations import Declarations
+from conformance.model.spec import Config
+from conformance.model.weights import HeadWeights
+from conformance.subject.boundary import (
+    CapabilityError,
+    Gradients,
+    ImplementationError,
+    Inputs,
+    Instance,
+    Subject,
+)
 from conformance.worker import codec
 from conformance.worker.errors import LoadError, WorkerError, WorkerStatus
 from conformance.worker.limits import Limits
@@ -48,21 +54,10 @@ from conformance.worker.protocol import (
 )
 from conformance.worker.sandbox import SandboxKind
 from conformance.worker.sandbox import available as available_sandboxes
+from conformance.worker.target_spec import check_spec
 
 TimeoutPolicy = Callable[[str, "Config | None"], float]
 """``(operation, config of the instance or None) -> seconds`` for one request."""
-
-_FILE_SPEC = re.compile(r"^(?!/)(?!.*(^|/)\.\.(/|$))[\w./-]+\.py::[A-Za-z_]\w*$")
-_MODULE_SPEC = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
-
-
-def check_spec(spec: str) -> None:
-    """ValueError unless ``spec`` names a file inside the submission (``dir/file.py::Attr``) or a
-    module (``package.module:Attr``)."""
-    if not (_FILE_SPEC.match(spec) or _MODULE_SPEC.match(spec)):
-        raise ValueError(f"{spec!r}: give path/file.py::Attr (relative, inside the submission) "
-                         "or package.module:Attr")
-
 
 class IsolatedSubject(Subject):
     """An implementation in a submission, checked in a sandboxed worker process.

@@ -8,7 +8,8 @@ Caught by: ``alibi``.
 
 from __future__ import annotations
 
-from conformance.implementations.modern import AlibiAttention, declare_alibi
+from conformance.implementations.modern import AlibiAttention
+from conformance.implementations.modern_declared import declare_alibi
 
 CATCHES = "alibi"
 

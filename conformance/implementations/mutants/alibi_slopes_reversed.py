@@ -9,7 +9,8 @@ the paper's, back to front. Caught by: ``alibi``.
 
 from __future__ import annotations
 
-from conformance.implementations.modern import AlibiAttention, declare_alibi
+from conformance.implementations.modern import AlibiAttention
+from conformance.implementations.modern_declared import declare_alibi
 
 CATCHES = "alibi"
 

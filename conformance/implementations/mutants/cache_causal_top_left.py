@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from conformance.implementations.modern import MetaLlamaAttention, declare_buffered
+from conformance.implementations.modern import MetaLlamaAttention
+from conformance.implementations.modern_declared import declare_buffered
 
 CATCHES = "kv_cache"
 

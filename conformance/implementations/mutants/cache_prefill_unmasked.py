@@ -8,7 +8,8 @@ rows see later prompt tokens. Caught by: ``kv_cache``.
 
 from __future__ import annotations
 
-from conformance.implementations.modern import LlamaAttention, declare_llama
+from conformance.implementations.modern import LlamaAttention
+from conformance.implementations.modern_declared import declare_llama
 
 CATCHES = "kv_cache"
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from conformance.implementations.modern import VarlenAttention, declare_varlen
+from conformance.implementations.modern import VarlenAttention
+from conformance.implementations.modern_declared import declare_varlen
 
 CATCHES = "packed"
 

@@ -10,7 +10,8 @@ grouped reference: ``head_split``, ``reference``).
 
 from __future__ import annotations
 
-from conformance.implementations.modern import SlidingWindowAttention, declare_llama
+from conformance.implementations.modern import SlidingWindowAttention
+from conformance.implementations.modern_declared import declare_llama
 
 CATCHES = "kv_groups"
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from conformance.implementations.modern import LlamaAttention, declare_llama
+from conformance.implementations.modern import LlamaAttention
+from conformance.implementations.modern_declared import declare_llama
 
 CATCHES = "causal"
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from conformance.implementations.modern import (
     LlamaAttention,
-    declare_llama,
     rotary_angles,
     rotate_half_pairs,
     rotate_interleaved_pairs,
 )
+from conformance.implementations.modern_declared import declare_llama
 
 CATCHES = "position_shift"
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from conformance.implementations.modern import LlamaAttention, declare_llama
+from conformance.implementations.modern import LlamaAttention
+from conformance.implementations.modern_declared import declare_llama
 
 CATCHES = "kv_cache"
 

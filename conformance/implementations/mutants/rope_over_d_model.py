@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from conformance.implementations.modern import LlamaAttention, declare_llama, rotate_half_pairs
+from conformance.implementations.modern import LlamaAttention, rotate_half_pairs
+from conformance.implementations.modern_declared import declare_llama
 
 CATCHES = "reference"
 

@@ -11,7 +11,8 @@ Caught by: ``reference`` (hint: "matches RoPE rotating 8 of 8 dimensions per hea
 from __future__ import annotations
 
 from conformance import PositionEncoding, Rotary
-from conformance.implementations.modern import LlamaAttention, declare_llama
+from conformance.implementations.modern import LlamaAttention
+from conformance.implementations.modern_declared import declare_llama
 
 CATCHES = "reference"
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from conformance.implementations.modern import SlidingWindowAttention, declare_llama
+from conformance.implementations.modern import SlidingWindowAttention
+from conformance.implementations.modern_declared import declare_llama
 
 CATCHES = "sliding_window"
 

@@ -1,0 +1,329 @@
+"""What every check shares: the context it runs in, how it explores cases, how it fails."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
+
+import torch
+from hypothesis import example, given, reject, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+from hypothesis.errors import Flaky
+
+from conformance.checks.invariants.verify import (
+    expect_finite_rows,
+    expect_output,
+    reference_applies,
+    revealing,
+)
+from conformance.checks.invariants.violation import (
+    CheckFailed,
+    Finding,
+    Severity,
+    Violation,
+    as_warning,
+)
+from conformance.checks.invariants.violation import reports_earlier_call as _repeated
+from conformance.checks.mask_mistakes import output_mistake
+from conformance.generation.cases import Case
+from conformance.generation.search_source import strategies_only
+from conformance.model.spec import Capabilities
+from conformance.numerics.platform_defects import PLATFORM_NOTE, matmul_spreads_nan
+from conformance.subject.boundary import ImplementationError, Inputs, Instance, Subject
+
+
+class FirstCall(NamedTuple):
+    """A built instance, the case's inputs, its output, and the rows (B, Lq) with keys."""
+
+    instance: Instance
+    inputs: Inputs
+    output: torch.Tensor
+    rows: torch.Tensor
+
+
+@dataclass
+class CheckContext:
+    """Everything a check may use: the subject, its effective capabilities, the device, settings."""
+
+    subject: Subject
+    capabilities: Capabilities
+    device: str
+    settings: settings
+    seed: int | None = None
+    observations: list[str] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+    """Robustness findings (see ``explore``); the check's verdict is WARNED when it has one and
+    no failure."""
+    broken: dict[str, str] = field(default_factory=dict)
+    """Declared features the gate saw fail, ``{feature: problem}`` (see GateOutcome)."""
+    on_example: Callable[[], None] | None = None
+    """Called for every example tried (the progress line)."""
+    precision: dict[torch.dtype, torch.dtype] = field(default_factory=dict)
+    """Dtypes the implementation computes at a lower precision than it runs in, measured by the
+    gate: ``{float64: float32}`` for one that computes part of attention in float32."""
+    replay: Case | None = None
+    """A falsifying example to verify alone: every search of the check is that one case (a
+    reproduction, deterministic: the case carries its inputs' seed)."""
+
+    def rows(self, case: Case) -> torch.Tensor:
+        """(B, Lq) bool on the CPU: the output rows attention specifies. Rows with a key to
+        attend to (the others are the fully_masked check's); and in self-attention, where the
+        mask pads the queries too, only the kept positions unless padded queries are declared
+        to attend like any other (``any``): what a layer outputs at a padded query is
+        unspecified (libraries zero those rows, or let them attend to themselves, by design;
+        a declared ``zero`` or ``self`` is the padding check's)."""
+        rows = case.attendable_rows()
+        caps = self.capabilities
+        if caps.call == "self" and case.kept is not None and caps.padded_queries != "any":
+            rows = rows & case.keep().cpu()[:, : case.q_len]
+        return rows
+
+    def judged(self, dtype: torch.dtype) -> torch.dtype:
+        """The dtype whose tolerances judge a run in ``dtype``."""
+        return self.precision.get(dtype, dtype)
+
+    def observe(self, note: str) -> None:
+        if note not in self.observations:
+            self.observations.append(note)
+
+    def explore(self, strategy: st.SearchStrategy[Case], verify: Callable[[Case], str | None],
+                examples: Sequence[Case] = (), max_examples: int | None = None,
+                severity: Severity = "fail") -> None:
+        """Run ``verify`` over generated cases; on failure raise CheckFailed with the shrunk case.
+
+        ``verify`` raises Violation (or ImplementationError) when the property fails, and may
+        return a note on behaviour worth reporting. ``examples`` are always tried first;
+        ``max_examples`` caps the profile's count for expensive properties.
+
+        ``severity="warn"`` explores a robustness property (inputs beyond the normal range): any
+        violation there is recorded as a warning (shrunk) instead of raised. In a ``fail``
+        exploration, a Violation raised with ``severity="warn"`` is recorded without stopping
+        the search, so a warning never hides a failure; it is shrunk afterwards.
+        """
+        first_warning: dict[str, Case] = {}
+
+        def fail_tier(case: Case) -> str | None:
+            try:
+                return verify(case)
+            except (Violation, ImplementationError) as error:
+                if _repeated(error) or self._severity(error, case) != "warn":
+                    raise
+                first_warning.setdefault("case", case)
+                return None
+
+        def warn_tier(case: Case) -> str | None:
+            try:
+                return verify(case)
+            except (Violation, ImplementationError) as error:
+                if _repeated(error):
+                    raise
+                if self._severity(error, case) == "warn":
+                    raise self._as_warning(error, case) from error
+                # A failure found while shrinking a warning is still a failure.
+                raise CheckFailed(error, case) from error
+
+        if severity == "warn":
+            finding = self._search(strategy, verify, examples, max_examples)
+            if finding is not None:
+                self.warnings.append(Finding(as_warning(finding.error), finding.case))
+            return
+        finding = self._search(strategy, fail_tier, examples, max_examples)
+        if finding is not None:
+            raise CheckFailed(finding.error, finding.case) from finding.error
+        if first_warning:
+            # Search again, letting the warning raise, so hypothesis shrinks it.
+            finding = self._search(strategy, warn_tier, (first_warning["case"], *examples),
+                                   max_examples)
+            if finding is not None:
+                self.warnings.append(finding)
+
+    def _severity(self, error: BaseException, case: Case) -> Severity:
+        """``warn`` for a warning, and for anything found in a dtype that was only assumed,
+        except the end of the implementation's process (a hang, a crash, an exit: no dtype
+        explains those away)."""
+        if isinstance(error, Violation) and error.severity == "warn":
+            return "warn"
+        if isinstance(error, ImplementationError) and error.fatal:
+            return "fail"
+        return "warn" if case.config.dtype in self.capabilities.assumed_dtypes else "fail"
+
+    @staticmethod
+    def _as_warning(error: BaseException, case: Case) -> Violation:
+        """``error`` as a warning; a finding in an assumed dtype says why it is one."""
+        if isinstance(error, Violation) and error.severity == "warn":
+            return error
+        warning = as_warning(error)
+        warning.summary = (f"in {case.dtype}, which was assumed rather than declared: "
+                           f"{warning.summary}")
+        warning.args = (warning.summary,)
+        return warning
+
+    def _search(self, strategy: st.SearchStrategy[Case], verify: Callable[[Case], str | None],
+                examples: Sequence[Case], max_examples: int | None) -> Finding | None:
+        """Hypothesis over ``strategy``: None when ``verify`` holds throughout, else the error
+        and the shrunk case."""
+        if self.replay is not None:
+            return self._replayed(verify)
+        last: dict[str, Case] = {}
+        first: dict[str, Finding] = {}
+
+        # Keep this function's source as it is: hypothesis seeds a derandomized search from it
+        # (function_digest), so an edit here changes every check's examples, and verdicts.
+        def property_holds(case: Case) -> None:
+            last["case"] = case
+            if self.on_example is not None:
+                self.on_example()
+            try:
+                note = verify(case)
+            except (Violation, ImplementationError) as error:
+                if _repeated(error):
+                    # The call was not run (its check already lost the implementation to a hang
+                    # or a crash): nothing is known about this example.
+                    reject()
+                first.setdefault("finding", Finding(error, case))
+                raise
+            if note:
+                self.observe(note)
+
+        test = given(strategy)(property_holds)
+        for case in examples:
+            test = example(case)(test)
+        chosen = self.settings
+        if max_examples is not None:
+            chosen = settings(chosen, max_examples=min(chosen.max_examples, max_examples))
+        test = settings(chosen)(test)
+        if self.seed is not None:
+            test = hypothesis_seed(self.seed)(test)
+        try:
+            with strategies_only():
+                test()
+        except (Violation, ImplementationError) as error:
+            # Hypothesis replays the minimal example last, so `last` holds the shrunk case.
+            return Finding(error, last.get("case"))
+        except Flaky:
+            # A failure that could not be replayed: a call that hung or crashed the
+            # implementation's process, after which calls are not run. The case that did it is
+            # the evidence (it could not be shrunk).
+            if "finding" in first:
+                return first["finding"]
+            raise
+        return None
+
+    def _replayed(self, verify: Callable[[Case], str | None]) -> Finding | None:
+        """``verify`` on the replayed case alone: None when the property holds there."""
+        if self.on_example is not None:
+            self.on_example()
+        try:
+            note = verify(self.replay)
+        except (Violation, ImplementationError) as error:
+            return Finding(error, self.replay)
+        if note:
+            self.observe(note)
+        return None
+
+    def platform_or(self, case: Case, violation: Violation,
+                    recheck: Callable[[Case], object]) -> Violation:
+        """``violation`` as a warning when the platform's own kernel explains it, else unchanged.
+
+        It does when the case runs in a half-precision dtype whose matmul, on this machine,
+        carries a NaN row into its neighbour (see :mod:`conformance.numerics.platform_defects`),
+        the output had a NaN to carry, and ``recheck`` (the same property) passes on the same case in float32.
+        """
+        dtype = case.config.dtype
+        if (dtype not in (torch.float16, torch.bfloat16)
+                or not matmul_spreads_nan(dtype, torch.device(case.device).type)
+                or torch.float32 not in self.capabilities.dtypes):
+            return violation
+        try:
+            output = self.build(case).forward(case.inputs(self.capabilities.call))
+            if not bool(torch.isnan(output).any()):
+                return violation  # no NaN for the kernel to carry: not its doing
+            recheck(replace(case, dtype="float32"))
+        except (Violation, ImplementationError):
+            return violation
+        return Violation(
+            f"{PLATFORM_NOTE}, in {case.dtype} only: {violation.summary}; the same case in "
+            "float32 is clean", details=violation.details, severity="warn",
+            hint=f"NaN rows (fully masked rows under the nan policy, or a bug's NaN) reach other "
+                 f"rows through torch's {case.dtype} matmul, which on this CPU carries a NaN row "
+                 f"into its neighbour (a kernel defect); finite outputs avoid it")
+
+    # Helpers shared by the invariants: building, calling, validating.
+
+    def build(self, case: Case) -> Instance:
+        return self.subject.instantiate(case.config, case.seed)
+
+    def first_call(self, case: Case, *, finite: bool = False) -> FirstCall:
+        """Build for ``case`` and call it once with the case's inputs (output validated); with
+        ``finite``, every row that has a key to attend to must be finite."""
+        instance = self.build(case)
+        inputs = case.inputs(self.capabilities.call)
+        output = self.run(instance, inputs, case)
+        rows = self.rows(case)
+        if finite:
+            expect_finite_rows(output, rows)
+        return FirstCall(instance, inputs, output, rows)
+
+    def run(self, instance: Instance, inputs: Inputs, case: Case) -> torch.Tensor:
+        """Forward, with the output's shape, dtype and device validated."""
+        output = instance.forward(inputs)
+        expect_output(output, case, inputs)
+        return output
+
+    @staticmethod
+    def hint(measure: Callable[[], str | None]) -> str | None:
+        """``measure()``, the likely bug a failure's evidence shows, or None where measuring it
+        fails in any way: a hint is extra evidence, and failing to gather it must never change
+        the verdict or the reason it goes with."""
+        try:
+            return measure()
+        except Exception:  # any failure of the measurement means "no hint" (see above)
+            return None
+
+    def mask_mistake(self, case: Case, *, only: tuple[str, ...] | None = None) -> str | None:
+        """The mask mistake (see :mod:`conformance.checks.mask_mistakes`) the module's output
+        reproduces on ``case`` or, where that case shows none, on its :func:`revealing` case;
+        None without weight access, with a position encoding the reference does not model, or
+        when a measurement fails. ``only`` restricts the mistakes tried to those words."""
+        if not reference_applies(self.capabilities):
+            return None
+        for tried in (case, revealing(self.capabilities, case)):
+            if tried is None:
+                continue
+            try:
+                instance = self.build(tried)
+                inputs = tried.inputs(self.capabilities.call)
+                output = self.run(instance, inputs, tried)
+                words = output_mistake(output, instance.read_weights(), inputs,
+                                       causal=tried.causal, rows=self.rows(tried),
+                                       window=tried.window, encoding=self.capabilities.encoding,
+                                       only=only)
+            except (Violation, ImplementationError):
+                return None
+            if words is not None:
+                return words
+        return None
+
+
+class Check(ABC):
+    """One named check of the catalogue. Its docstring states the property it checks."""
+
+    name: str
+    title: str
+    owns: tuple[str, ...] = ()
+    """Declared features this check reports when the gate saw them break (see GateOutcome)."""
+
+    def skip_reason(self, capabilities: Capabilities) -> str | None:
+        """Why this check does not apply to an implementation declaring ``capabilities``."""
+        return None
+
+    def device_skip_reason(self, device: str) -> str | None:
+        """Why this check does not run on ``device``."""
+        return None
+
+    @abstractmethod
+    def run(self, context: CheckContext) -> None:
+        """Check the property; raise CheckFailed when it does not hold."""

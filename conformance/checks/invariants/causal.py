@@ -1,0 +1,290 @@
+"""Causal: no position sees the future, and none is hidden from its own past.
+
+Property: for a causal implementation (q_len == kv_len), output row t is unchanged when any
+input at a position > t changes, and the gradient of rows <= t with respect to every input at a
+position > t is exactly zero, with a padding mask as without one (a mask must not replace the
+causal masking); and nothing is over-masked: every row t gives positive attention
+weight to every position s <= t (measured with the attention-matrix probe, or, without weight
+access, as a non-zero gradient of row t with respect to each position s <= t). With a sliding
+window of W keys, "every position s <= t" is every position t - W + 1 <= s <= t (what lies
+before the window is the sliding_window check's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import expect_finite_rows, fmt, reference_applies
+from conformance.checks.invariants.violation import Violation
+from conformance.checks.mask_mistakes import (
+    HIDES_CURRENT,
+    IGNORES_CAUSAL,
+    REPLACES_CAUSAL,
+    SHOWS_NEXT,
+    mask_mistakes,
+    weights_mistake,
+)
+from conformance.checks.probes import measure_attention
+from conformance.generation.cases import Case
+from conformance.generation.strategies import cases
+from conformance.model.spec import Capabilities
+from conformance.numerics.reference import allowed_keys
+from conformance.numerics.tolerance import abs_error, eps, only_rows, unchanged_tolerance, worst_index
+from conformance.subject.boundary import ImplementationError, Inputs, Instance
+
+
+def _perturb_after(inputs: Inputs, cut: int, case: Case) -> Inputs:
+    """Every input at positions > cut replaced with fresh noise."""
+    def replaced(tensor: torch.Tensor, stream: int) -> torch.Tensor:
+        noise = case.tensor(*tensor.shape, stream=stream, scale=3.0)
+        future = torch.zeros(tensor.shape[1], dtype=torch.bool, device=tensor.device)
+        future[cut + 1:] = True
+        return torch.where(future[None, :, None], noise, tensor)
+
+    if inputs.is_self:
+        return Inputs.self_attention(replaced(inputs.query, 21), inputs.keep, causal=True)
+    return Inputs(replaced(inputs.query, 21), replaced(inputs.key, 22),
+                  replaced(inputs.value, 23), inputs.keep, causal=True)
+
+
+def _dependence(context: CheckContext, instance: Instance, inputs: Inputs, case: Case,
+                output: torch.Tensor) -> torch.Tensor:
+    """(B, Lq, Lk) bool: whether output row t changes when the key/value inputs (self-attention:
+    x) at position s alone are replaced by fresh noise, in each batch element."""
+    tolerance = unchanged_tolerance(context.judged(output.dtype), output)
+    seen = torch.zeros(case.batch, case.q_len, case.kv_len, dtype=torch.bool)
+    for position in range(case.kv_len):
+        where = torch.zeros(case.batch, case.kv_len, dtype=torch.bool)
+        where[:, position] = True
+        changed = context.run(instance, case.replace_positions(inputs, where, stream=33,
+                                                               scale=3.0), case)
+        seen[:, :, position] = (abs_error(changed, output, nan_equal=True) > tolerance).any(-1)
+    return seen
+
+
+CAUSAL_MISTAKES = (HIDES_CURRENT, SHOWS_NEXT, IGNORES_CAUSAL)
+
+PATTERN_LENGTHS = (5, 7)
+"""Lengths of the unmasked cases a causal mistake's pattern must also show without weight
+access: a pattern of which rows each position changes is coarse, and a scrambled module can
+fit one mask's pattern at one size."""
+
+
+def _pattern(context: CheckContext, case: Case) -> tuple[set[str], set[str]] | None:
+    """Which causal-mask mistakes ``case`` can tell from the correct mask, and which of those
+    the module's pattern fits (which output rows each position's inputs change is exactly the
+    pattern that mask gives); None when it can't be measured."""
+    instance = context.build(case)
+    inputs = case.inputs(context.capabilities.call)
+    try:
+        output = context.run(instance, inputs, case)
+        seen = _dependence(context, instance, inputs, case, output)
+    except (Violation, ImplementationError):
+        return None
+    rows = context.rows(case)
+    keep = None if inputs.keep is None else inputs.keep.cpu()
+    correct = allowed_keys(case.batch, case.q_len, case.kv_len, keep, True,
+                           window=case.window)[:, 0]
+    told, fits = set(), set()
+    for mistake in mask_mistakes(case.batch, case.q_len, case.kv_len, keep, causal=True,
+                                 window=case.window):
+        if mistake.words not in CAUSAL_MISTAKES:
+            continue
+        visible = mistake.visible()[:, 0]
+        expected = visible
+        if inputs.is_self:
+            # x at position t is row t's query too: it moves row t whenever the row weighs
+            # two keys or more.
+            weighs = visible.sum(dim=-1) >= 2
+            expected = visible | (torch.diag_embed(weighs) & weighs[:, :, None])
+        compared = visible.any(dim=-1) & rows.cpu()
+        if not bool((compared & (visible != correct).any(dim=-1)).any()):
+            continue
+        told.add(mistake.words)
+        if bool((seen == expected)[compared].all()):
+            fits.add(mistake.words)
+    return told, fits
+
+
+def _pattern_mistake(context: CheckContext, case: Case) -> str | None:
+    """The causal-mask mistake whose pattern the module shows without weight access: on
+    ``case`` where it tells the mistakes apart, and on unmasked cases of PATTERN_LENGTHS
+    positions; named only when exactly one mistake fits everywhere it was told apart, and it
+    was told apart (and fit) on two cases at least."""
+    caps = context.capabilities
+    tried = [case] + [replace(case, q_len=length, kv_len=length, kept=None, mask_seed=None)
+                      for length in PATTERN_LENGTHS
+                      if caps.max_len is None or caps.max_len >= length]
+    consistent, shown = set(CAUSAL_MISTAKES), dict.fromkeys(CAUSAL_MISTAKES, 0)
+    for one in tried:
+        measured = _pattern(context, one)
+        if measured is None:
+            continue
+        told, fits = measured
+        consistent &= fits | (set(CAUSAL_MISTAKES) - told)
+        for words in fits:
+            shown[words] += 1
+    named = [words for words in consistent if shown[words] >= 2]
+    return named[0] if len(named) == 1 and len(consistent) == 1 else None
+
+
+class Causal(Check):
+    """Rows never see later positions and always see earlier ones."""
+
+    name = "causal"
+    title = "no row sees a later position; every row sees itself and earlier ones"
+
+    def skip_reason(self, capabilities: Capabilities) -> str | None:
+        if capabilities.causal == "never":
+            return "declares non-causal attention"
+        return None
+
+    def run(self, context: CheckContext) -> None:
+        caps = context.capabilities
+        context.explore(cases(caps, context.device, causal=True, min_len=2, masks="auto"),
+                        lambda case: self.future_invisible(context, case))
+        if caps.weights:
+            context.explore(cases(caps, context.device, causal=True, probe=True),
+                            lambda case: self.weights_causal(context, case))
+        else:
+            context.explore(cases(caps, context.device, causal=True),
+                            lambda case: self.past_visible(context, case))
+
+    def future_invisible(self, context: CheckContext, case: Case) -> None:
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        cut = case.seed % (case.q_len - 1)
+        before = context.run(instance, inputs, case)
+        try:
+            expect_finite_rows(before, context.rows(case))
+        except Violation as violation:
+            violation.hint = context.hint(lambda: self._mistake(context, case, inputs))
+            raise
+        after = context.run(instance, _perturb_after(inputs, cut, case), case)
+        diff = only_rows(abs_error(after, before), context.rows(case))[:, : cut + 1]
+        tolerance = unchanged_tolerance(context.judged(before.dtype), before)
+        if float(diff.max()) > tolerance:
+            b, row, _ = worst_index(diff)
+            hint = context.hint(lambda: self._mistake(context, case, inputs))
+            raise Violation(
+                f"changing inputs after position {cut} changed output row {row} of batch {b} "
+                f"by {fmt(float(diff[b, row].max()))} (tolerance {fmt(tolerance)})"
+                + ("" if inputs.keep is None else ", with a padding mask given"),
+                details=[] if inputs.keep is None else [
+                    f"batch {b} keeps keys {[int(i) for i in torch.nonzero(inputs.keep[b])]}"],
+                hint=hint)
+
+        cotangent = torch.zeros_like(before)
+        cotangent[:, : cut + 1] = case.tensor(case.batch, cut + 1, before.shape[-1], stream=31)
+        gradients = instance.gradients(inputs, cotangent).inputs
+        for name, gradient in gradients.items():
+            future = gradient[:, cut + 1:].abs().to(torch.float64).cpu()
+            if future.numel() and float(future.max()) != 0.0:
+                b, position, _ = worst_index(future)
+                raise Violation(
+                    f"the gradient of rows <= {cut} with respect to {name} at later position "
+                    f"{cut + 1 + position} (batch {b}) is {fmt(float(future[b, position].max()))},"
+                    " not exactly 0")
+
+    def _mistake(self, context: CheckContext, case: Case, inputs: Inputs, *,
+                 attention: torch.Tensor | None = None) -> str | None:
+        """The causal-mask mistake the module's behaviour reproduces, in words, or None.
+
+        With weight access: the weights ``attention`` measured with zero logits (when given)
+        show it, or the output matches the float64 reference under that mask, on ``case`` or,
+        where that can't tell the mistakes apart (in a sequence of two, a row that sees the next
+        key sees every key), on its revealing case (see :func:`revealing`). Without: which
+        output rows each position's inputs change (see :func:`_pattern_mistake`). A module that
+        ignores the
+        causal mask with a padding mask given (``inputs``), and is causal without one, has the
+        padding mask replacing it; one that is causal without the padding mask and not with it
+        is said to be so."""
+        caps = context.capabilities
+        words = None
+        if attention is not None:
+            tolerance = 4 * eps(context.judged(case.config.dtype))
+            words = weights_mistake(attention, None, causal=True, tolerance=tolerance,
+                                    window=case.window, logits=torch.zeros_like(attention),
+                                    only=CAUSAL_MISTAKES)
+        if words is None and reference_applies(caps):
+            words = context.mask_mistake(case, only=CAUSAL_MISTAKES)
+        elif words is None and not caps.positional:
+            words = _pattern_mistake(context, case)
+        if words not in (None, IGNORES_CAUSAL) or inputs.keep is None:
+            return words
+        try:
+            causal_without = self._causal_without_mask(context, context.build(case), inputs,
+                                                       case, case.seed % (case.q_len - 1))
+        except (Violation, ImplementationError):
+            return words
+        if not causal_without:
+            return words
+        if words == IGNORES_CAUSAL:
+            return f"{REPLACES_CAUSAL} (it is causal without a mask, not with one)"
+        return ("the module is causal without a mask, not with the padding mask given: the "
+                "padding mask undoes the causal masking")
+
+    @staticmethod
+    def _causal_without_mask(context: CheckContext, instance, inputs: Inputs, case: Case,
+                             cut: int) -> bool:
+        """Whether the same perturbation leaves rows <= cut unchanged without the mask."""
+        plain = inputs.with_mask(None)
+        before = context.run(instance, plain, case)
+        after = context.run(instance, _perturb_after(plain, cut, case), case)
+        tolerance = unchanged_tolerance(context.judged(before.dtype), before)
+        return float(abs_error(after, before)[:, : cut + 1].max()) <= tolerance
+
+    def weights_causal(self, context: CheckContext, case: Case) -> None:
+        # Zero logits: row t gives exactly 1/(t + 1) to each position it may see, so "visible"
+        # can't be mistaken for an underflowed weight, even in float16.
+        attention = measure_attention(context.build(case), case, context.capabilities.call,
+                                      causal=True, gain=0.0)
+        length = case.q_len
+        tolerance = eps(context.judged(case.config.dtype))
+
+        def mistake() -> str | None:
+            # Measured without a padding mask: a mask that replaces the causal one can't show.
+            return context.hint(lambda: self._mistake(
+                context, case, case.inputs(context.capabilities.call, use_mask=False),
+                attention=attention))
+
+        later = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)
+        if bool(torch.isnan(attention).any()):
+            b, h, row, _ = (int(i) for i in torch.nonzero(torch.isnan(attention))[0])
+            raise Violation(f"batch {b}, head {h}, row {row} has NaN attention weights",
+                            hint=mistake())
+        future = attention * later
+        if float(future.max()) > tolerance:
+            b, h, row, key = worst_index(future)
+            raise Violation(
+                f"batch {b}, head {h}, row {row} gives later position {key} attention weight "
+                f"{fmt(float(attention[b, h, row, key]))}, not 0", hint=mistake())
+        window = case.window or length
+        before_window = torch.tril(torch.ones(length, length, dtype=torch.bool), diagonal=-window)
+        past = attention.masked_fill(later | before_window, float("inf"))
+        if float(past.min()) <= 0.0:
+            b, h, row, key = worst_index(-past)
+            raise Violation(
+                f"batch {b}, head {h}, row {row} gives position {key} <= {row} attention weight "
+                f"{fmt(float(attention[b, h, row, key]))}: over-masked", hint=mistake())
+
+    def past_visible(self, context: CheckContext, case: Case) -> None:
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        row = case.seed % case.q_len
+        output = context.run(instance, inputs, case)
+        cotangent = torch.zeros_like(output)
+        cotangent[:, row] = case.tensor(case.batch, output.shape[-1], stream=32)
+        gradients = instance.gradients(inputs, cotangent).inputs
+        gradient = gradients["x"] if "x" in gradients else gradients["value"]
+        first = max(0, row + 1 - (case.window or row + 1))
+        reach = gradient[:, first : row + 1].abs().to(torch.float64).cpu().amax(dim=-1)
+        if float(reach.min()) == 0.0:
+            b, position = worst_index(-reach)
+            position += first
+            raise Violation(
+                f"output row {row} of batch {b} does not depend on position {position} <= {row}:"
+                " over-masked", hint=context.hint(lambda: self._mistake(context, case, inputs)))

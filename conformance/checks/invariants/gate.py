@@ -1,0 +1,226 @@
+"""The gate: the basic call, checked first so a broken one is reported once.
+
+Property: the implementation constructs for a small configuration, and its forward returns a
+tensor of shape (batch, q_len, d_model) in the input's dtype and on its device (first declared
+dtype, no mask, q_len == kv_len, batch == length too).
+
+The gate also tries every declared feature once (each dtype, with and without the mask;
+kv_len != q_len; optional causality; weight access). A feature that breaks is dropped for the
+other checks and reported once, by the check that owns it: ``contract`` for the declared
+conventions, ``low_precision`` for float16 / bfloat16. And it measures the precision float64
+runs really compute at (:mod:`conformance.checks.precision`), which sets the tolerances they are
+judged with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from conformance.checks.invariants.base import CheckContext
+from conformance.checks.invariants.verify import expect_output
+from conformance.checks.invariants.violation import Violation
+from conformance.checks.precision import Precision, classify, rounding_noise
+from conformance.generation.cases import Case, dtype_name
+from conformance.generation.constraints import Constraint, discover
+from conformance.generation.strategies import fixed_features, shared_masks
+from conformance.model.spec import Capabilities
+from conformance.subject.boundary import ImplementationError
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+@dataclass
+class GateOutcome:
+    """What the gate found.
+
+    ``blocking``: why the basic call fails (every other check is then skipped).
+    ``broken``: declared features that failed, ``{feature: problem}``; features are "mask",
+    "cross_attention", "causal", "weights" and dtype names.
+    ``effective``: the capabilities the other checks may rely on.
+    """
+
+    effective: Capabilities
+    blocking: str | None = None
+    broken: dict[str, str] = field(default_factory=dict)
+    precision: Precision | None = None
+    """What float64 runs compute at, where float64 is declared and works."""
+    constraint: Constraint | None = None
+    """The configurations its constructor accepts, where it rejects some (found here)."""
+
+    @property
+    def blocked(self) -> bool:
+        return self.blocking is not None
+
+
+def base_pair(caps: Capabilities) -> tuple[int, int]:
+    """(num_heads, head_dim) of the small configuration: 2 heads of 4 (or the fixed count), or
+    the buildable pair nearest to it."""
+    fixed_kv = caps.kv_heads if isinstance(caps.kv_heads, int) else 1
+    preferred = (caps.heads or 2 * fixed_kv, 4)
+    if caps.shapes is None or preferred in caps.shapes:
+        return preferred
+    return min(caps.shapes, key=lambda p: (abs(p[0] - preferred[0]) + abs(p[1] - 4), p))
+
+
+def base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) -> Case:
+    """The gate's small configuration: batch 2, length 5, 2 heads of 4 (see base_pair).
+
+    A mask (``kept``) is made the same for every batch element where the format is shared."""
+    length = min(5, caps.max_len or 5)
+    heads, head_dim = base_pair(caps)
+    case = Case(batch=2, q_len=length, kv_len=length, num_heads=heads, head_dim=head_dim,
+                dtype=dtype_name(dtype), device=device, seed=0, **fixed_features(caps))
+    case = replace(case, **changes)
+    if case.kept is not None and shared_masks(caps):
+        case = replace(case, kept=(min(case.kept),) * case.batch, shared_mask=True)
+    return case
+
+
+def try_call(context: CheckContext, case: Case) -> str | None:
+    """Build and call once; the problem in words, or None."""
+    try:
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        expect_output(instance.forward(inputs), case, inputs)
+    except (ImplementationError, Violation) as error:
+        return str(error)
+    return None
+
+
+def _weights_problem(context: CheckContext, case: Case) -> str | None:
+    try:
+        instance = context.build(case)
+        weights = instance.read_weights()
+        expected = (case.num_heads, case.head_dim, case.d_model)
+        expected_kv = (case.config.kv_heads, case.head_dim, case.d_model)
+        if tuple(weights.w_q.shape) != expected or tuple(weights.w_k.shape) != expected_kv:
+            return (f"weights read as w_q {tuple(weights.w_q.shape)}, w_k "
+                    f"{tuple(weights.w_k.shape)}, expected (heads, head_dim, d_in) = {expected} "
+                    f"and {expected_kv}")
+        inputs = case.inputs(context.capabilities.call)
+        before = instance.forward(inputs)
+        instance.write_weights(weights)
+        after = instance.forward(inputs)
+        if not torch.allclose(before, after, rtol=0.0, atol=0.0, equal_nan=True):
+            return "writing the weights it read back changed the output"
+    except ImplementationError as error:
+        return str(error)
+    return None
+
+
+class Gate:
+    """Constructs; the basic forward returns the right shape, dtype and device."""
+
+    name = "gate"
+    title = "constructs; the basic forward returns the right shape, dtype and device"
+
+    def evaluate(self, context: CheckContext) -> GateOutcome:
+        caps = context.capabilities
+        device = context.device
+        outcome = GateOutcome(effective=caps)
+        first, *others = caps.dtypes
+        if caps.shapes is None:
+            try:
+                outcome.constraint = discover(
+                    lambda h, d: self._builds(context, h, d), heads=caps.heads)
+            except ImplementationError as error:
+                outcome.blocking = f"basic call ({dtype_name(first)}, no mask): {error}"
+                return outcome
+            except ValueError:
+                # No generated configuration runs: the basic call's own failure says why.
+                problem = try_call(context, base_case(caps, first, device))
+                outcome.blocking = (f"basic call ({dtype_name(first)}, no mask): {problem}" if
+                                    problem else "no generated configuration builds (1 to 8 "
+                                    "heads, head_dim 1 to 16)")
+                return outcome
+            if outcome.constraint is not None:
+                caps = replace(caps, shapes=outcome.constraint.pairs)
+                outcome.effective = caps
+                context = replace(context, capabilities=caps)
+        problem = try_call(context, base_case(caps, first, device))
+        if problem is None:
+            problem = try_call(context, base_case(caps, first, device, batch=3, q_len=3, kv_len=3))
+        if problem is not None:
+            outcome.blocking = f"basic call ({dtype_name(first)}, no mask): {problem}"
+            return outcome
+
+        broken = outcome.broken
+        if caps.mask is not None:
+            problem = try_call(context, base_case(caps, first, device, kept=(3, 5)))
+            if problem is not None:
+                broken["mask"] = f"declared mask ({caps.mask.describe()}): {problem}"
+        kept_dtypes = [first]
+        for dtype in others:
+            problem = try_call(context, base_case(caps, dtype, device))
+            if problem is None and caps.mask is not None and "mask" not in broken:
+                problem = try_call(context, base_case(caps, dtype, device, kept=(3, 5)))
+            if problem is None:
+                kept_dtypes.append(dtype)
+            else:
+                origin = "assumed" if dtype in caps.assumed_dtypes else "declared"
+                broken[dtype_name(dtype)] = f"{origin} dtype {dtype_name(dtype)}: {problem}"
+        if caps.cross_attention:
+            problem = try_call(context, base_case(caps, first, device, kv_len=3))
+            if problem is not None:
+                broken["cross_attention"] = (
+                    f"declared cross-attention (kv_len 3 != q_len 5): {problem}")
+        if caps.causal == "optional":
+            problem = try_call(context, base_case(caps, first, device, causal=True))
+            if problem is not None:
+                broken["causal"] = f"declared {caps.causal_argument}=True: {problem}"
+        if caps.weights:
+            problem = _weights_problem(context, base_case(caps, first, device))
+            if problem is not None:
+                broken["weights"] = f"declared weight access: {problem}"
+
+        outcome.effective = replace(
+            caps, dtypes=tuple(kept_dtypes),
+            mask=None if "mask" in broken else caps.mask,
+            cross_attention=caps.cross_attention and "cross_attention" not in broken,
+            causal="never" if "causal" in broken else caps.causal,
+            weights=caps.weights and "weights" not in broken)
+        if torch.float64 in kept_dtypes:
+            outcome.precision = self._precision(context, outcome.effective)
+        return outcome
+
+    @staticmethod
+    def _builds(context: CheckContext, heads: int, head_dim: int) -> bool:
+        """Whether ``heads`` heads of ``head_dim`` construct, run once, and read their weights
+        in the declared layout with the right shapes (a layout that changes form at some head
+        count limits the configurations as much as a constructor that refuses them)."""
+        caps = context.capabilities
+        case = Case(batch=2, q_len=3, kv_len=3, num_heads=heads, head_dim=head_dim,
+                    dtype=dtype_name(caps.dtypes[0]), device=context.device,
+                    **fixed_features(caps))
+        try:
+            instance = context.subject.instantiate(case.config, 0)
+            inputs = case.inputs(caps.call)
+            output = instance.forward(inputs)
+            if tuple(output.shape[:2]) != tuple(inputs.query.shape[:2]):
+                return False
+            if caps.weights:
+                weights = instance.read_weights()
+                if tuple(weights.w_q.shape[:2]) != (heads, head_dim):
+                    return False
+        except ImplementationError as error:
+            if error.fatal:  # a hang or a crash is no constraint on the shapes: stop looking
+                raise
+            return False
+        return True
+
+    @staticmethod
+    def _precision(context: CheckContext, caps: Capabilities) -> Precision | None:
+        """The largest rounding noise of float64 calls (two seeds, with the mask where one is
+        declared), classified; None when the calls fail (the checks report that)."""
+        noises = []
+        for seed in (0, 1):
+            for kept in ((None, (3, 5)) if caps.mask is not None else (None,)):
+                case = base_case(caps, torch.float64, context.device, seed=seed, kept=kept)
+                try:
+                    noises.append(rounding_noise(context.build(case),
+                                                 case.inputs(caps.call), case))
+                except ImplementationError:
+                    return None
+        return classify(max(noises), caps.float32_parts)

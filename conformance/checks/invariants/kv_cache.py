@@ -1,0 +1,134 @@
+"""KV-cache decoding: a prefill, then decoding token by token or in chunks, equals the full
+causal forward at every position.
+
+Property: for a causal implementation with a KV cache and a sequence x of length L, a prefill of
+the first p tokens into a fresh cache, then the remaining tokens fed c at a time, each call
+continuing the cache of everything before it, gives at every position t the output row t of the
+full causal forward f(x) (within the reordering tolerance: the same values computed in another
+order), for c = 1 (token by token) and for a chunk size c > 1. A decode call has fewer queries
+than keys (Lq < Lk): its causal mask must be aligned bottom-right, row i of the call being
+position p + i and seeing keys 0 .. p + i. Run in float32 and float64, without padding masks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import fmt
+from conformance.checks.invariants.violation import Violation
+from conformance.generation.cases import Case
+from conformance.generation.strategies import cases
+from conformance.model.spec import Capabilities
+from conformance.numerics.tolerance import abs_error, reordering_tolerance, worst_index
+from conformance.subject.boundary import ImplementationError, Inputs
+
+MAX_LEN = 12
+"""Long enough for a prefill and several decode steps of each kind; each case costs L calls."""
+
+TOP_LEFT_HINT = ("the decode step attends to key 0 alone: is_causal=True with a cache aligns the "
+                 "causal mask top-left when Lq < Lk (pytorch #144858); align it bottom-right "
+                 "(mask = ones(Lq, Lk).tril(Lk - Lq)), or pass is_causal only when Lq == Lk")
+
+
+def _chunks(length: int, prefix: int, size: int) -> list[tuple[int, int]]:
+    """[(start, end)]: the prefill 0..prefix, then chunks of ``size`` up to ``length``."""
+    bounds = [(0, prefix)]
+    start = prefix
+    while start < length:
+        bounds.append((start, min(length, start + size)))
+        start += size
+    return bounds
+
+
+class KVCacheDecoding(Check):
+    """Prefill then decode with the cache equals the full causal forward."""
+
+    name = "kv_cache"
+    title = "prefill + decoding with the KV cache (token by token, in chunks) = the full forward"
+
+    def skip_reason(self, capabilities: Capabilities) -> str | None:
+        if capabilities.kv_cache is None:
+            return "declares no KV cache"
+        if not {torch.float32, torch.float64} & set(capabilities.dtypes):
+            return "run in float32 or float64, and it declares neither"
+        return None
+
+    def run(self, context: CheckContext) -> None:
+        caps = context.capabilities
+        strategy = cases(caps, context.device, causal=True, min_len=2, max_len=MAX_LEN,
+                         dtypes=(torch.float32, torch.float64))
+        context.explore(strategy, lambda case: self.verify(context, case))
+
+    def verify(self, context: CheckContext, case: Case) -> None:
+        instance = context.build(case)
+        x = case.tensor(case.batch, case.q_len, case.d_model)
+        full = context.run(instance, self._inputs(context, x, 0, cache=False), case)
+        tolerance = reordering_tolerance(context.judged(case.config.dtype), full)
+        # A prefill of two tokens or more where the length allows: it has a causal mask to keep.
+        prefix = min(case.q_len - 1, 2 + case.seed % max(1, case.q_len - 2))
+        sizes = [1] + ([2 + case.seed % 2] if case.q_len - prefix > 1 else [])
+        for size in sizes:
+            self._decode(context, instance, case, x, full, prefix, size, tolerance)
+
+    def _inputs(self, context: CheckContext, x: torch.Tensor, position: int,
+                cache: bool) -> Inputs:
+        inputs = Inputs.self_attention(x, causal=True)
+        if context.capabilities.call == "qkv":
+            inputs = Inputs(x, x.clone(), x.clone(), causal=True)
+        return Inputs(inputs.query, inputs.key, inputs.value, causal=True, position=position,
+                      cache=cache) if cache else inputs
+
+    def _decode(self, context: CheckContext, instance, case: Case, x: torch.Tensor,
+                full: torch.Tensor, prefix: int, size: int, tolerance: float) -> None:
+        how = "token by token" if size == 1 else f"in chunks of {size}"
+        for call, (start, end) in enumerate(_chunks(case.q_len, prefix, size)):
+            inputs = self._inputs(context, x[:, start:end], start, cache=True)
+            span = f"position {start}" if end - start == 1 else f"positions {start}..{end - 1}"
+            phase = (f"the prefill of positions 0..{end - 1}" if call == 0 else
+                     f"the decode call for {span} ({how}, after a prefill of {prefix})")
+            try:
+                output = instance.forward(inputs)
+            except ImplementationError as error:
+                raise Violation(
+                    f"{phase} raised: {str(error).removeprefix('forward raised ')}",
+                    hint=None if call == 0 else "does the cache grow along the sequence axis "
+                         "(keys and values concatenated on the wrong axis)?") from error
+            expected_shape = (case.batch, end - start, case.d_model)
+            if tuple(output.shape) != expected_shape:
+                raise Violation(f"{phase} returned shape {tuple(output.shape)}, expected "
+                                f"{expected_shape}")
+            diff = abs_error(output, full[:, start:end])
+            if float(diff.max()) <= tolerance:
+                continue
+            b, row, _ = worst_index(diff)
+            position = start + row
+            raise Violation(
+                f"{phase}: output row {position} of batch {b} differs from the full causal "
+                f"forward's by {fmt(float(diff[b, row].max()))} (allowed {fmt(tolerance)})",
+                details=[f"sequence length {case.q_len}, prefill {prefix}, then {how}"],
+                hint=self._hint(context, output, full, call, start, end, size, row))
+
+    @staticmethod
+    def _hint(context: CheckContext, output: torch.Tensor, full: torch.Tensor, call: int,
+              start: int, end: int, size: int, row: int) -> str | None:
+        tolerance = reordering_tolerance(context.judged(full.dtype), full)
+        if call == 0:
+            return ("with a cache attached, the prefill differs from the plain causal forward: "
+                    "is the causal mask dropped when a cache is passed (prefill rows seeing later "
+                    "prefix tokens)?")
+        if end - start == 1 and start > 0 and float(abs_error(output[:, 0], full[:, 0]).max()) \
+                <= tolerance:
+            return TOP_LEFT_HINT
+        if size > 1:
+            return ("a decode chunk's row i is position p + i and sees keys 0 .. p + i: is the "
+                    "chunk's causal mask aligned top-left (row i seeing keys 0 .. i), or dropped "
+                    "when a cache is attached?")
+        if call > 1:
+            return ("the first decode call agrees, a later one does not: is the cache returned "
+                    "or written at every call (the present cache, with the new keys and "
+                    "values)?")
+        if context.capabilities.relative:
+            return ("are the new tokens' positions offset by the cache length (RoPE / ALiBi at "
+                    "positions p, p + 1, ..., not 0, 1, ...)?")
+        return None

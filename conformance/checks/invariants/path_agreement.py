@@ -1,0 +1,50 @@
+"""Path agreement: every way of calling the implementation computes the same attention.
+
+Property: on rows with a key to attend to, the output is the same (within the reordering
+tolerance) whether forward runs under ``torch.no_grad()`` or with autograd on (fused inference
+kernels often hide behind the first), in train mode at p = 0 and in eval mode (where the dropout
+rate is configurable), and with every declared alternative path (such as ``need_weights=True``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import fmt
+from conformance.checks.invariants.violation import Violation
+from conformance.generation.cases import Case
+from conformance.generation.strategies import cases
+from conformance.numerics.tolerance import abs_error, only_rows, reordering_tolerance, worst_index
+
+
+class PathAgreement(Check):
+    """No-grad and autograd, train at p = 0 and eval, and declared paths all agree."""
+
+    name = "path_agreement"
+    title = "no_grad vs autograd, train at p = 0 vs eval, declared paths: same output"
+
+    def run(self, context: CheckContext) -> None:
+        caps = context.capabilities
+        context.explore(cases(caps, context.device,
+                              masks="auto"),
+                        lambda case: self.verify(context, case))
+
+    def verify(self, context: CheckContext, case: Case) -> None:
+        caps = context.capabilities
+        instance, inputs, output, rows = context.first_call(case)
+        tolerance = reordering_tolerance(context.judged(case.config.dtype), output)
+        paths = [("autograd enabled", lambda: instance.forward(inputs, autograd=True))]
+        if caps.dropout == "config":
+            paths.append(("train mode at p = 0",
+                          lambda: instance.forward(inputs, training=True, seed=0)))
+        for name, options in caps.paths:
+            paths.append((name, lambda options=options: instance.forward(
+                replace(inputs, options=options))))
+        for name, compute in paths:
+            diff = only_rows(abs_error(compute(), output, nan_equal=True), rows)
+            if float(diff.max()) > tolerance:
+                b, row, _ = worst_index(diff)
+                raise Violation(
+                    f"path '{name}' differs from the no-grad eval call (row {row} of batch {b}, "
+                    f"by {fmt(float(diff[b, row].max()))}, allowed {fmt(tolerance)})")

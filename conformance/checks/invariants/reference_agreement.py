@@ -1,0 +1,126 @@
+"""Reference agreement: output and input gradients match the float64 reference.
+
+Property: the output, and the gradient of ``sum(output * c)`` with respect to every input for a
+random cotangent ``c``, agree with the float64 reference computed from the implementation's own
+weights: max error <= K_MAX x the max error of the suite's plain attention in the same dtype
++ the dtype's floor, and mean error <= K_MEAN x that baseline's mean error + a tenth of the floor
+(see :mod:`conformance.numerics.tolerance`). Rows with no key to attend to are the fully_masked check's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.checks.diagnosis import explain
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.verify import (
+    agree_with_reference,
+    expect_finite_rows,
+    fmt,
+    position_skip_reason,
+)
+from conformance.checks.invariants.violation import Finding, Violation
+from conformance.generation.cases import Case
+from conformance.generation.strategies import cases
+from conformance.model.forms import PositionEncoding
+from conformance.model.spec import Capabilities
+from conformance.model.weights import HeadWeights
+from conformance.numerics.reference import reference_attention
+from conformance.numerics.tolerance import agreement
+from conformance.subject.boundary import Inputs
+
+
+def reference_gradients(weights: HeadWeights, inputs: Inputs, cotangent: torch.Tensor, *,
+                        causal: bool, dtype: torch.dtype, window: int | None = None,
+                        encoding: PositionEncoding | None = None) -> dict[str, torch.Tensor]:
+    """Input gradients of the reference computed in ``dtype``, keyed as Instance.gradients."""
+    if inputs.is_self:
+        x = inputs.query.detach().to(dtype).requires_grad_(True)
+        leaves, (q, k, v) = {"x": x}, (x, x, x)
+    else:
+        leaves = {name: getattr(inputs, name).detach().to(dtype).requires_grad_(True)
+                  for name in ("query", "key", "value")}
+        q, k, v = leaves["query"], leaves["key"], leaves["value"]
+    with torch.enable_grad():
+        output = reference_attention(weights, q, k, v, keep=inputs.keep, causal=causal,
+                                     dtype=dtype, window=window, encoding=encoding,
+                                     start=inputs.position).output
+        (output * cotangent.to(dtype)).sum().backward()
+    return {name: leaf.grad for name, leaf in leaves.items()}
+
+
+class ReferenceAgreement(Check):
+    """Output and input gradients agree with the float64 reference."""
+
+    name = "reference"
+    title = "output and input gradients agree with the float64 reference (per-example tolerance)"
+
+    def skip_reason(self, capabilities: Capabilities) -> str | None:
+        if position_skip_reason(capabilities):
+            return position_skip_reason(capabilities)
+        if not capabilities.weights:
+            return "needs canonical weight access to build the reference"
+        return None
+
+    def run(self, context: CheckContext) -> None:
+        caps = context.capabilities
+        context.explore(cases(caps, context.device,
+                              masks="auto"),
+                        lambda case: self.verify(context, case))
+        if caps.weights_doubt:
+            context.warnings.append(Finding(Violation(
+                caps.weights_doubt, severity="warn",
+                hint="behaviour can't tell a skipped projection from a spare layer: declare the "
+                     "weights to have it checked as meant"), None))
+        if caps.encoding_doubt:
+            context.warnings.append(Finding(Violation(
+                caps.encoding_doubt, severity="warn",
+                hint="RoPE is defined on pairs of dimensions: a width where the module's "
+                     "rotation is none of them is outside what it can be held to"), None))
+
+    def verify(self, context: CheckContext, case: Case) -> None:
+        instance, inputs, output, rows = context.first_call(case)
+        weights = instance.read_weights()
+        try:
+            expect_finite_rows(output, rows)
+        except Violation as violation:
+            violation.hint = context.hint(lambda: context.mask_mistake(case))
+            raise
+        dtype = context.judged(case.config.dtype)
+        encoding = context.capabilities.encoding
+        seen, reference = agree_with_reference(output, weights, inputs, case, rows, judged=dtype,
+                                               encoding=encoding)
+        if not seen.ok:
+            b, row, feature = seen.worst
+            raise Violation(
+                f"output differs from the float64 reference: {seen.describe()}; largest at "
+                f"batch {b}, row {row}, feature {feature}",
+                details=[f"implementation {fmt(float(output[b, row, feature]))}, reference "
+                         f"{fmt(float(reference[b, row, feature]))}; same-dtype baseline error "
+                         f"{fmt(seen.baseline_error)}"],
+                hint=context.hint(lambda: explain(output, weights, inputs, causal=case.causal,
+                                                  rows=rows, window=case.window,
+                                                  encoding=encoding)
+                                  or context.mask_mistake(case)))
+        if not bool(case.attendable_rows().all()):
+            return  # a fully masked row's gradient is the fully_masked check's business
+        # Only the rows attention specifies count (not a padded query's).
+        cotangent = torch.where(rows.to(output.device)[:, :, None],
+                                case.tensor(*output.shape, stream=51), 0.0)
+        actual = instance.gradients(inputs, cotangent).inputs
+        expected = reference_gradients(weights, inputs, cotangent, causal=case.causal,
+                                       dtype=torch.float64, window=case.window,
+                                       encoding=encoding)
+        plain = reference_gradients(weights, inputs, cotangent, causal=case.causal, dtype=dtype,
+                                    window=case.window, encoding=encoding)
+        for name, gradient in actual.items():
+            seen = agreement(gradient, expected[name], plain[name], dtype)
+            if not seen.ok:
+                b, position, feature = seen.worst
+                raise Violation(
+                    f"the gradient with respect to {name} differs from the float64 reference's: "
+                    f"{seen.describe()}; largest at batch {b}, position {position}, feature "
+                    f"{feature}",
+                    hint="the output agrees with the reference, its gradient does not: the backward "
+                         "is not the forward's derivative (a custom backward, an in-place op or a "
+                         "detach in the graph?)")

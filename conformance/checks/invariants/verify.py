@@ -1,0 +1,116 @@
+"""The verifications checks share: the output's form, agreement with the float64 reference under
+the tolerance rule, finite rows; when the reference and the padding mask apply; a case that
+reveals a mask mistake.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from conformance.checks.invariants.violation import (
+    Violation,
+)
+from conformance.generation.cases import Case
+from conformance.model.forms import PositionEncoding
+from conformance.model.spec import Capabilities
+from conformance.model.weights import HeadWeights
+from conformance.numerics.reference import plain_attention, reference_attention
+from conformance.numerics.tolerance import Agreement, agreement, logit_rounding
+from conformance.subject.boundary import Inputs
+
+REVEALING_LENGTH = 5
+"""Keys of the case a mask mistake is looked for again when the failing case can't show one."""
+
+
+def revealing(capabilities: Capabilities, case: Case) -> Case | None:
+    """``case`` with REVEALING_LENGTH keys (and queries, where they go with the keys), and where
+    it has a padding mask, one that masks the last two keys of every batch element: enough to
+    tell mask mistakes apart, where a shrunk case often can't (with every key kept an inverted
+    mask shows nothing; in two positions a row that sees the next key sees every key). None
+    where that is ``case`` itself or the module takes no sequence that long."""
+    length = REVEALING_LENGTH
+    if capabilities.max_len is not None and capabilities.max_len < length:
+        return None
+    same_length = case.causal or capabilities.call == "self" or case.q_len == case.kv_len
+    kept = None if case.kept is None else (length - 2,) * case.batch
+    shown = replace(case, q_len=length if same_length else case.q_len, kv_len=length,
+                    kept=kept, mask_seed=None)
+    return None if shown == case else shown
+
+
+def expect_output(output: torch.Tensor, case: Case, inputs: Inputs) -> None:
+    """Raise Violation unless ``output`` is (B, Lq, d_model) in the case's dtype and device."""
+    expected = (inputs.query.shape[0], inputs.query.shape[1], case.d_model)
+    if tuple(output.shape) != expected:
+        raise Violation(f"output has shape {tuple(output.shape)}, expected {expected} "
+                        "(batch, q_len, d_model)")
+    if output.dtype != inputs.query.dtype:
+        raise Violation(f"output dtype is {output.dtype}, inputs are {inputs.query.dtype}")
+    if output.device.type != torch.device(case.device).type:
+        raise Violation(f"output is on {output.device}, inputs are on {case.device}")
+
+
+def agree_with_reference(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, case: Case,
+                         rows: torch.Tensor | None, *, judged: torch.dtype,
+                         largest_logit: float = 0.0,
+                         reference_weights: HeadWeights | None = None,
+                         encoding: PositionEncoding | None = None) -> tuple[Agreement,
+                                                                             torch.Tensor]:
+    """``output`` against the float64 reference from ``reference_weights`` (default ``weights``),
+    under the tolerance rule with the suite's plain attention in the ``judged`` dtype (the run's,
+    or the lower one it computes at, see CheckContext.judged) from ``weights`` as the baseline
+    (plus the logit-rounding allowance where ``largest_logit`` is given), with the module's
+    relative position ``encoding`` applied to both. Returns the agreement and the reference
+    output."""
+    expected = reference_attention(reference_weights or weights, inputs.query, inputs.key,
+                                   inputs.value, keep=inputs.keep, causal=case.causal,
+                                   window=case.window, encoding=encoding,
+                                   start=inputs.position).output
+    baselines = plain_attention(weights, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
+                                causal=case.causal, dtype=judged, window=case.window,
+                                encoding=encoding, start=inputs.position)
+    extra = logit_rounding(judged, largest_logit, expected) if largest_logit else 0.0
+    return agreement(output, expected, baselines, judged, rows, extra=extra), expected
+
+
+def expect_finite_rows(output: torch.Tensor, rows: torch.Tensor, *,
+                       hint: str | None = None) -> None:
+    """Raise Violation if an output row in ``rows`` (B, Lq) bool, a row with keys to attend to,
+    holds NaN or inf."""
+    bad = ~torch.isfinite(output.detach()).all(dim=-1).cpu() & rows.cpu()
+    if bool(bad.any()):
+        b, row = (int(i) for i in torch.nonzero(bad)[0])
+        kind = "NaN" if bool(torch.isnan(output[b, row]).any()) else "infinite"
+        raise Violation(f"output row {row} of batch {b} is {kind}, though the row has keys to "
+                        "attend to", hint=hint)
+
+
+def position_skip_reason(capabilities: Capabilities) -> str | None:
+    """Why a check that compares with the float64 reference can't apply: a position encoding
+    inside that the reference does not model (RoPE and ALiBi it does, once known)."""
+    if capabilities.positional and capabilities.encoding is None:
+        return (f"{capabilities.positional}: the suite's float64 reference does not model this "
+                "position encoding, so this comparison does not apply")
+    return None
+
+
+def reference_applies(capabilities: Capabilities) -> bool:
+    """Whether outputs can be compared with the float64 reference: weights are accessible and
+    any position encoding inside is one the reference models."""
+    return capabilities.weights and position_skip_reason(capabilities) is None
+
+
+def mask_skip_reason(capabilities: Capabilities) -> str | None:
+    """Why a check that needs the padding mask can't run: none declared, or none inferred (then
+    ``padding`` reports it once)."""
+    if capabilities.mask is not None:
+        return None
+    if capabilities.mask_problem:
+        return "no mask convention could be inferred for its mask argument (see padding)"
+    return "declares no padding mask"
+
+
+def fmt(value: float) -> str:
+    return f"{value:.3g}"

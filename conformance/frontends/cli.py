@@ -1,0 +1,324 @@
+"""``attention-conformance``: run the catalogue on implementations and print the verdicts.
+
+Exit status: 0 when every failure is an expected one, 1 otherwise, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+
+from conformance._version import __version__
+from conformance.benchmark.decode import DEFAULT_CONTEXTS
+from conformance.benchmark.ladder import DEFAULT_LENGTHS
+from conformance.frontends import grade as grading_cli
+from conformance.frontends.bench_command import run_bench
+from conformance.frontends.command_targets import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    resolved_targets,
+)
+from conformance.frontends.progress_line import ProgressLine
+from conformance.frontends.report import render_json, render_text
+from conformance.generation.cases import Case
+from conformance.generation.profiles import PROFILE_NAMES
+from conformance.generation.strategies import available_devices
+from conformance.loading.registry import ResolveError, check_form, is_located, origin, registered
+from conformance.model import expectations
+from conformance.model.check_names import CHECK_NAMES
+from conformance.model.declarations import DeclarationError, Declarations, parse_init
+from conformance.model.results import CheckResult
+from conformance.run.isolated import BadInput, Interfaces, Isolated, Target
+from conformance.run.many import check_many
+from conformance.worker.local import CALL_SECONDS
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="attention-conformance",
+        description="Property-based conformance checks for attention layers.")
+    parser.add_argument("--version", action="version",
+                        version=f"attention-conformance {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    check = commands.add_parser("check", help="run the catalogue and print the verdicts")
+    check.add_argument("impls", nargs="*", metavar="IMPL",
+                       help="registered name, package.module:Attr or path/to/file.py::Attr "
+                            "(default: every registered implementation)")
+    check.add_argument("--profile", choices=PROFILE_NAMES, default="quick",
+                       help="hypothesis settings: quick (default, reproducible) or thorough")
+    check.add_argument("--json", type=Path, metavar="PATH",
+                       help="also write the results as JSON ('-': to stdout, the report then "
+                            "going to stderr)")
+    check.add_argument("--device", action="append", dest="devices", metavar="DEVICE",
+                       help="cpu, cuda or mps (repeatable; default: every available one)")
+    check.add_argument("--check", action="append", dest="checks", choices=CHECK_NAMES,
+                       metavar="NAME", help=f"only these checks (repeatable): {', '.join(CHECK_NAMES)}")
+    check.add_argument("--seed", type=int,
+                       help="hypothesis seed: the examples are drawn from it (in either profile)")
+    check.add_argument("--replay", metavar="CASE",
+                       help="run one --check on this falsifying example alone, as a report "
+                            "prints it: --replay \"Case(batch=1, q_len=2, ...)\"")
+    check.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                       help="check N implementations at a time in worker processes "
+                            "(0: one per CPU core); verdicts don't depend on it")
+    check.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                       help="run each implementation named by a file or module in a worker "
+                            "process of its own: a call that hangs fails its check after "
+                            "--call-timeout, a crash or os._exit fails with its status, and the "
+                            "run goes on (default: on for files and modules; registered names "
+                            "always run here)")
+    check.add_argument("--call-timeout", type=float, default=CALL_SECONDS, metavar="SECONDS",
+                       help="time limit of one call (build, forward, backward) in an isolated "
+                            "implementation, at the largest generated sizes; larger cases get "
+                            "proportionally more (default %(default)g)")
+    check.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="the live progress line and a line per implementation (default: "
+                            "on a terminal only)")
+    check.add_argument("--strict", action="store_true",
+                       help="warnings (robustness findings beyond the normal range of the dtype, "
+                            "e.g. float16 overflow at extreme activations) fail the run too")
+    check.add_argument("--expected-failures", type=Path, metavar="FILE",
+                       help="TOML: [implementation] tables of check = \"reason\"; those failures "
+                            "don't fail the run, and one that passes does")
+    declare = check.add_argument_group(
+        "declarations", "override what is inferred for undeclared classes (also in pyproject.toml: "
+        "[tool.attention-conformance.declare.\"IMPL\"])")
+    declare.add_argument("--call", choices=("self", "qkv"), help="f(x, mask) or f(q, k, v, mask)")
+    declare.add_argument("--mask", metavar="KIND:LAYOUT[@ARG]",
+                         help="e.g. keep_int:broadcast, ignore_bool:key_padding, "
+                              "additive:per_head@attn_bias (@ARG: the forward keyword)")
+    declare.add_argument("--causal", choices=("never", "always", "optional"))
+    declare.add_argument("--width-arg", metavar="NAME", help="constructor argument for the width")
+    declare.add_argument("--heads-arg", metavar="NAME", help="constructor argument for the heads")
+    declare.add_argument("--head-dim-arg", metavar="NAME",
+                         help="constructor argument for each head's width (head_size, d_k, ...)")
+    declare.add_argument("--sequence-first", action="store_const", const="true",
+                         help="forward takes (length, batch, width) inputs")
+    declare.add_argument("--batch-first", action="store_const", const="true",
+                         help="forward takes (batch, length, width) inputs (never read "
+                              "sequence-first)")
+    declare.add_argument("--constructor", choices=("keyword", "positional"),
+                         help="build it with keywords (default) or Class(width, heads) by "
+                              "position")
+    declare.add_argument("--returns", choices=("tensor", "tuple"),
+                         help="forward returns one tensor (a tuple is then a contract failure), "
+                              "or a tuple whose first element is the output")
+    declare.add_argument("--layout", choices=("bhld", "blhd"),
+                         help="a core function's q, k, v axes: (batch, heads, length, dim) or "
+                              "(batch, length, heads, dim) (FlashAttention's)")
+    declare.add_argument("--kv-grouping", choices=("interleaved", "tiled"),
+                         help="grouped-query heads: query head h reads key/value head h // G "
+                              "(interleaved, HuggingFace's) or h mod Hkv (tiled)")
+    declare.add_argument("--padded-queries", choices=("zero", "self", "any"),
+                         help="what it outputs at a padded query position (self-attention): "
+                              "zero, attention to itself alone, or as any row; unjudged unless "
+                              "declared")
+    declare.add_argument("--output-projection", choices=("applied",),
+                         help="the layer applies an output projection: a layer shaped like one "
+                              "that the forward never calls is checked as it (a skipped "
+                              "projection then fails reference)")
+    declare.add_argument("--rope", metavar="PAIRING[:THETA[:FRACTION]]",
+                         help="RoPE as meant: half or interleaved pairs, theta, rotated "
+                              "fraction, e.g. half:10000:0.25")
+    declare.add_argument("--dtypes", metavar="D,D,...",
+                         help="the dtypes it supports, e.g. float32,float64 (default: those two, "
+                              "and float16/bfloat16 assumed: findings there are warnings)")
+    declare.add_argument("--weights", metavar="SPEC",
+                         help="q,k,v[,o] submodule names, fused:qkv[,o], packed[:path] or none")
+    declare.add_argument("--init", action="append", metavar="NAME=VALUE",
+                         help="a constructor keyword, e.g. causal=True (repeatable)")
+    declare.add_argument("--mask-format", action="append", dest="mask_formats",
+                         metavar="KIND:LAYOUT", help="another mask format it accepts (repeatable)")
+    declare.add_argument("--kv-heads-arg", metavar="NAME",
+                         help="constructor argument for the key/value heads (grouped-query)")
+    declare.add_argument("--window-arg", metavar="NAME[:keys|left]",
+                         help="constructor argument for a causal sliding window: keys = the keys "
+                              "a row sees, itself included (HuggingFace's sliding_window); left "
+                              "= the keys before it (FlashAttention's window_size)")
+    declare.add_argument("--positions", metavar="NAME[:ids|vector|start]",
+                         help="forward argument for the tokens' positions: (B, L) ids, an (L,) "
+                              "vector, or the first position as an int")
+    declare.add_argument("--position-encoding", choices=("rotary", "alibi", "none"),
+                         help="the position encoding inside (overrides what names suggest)")
+    declare.add_argument("--alibi", choices=("standard", "measured"),
+                         help="ALiBi slopes: the paper's (standard), or any positive ones")
+    declare.add_argument("--kv-cache", metavar="STYLE@ARG[=module:Class]",
+                         help="returned@past_key_value, buffers@start_pos, "
+                              "object@cache=mypkg.cache:KVCache, or none")
+    declare.add_argument("--packed", metavar="FORM[@ARG]",
+                         help="cu_seqlens@ARG (tokens (1, T, D)), cu_seqlens_flat@ARG (tokens "
+                              "(T, D)), or mask (a block-diagonal mask)")
+    check.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
+
+    commands.add_parser("list", help="list the registered implementations")
+    grading_cli.add_parser(commands)
+
+    bench = commands.add_parser("bench", help="time and memory against sequence length, beside "
+                                              "F.scaled_dot_product_attention")
+    bench.add_argument("impls", nargs="*", metavar="IMPL",
+                       help="as for check (default: every registered implementation meant for "
+                            "benchmarking: not the mutants)")
+    bench.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)),
+                       help="comma-separated sequence lengths (default: %(default)s)")
+    bench.add_argument("--budget", type=float, default=30.0, metavar="SECONDS",
+                       help="per implementation: longer lengths are skipped past it (default 30)")
+    bench.add_argument("--batch", type=int, default=2)
+    bench.add_argument("--heads", type=int, default=4)
+    bench.add_argument("--head-dim", type=int, default=32)
+    bench.add_argument("--dtype", choices=("float32", "float64", "float16", "bfloat16"),
+                       default="float32")
+    bench.add_argument("--device", default="cpu")
+    bench.add_argument("--backward", action="store_true", help="time forward + backward")
+    bench.add_argument("--decode", action="store_true",
+                       help="time the decode step with the KV cache, per token, beside SDPA "
+                            "with a cache (implementations that declare a cache)")
+    bench.add_argument("--contexts", default=",".join(map(str, DEFAULT_CONTEXTS)),
+                       help="--decode: comma-separated tokens cached before the step "
+                            "(default: %(default)s)")
+    bench.add_argument("--rounds", type=int, default=7, help="timed calls each (default 7)")
+    bench.add_argument("--threads", type=int, default=1, metavar="N",
+                       help="torch threads for the timed calls (default 1: figures that don't "
+                            "depend on what else the machine runs)")
+    bench.add_argument("--json", type=Path, metavar="PATH", help="also write the points as JSON")
+    bench.add_argument("--plot", type=Path, metavar="FILE.png",
+                       help="draw time and memory against length, log-log")
+    return parser
+
+
+def _unavailable(devices: Sequence[str]) -> list[str]:
+    candidates = ["cuda", "mps"] if sys.platform == "darwin" else ["cuda"]
+    present = available_devices()
+    return [d for d in candidates if d not in present and d not in devices] + [
+        d for d in devices if d not in present]
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        init = tuple(parse_init(item) for item in args.init) if args.init else None
+    except DeclarationError as error:
+        raise UsageError(str(error)) from error
+    declared = Declarations(**{
+        **{f.name: getattr(args, f.name) for f in fields(Declarations)},
+        "init": init,
+        "mask_formats": tuple(args.mask_formats) if args.mask_formats else None})
+    devices = args.devices or available_devices()
+    checks = args.checks or list(CHECK_NAMES)
+    replay = _replay(args.replay, args.checks)
+    start = time.perf_counter()
+    isolate = args.isolate is not False  # files and modules: isolated unless --no-isolate
+    failures, warnings = _expected(args.expected_failures)
+    targets: list[Target] = []
+    for spec in args.impls or [None]:
+        if spec is not None and is_located(spec):
+            try:
+                check_form(spec)
+            except ResolveError as error:
+                raise UsageError(str(error)) from error
+        if spec is not None and isolate and is_located(spec):
+            targets.append((spec, Isolated(failures, warnings, args.call_timeout)))
+        else:
+            targets += resolved_targets([spec] if spec else [], (failures, warnings), declared)
+    progress = ProgressLine(live=args.progress, final=args.progress, total=len(targets))
+    interfaces: Interfaces = {}
+    try:
+        results = check_many(targets, profile=args.profile, devices=devices, checks=checks,
+                             seed=args.seed, jobs=args.jobs or os.cpu_count() or 1,
+                             declared=declared, strict=args.strict, progress=progress,
+                             interfaces=interfaces, replay=replay)
+    except BadInput as error:
+        raise UsageError(str(error)) from error
+    finally:
+        progress.close()
+    seconds = time.perf_counter() - start
+    shown_devices = [d for d in devices if d in available_devices()] or devices
+    json_to_stdout = args.json is not None and str(args.json) == "-"
+    print(render_text(results, checks=checks, profile=args.profile, devices=shown_devices,
+                      unavailable=_unavailable(devices), seconds=seconds,
+                      notes={name: notes for name, (_, notes) in interfaces.items()},
+                      reproduce=_reproduction(args.impls)),
+          file=sys.stderr if json_to_stdout else sys.stdout)
+    if args.json:
+        payload = render_json(results, interfaces=interfaces, profile=args.profile,
+                              devices=shown_devices, unavailable=_unavailable(devices),
+                              seconds=seconds)
+        text = json.dumps(payload, indent=2) + "\n"
+        if json_to_stdout:
+            sys.stdout.write(text)
+        else:
+            args.json.write_text(text)
+    return EXIT_FAILED if any(r.is_failure for r in results) else EXIT_OK
+
+
+def _replay(text: str | None, checks: Sequence[str] | None) -> Case | None:
+    """``--replay``'s case, for exactly one ``--check``."""
+    if text is None:
+        return None
+    if not checks or len(checks) != 1:
+        raise UsageError("--replay runs one check on one case: name it with one --check")
+    try:
+        return Case.parse(text)
+    except ValueError as error:
+        raise UsageError(f"--replay: {error}") from error
+
+
+def _reproduction(specs: Sequence[str]):
+    """How the report says to replay a falsifying example: this command line, for its check."""
+    by_name = {origin(spec): spec for spec in specs if is_located(spec)}
+
+    def command(result: CheckResult) -> str | None:
+        spec = by_name.get(result.implementation, result.implementation)
+        if spec not in specs and len(specs) == 1:
+            spec = specs[0]  # declared in the file under another name
+        # A Case's repr quotes its strings with single quotes, and holds no $, ` or ".
+        return (f"attention-conformance check {shlex.quote(spec)} --check {result.check} "
+                f'--replay "{result.counterexample}"')
+
+    return command
+
+
+def _expected(path: Path | None) -> tuple[dict, dict]:
+    """Expected failures and warnings from ``--expected-failures``."""
+    if path is None:
+        return {}, {}
+    try:
+        return expectations.load_all(path)
+    except expectations.ExpectationsError as error:
+        raise UsageError(str(error)) from error
+
+
+def _list() -> int:
+    implementations = registered()
+    width = max(map(len, implementations), default=0) + 2
+    for name, impl in implementations.items():
+        print(f"{name.ljust(width)}{impl.description}")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "grade":
+        return grading_cli.run(args)
+    try:
+        if args.command == "bench":
+            return run_bench(args)
+        return _check(args) if args.command == "check" else _list()
+    except UsageError as error:
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        print(f"attention-conformance: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

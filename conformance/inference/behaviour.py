@@ -1,0 +1,132 @@
+"""Inference steps about what the module does: its weights (declared or found by behaviour),
+causality, dropout, the dtypes it is checked in."""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.generation.cases import dtype_name
+from conformance.generation.constraints import Constraint
+from conformance.inference import weight_roles
+from conformance.inference.plan import InferenceError, Plan
+from conformance.inference.probing import is_causal, probe_case
+from conformance.inference.roles import CONTEXT_LENGTH
+from conformance.inference.weight_roles import WeightOutcome
+from conformance.model.declarations import DeclarationError, Declarations
+from conformance.model.spec import Config
+from conformance.model.weights import WeightLayout
+from conformance.subject.boundary import ImplementationError
+from conformance.subject.in_process import InProcessSubject, ModuleInstance
+
+
+def find_weights(plan: Plan, declared: Declarations, label: str, constraint: Constraint | None,
+                 notes: list[str], capabilities: dict) -> tuple[WeightLayout | None, WeightOutcome]:
+    """The weight layout: declared, or found by behaviour (see
+    :mod:`conformance.inference.weight_roles`); and the key/value heads."""
+    if declared.weights:
+        try:
+            layout = declared.weight_layout("inner")
+        except DeclarationError as error:
+            raise InferenceError(str(error)) from error
+        notes.append((layout.describe() if layout else "no weight access") + " (declared)")
+        if plan.roles.kv_heads:
+            capabilities["kv_heads"] = "config"
+            notes.append(f"key/value heads = {plan.roles.kv_heads}: generated as divisors of "
+                         "num_heads")
+        return layout, WeightOutcome()
+
+    def build_at(heads: int, head_dim: int, kv_heads: int | None) -> ModuleInstance:
+        config = Config(batch=2, q_len=weight_roles.LENGTH, kv_len=weight_roles.LENGTH,
+                        d_model=heads * head_dim, num_heads=heads, num_kv_heads=kv_heads,
+                        dtype=torch.float64)
+        implementation = plan.implementation(label, **capabilities)
+        return InProcessSubject(implementation).instantiate(config, seed=0)
+
+    try:
+        grouping = declared.choice("kv_grouping", ("interleaved", "tiled"))
+        rope = declared.rotary()
+        output = declared.choice("output_projection", ("applied",))
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
+    outcome = weight_roles.find(
+        build_at, plan.cls, plan.convention.call,
+        causal=capabilities.get("causal") == "always", single_head=not plan.roles.heads,
+        kv_argument=plan.roles.kv_heads, pairs=constraint.pairs if constraint else None,
+        max_len=CONTEXT_LENGTH if plan.roles.context else None, notes=notes,
+        grouping=grouping, rope=rope, output_applied=output == "applied")
+    if outcome.kv_heads is not None:
+        capabilities["kv_heads"] = outcome.kv_heads
+    if outcome.kv_doubt is not None:
+        capabilities["kv_doubt"] = outcome.kv_doubt
+    if outcome.weights_doubt is not None:
+        capabilities["weights_doubt"] = outcome.weights_doubt
+    if outcome.float32_parts:
+        capabilities["float32_parts"] = tuple(outcome.float32_parts)
+    return outcome.layout, outcome
+
+
+def causality(plan: Plan, declared: Declarations, capabilities: dict, build, heads: int,
+              head_dim: int, notes: list[str]) -> None:
+    if declared.causal:
+        if declared.causal not in ("never", "always", "optional"):
+            raise InferenceError(f"causal {declared.causal!r}: use never, always or optional")
+        if declared.causal == "optional" and not plan.convention.causal:
+            raise InferenceError("causal=optional, but forward has no is_causal/causal argument")
+        capabilities["causal"] = declared.causal
+        if declared.causal == "optional":
+            capabilities["causal_argument"] = "is_causal"
+        notes.append(f"causal: {declared.causal} (declared)")
+        return
+    if plan.convention.causal:
+        try:
+            build(causal="optional", causal_argument="is_causal").forward(
+                probe_case(heads, head_dim, kept=None, causal=True).inputs(plan.convention.call))
+        except ImplementationError as error:
+            notes.append(f"{plan.convention.causal}=True raises ({error}): a hint, as in "
+                         "nn.MultiheadAttention; causality not checked through it")
+        else:
+            capabilities.update(causal="optional", causal_argument="is_causal")
+            notes.append(f"causal when {plan.convention.causal}=True")
+            return
+    try:
+        causal = is_causal(build(), probe_case(heads, head_dim), plan.convention.call)
+    except ImplementationError:
+        notes.append("causality not probed: the unmasked call fails")
+        return
+    if causal:
+        capabilities["causal"] = "always"
+        notes.append("always causal (probed: rows ignore every later position; if it is meant "
+                     "not to be, declare --causal never and it is checked as an encoder)")
+    else:
+        notes.append("not causal (probed: rows see later positions; if it is meant to be, "
+                     "declare --causal always)")
+
+
+def dropout_form(plan: Plan, capabilities: dict, probe, heads: int, head_dim: int,
+                 notes: list[str]) -> None:
+    if plan.roles.dropout:
+        capabilities["dropout"] = "config"
+        return
+    inputs = probe_case(heads, head_dim, kept=None).inputs(plan.convention.call)
+    try:
+        changes = not torch.equal(probe.forward(inputs, training=True, seed=1),
+                                  probe.forward(inputs, training=True, seed=2))
+    except ImplementationError:
+        changes = False
+    if changes:
+        capabilities["dropout"] = "fixed"
+        notes.append("dropout at a rate it fixes itself (probed: train-mode calls differ)")
+
+
+def dtypes_form(declared: Declarations, capabilities: dict, notes: list[str]) -> None:
+    try:
+        dtypes = declared.dtype_list()
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
+    if dtypes is not None:
+        capabilities.update(dtypes=dtypes, assumed_dtypes=())
+        notes.append("dtypes " + ", ".join(dtype_name(d) for d in dtypes) + " (declared)")
+    else:
+        notes.append("float16 and bfloat16 assumed (an nn.Module can be cast to them, nobody "
+                     "declared them): what breaks there is a warning; declare --dtypes to make "
+                     "them part of its contract")

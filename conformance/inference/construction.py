@@ -1,0 +1,215 @@
+"""Inference steps about building and calling the class: its constructor's roles, its forward's
+convention, the configurations it builds for, the form of its output and of its inputs."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import torch
+
+from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, describe, discover
+from conformance.inference.convention import ForwardConvention, mask_family, read_forward
+from conformance.inference.plan import InferenceError, Plan, first_call
+from conformance.inference.probing import probe_case, sequence_first
+from conformance.inference.roles import ConstructorRoles, read_roles
+from conformance.inference.weight_roles import WeightOutcome
+from conformance.model.declarations import DeclarationError, Declarations
+from conformance.model.spec import Config
+from conformance.model.weights import WeightLayout
+
+
+def constructor_roles(cls: type, declared: Declarations, label: str) -> ConstructorRoles:
+    roles = read_roles(cls)
+    try:
+        stated_window = declared.window()
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
+    for role, argument in (("width", declared.width_arg), ("heads", declared.heads_arg),
+                           ("head_dim", declared.head_dim_arg),
+                           ("kv_heads", declared.kv_heads_arg),
+                           ("window", stated_window[0] if stated_window else None)):
+        if argument:
+            if argument in roles.unknown:
+                roles.unknown.remove(argument)
+            setattr(roles, role, argument)
+    if roles.unknown:
+        raise InferenceError(
+            f"{label}: can't fill constructor argument(s) {', '.join(roles.unknown)}: give them "
+            "defaults, name the width/head-count/head-width one with --width-arg / --heads-arg / "
+            "--head-dim-arg, or declare it with conformance.implementation(...)")
+    if roles.width is None:
+        raise InferenceError(f"{label}: no constructor argument names the model width (d_model, "
+                             "hidden_dim, embed_dim, ...): add --width-arg NAME")
+    return roles
+
+
+def forward_convention(cls: type, declared: Declarations, label: str) -> ForwardConvention:
+    convention = read_forward(cls.forward)
+    if not convention.inputs and not declared.call:
+        raise InferenceError(f"{label}: forward takes no input tensor (none of x; q, k, v; query, "
+                             "key, value): declare the call with --call self or --call qkv")
+    if declared.call:
+        convention.call = declared.call
+        convention.inputs = (convention.inputs[:1] if declared.call == "self"
+                             else (*convention.inputs, "k", "v")[:3])
+        convention.by_keyword = False
+    try:
+        argument = declared.mask_argument
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
+    if argument:
+        convention.mask, convention.mask_family = argument, mask_family(argument)
+    return convention
+
+
+def positional_arguments(roles: ConstructorRoles, declared: Declarations, label: str) -> tuple[str, ...]:
+    """The arguments a declared positional constructor takes by position: the width, then the
+    head count (an assignment's ``MultiHeadAttention(d_model, num_heads)``)."""
+    try:
+        form = declared.choice("constructor", ("keyword", "positional"))
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
+    if form != "positional":
+        return ()
+    if roles.width is None:
+        raise InferenceError(f"{label}: a positional constructor needs the width argument: "
+                             "declare --width-arg")
+    return tuple(name for name in (roles.width, roles.heads) if name)
+
+
+def build_constraint(plan: Plan, label: str, notes: list[str]) -> Constraint | None:
+    """The configurations it builds and runs for; where the forward runs for none (a basic call
+    that always fails: the gate's to report), those it builds for."""
+    heads = None if plan.roles.heads else 1
+    try:
+        constraint = discover(plan.builds, heads=heads)
+    except ValueError:
+        constraint = None
+    else:
+        if constraint is not None:
+            notes.append(f"{constraint.describe()} (probed)")
+        return constraint
+    try:
+        constraint = discover(plan.constructs, heads=heads)
+    except ValueError:
+        config = Config(batch=2, q_len=5, kv_len=5, d_model=8, num_heads=2 if plan.roles.heads
+                        else 1)
+        try:
+            plan.instantiate(config)
+        except Exception as error:
+            raise InferenceError(f"{label}: constructing it raised {type(error).__name__}: "
+                                 f"{error} for every generated configuration") from error
+        raise InferenceError(f"{label}: constructing it failed for every generated "
+                             "configuration") from None
+    if constraint is not None:
+        notes.append(f"{constraint.describe()} (probed)")
+    return constraint
+
+
+def layout_constraint(plan: Plan, layout: WeightLayout | None,
+                      constraint: Constraint | None, notes: list[str]) -> Constraint | None:
+    """The configurations where the weight layout also reads the module, heads of the right
+    width: a layout that changes form at some head count (x-transformers has no output
+    projection at one head) limits them as a constructor that refuses them would."""
+    if layout is None:
+        return constraint
+    allowed = set(constraint.pairs) if constraint else None
+
+    def reads(heads: int, head_dim: int) -> bool:
+        if allowed is not None and (heads, head_dim) not in allowed:
+            return False
+        config = Config(batch=2, q_len=3, kv_len=3, d_model=heads * head_dim, num_heads=heads)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                weights = layout.read(plan.construct(config), heads)
+        except Exception:  # the constructor, or the layout's reading: not this configuration
+            return False
+        return tuple(weights.w_q.shape[:2]) == (heads, head_dim)
+
+    try:
+        found = discover(reads, heads=None if plan.roles.heads else 1)
+    except ValueError:
+        return constraint  # nowhere: the gate reports the weights as broken
+    if found is None or (constraint is not None and found.pairs == constraint.pairs):
+        return constraint
+    notes.append(f"its weights read as found only with {found.words}: generating those "
+                 "configurations (probed)")
+    return found
+
+
+def encoding_constraint(plan: Plan, outcome: WeightOutcome, constraint: Constraint | None,
+                        capabilities: dict, notes: list[str]) -> Constraint | None:
+    """Without the head widths where no position-encoding hypothesis reproduces the output:
+    RoPE is defined on pairs of dimensions, and a library that runs at head_dim 1 rotates
+    nothing a reference can be held to; left out as a constructor that refused them would be,
+    and said (a warning of ``reference``)."""
+    widths = outcome.unexplained_widths
+    if not widths:
+        return constraint
+    grid = [(h, d) for h in (HEAD_COUNTS if plan.roles.heads else (1,)) for d in HEAD_DIMS]
+    allowed = {p for p in (constraint.pairs if constraint else grid) if p[1] not in widths}
+    if not allowed:
+        return constraint
+    doubt = (f"at head width(s) {list(widths)} no RoPE hypothesis (half-split or interleaved "
+             "pairs, any theta or rotated fraction) reproduces its output: RoPE is undefined "
+             "there, so those widths are left out of generation")
+    capabilities["encoding_doubt"] = doubt
+    notes.append(doubt + " (see reference)")
+    return Constraint(tuple(sorted(allowed)), describe(allowed, grid))
+
+
+def probe_pair(plan: Plan, constraint: Constraint | None) -> tuple[int, int]:
+    """The probes' (num_heads, head_dim): 2 heads of 4 (1 of 4 single-head), or the buildable
+    pair nearest to it."""
+    preferred = (2 if plan.roles.heads else 1, 4)
+    if constraint is None or preferred in constraint.pairs:
+        return preferred
+    return min(constraint.pairs, key=lambda p: (abs(p[0] - preferred[0]) + abs(p[1] - 4), p))
+
+
+def output_form(plan: Plan, config: Config, notes: list[str], returns: str | None) -> None:
+    """Whether forward returns a tuple (its first element is then the output, unless it is
+    declared to return one tensor), and whether an output-width argument is per head."""
+    try:
+        first = first_call(plan, config)
+    except Exception as error:  # the gate reports a broken basic call; inference goes on
+        notes.append(f"calling it as {plan.convention.describe()} without a mask raised "
+                     f"{type(error).__name__}: the output's form is not inferred")
+        return
+    if isinstance(first, tuple) and returns == "tensor":
+        notes.append("forward returns a tuple, but it is declared to return one tensor: the "
+                     "gate fails on it")
+        return
+    if isinstance(first, tuple):
+        plan.tuple_output = True
+        first = first[0]
+        notes.append("forward returns a tuple: its first element is taken as the output"
+                     + (" (declared)" if returns == "tuple" else
+                        " (declare --returns tensor if it must return one tensor)"))
+    roles = plan.roles
+    if (roles.output and isinstance(first, torch.Tensor)
+            and first.shape[-1] == config.num_heads * config.d_model and config.num_heads > 1):
+        plan.per_head_output = True
+        notes.append(f"{roles.output} read as each head's width: the heads are concatenated")
+
+
+def sequence_order(plan: Plan, declared: Declarations, build, heads: int, head_dim: int,
+                   notes: list[str]) -> None:
+    stated = declared.declares_sequence_first()
+    if stated is not None:
+        plan.convention.sequence_first = stated
+        if stated:
+            notes.append("inputs are (length, batch, width) (declared)")
+        return
+
+    def flagged(first: bool):
+        plan.convention.sequence_first = first
+        return build()
+
+    case = probe_case(heads, head_dim, kept=None)
+    plan.convention.sequence_first = sequence_first(flagged, case, plan.convention.call)
+    if plan.convention.sequence_first:
+        notes.append("inputs are (length, batch, width) (probed: called batch-first it mixes "
+                     "batch elements, transposed it keeps them apart; declare "
+                     "--sequence-first to state it)")

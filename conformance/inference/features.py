@@ -1,0 +1,204 @@
+"""Inference steps about the declared-or-probed features: a sliding window, a KV cache, packed
+sequences, a per-query mask, the key-padding mask's convention."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from conformance.inference import kv_cache, packing, window
+from conformance.inference.plan import WIDE_WINDOW, InferenceError, Plan
+from conformance.inference.probing import BOOLEAN_POLARITY, infer_mask, probe_case
+from conformance.model.declarations import DeclarationError, Declarations
+from conformance.model.forms import QUERY_AXIS_LAYOUTS, PackedForm
+from conformance.model.spec import Config
+from conformance.subject.in_process import InProcessSubject
+
+
+def window_form(plan: Plan, declared: Declarations, capabilities: dict, config: Config,
+                label: str, heads: int, head_dim: int, notes: list[str]) -> None:
+    """A sliding-window argument: how it counts (declared, settled by its name, or probed)."""
+    name = plan.roles.window
+    if not name:
+        return
+    if capabilities.get("causal") != "always":
+        notes.append(f"{name}: a window argument, but the module is not always causal: built "
+                     f"with {name}={WIDE_WINDOW} (a window wider than any sequence), not checked "
+                     "as windowed")
+        return
+    stated = declared.window()
+    if stated is not None:
+        convention, how = stated[1], "declared"
+    elif name in window.SETTLED:
+        convention = window.SETTLED[name]
+        other = "left" if convention == "keys" else "keys"
+        how = (f"its name says so; if it counts the other way, declare --window-arg "
+               f"{name}:{other}")
+    else:
+        def built(width: int):
+            implementation = plan.implementation(label, **capabilities)
+            return InProcessSubject(implementation).instantiate(replace(config, window=width), 0)
+
+        case = probe_case(heads, head_dim, kept=None, batch=1, q_len=window.LENGTH,
+                          kv_len=window.LENGTH, causal=True)
+        convention, seen = window.probe_convention(built, case, plan.convention.call)
+        if convention is None:
+            convention = "keys"
+            how = (f"probed: built with {name}={window.PROBE_WINDOW}, the last row sees "
+                   f"positions {seen}, neither convention; checked as W keys (see "
+                   f"sliding_window; declare --window-arg {name}:left if that is meant)")
+        else:
+            other = "left" if convention == "keys" else "keys"
+            how = (f"probed: built with {name}={window.PROBE_WINDOW}, the last row sees "
+                   f"{len(seen)} positions; declare --window-arg {name}:{other} if the other "
+                   "count was meant")
+    plan.window_offset = -1 if convention == "left" else 0
+    capabilities["window"] = "config"
+    notes.append(f"{name}: a causal sliding window, {window.CONVENTION_WORDS[convention]} "
+                 f"({how}); generated as 1 to 8 keys")
+
+
+def cache_form(plan: Plan, declared: Declarations, capabilities: dict, build, heads: int,
+               head_dim: int, notes: list[str]) -> None:
+    """A KV cache argument: its style (declared, or read from the signature), confirmed by a
+    prefill through it."""
+    stated = declared.cache()
+    if stated == "none":
+        notes.append("no KV cache (declared)")
+        return
+    if stated is not None:
+        style, argument, factory = stated
+        options = (((plan.convention.use_cache, True),) if plan.convention.use_cache else ())
+        found = kv_cache.CacheProtocol(style, argument, options, factory)
+        how = "declared"
+    elif plan.convention.cache:
+        found, how = kv_cache.protocol(plan.convention, plan.cls.forward)
+        if found is None:
+            notes.append(f"{plan.convention.cache}: {how}: the KV cache is not checked (declare "
+                         "it with --kv-cache object@ARG=module:Class)")
+            return
+    else:
+        return
+    if capabilities.get("causal", "never") == "never":
+        notes.append(f"{found.argument}: a KV cache argument, but the module is not causal: "
+                     "the cache is not checked")
+        return
+    case = probe_case(heads, head_dim, kept=None, causal=True)
+    problem = kv_cache.confirm(build, found, case, plan.convention.call)
+    if problem is not None:
+        notes.append(f"{found.argument}: a prefill through the cache as {found.describe()} "
+                     f"failed ({problem}): the KV cache is not checked (declare it with "
+                     "--kv-cache STYLE@ARG)")
+        return
+    capabilities.update(found.capabilities())
+    notes.append(f"KV cache: {found.describe()} ({how}; probed: a prefill through it works; "
+                 "another style is declared with --kv-cache STYLE@ARG); kv_cache checks decoding "
+                 "against the full forward")
+
+
+def packed_form(plan: Plan, declared: Declarations, capabilities: dict, build, heads: int,
+                head_dim: int, notes: list[str]) -> None:
+    """Packed sequences: a cu_seqlens argument (its token layout probed), or declared."""
+    stated = declared.packing()
+    case = probe_case(heads, head_dim, kept=None, batch=1,
+                      causal=capabilities.get("causal") == "always")
+    if stated is not None and stated[0] is PackedForm.MASK:
+        mask = capabilities.get("mask")
+        if (mask is None or mask.layout not in QUERY_AXIS_LAYOUTS) and not per_query_mask(
+                plan, capabilities, build, heads, head_dim, notes):
+            return
+        capabilities["packed"] = PackedForm.MASK
+        notes.append("packed sequences through a block-diagonal mask (declared)")
+        return
+    argument = stated[1] if stated is not None else plan.convention.packed
+    if not argument:
+        return
+    max_seqlen = plan.convention.max_seqlen
+    if stated is not None:
+        form, how = stated[0], "declared"
+    else:
+        form = packing.probe_form(build, case, plan.convention.call, argument, max_seqlen)
+        how = "probed"
+        if form is None:
+            notes.append(f"{argument}: a cu_seqlens argument, but no packed call works (tokens "
+                         "(total, D) or (1, total, D)): packing is not checked (declare "
+                         f"--packed cu_seqlens@{argument})")
+            return
+    capabilities.update(packed=form, packed_argument=argument, max_seqlen_argument=max_seqlen)
+    tokens = "(total, D)" if form is PackedForm.CU_SEQLENS_FLAT else "(1, total, D)"
+    notes.append(f"{argument}: packed sequences, tokens {tokens} ({how})"
+                 + (f", with {max_seqlen}" if max_seqlen else ""))
+
+
+def per_query_mask(plan: Plan, capabilities: dict, build, heads: int, head_dim: int,
+                   notes: list[str]) -> bool:
+    """For packing through the mask: a mask convention with a query axis, searched again among
+    those layouts only."""
+    argument = plan.convention.mask
+    if not argument:
+        raise InferenceError("packed=mask is declared, but forward takes no mask argument")
+    search = infer_mask(build(mask=None, mask_problem=None), probe_case(heads, head_dim),
+                        plan.convention.call, plan.convention.mask_family, argument,
+                        name_settles=plan.convention.mask_name_settles,
+                        layouts=QUERY_AXIS_LAYOUTS)
+    if search.convention is None:
+        notes.append(f"packed=mask is declared, but {argument} takes no mask with a query axis "
+                     "((B, Lq, Lk), (B, 1, Lq, Lk), (B, H, Lq, Lk), (Lq, Lk)): packing is not "
+                     "checked")
+        return False
+    capabilities["mask"] = search.convention
+    notes.append(f"{argument}: {search.convention.describe()} (probed among the layouts with a "
+                 "query axis, for packing)")
+    return True
+
+
+def mask_form(plan: Plan, declared: Declarations, capabilities: dict, build, heads: int,
+              head_dim: int, notes: list[str]) -> None:
+    argument = plan.convention.mask
+    try:
+        declared_mask = declared.mask_convention("mask")
+        formats = declared.alternative_masks("mask") if declared.mask_formats else ()
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
+    if declared_mask is not None:
+        if not argument:
+            raise InferenceError("a mask is declared, but forward takes no mask argument: name "
+                                 "it with --mask KIND:LAYOUT@ARGUMENT")
+        capabilities["mask"] = declared_mask
+        notes.append(f"{argument}: {declared_mask.describe()} (declared)")
+    elif argument:
+        causal = capabilities.get("causal") == "always"
+        search = infer_mask(build(), probe_case(heads, head_dim, causal=causal),
+                            plan.convention.call, plan.convention.mask_family, argument,
+                            name_settles=plan.convention.mask_name_settles)
+        if search.convention is None:
+            capabilities["mask_problem"] = search.problem
+            notes.append(f"{argument}: no mask convention inferred (see padding)")
+        else:
+            capabilities["mask"] = search.convention
+            stated = replace(search.convention, argument=argument).spec()
+            text = f"{argument}: {search.convention.describe()} (probed"
+            if search.assumed:
+                capabilities["mask_assumed"] = search.assumed
+                text += (f"; assumed, no convention works: {search.assumed}; if it "
+                         f"reads its mask another way, declare it: --mask {stated})")
+            elif search.doubt:
+                capabilities["mask_doubt"] = search.doubt
+                text += f"; doubtful, see padding; to state it: --mask {stated})"
+            elif plan.convention.mask_family == "either" and search.polarity_probed:
+                text += (f"; the name allows either polarity and behaviour chose "
+                         f"{BOOLEAN_POLARITY[search.convention.kind]}; if the other was meant, "
+                         f"the module reads its mask inverted: declare the intended one, e.g. "
+                         f"--mask {opposite_polarity(stated)})")
+            else:
+                text += f"; to state it: --mask {stated})"
+            notes.append(text)
+    if formats:
+        capabilities["mask_formats"] = formats
+        notes.append(f"{argument} also takes " + ", ".join(m.describe() for m in formats)
+                     + " (declared)")
+
+
+def opposite_polarity(spec: str) -> str:
+    """The declaration with the other boolean polarity."""
+    return (spec.replace("ignore_bool", "keep_bool") if spec.startswith("ignore_bool")
+            else spec.replace("keep_bool", "ignore_bool"))

@@ -1,0 +1,176 @@
+"""What inference knows so far about building and calling a class (:class:`Plan`), and what it
+hands back (:class:`Inferred`): the class wrapped to take the suite's canonical call."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from conformance.errors import ConformanceError
+from conformance.inference.convention import FILLABLE_POSITIONS, ForwardConvention
+from conformance.inference.roles import CONTEXT_LENGTH, MAX_BATCH_SIZE, ConstructorRoles
+from conformance.model.spec import Capabilities, Config, Implementation
+from conformance.subject.call_arguments import positions_argument
+
+ALL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+ASSUMED_DTYPES = (torch.float16, torch.bfloat16)
+"""What an undeclared module is assumed to run in besides float32/float64: an nn.Module casts to
+them, but nobody said it works there, so what breaks there is a warning."""
+WIDE_WINDOW = 1024
+"""The window a window argument is given where the configuration has none (probes, and modules
+not checked as windowed): wider than any generated sequence, so it never applies."""
+
+
+class InferenceError(ConformanceError):
+    """What can't be inferred, and how to declare it; one line."""
+
+
+@dataclass(frozen=True)
+class Inferred:
+    """The inferred declaration, and every inference in words (the report opens with them)."""
+
+    implementation: Implementation
+    notes: tuple[str, ...]
+
+
+class InferredModule(nn.Module):
+    """Calls the module under test in its own convention: the suite's canonical call in
+    (batch-first tensors; q, k, v in that order), the attention output (the first element of a
+    tuple) out."""
+
+    def __init__(self, inner: nn.Module, convention: ForwardConvention,
+                 tuple_output: bool) -> None:
+        super().__init__()
+        self.inner = inner
+        self.convention = convention
+        self.tuple_output = tuple_output
+
+    def forward(self, *tensors: torch.Tensor, mask: torch.Tensor | None = None,
+                is_causal: bool = False, **options: object) -> torch.Tensor | tuple:
+        """``options`` (positions, a cache, cu_seqlens) go to the module by their own names; a
+        call with the cache argument returns the module's whole output (the cache session takes
+        the present from it)."""
+        convention = self.convention
+        kwargs: dict[str, object] = dict(options)
+        if mask is not None:
+            kwargs[convention.mask] = mask
+        if is_causal:
+            kwargs[convention.causal] = True
+        if convention.need_weights:
+            kwargs["need_weights"] = False
+        if convention.sequence_first:
+            tensors = tuple(t.transpose(0, 1) for t in tensors)
+        if convention.by_keyword:
+            kwargs.update(zip(convention.inputs, tensors, strict=True))
+            tensors = ()
+        output = self.inner(*tensors, **kwargs)
+        cached = convention.cache is not None and convention.cache in options
+        if isinstance(output, tuple) and (cached or self.tuple_output):
+            if convention.sequence_first and isinstance(output[0], torch.Tensor):
+                output = (output[0].transpose(0, 1), *output[1:])
+            return output if cached else output[0]
+        if convention.sequence_first and isinstance(output, torch.Tensor):
+            output = output.transpose(0, 1)
+        return output
+
+
+@dataclass
+class Plan:
+    """What is known so far about constructing and calling the class."""
+
+    cls: type
+    roles: ConstructorRoles
+    convention: ForwardConvention
+    per_head_output: bool = False
+    tuple_output: bool = False
+    init: tuple[tuple[str, object], ...] = ()
+    positional: tuple[str, ...] = ()
+    """Constructor arguments passed by position, in this order (a declared ``constructor =
+    positional``: ``Class(d_model, num_heads)``); every other one goes by keyword."""
+    window_offset: int = 0
+    """The window argument is the window in keys plus this (-1 where it counts the keys before
+    the row)."""
+
+    def arguments(self, config: Config) -> dict[str, object]:
+        roles, kwargs = self.roles, {}
+        if roles.width:
+            kwargs[roles.width] = config.d_model
+        if roles.heads:
+            kwargs[roles.heads] = config.num_heads
+        if roles.head_dim:
+            kwargs[roles.head_dim] = config.head_dim
+        if roles.output:
+            kwargs[roles.output] = config.head_dim if self.per_head_output else config.d_model
+        if roles.dropout:
+            kwargs[roles.dropout] = config.dropout
+        if roles.context:
+            kwargs[roles.context] = CONTEXT_LENGTH
+        if roles.batch_first:
+            kwargs[roles.batch_first] = True
+        if roles.kv_heads:
+            kwargs[roles.kv_heads] = config.kv_heads
+        if roles.window:
+            kwargs[roles.window] = (WIDE_WINDOW if config.window is None
+                                    else config.window + self.window_offset)
+        if roles.max_batch:
+            kwargs[roles.max_batch] = MAX_BATCH_SIZE
+        kwargs.update(self.init)
+        return kwargs
+
+    def instantiate(self, config: Config) -> nn.Module:
+        """The class itself, built for ``config`` as declared (by keyword, or positionally)."""
+        kwargs = self.arguments(config)
+        args = [kwargs.pop(name) for name in self.positional]
+        return self.cls(*args, **kwargs)
+
+    def construct(self, config: Config) -> nn.Module:
+        return InferredModule(self.instantiate(config), self.convention, self.tuple_output)
+
+    def constructs(self, heads: int, head_dim: int) -> bool:
+        """Whether the constructor accepts ``heads`` heads of ``head_dim``."""
+        config = Config(batch=2, q_len=3, kv_len=3, d_model=heads * head_dim, num_heads=heads)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.instantiate(config)
+        except Exception:  # the constructor's own validation, whatever it raises
+            return False
+        return True
+
+    def builds(self, heads: int, head_dim: int) -> bool:
+        """Whether the constructor accepts ``heads`` heads of ``head_dim``, and the forward
+        then runs (RoPE's even head_dim is often the forward's to find out)."""
+        config = Config(batch=2, q_len=3, kv_len=3, d_model=heads * head_dim, num_heads=heads)
+        try:
+            first_call(self, config)
+        except Exception:  # the constructor's or the forward's own validation, whatever it raises
+            return False
+        return True
+
+    def implementation(self, name: str, **capabilities: object) -> Implementation:
+        declared = dict(call=self.convention.call, heads=None if self.roles.heads else 1,
+                        max_len=CONTEXT_LENGTH if self.roles.context else None,
+                        max_batch=MAX_BATCH_SIZE if self.roles.max_batch else None,
+                        cross_attention=self.convention.call == "qkv", dtypes=ALL_DTYPES,
+                        assumed_dtypes=ASSUMED_DTYPES)
+        declared.update(capabilities)
+        return Implementation(name, self.construct, Capabilities(**declared))
+
+
+def first_call(plan: Plan, config: Config) -> torch.Tensor | tuple:
+    module = plan.construct(config).inner.eval()
+    shape = (config.batch, config.q_len, config.d_model)
+    if plan.convention.sequence_first:
+        shape = (config.q_len, config.batch, config.d_model)
+    inputs = [torch.randn(shape) for _ in range(1 if plan.convention.call == "self" else 3)]
+    kwargs = (dict(zip(plan.convention.inputs, inputs, strict=True)) if plan.convention.by_keyword
+              else {})
+    argument = plan.convention.position_argument
+    if argument and plan.convention.position_required:  # a call without it can't be made
+        kwargs[argument] = positions_argument(FILLABLE_POSITIONS[argument], 0, config.batch,
+                                              config.q_len, "cpu")
+    with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
+        return module(**kwargs) if plan.convention.by_keyword else module(*inputs, **kwargs)

@@ -1,0 +1,157 @@
+"""Inference steps about positions: a RoPE or ALiBi inside (the one that reproduces the output),
+how ALiBi counts, and the form of a position input."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from conformance.inference.convention import FILLABLE_POSITIONS, START_NAMES
+from conformance.inference.plan import Plan
+from conformance.inference.positional import position_encoding
+from conformance.inference.probing import probe_case
+from conformance.inference.weight_roles import WeightOutcome
+from conformance.inference.weight_search import REPRODUCED_FLOAT32, relative_error
+from conformance.model.declarations import Declarations
+from conformance.model.forms import AlibiBias, PositionEncoding, PositionForm, Rotary
+from conformance.model.spec import Config
+from conformance.model.weights import WeightLayout, WeightLayoutError
+from conformance.numerics.reference import reference_attention
+from conformance.subject.boundary import ImplementationError
+from conformance.subject.in_process import InProcessSubject
+
+POSITION_WORDS = {"rotary": "rotary position embeddings (RoPE)", "alibi": "ALiBi position biases",
+                  "positions": "a position input"}
+
+
+def encoding_inside(plan: Plan, declared: Declarations, capabilities: dict, probe,
+                    outcome: WeightOutcome, notes: list[str]) -> None:
+    """A position encoding inside: the RoPE or ALiBi that reproduced the module's output (the
+    float64 reference then models it), else what names and a position argument suggest (the
+    checks that need the reference skip), or nothing where the output is position-free."""
+    stated = declared.declared_encoding()
+    reproduced = outcome.encoding
+    if reproduced is not None and stated in (None, "rotary" if reproduced.rotary else "alibi"):
+        kind = "rotary" if reproduced.rotary else "alibi"
+        capabilities.update(positional=f"{reproduced.describe()} (reproduced)", relative=kind,
+                            encoding=reproduced)
+        text = (f"{reproduced.describe()} inside (found by behaviour: its output depends on "
+                "the tokens' positions, and the float64 reference with this encoding reproduces "
+                "it; the reference checks apply it); position_shift checks that shifting every "
+                "position changes nothing")
+        if kind == "alibi":
+            capabilities["alibi"] = declared.alibi or "standard"
+            text += "; alibi holds the slopes to the paper's (they reproduced the output)"
+        notes.append(text)
+        return
+    found = position_encoding(probe.module.inner, plan.convention.positions)
+    if found is not None and not outcome.dependent and outcome.layout is not None:
+        # Names suggest a position encoding, behaviour shows none (permuting the tokens
+        # permutes the output): behaviour decides.
+        notes.append(f"{found[1]} suggests a position encoding, but its output does not depend "
+                     "on the tokens' positions (probed): checked as position-free (declare "
+                     f"--position-encoding {found[0]} if it is meant to have one)")
+        found = None
+    if stated == "none":
+        found = None
+        notes.append("no position encoding (declared)")
+    elif stated is not None:
+        found = (stated, "declared")
+    if found is not None:
+        kind, evidence = found
+        origin = "declared" if evidence == "declared" else f"inferred from {evidence}"
+        capabilities["positional"] = f"{POSITION_WORDS[kind]} ({origin})"
+        text = (f"{POSITION_WORDS[kind]} inside ({origin}"
+                + ("" if evidence == "declared" else "; if not, declare --position-encoding none")
+                + "): the checks that assume position-free attention skip")
+        if kind in ("rotary", "alibi"):
+            capabilities["relative"] = kind
+            text += "; position_shift checks that shifting every position changes nothing"
+        if kind == "alibi":
+            capabilities["alibi"] = declared.alibi or "measured"
+            text += ("; alibi measures the slopes" + (
+                " against the paper's (declared)" if declared.alibi == "standard" else
+                " (declare --alibi standard to hold them to the paper's)"))
+        held = declared_encoding(kind, declared)
+        if held is not None:
+            # Behaviour could not reproduce it, but what is meant is declared: the reference
+            # holds the module to it.
+            capabilities["encoding"] = held
+            text += (f"; no encoding behaviour tried reproduces its output, so the reference "
+                     f"checks hold it to the declared {held.describe()}")
+        notes.append(text)
+
+
+def alibi_counting(plan: Plan, capabilities: dict, layout: WeightLayout | None, label: str,
+                   heads: int, head_dim: int, notes: list[str]) -> None:
+    """Whether ALiBi's positions count every token or only the kept ones (BLOOM's
+    ``build_alibi_tensor`` numbers the tokens by the mask's cumulative sum): decided by which
+    reproduces its output under a mask with padding before kept keys, at the kept rows."""
+    encoding = capabilities.get("encoding")
+    if (not isinstance(encoding, PositionEncoding) or encoding.alibi is None
+            or capabilities.get("mask") is None or layout is None):
+        return
+    config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim, num_heads=heads,
+                    num_kv_heads=None, dtype=torch.float64)
+    implementation = replace(plan.implementation(label, **capabilities), weight_layout=layout)
+    causal = capabilities.get("causal") == "always"
+    try:
+        instance = InProcessSubject(implementation).instantiate(config, seed=0)
+        inputs = probe_case(heads, head_dim, causal=causal, dtype="float64").inputs(
+            plan.convention.call)
+        output = instance.forward(inputs)
+        weights = instance.read_weights()
+    except (ImplementationError, WeightLayoutError, RuntimeError):
+        return
+    rows = inputs.keep if inputs.is_self else torch.ones_like(inputs.keep)
+    errors = {}
+    for counts_kept in (False, True):
+        candidate = replace(encoding, alibi=replace(encoding.alibi, counts_kept=counts_kept))
+        expected = reference_attention(weights, inputs.query, inputs.key, inputs.value,
+                                       keep=inputs.keep, causal=causal,
+                                       encoding=candidate).output
+        errors[counts_kept] = relative_error(output[rows], expected[rows])
+    if errors[True] < REPRODUCED_FLOAT32 <= errors[False]:
+        capabilities["encoding"] = replace(encoding, alibi=replace(encoding.alibi,
+                                                                   counts_kept=True))
+        notes.append("ALiBi positions count the kept tokens only (BLOOM's cumulative sum of "
+                     f"the mask; probed: relative error {errors[True]:.1e} with it, "
+                     f"{errors[False]:.1e} counting every token)")
+
+
+def declared_encoding(kind: str, declared: Declarations) -> PositionEncoding | None:
+    """The encoding the declarations spell out in full, for a module of ``kind``: ALiBi with
+    the paper's slopes, or RoPE with its pairing (and theta, fraction) declared."""
+    if kind == "alibi" and declared.alibi == "standard":
+        return PositionEncoding(alibi=AlibiBias())
+    rope = declared.rotary()
+    if kind == "rotary" and rope is not None:
+        pairing, theta, fraction = rope
+        return PositionEncoding(rotary=Rotary(pairing, theta or 10000.0, fraction or 1.0))
+    return None
+
+
+POSITION_FORM_WORDS = {PositionForm.IDS: "(B, L) int64", PositionForm.VECTOR: "(L,) int64",
+                       PositionForm.START: "the first position, an int"}
+
+
+def position_input(plan: Plan, declared: Declarations, capabilities: dict,
+                   notes: list[str]) -> None:
+    """A position argument the suite can fill (declared, or read from its name)."""
+    stated_positions = declared.position_argument()
+    if stated_positions is not None:
+        argument, form = stated_positions
+        how = "declared"
+    elif plan.convention.position_argument:
+        argument = plan.convention.position_argument
+        form = FILLABLE_POSITIONS[argument]
+        buffers_start = argument == plan.convention.cache and argument in START_NAMES
+        if buffers_start and not plan.convention.position_required:
+            return  # the cache's start position, passed only with the cache
+        how = "its name says so"
+    else:
+        return
+    capabilities.update(positions=argument, position_form=form)
+    notes.append(f"{argument}: the tokens' positions, passed as {POSITION_FORM_WORDS[form]} "
+                 f"({how})")

@@ -1,0 +1,311 @@
+"""Registering implementations, discovering other packages' through entry points, resolving IMPL.
+
+An IMPL string is a registered name (``seed002-MultiHeadAttention``), ``package.module:Attr`` or
+``path/to/file.py::Attr``, where ``Attr`` is an :class:`Implementation` or a list of them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import torch
+
+from conformance.errors import ConformanceError
+from conformance.model.declarations import Declarations, merged
+from conformance.model.forms import MaskConvention
+from conformance.model.spec import (
+    DEFAULT_DTYPES,
+    CallConvention,
+    Capabilities,
+    Causality,
+    Config,
+    FullyMaskedPolicy,
+    Implementation,
+)
+from conformance.model.weights import WeightLayout
+
+ENTRY_POINT_GROUP = "attention_conformance.implementations"
+
+_registry: dict[str, Implementation] = {}
+_entry_points_loaded = False
+
+
+class ResolveError(ConformanceError):
+    """An IMPL argument that names nothing checkable; the message is one line for the user."""
+
+
+def register(impl: Implementation) -> Implementation:
+    """Add ``impl`` to the registry under its name; a different object under a taken name fails."""
+    existing = _registry.get(impl.name)
+    if existing is not None and existing is not impl:
+        raise ValueError(f"an implementation named {impl.name!r} is already registered")
+    _registry[impl.name] = impl
+    return impl
+
+
+def implementation(
+    name: str,
+    *,
+    call: CallConvention = "self",
+    mask: MaskConvention | None = None,
+    causal: Causality = "never",
+    causal_argument: str | None = None,
+    cross_attention: bool = False,
+    max_len: int | None = None,
+    heads: int | None = None,
+    dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES,
+    weights: WeightLayout | None = None,
+    fully_masked: FullyMaskedPolicy = "report",
+    expected_failures: Mapping[str, str] | None = None,
+    description: str = "",
+) -> Callable[[Callable[[Config], object]], Implementation]:
+    """Decorator: declare and register the factory below it as an implementation under test.
+
+    Example::
+
+        @implementation("my-mha", call="qkv", cross_attention=True,
+                        mask=MaskConvention(MaskKind.KEEP_BOOL, MaskLayout.BROADCAST),
+                        weights=SeparateProjections(q="q", k="k", v="v", o="out"))
+        def my_mha(config: Config) -> nn.Module:
+            return MyMultiHeadAttention(config.d_model, config.num_heads)
+    """
+    capabilities = Capabilities(call=call, mask=mask, causal=causal,
+                                causal_argument=causal_argument, cross_attention=cross_attention,
+                                max_len=max_len, heads=heads, dtypes=tuple(dtypes),
+                                weights=weights is not None, fully_masked=fully_masked)
+
+    def declare(factory: Callable[[Config], object]) -> Implementation:
+        return register(Implementation(
+            name=name, factory=factory, capabilities=capabilities, weight_layout=weights,
+            expected_failures=dict(expected_failures or {}),
+            description=description or (factory.__doc__ or "").strip().split("\n")[0]))
+
+    return declare
+
+
+def _as_implementations(obj: object, origin: str,
+                        declared: Declarations | None = None) -> list[Implementation]:
+    if isinstance(obj, Implementation):
+        return [obj]
+    if isinstance(obj, Iterable) and not isinstance(obj, (str, bytes)):
+        items = list(obj)
+        if items and all(isinstance(item, Implementation) for item in items):
+            return items
+    if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
+        from conformance.inference import InferenceError, infer
+
+        try:
+            return [infer(obj, name=origin, declared=declared).implementation]
+        except InferenceError as error:
+            raise ResolveError(str(error)) from error
+    if callable(obj) and not isinstance(obj, torch.nn.Module):  # a core attention function
+        from conformance.inference import InferenceError, infer_function
+
+        try:
+            return [infer_function(obj, name=origin, declared=declared).implementation]
+        except (InferenceError, ValueError, TypeError) as error:
+            raise ResolveError(str(error)) from error
+    if isinstance(obj, torch.nn.Module):  # an instance: checked through its class
+        from conformance.inference import InferenceError, infer
+
+        try:
+            inferred = infer(type(obj), name=origin, declared=declared).implementation
+        except InferenceError as error:
+            raise ResolveError(f"{origin} is an instance, checked through its class: {error}") \
+                from error
+        note = (f"an instance of {type(obj).__name__}: checked through its class, built at the "
+                "generated sizes (the instance's own weights and sizes are not used)")
+        return [replace(inferred, notes=(note, *inferred.notes))]
+    if callable(obj):
+        raise ResolveError(
+            f"{origin} is {getattr(obj, '__name__', type(obj).__name__)}, which has no "
+            "declaration: pass its class, or wrap its construction with "
+            "@conformance.implementation(...) (see the README, 'Register your implementation')")
+    raise ResolveError(
+        f"{origin} is a {type(obj).__name__}, not an nn.Module, callable or Implementation")
+
+
+def load_entry_points() -> None:
+    """Register what every installed package declares under the entry-point group (once)."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        obj = entry.load()
+        if callable(obj) and not isinstance(obj, Implementation):
+            obj = obj()
+        for impl in _as_implementations(obj, f"entry point {entry.name!r}"):
+            register(impl)
+
+
+def registered() -> dict[str, Implementation]:
+    """Every registered implementation by name, entry points included."""
+    load_entry_points()
+    return dict(_registry)
+
+
+def _load_file(path_text: str) -> object:
+    path = Path(path_text)
+    if not path.is_file():
+        raise ResolveError(f"no file {path_text}")
+    module_name = f"_attention_conformance_user_{abs(hash(path.resolve()))}"
+    if module_name in sys.modules:  # loaded before: its implementations are registered already
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ResolveError(f"cannot load {path_text} as a Python module")
+    # As `python path/file.py` does: the file's own folder is importable, so a module split
+    # over several files (`from utils import ...`) loads.
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as error:
+        raise ResolveError(f"syntax error in {path_text}, line {error.lineno}: {error.msg}") from error
+    except Exception as error:
+        raise ResolveError(f"importing {path_text} raised {type(error).__name__}: {error}") from error
+    return module
+
+
+def _load_module(name: str) -> object:
+    # As with `python -m`: a user's own package in the working directory is importable.
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        return importlib.import_module(name)
+    except SyntaxError as error:
+        raise ResolveError(
+            f"syntax error in module {name} ({error.filename}, line {error.lineno}): {error.msg}"
+        ) from error
+    except ImportError as error:
+        raise ResolveError(f"cannot import module {name}: {error}") from error
+    except Exception as error:
+        raise ResolveError(f"importing module {name} raised {type(error).__name__}: {error}") from error
+
+
+def resolve(spec: str, declared: Declarations | None = None) -> list[Implementation]:
+    """The implementations an IMPL argument names. Raises ResolveError with a one-line reason.
+
+    An undeclared ``nn.Module`` class is inferred; ``declared`` (over what the current
+    directory's ``pyproject.toml`` declares for ``spec``) overrides inference item by item.
+    """
+    from conformance.model.declarations import DeclarationError, from_pyproject, merged
+
+    try:
+        declared = merged(from_pyproject(spec), declared or Declarations())
+    except DeclarationError as error:
+        raise ResolveError(str(error)) from error
+    if not is_located(spec):
+        known = registered()
+        if spec in known:
+            return [known[spec]]
+        raise ResolveError(f"no implementation named {spec!r} (see `attention-conformance list`; "
+                           "or give package.module:Attr or path/to/file.py::Attr)")
+    container = load_code(spec)
+    location, attribute = _split(spec)
+    if not attribute:
+        raise ResolveError(f"{spec}: name the attribute after the colon")
+    try:
+        obj = getattr(container, attribute)
+    except AttributeError:
+        raise ResolveError(f"{location} has no attribute {attribute!r}"
+                           + _candidates(container, attribute)) from None
+    return _as_implementations(obj, origin(spec), declared)
+
+
+def _candidates(container: object, missing: str) -> str:
+    """``; it defines ...`` (its nn.Module classes and functions, the closest first), for a
+    name that is not there."""
+    module_name = getattr(container, "__name__", None)
+    defined = [name for name, value in vars(container).items()
+               if not name.startswith("_") and (isinstance(value, Implementation) or (
+                   getattr(value, "__module__", None) == module_name
+                   and ((isinstance(value, type) and issubclass(value, torch.nn.Module))
+                        or (callable(value) and not isinstance(value, type)))))]
+    if not defined:
+        return ""
+    close = difflib.get_close_matches(missing, defined, n=1, cutoff=0.6)
+    ordered = close + [name for name in defined if name not in close]
+    return (f"; did you mean {close[0]!r}?" if close else "") + \
+        f" (it defines {', '.join(ordered[:12])}{', ...' if len(ordered) > 12 else ''})"
+
+
+def check_form(spec: str) -> None:
+    """ResolveError when a located IMPL string names a file with ``:`` (a module's separator)
+    instead of ``::``: one line saying how to write it."""
+    location, attribute = _split(spec)
+    if "::" not in spec and (location.endswith(".py") or "/" in location or "\\" in location):
+        raise ResolveError(f"{location} is a file: name what is in it with '::' "
+                           f"({location}::{attribute or 'NAME'}); ':' follows a module "
+                           "(package.module:NAME)")
+
+
+def implementations_of(target: object, declared: Declarations | None = None,
+                       directory: Path | None = None) -> list[Implementation]:
+    """What any front door is given, as implementations: an :class:`Implementation` (or several),
+    a registered name or IMPL string, an ``nn.Module`` class, an instance (checked through its
+    class) or a core attention function. ``declared`` overrides inference item by item, over
+    what the nearest ``pyproject.toml`` declares for the object (as ``package.module:Name``, its
+    file ``path.py::Name``, or ``Name``). Raises ResolveError with a one-line reason."""
+    from conformance.model.declarations import DeclarationError, from_pyproject, spellings
+
+    if isinstance(target, str):
+        return resolve(target, declared)
+    if isinstance(target, Implementation):
+        return [target]
+    if isinstance(target, Iterable) and not isinstance(target, torch.nn.Module):
+        found = [impl for item in target for impl in implementations_of(item, declared,
+                                                                          directory)]
+        if not found:
+            raise ResolveError("nothing to check: the collection is empty")
+        return found
+    subject = target if isinstance(target, type) or not isinstance(target, torch.nn.Module) \
+        else type(target)
+    try:
+        stated = merged(from_pyproject(spellings(subject, directory), directory),
+                        declared or Declarations())
+    except DeclarationError as error:
+        raise ResolveError(str(error)) from error
+    name = getattr(subject, "__name__", None) or type(subject).__name__
+    return _as_implementations(target, name, stated)
+
+
+def load_code(spec: str) -> object:
+    """Import the file or module a located IMPL string names (once per process: later calls
+    return the same module), running its top level. Raises ResolveError with a one-line reason."""
+    check_form(spec)
+    location, _ = _split(spec)
+    return _load_file(location) if "::" in spec else _load_module(location)
+
+
+def _split(spec: str) -> tuple[str, str]:
+    separator = "::" if "::" in spec else ":"
+    location, _, attribute = spec.partition(separator)
+    return location, attribute
+
+
+def is_located(spec: str) -> bool:
+    """Whether an IMPL string names code by where it lives (a file or a module), rather than a
+    registered name: code that can be loaded in another process."""
+    return ":" in spec
+
+
+def origin(spec: str) -> str:
+    """The name an undeclared implementation gets from its IMPL string: the file's name or the
+    module's last part, and the attribute (``attention.py::MHA``, ``attention:MHA``)."""
+    if "::" in spec:
+        location, _, attribute = spec.partition("::")
+        return f"{Path(location).name}::{attribute}"
+    location, _, attribute = spec.partition(":")
+    return f"{location.rsplit('.', 1)[-1]}:{attribute}"

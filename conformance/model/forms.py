@@ -1,0 +1,234 @@
+"""The forms an implementation declares beside its call: a relative position encoding (RoPE, ALiBi),
+a position input, a KV cache style, packed sequences, and its key-padding mask's convention.
+
+Plain data, as :mod:`conformance.model.spec` is; :class:`~conformance.model.spec.Capabilities`
+holds them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Literal
+
+import torch
+
+RelativeEncoding = Literal["rotary", "alibi"]
+"""A relative position encoding inside the module: logits depend on positions only through
+i - j (RoPE rotates q and k by their positions; ALiBi adds -m_h (i - j))."""
+
+AlibiSlopes = Literal["standard", "measured"]
+"""ALiBi slopes: ``standard``, the paper's geometric sequence (2^(-8 (h + 1) / H) for H a power
+of two, its interpolation otherwise); ``measured``, any positive per-head slopes (reported)."""
+
+
+RotaryPairing = Literal["half", "interleaved"]
+"""Which dimensions RoPE rotates together: ``half`` pairs i with i + r/2 (HuggingFace's
+``rotate_half``, GPT-NeoX), ``interleaved`` pairs 2i with 2i + 1 (Meta Llama, GPT-J,
+torchtune)."""
+
+
+@dataclass(frozen=True)
+class Rotary:
+    """Rotary position embeddings as a module applies them (see :mod:`conformance.
+    position_encoding`): the first ``rotated_dims(head_dim)`` dimensions of every query and key
+    head turn in pairs (``pairing``), pair i by ``p * theta^(-2i / r)`` at position p."""
+
+    pairing: RotaryPairing = "half"
+    theta: float = 10000.0
+    fraction: float = 1.0
+    """The rotated share of each head's dimensions, rounded down to an even count
+    (HuggingFace's ``partial_rotary_factor`` / ``rotary_pct``)."""
+    dims: int | None = None
+    """A fixed number of rotated dimensions (x-transformers' rotary dim), capped at head_dim;
+    overrides ``fraction``."""
+    table: tuple[tuple[int, tuple[float, ...]], ...] = ()
+    """Frequencies measured per head width, where no one rule covers them all (x-transformers
+    derives its rotated dimensions and theta from each width; Llama 3 scales some frequencies):
+    (head_dim, the frequency of each rotated pair); overrides the rule for those widths."""
+
+    def _entry(self, head_dim: int) -> tuple[float, ...] | None:
+        return next((freqs for width, freqs in self.table if width == head_dim), None)
+
+    def rotated_dims(self, head_dim: int) -> int:
+        entry = self._entry(head_dim)
+        if entry is not None:
+            return 2 * len(entry)
+        count = min(self.dims, head_dim) if self.dims is not None else int(head_dim * self.fraction)
+        return count - count % 2
+
+    def frequencies(self, head_dim: int) -> torch.Tensor:
+        """(r / 2,) float64: theta^(-2i / r) for the r rotated dimensions (or as measured)."""
+        entry = self._entry(head_dim)
+        if entry is not None:
+            return torch.tensor(entry, dtype=torch.float64)
+        dims = self.rotated_dims(head_dim)
+        return self.theta ** (-torch.arange(0, dims, 2, dtype=torch.float64) / max(dims, 1))
+
+    def describe(self) -> str:
+        pairs = {"half": "half-split pairs (i, i + r/2)",
+                 "interleaved": "interleaved pairs (2i, 2i + 1)"}[self.pairing]
+        if self.table:
+            widths = ", ".join(f"{2 * len(freqs)} of {width}" for width, freqs in self.table)
+            return (f"RoPE on {pairs}, frequencies measured per head width (rotated dims: "
+                    f"{widths})")
+        share = (f"{self.dims} dims" if self.dims is not None else
+                 "every dim" if self.fraction == 1.0 else f"{self.fraction:g} of the dims")
+        return f"RoPE on {pairs}, {share}, theta {self.theta:g}"
+
+
+@dataclass(frozen=True)
+class AlibiBias:
+    """ALiBi as a module applies it: head h's logits get ``-m_h (i - j)`` (``-m_h |i - j|``
+    where ``symmetric``), with the paper's slopes; ``counts_kept``: positions count the kept
+    tokens only (BLOOM's ``cumsum(mask) - 1``)."""
+
+    symmetric: bool = False
+    counts_kept: bool = False
+    tiled: bool = False
+    """The slopes follow the module's own head order where its grouped query heads are read
+    relabelled (tiled grouping, see ``conformance.model.layouts.RelabelledHeads``): canonical head
+    c carries the slope of module head (c mod G) Hkv + c // G."""
+
+    def describe(self) -> str:
+        return ("ALiBi with the paper's slopes, " + ("-m |i - j|" if self.symmetric else
+                                                     "-m (i - j)")
+                + (", positions counting kept tokens only" if self.counts_kept else ""))
+
+
+@dataclass(frozen=True)
+class PositionEncoding:
+    """The relative position encoding the float64 reference applies (RoPE, ALiBi, or both)."""
+
+    rotary: Rotary | None = None
+    alibi: AlibiBias | None = None
+
+    def describe(self) -> str:
+        return "; ".join(part.describe() for part in (self.rotary, self.alibi) if part)
+
+
+class CacheStyle(str, Enum):
+    """How a KV cache is handed to the module between decoding calls."""
+
+    RETURNED = "returned"
+    """The past comes in through an argument and the present goes out in the output tuple
+    (HuggingFace's legacy ``past_key_value`` + ``use_cache``, nanoGPT's ``layer_past``)."""
+    BUFFERS = "buffers"
+    """The module holds preallocated cache buffers; an integer argument says where the new
+    tokens start (Meta Llama's ``start_pos``)."""
+    OBJECT = "object"
+    """A cache object passed in and updated in place (HuggingFace's ``Cache`` /
+    ``DynamicCache``, or the module's own cache class)."""
+
+
+class PositionForm(str, Enum):
+    """How a forward argument takes the positions of the tokens."""
+
+    IDS = "ids"
+    """(batch, length) int64, HuggingFace's ``position_ids``."""
+    VECTOR = "vector"
+    """(length,) int64, HuggingFace's ``cache_position``."""
+    START = "start"
+    """An int, the first token's position."""
+
+
+class PackedForm(str, Enum):
+    """How packed variable-length sequences are passed."""
+
+    CU_SEQLENS = "cu_seqlens"
+    """Tokens (1, total, D) with cumulative lengths (n + 1,) int32 [0, l_1, l_1 + l_2, ...]."""
+    CU_SEQLENS_FLAT = "cu_seqlens_flat"
+    """The same with the tokens flattened to (total, D), as FlashAttention's varlen functions."""
+    MASK = "mask"
+    """A block-diagonal mask through the declared (per-query) mask argument."""
+
+
+class MaskKind(str, Enum):
+    """How mask values are read."""
+
+    KEEP_INT = "keep_int"
+    """Integer tensor (int64), 1 = attend, 0 = masked (``masked_fill(mask == 0, ...)``)."""
+    KEEP_INT32 = "keep_int32"
+    """Integer tensor of dtype int32, 1 = attend, 0 = masked (``mask.int()``: what many
+    assignments and tokenizers hand out)."""
+    KEEP_BOOL = "keep_bool"
+    """Boolean tensor, True = attend (``F.scaled_dot_product_attention``'s ``attn_mask``)."""
+    IGNORE_BOOL = "ignore_bool"
+    """Boolean tensor, True = masked (``nn.MultiheadAttention``'s ``key_padding_mask``)."""
+    KEEP_FLOAT = "keep_float"
+    """Float tensor in the input's dtype, 1.0 = attend, 0.0 = masked (HuggingFace's raw
+    ``attention_mask``, turned into ``(1 - mask) * finfo.min`` inside)."""
+    ADDITIVE = "additive"
+    """Float tensor added to the logits: 0 = attend, -inf = masked."""
+    ADDITIVE_MIN = "additive_min"
+    """Float tensor added to the logits: 0 = attend, ``torch.finfo(dtype).min`` = masked."""
+
+
+class MaskLayout(str, Enum):
+    """The shape the mask argument is given in."""
+
+    KEY_PADDING = "key_padding"
+    """(batch, kv_len)."""
+    BROADCAST = "broadcast"
+    """(batch, 1, 1, kv_len), broadcast over heads and query rows."""
+    PER_QUERY = "per_query"
+    """(batch, q_len, kv_len)."""
+    PER_QUERY_BROADCAST = "per_query_broadcast"
+    """(batch, 1, q_len, kv_len), broadcast over heads (HuggingFace's 4-D masks)."""
+    PER_HEAD = "per_head"
+    """(batch, num_heads, q_len, kv_len)."""
+    SHARED = "shared"
+    """(q_len, kv_len), one mask for the whole batch (``nn.MultiheadAttention``'s 2-D
+    ``attn_mask``): only masks that are the same for every batch element can be given."""
+
+
+QUERY_AXIS_LAYOUTS = (MaskLayout.PER_QUERY, MaskLayout.PER_QUERY_BROADCAST,
+                      MaskLayout.PER_HEAD, MaskLayout.SHARED)
+"""Mask layouts with a query axis: those that can give rows different keys."""
+
+
+@dataclass(frozen=True)
+class MaskConvention:
+    """How the implementation takes a padding mask.
+
+    ``argument`` names the keyword it is passed as; ``None`` passes it positionally after the
+    inputs.
+    """
+
+    kind: MaskKind
+    layout: MaskLayout
+    argument: str | None = None
+    carries_causality: bool = False
+    """The module takes the mask as the whole mask, causality included (HuggingFace's 4-D
+    masks, torchtune's): for a causal call the suite folds the causal triangle (and a sliding
+    window) into it. Only layouts with a query axis can."""
+
+    def describe(self) -> str:
+        return (f"{KIND_WORDS[self.kind]}, shape {LAYOUT_SHAPES[self.layout]}"
+                + (", the causal triangle included (the mask is the whole mask)"
+                   if self.carries_causality else ""))
+
+    def spec(self) -> str:
+        """The declaration that states this convention: ``KIND:LAYOUT[+causal][@ARGUMENT]``."""
+        argument = f"@{self.argument}" if self.argument else ""
+        causal = "+causal" if self.carries_causality else ""
+        return f"{self.kind.value}:{self.layout.value}{causal}{argument}"
+
+
+KIND_WORDS = {
+    MaskKind.KEEP_INT: "int mask, 0 = masked",
+    MaskKind.KEEP_INT32: "int32 mask, 0 = masked",
+    MaskKind.KEEP_BOOL: "bool mask, True = attend",
+    MaskKind.IGNORE_BOOL: "bool mask, True = ignore",
+    MaskKind.KEEP_FLOAT: "float mask, 1.0 = attend, 0.0 = masked",
+    MaskKind.ADDITIVE: "additive float mask, -inf = masked",
+    MaskKind.ADDITIVE_MIN: "additive float mask, finfo.min = masked",
+}
+LAYOUT_SHAPES = {
+    MaskLayout.KEY_PADDING: "(B, Lk)",
+    MaskLayout.BROADCAST: "(B, 1, 1, Lk)",
+    MaskLayout.PER_QUERY: "(B, Lq, Lk)",
+    MaskLayout.PER_QUERY_BROADCAST: "(B, 1, Lq, Lk)",
+    MaskLayout.PER_HEAD: "(B, H, Lq, Lk)",
+    MaskLayout.SHARED: "(Lq, Lk)",
+}

@@ -1,0 +1,281 @@
+"""What an implementation under test declares about itself, and the configuration it is built from.
+
+These are plain data: they cross the boundary to an implementation unchanged, whether it runs in
+this process or in another one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal
+
+import torch
+
+from conformance.model.forms import (
+    AlibiSlopes,
+    CacheStyle,
+    MaskConvention,
+    PackedForm,
+    PositionEncoding,
+    PositionForm,
+    RelativeEncoding,
+)
+
+if TYPE_CHECKING:
+    from conformance.model.weights import WeightLayout
+
+CallConvention = Literal["self", "qkv"]
+"""``"self"``: ``f(x[, mask])``; ``"qkv"``: ``f(query, key, value[, mask])``."""
+
+Causality = Literal["never", "always", "optional"]
+"""Whether the implementation masks the future: never, always, or when asked through an argument."""
+
+DropoutKind = Literal["none", "config", "fixed"] | float
+"""No dropout; the rate given by ``Config.dropout``; a rate the module hard-codes (its value, or
+``"fixed"`` where unknown)."""
+
+FullyMaskedPolicy = Literal["zeros", "nan", "uniform", "report"]
+"""What a row with every key masked gives: zero weights (output = output bias), NaN, uniform
+weights over all keys, or whatever it gives (``report``: only reported)."""
+
+KVHeads = int | Literal["config"] | None
+"""Grouped-query attention: ``None``, one key/value head per query head; ``"config"``, the
+factory honours ``Config.num_kv_heads`` (generated as divisors of the head count); an int, a
+number of key/value heads the module fixes itself (head counts are generated as its
+multiples)."""
+
+Window = int | Literal["config"] | None
+"""A causal sliding window, counted as the keys a row sees, itself included (row t sees
+t - W + 1 .. t): ``"config"`` when the factory honours ``Config.window``, an int when fixed."""
+
+PaddedQueries = Literal["zero", "self", "any"]
+"""What a self-attention module outputs at a padded query position: zeros, attention to itself
+alone, or attention like any other row (to the kept keys)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """One generated configuration an implementation is built for and called with.
+
+    ``d_model`` is both the input and the output width; ``head_dim = d_model // num_heads``.
+    """
+
+    batch: int
+    q_len: int
+    kv_len: int
+    d_model: int
+    num_heads: int
+    dropout: float = 0.0
+    dtype: torch.dtype = torch.float32
+    device: str = "cpu"
+    num_kv_heads: int | None = None
+    """Key/value heads (grouped-query attention), None for one per query head."""
+    window: int | None = None
+    """Sliding window: the keys each row sees, itself included; None for none."""
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """The number of key/value heads (``num_heads`` unless grouped)."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+
+DEFAULT_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an implementation declares it can do; checks needing more SKIP with the reason.
+
+    Attributes:
+        call: the call convention.
+        mask: how it takes a padding mask, or ``None`` when it takes none.
+        mask_problem: why a mask argument it has could not be given a convention (inference
+            found none that makes masked keys invisible); ``padding`` fails with it once, the
+            other mask checks skip.
+        mask_doubt: what inference could not decide about the mask it accepted (a polarity the
+            argument's name does not settle); ``padding`` gives it as a warning.
+        mask_assumed: why ``mask`` was assumed rather than confirmed (no convention makes
+            masked keys invisible; this one runs and only leaks); ``padding`` says so beside
+            the leak it finds.
+        causal: whether it masks the future.
+        causal_argument: keyword that turns causality on, when ``causal == "optional"``.
+        cross_attention: whether ``kv_len != q_len`` is supported (``"qkv"`` only).
+        max_len: the longest sequence it accepts (a ``block_size`` buffer, say).
+        heads: a fixed number of heads (1 for single-head modules), or ``None`` for any.
+        shapes: the (num_heads, head_dim) pairs it can be built for, where its constructor
+            rejects some (see :mod:`conformance.generation.constraints`); ``None`` for any.
+        dtypes: the floating dtypes it supports.
+        assumed_dtypes: those of ``dtypes`` that inference assumed rather than anyone declared
+            (float16 / bfloat16 for an undeclared module): what breaks there is a warning.
+        positional: a position encoding inside the module ("rotary", "alibi", "positions"),
+            with its evidence; checks that assume position-free attention skip.
+        weights: whether its projections are readable and writable in the canonical form.
+        fully_masked: what a row with every key masked gives (see FullyMaskedPolicy).
+        dropout: ``"none"``; ``"config"`` when the factory honours ``Config.dropout``; or the
+            fixed rate of a module that hard-codes one.
+        mask_formats: other mask formats it accepts besides ``mask``; all must agree.
+        paths: other ways to call it that must give the same output, as
+            ``(name, ((keyword, value), ...))`` pairs, e.g. ``("need_weights", (("need_weights",
+            True),))``.
+        kv_heads: grouped-query key/value heads (see KVHeads).
+        relative: a relative position encoding inside ("rotary", "alibi"); ``position_shift``
+            checks that shifting every position changes nothing.
+        alibi: the ALiBi slopes it promises (see AlibiSlopes); ``alibi`` measures them.
+        positions: the forward keyword that takes token positions, and ``position_form`` how.
+        window: a causal sliding window (see Window).
+        kv_cache: how a KV cache is handed over between decoding calls (see CacheStyle);
+            ``cache_argument`` names the keyword (the start position for ``buffers``),
+            ``cache_options`` are keywords a cached call adds (``use_cache=True``), and
+            ``cache_factory`` ("module:Class") builds a fresh cache object for ``object``.
+        packed: how packed variable-length sequences are passed (see PackedForm);
+            ``packed_argument`` names the cu_seqlens keyword, ``max_seqlen_argument`` the
+            longest sequence's.
+        max_batch: the largest batch it takes (a preallocated cache's ``max_batch_size``).
+        encoding: the relative position encoding the float64 reference applies for it (RoPE,
+            ALiBi); where set, the checks that compare with the reference run (``positional``
+            then only describes it).
+        kv_doubt: what inference could not decide about grouped key/value heads: the module
+            pairs query head h with key/value head h mod Hkv (tiled), a relabelling of the
+            heads that is a bug only where HuggingFace's interleaved pairing (h // G) was
+            meant; ``kv_groups`` gives it as a warning.
+        weights_doubt: what behaviour can't settle about the weights it found: a layer the
+            forward never calls with the shape of the projection the layout lacks (an output
+            projection defined and skipped?); ``reference`` gives it as a warning.
+        float32_parts: torch functions inference saw producing float32 tensors inside a
+            float64 forward (HuggingFace's RoPE tables, a float32 softmax): float64 runs are
+            then judged with float32 tolerances.
+        encoding_doubt: head widths left out of generation because no position-encoding
+            hypothesis reproduces the module's output there (RoPE at an odd or one-dimensional
+            width); ``reference`` gives it as a warning.
+        padded_queries: what a self-attention module promises at a padded query position
+            (``zero``, ``self``, ``any``); None leaves those rows unjudged.
+        returns_tensor: forward is declared to return one tensor: a tuple is a contract
+            failure.
+    """
+
+    call: CallConvention = "self"
+    mask: MaskConvention | None = None
+    mask_problem: str | None = None
+    mask_doubt: str | None = None
+    mask_assumed: str | None = None
+    causal: Causality = "never"
+    causal_argument: str | None = None
+    cross_attention: bool = False
+    max_len: int | None = None
+    heads: int | None = None
+    shapes: tuple[tuple[int, int], ...] | None = None
+    dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES
+    assumed_dtypes: tuple[torch.dtype, ...] = ()
+    positional: str | None = None
+    weights: bool = False
+    fully_masked: FullyMaskedPolicy = "report"
+    dropout: DropoutKind = "none"
+    mask_formats: tuple[MaskConvention, ...] = ()
+    paths: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
+    kv_heads: KVHeads = None
+    relative: RelativeEncoding | None = None
+    alibi: AlibiSlopes | None = None
+    positions: str | None = None
+    position_form: PositionForm | None = None
+    window: Window = None
+    kv_cache: CacheStyle | None = None
+    cache_argument: str | None = None
+    cache_options: tuple[tuple[str, object], ...] = ()
+    cache_factory: str | None = None
+    packed: PackedForm | None = None
+    packed_argument: str | None = None
+    max_seqlen_argument: str | None = None
+    max_batch: int | None = None
+    encoding: PositionEncoding | None = None
+    kv_doubt: str | None = None
+    weights_doubt: str | None = None
+    encoding_doubt: str | None = None
+    float32_parts: tuple[str, ...] = ()
+    padded_queries: PaddedQueries | None = None
+    returns_tensor: bool = False
+
+    def describe(self) -> str:
+        call = "self-attention f(x[, mask])" if self.call == "self" else "f(q, k, v[, mask])"
+        parts = [call, self.mask.describe() if self.mask else "no mask"]
+        parts.append({"never": "not causal", "always": "always causal",
+                      "optional": f"causal when {self.causal_argument}=True"}[self.causal])
+        if self.cross_attention:
+            parts.append("cross-attention")
+        if self.heads is not None:
+            parts.append(f"{self.heads} head(s)")
+        if self.max_len is not None:
+            parts.append(f"max length {self.max_len}")
+        if self.kv_heads is not None:
+            parts.append("grouped key/value heads" + (
+                f" ({self.kv_heads})" if isinstance(self.kv_heads, int) else ""))
+        if self.relative:
+            parts.append({"rotary": "rotary positions", "alibi": "ALiBi"}[self.relative])
+        if self.window is not None:
+            parts.append("sliding window" + (
+                f" of {self.window}" if isinstance(self.window, int) else ""))
+        if self.kv_cache is not None:
+            parts.append(f"KV cache ({self.kv_cache.value} through {self.cache_argument})")
+        if self.packed is not None:
+            parts.append(f"packed sequences ({self.packed.value})")
+        parts.append("canonical weights" if self.weights else "no weight access")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """An attention implementation under test: how to build it and what it declares.
+
+    Attributes:
+        name: unique name used in reports and test ids.
+        factory: builds the module (or any callable) for a generated :class:`Config`.
+        capabilities: what it declares; checks it cannot take part in SKIP.
+        weight_layout: where its projections live, for access in the canonical per-head form.
+        expected_failures: ``{check_name: reason}`` for known failures; they don't fail a run.
+        expected_warnings: ``{check_name: reason}`` for known warnings (robustness findings);
+            a warning never fails a run, except under ``strict``, where these are expected.
+        description: one line shown in listings.
+    """
+
+    name: str
+    factory: Callable[[Config], Callable[..., torch.Tensor]]
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    weight_layout: WeightLayout | None = None
+    expected_failures: Mapping[str, str] = field(default_factory=dict)
+    expected_warnings: Mapping[str, str] = field(default_factory=dict)
+    description: str = ""
+    notes: tuple[str, ...] = ()
+    """What was inferred rather than declared, in words (see conformance.inference)."""
+    benchmark: bool = True
+    """Whether ``attention-conformance bench`` includes it by default (mutants: no)."""
+
+    def __post_init__(self) -> None:
+        if self.capabilities.weights != (self.weight_layout is not None):
+            # The declaration follows the layout: one source of truth for weight access.
+            object.__setattr__(
+                self, "capabilities",
+                replace(self.capabilities, weights=self.weight_layout is not None),
+            )
+        if self.capabilities.call == "self" and self.capabilities.cross_attention:
+            raise ValueError(f"{self.name}: cross-attention needs the 'qkv' call convention")
+        caps = self.capabilities
+        if caps.causal == "optional" and not caps.causal_argument:
+            raise ValueError(f"{self.name}: causal='optional' needs causal_argument")
+        if caps.kv_cache is not None and (caps.causal == "never" or not caps.cache_argument):
+            raise ValueError(f"{self.name}: a KV cache needs causal attention and cache_argument")
+        if caps.kv_cache is CacheStyle.OBJECT and not caps.cache_factory:
+            raise ValueError(f"{self.name}: an object cache needs cache_factory ('module:Class')")
+        if caps.window is not None and caps.causal != "always":
+            raise ValueError(f"{self.name}: a sliding window is declared for always-causal "
+                             "attention")
+        if caps.positions and caps.position_form is None:
+            raise ValueError(f"{self.name}: positions needs position_form")
+        if caps.packed in (PackedForm.CU_SEQLENS, PackedForm.CU_SEQLENS_FLAT) and not (
+                caps.packed_argument):
+            raise ValueError(f"{self.name}: cu_seqlens packing needs packed_argument")
+        if caps.packed is PackedForm.MASK and caps.mask is None:
+            raise ValueError(f"{self.name}: packing through a mask needs a declared mask")

@@ -1,0 +1,123 @@
+"""Implementations checked in worker processes of their own: loaded there, never imported here.
+
+An :class:`Isolated` target names what an IMPL string is expected to fail; a load the worker
+reports as bad input (a syntax or import error, nothing found, an interface that can't be
+inferred) is :class:`BadInput`, one line for the user; one that hangs or crashes while it is
+loaded fails the gate with the worker's evidence (:func:`not_loaded`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from conformance.checks.catalogue import GATE
+from conformance.checks.invariants.gate import base_case
+from conformance.errors import ConformanceError
+from conformance.generation.constraints import discover
+from conformance.generation.strategies import available_devices
+from conformance.model.check_names import CHECK_NAMES
+from conformance.model.declarations import Declarations
+from conformance.model.results import CheckResult, Status
+from conformance.model.spec import Config, Implementation
+from conformance.model.status import is_load_problem
+from conformance.run.runner import Runner
+from conformance.subject.boundary import ImplementationError, Subject
+
+
+@dataclass(frozen=True)
+class Isolated:
+    """Every implementation an IMPL string names, to check in worker processes of their own
+    (``check --isolate``), never imported here: what each is expected to fail or warn, by name
+    (from an expected-failures file; their own declarations add theirs), and the time limit of
+    one call (see :class:`conformance.worker.local.CallLimits`)."""
+
+    expected_failures: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    expected_warnings: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    call_seconds: float = 10.0
+
+
+Target = tuple[str, "Implementation | Isolated"]
+"""An IMPL string, and what it resolves to: an Implementation (checked in this process), or
+Isolated (its implementations checked in worker processes)."""
+
+Interfaces = dict[str, tuple[str, tuple[str, ...]]]
+"""``{implementation: (what it declares, what was inferred)}``, for reports."""
+
+
+class BadInput(ConformanceError):
+    """An isolated implementation is not checkable (a syntax or import error, not found, an
+    interface that can't be inferred): one line for the user, as in-process resolution gives."""
+
+
+def not_loaded(name: str, error: BaseException, devices: Sequence[str] | None,
+               checks: Sequence[str] | None) -> list[CheckResult]:
+    """The verdicts of an implementation the isolated worker could not load (a constructor that
+    hangs, a crash while its interface is inferred): the gate fails with the worker's evidence,
+    the rest is blocked."""
+    status = getattr(error, "status", None)
+    reason = f"{getattr(status, 'value', status)}: loading it in the isolated worker: {error}"
+    return [CheckResult(name, check, device,
+                        Status.FAILED if check == GATE.name else Status.SKIPPED,
+                        reason=reason if check == GATE.name else
+                        f"blocked: the gate failed ({reason})")
+            for device in (devices or available_devices())
+            for check in (list(checks) if checks is not None else list(CHECK_NAMES))]
+
+
+def preflight(subject: Subject) -> None:
+    """BadInput when the constructor raises for every generated configuration: said once, in
+    a line, instead of every check failing (one that rejects some is the gate's to narrow
+    down)."""
+    caps = subject.capabilities
+    case = base_case(caps, caps.dtypes[0], "cpu")
+    try:
+        subject.instantiate(case.config, case.seed)
+    except ImplementationError as error:
+        def builds(heads: int, head_dim: int) -> bool:
+            config = Config(batch=2, q_len=5, kv_len=5, d_model=heads * head_dim,
+                            num_heads=heads, dtype=caps.dtypes[0])
+            try:
+                subject.instantiate(config, 0)
+            except ImplementationError:
+                return False
+            return True
+
+        try:
+            discover(builds, heads=caps.heads)
+        except ValueError:
+            raise BadInput(f"{subject.name}: {error}") from error
+
+
+def isolated_results(runner: Runner, spec: str, what: Isolated,
+                     declared: Declarations | None, devices: Sequence[str] | None,
+                     checks: Sequence[str] | None,
+                     interfaces: Interfaces) -> list[CheckResult]:
+    """Every verdict of the implementations ``spec`` names, each in a worker of its own; what each
+    declares goes into ``interfaces``."""
+    # Deferred: a run that isolates nothing never loads the worker's checker side.
+    from conformance.loading.registry import origin
+    from conformance.worker.errors import LoadError
+    from conformance.worker.local import open_all
+
+    try:
+        subjects = open_all(spec, declared, call_seconds=what.call_seconds)
+    except LoadError as error:
+        if is_load_problem(error.status):
+            raise BadInput(f"{spec}: {error}") from None
+        interfaces[origin(spec)] = ("not loaded", ())
+        return not_loaded(origin(spec), error, devices, checks)
+    results: list[CheckResult] = []
+    try:
+        for subject in subjects:
+            preflight(subject)
+            subject.expected_failures = {**subject.expected_failures,
+                                         **what.expected_failures.get(subject.name, {})}
+            subject.expected_warnings = {**subject.expected_warnings,
+                                         **what.expected_warnings.get(subject.name, {})}
+            interfaces[subject.name] = (subject.describe(), tuple(subject.notes))
+            results += runner.run(subject, devices=devices, checks=checks)
+    finally:
+        for subject in subjects:
+            subject.close()
+    return results

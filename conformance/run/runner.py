@@ -1,0 +1,233 @@
+"""The one function every runner consumes: :class:`Runner`, a check's verdict on one device.
+
+The CLI, the pytest plugin and the grader all call into it; nothing checks twice. The gate runs
+first on each device; a failed basic call blocks the other checks, a failed declared feature is
+reported once and the other checks run without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import traceback
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol
+
+import torch
+
+from conformance.checks.catalogue import GATE, by_name
+from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.gate import GateOutcome
+from conformance.checks.invariants.violation import CheckFailed, Violation
+from conformance.checks.precision import FLOAT32_NOISE
+from conformance.generation.cases import Case
+from conformance.generation.profiles import profile_settings
+from conformance.generation.strategies import available_devices
+from conformance.loading.registry import resolve
+from conformance.model.check_names import CHECK_NAMES
+from conformance.model.results import CheckResult, Status
+from conformance.model.spec import Implementation
+from conformance.subject.boundary import Subject
+from conformance.subject.in_process import InProcessSubject
+
+
+class Progress(Protocol):
+    """What a run tells about its progress (:class:`conformance.frontends.progress_line.ProgressLine`
+    draws it): a check starts, a search draws an example, an implementation is done."""
+
+    def check(self, implementation: str, check: str) -> None: ...
+
+    def example(self) -> None: ...
+
+    def finished(self, implementation: str, results: Sequence[CheckResult],
+                 seconds: float) -> None: ...
+
+
+def as_subject(impl: Implementation | Subject | str) -> Subject:
+    """A Subject for a registered name / IMPL string, an Implementation, or a Subject."""
+    if isinstance(impl, Subject):
+        return impl
+    if isinstance(impl, str):
+        (impl,) = resolve(impl)
+    return InProcessSubject(impl)
+
+
+class Runner:
+    """Runs checks with one profile, remembering each (implementation, device) gate.
+
+    ``strict`` promotes warnings (robustness findings beyond the normal range) to failures.
+    """
+
+    def __init__(self, profile: str = "quick", seed: int | None = None, *,
+                 strict: bool = False, progress: Progress | None = None,
+                 verbosity: str | None = None, replay: Case | None = None) -> None:
+        self.profile = profile
+        self.settings = profile_settings(profile, seed=seed, verbosity=verbosity)
+        self.seed = seed
+        self.strict = strict
+        self.progress = progress
+        self.replay = replay
+        """A falsifying example to run alone (``Case``), instead of a search: the checks verify
+        their property on exactly that case (the gate still runs as always)."""
+        self._gates: dict[tuple[str, str], tuple[CheckResult, GateOutcome]] = {}
+
+    def _context(self, subject: Subject, capabilities, device: str,
+                 replay: Case | None = None) -> CheckContext:
+        return CheckContext(subject=subject, capabilities=capabilities, device=device,
+                            settings=self.settings, seed=self.seed,
+                            on_example=self.progress.example if self.progress else None,
+                            replay=replay)
+
+    def gate(self, subject: Subject, device: str) -> tuple[CheckResult, GateOutcome]:
+        key = (subject.name, device)
+        if key not in self._gates:
+            start = time.perf_counter()
+            subject.begin_check(GATE.name)
+            outcome = GATE.evaluate(self._context(subject, subject.capabilities, device))
+            result = CheckResult(subject.name, GATE.name, device, Status.PASSED)
+            if outcome.blocked:
+                result.status = Status.FAILED
+                result.reason = outcome.blocking
+                result.details = ["every other check is blocked"]
+            result.observations = [f"{problem}; the other checks run without it"
+                                   for problem in outcome.broken.values()]
+            if outcome.constraint is not None:
+                result.observations.append(outcome.constraint.describe())
+            if outcome.precision is not None and (
+                    outcome.precision.judged_as != torch.float64
+                    or outcome.precision.noise > FLOAT32_NOISE):
+                result.observations.append(outcome.precision.describe())
+            result.seconds = time.perf_counter() - start
+            self._gates[key] = (self._expectations(subject, result), outcome)
+        return self._gates[key]
+
+    def run_check(self, subject: Subject, name: str, device: str) -> CheckResult:
+        """One check's verdict on one device (the gate's, when ``name`` is "gate")."""
+        if self.progress is not None:
+            self.progress.check(subject.name, name)
+        with one_thread():
+            return self._run_check(subject, name, device)
+
+    def _run_check(self, subject: Subject, name: str, device: str) -> CheckResult:
+        if device not in available_devices():
+            return CheckResult(subject.name, name, device, Status.SKIPPED,
+                               reason=f"{device} is not available on this machine")
+        gate_result, outcome = self.gate(subject, device)
+        if name == GATE.name:
+            return gate_result
+        check = by_name(name)
+        if outcome.blocked:
+            return CheckResult(subject.name, name, device, Status.SKIPPED,
+                               reason=f"blocked: the gate failed ({gate_result.reason})")
+        skip = check.device_skip_reason(device) or check.skip_reason(outcome.effective)
+        reports_broken = any(feature in outcome.broken for feature in check.owns)
+        if skip is not None and not reports_broken:
+            if check.skip_reason(subject.capabilities) is None:
+                skip = f"{skip} (the declared feature failed at the gate; see contract)"
+            return CheckResult(subject.name, name, device, Status.SKIPPED, reason=skip)
+        context = self._context(subject, outcome.effective, device, self.replay)
+        context.broken = dict(outcome.broken)
+        if outcome.precision is not None and outcome.precision.judged_as != torch.float64:
+            context.precision = {torch.float64: outcome.precision.judged_as}
+        start = time.perf_counter()
+        subject.begin_check(name)
+        result = _verdict(check, context, subject.name, device)
+        result.seconds = time.perf_counter() - start
+        return self._expectations(subject, result)
+
+    def run(self, subject: Subject, *, devices: Sequence[str] | None = None,
+            checks: Iterable[str] | None = None) -> list[CheckResult]:
+        names = list(checks) if checks is not None else list(CHECK_NAMES)
+        unknown = [n for n in names if n not in CHECK_NAMES]
+        if unknown:
+            raise ValueError(f"unknown check(s) {unknown}: choose from {', '.join(CHECK_NAMES)}")
+        start = time.perf_counter()
+        results = [self.run_check(subject, name, device)
+                   for device in (devices or available_devices()) for name in names]
+        if self.progress is not None:
+            self.progress.finished(subject.name, results, time.perf_counter() - start)
+        return results
+
+    def _expectations(self, subject: Subject, result: CheckResult) -> CheckResult:
+        """Apply the subject's expected failures and warnings, and ``strict``.
+
+        A warning satisfies an expected failure (the finding is there); under ``strict`` an
+        unexpected warning fails the run, and an expected one is an expected failure.
+        """
+        expected = subject.expected_failures.get(result.check)
+        warned = subject.expected_warnings.get(result.check)
+        if result.status is Status.WARNED:
+            if expected is not None or (self.strict and warned is not None):
+                result.status = Status.EXPECTED_FAILURE
+                result.details.append(f"expected: {expected or warned}")
+            elif self.strict:
+                result.status = Status.FAILED
+                result.reason = f"{result.reason} (a warning, failed under strict)"
+            elif warned is not None:
+                result.details.append(f"expected: {warned}")
+            return result
+        if expected is None:
+            return result
+        if result.status is Status.FAILED:
+            result.status = Status.EXPECTED_FAILURE
+            result.details.append(f"expected: {expected}")
+        elif result.status is Status.PASSED:
+            result.status = Status.FAILED
+            result.reason = f"expected to fail ({expected}) but passed"
+        return result
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch's intra-op threads set to one while checks run, then restored.
+
+    The checks call implementations on tiny tensors, where threads cost more than they save, and
+    on a busy machine their synchronisation is ruinous: `check textbook reference-torch-mha`
+    took 36 to 72 s with torch's default two threads beside other work, 4.4 to 6.9 s with one
+    (4.4 s both ways on an idle machine).
+    """
+    previous = torch.get_num_threads()
+    if previous != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if previous != 1:
+            torch.set_num_threads(previous)
+
+
+def _verdict(check: Check, context: CheckContext, implementation: str, device: str) -> CheckResult:
+    try:
+        check.run(context)
+    except CheckFailed as failure:
+        return _finding(Status.FAILED, failure.error, failure.case, implementation, check.name,
+                        device)
+    except Exception as error:  # a defect in the suite itself: report it loudly, keep going
+        return CheckResult(implementation, check.name, device, Status.FAILED,
+                           reason=f"the check itself crashed ({type(error).__name__}: {error}); "
+                                  "please report this",
+                           details=traceback.format_exc().splitlines()[-6:])
+    if context.warnings:
+        error, case = context.warnings[0]
+        result = _finding(Status.WARNED, error, case, implementation, check.name, device)
+        result.details += [f"also: {str(other).splitlines()[0]}" for other, _ in
+                           context.warnings[1:]]
+        result.observations = list(context.observations)
+        return result
+    return CheckResult(implementation, check.name, device, Status.PASSED,
+                       observations=list(context.observations))
+
+
+def _finding(status: Status, error: BaseException, case, implementation: str, check: str,
+             device: str) -> CheckResult:
+    """A failure or warning with its evidence: the violation's summary, details and likely bug,
+    or the implementation's error; and the minimal case."""
+    result = CheckResult(implementation, check, device, status,
+                         reason=str(error).splitlines()[0] if str(error) else repr(error),
+                         counterexample=repr(case) if case else None)
+    if isinstance(error, Violation):
+        result.details = list(error.details)
+        result.hint = error.hint
+    else:
+        result.reason = f"the implementation failed: {result.reason}"
+    return result

@@ -1,0 +1,91 @@
+"""A KV cache carried between the decoding calls of one built implementation.
+
+The checks ask for cached calls with plain data (``Inputs.cache`` and ``Inputs.position``: the
+call continues a cache holding ``position`` tokens; 0 starts a fresh one). The cache itself never
+crosses the boundary: it lives here, beside the module, in the style the implementation declares
+(:class:`conformance.model.forms.CacheStyle`):
+
+- ``returned``: the past goes in through ``cache_argument`` (None for a fresh cache) and the
+  present comes back in the output tuple: its only other element, or else the first element
+  after the output that is neither a tensor nor None (HuggingFace's legacy ``(output, weights,
+  present)``);
+- ``buffers``: the module keeps its own preallocated buffers; ``cache_argument`` gets the first
+  new token's position (Meta Llama's ``start_pos``);
+- ``object``: a fresh cache object built by ``cache_factory`` ("module:Class", called with no
+  arguments) goes in through ``cache_argument`` and is updated by the module in place.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+import torch
+
+from conformance.errors import ConformanceError
+from conformance.model.forms import CacheStyle
+from conformance.model.spec import Capabilities
+
+
+class CacheProtocolError(ConformanceError):
+    """The implementation did not hand the cache back as its declared style says; one line."""
+
+
+def _factory(path: str) -> Callable[[], object]:
+    module, _, attribute = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as error:
+        raise CacheProtocolError(f"cache_factory {path!r}: {error}") from error
+
+
+def _present(rest: tuple) -> object:
+    """The present cache among the outputs after the attention output."""
+    if len(rest) == 1:
+        return rest[0]
+    for item in rest:
+        if item is not None and not isinstance(item, torch.Tensor):
+            return item
+    return None
+
+
+class CacheSession:
+    """The cache of one built implementation: what the next cached call passes, and what it
+    keeps from the call's output."""
+
+    def __init__(self, capabilities: Capabilities) -> None:
+        self._caps = capabilities
+        self._state: object = None
+        self.length = 0
+        """Tokens the cache holds."""
+
+    def arguments(self, position: int) -> dict[str, object]:
+        """Keyword arguments for a cached call whose first token is at ``position`` (0: a fresh
+        cache)."""
+        caps = self._caps
+        if position == 0:
+            self.length = 0
+            self._state = (_factory(caps.cache_factory)()
+                           if caps.kv_cache is CacheStyle.OBJECT else None)
+        elif position != self.length:
+            raise ValueError(f"a cached call at position {position}, but the cache holds "
+                             f"{self.length} tokens")
+        kwargs: dict[str, object] = dict(caps.cache_options)
+        kwargs[caps.cache_argument] = (position if caps.kv_cache is CacheStyle.BUFFERS
+                                       else self._state)
+        return kwargs
+
+    def collect(self, output: object, length: int) -> object:
+        """The attention output of a cached call of ``length`` tokens; the present cache (style
+        ``returned``) is kept for the next call."""
+        first, rest = (output[0], tuple(output[1:])) if isinstance(output, (tuple, list)) else (
+            output, ())
+        if self._caps.kv_cache is CacheStyle.RETURNED:
+            present = _present(rest)
+            if present is None:
+                raise CacheProtocolError(
+                    f"a call with {self._caps.cache_argument} returned no present cache beside "
+                    "its output (expected (output, present))")
+            self._state = present
+        self.length += length
+        return first

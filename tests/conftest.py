@@ -1,0 +1,53 @@
+"""The tests in three tiers, each file in one (a marker on every test in it):
+
+- ``unit``: one module's behaviour on data made in the test (tolerances, the reference, weight
+  layouts, masks, rubrics, scoring, the codec, the package's shape); seconds in all.
+- ``integration``: the catalogue, inference, the worker or a front end on a few implementations.
+- ``e2e``: whole runs as users make them, over many implementations: the expected-results matrix
+  and the mutant zoo, inference on every bundled class, the collections through the command line,
+  hostile and crashing submissions, the example class graded. These are also ``slow``.
+
+``make test`` runs every tier; ``pytest -m "not slow"`` is the quick loop, ``-m unit`` the
+quickest. A file missing below is an error, so a new one gets a tier.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+UNIT = {
+    "test_architecture", "test_grading_inputs", "test_grading_outputs", "test_grading_rubric",
+    "test_grading_scoring", "test_grading_student_text", "test_grading_variants",
+    "test_interface_language", "test_masks_and_cases", "test_reference", "test_tolerance",
+    "test_weights", "test_worker_codec", "test_worker_pristine",
+}
+INTEGRATION = {
+    "test_behaviour_inference", "test_bench", "test_causal_hints", "test_cli",
+    "test_declaration_parity", "test_declarations", "test_grading_execution", "test_grading_printed_output",
+    "test_homework_styles_are_correct", "test_library_caches_are_correct",
+    "test_library_others_are_correct", "test_library_transformers_are_correct", "test_modern",
+    "test_modern_styles_are_correct", "test_pytest_plugin", "test_runner", "test_user_pytest",
+    "test_wild_styles_are_correct",
+}
+E2E = {
+    "test_containment", "test_expected_results", "test_grading_cli", "test_grading_example",
+    "test_grading_shards", "test_inference", "test_library_layers", "test_no_false_alarms",
+    "test_thirdparty", "test_wheel", "test_worker", "test_worker_hostile",
+}
+TIERS = {**dict.fromkeys(UNIT, "unit"), **dict.fromkeys(INTEGRATION, "integration"),
+         **dict.fromkeys(E2E, "e2e")}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        stem = Path(str(item.fspath)).stem
+        if Path(str(item.fspath)).parent != Path(__file__).parent:
+            continue  # a test file written by a test (pytester), not one of ours
+        tier = TIERS.get(stem)
+        if tier is None:
+            raise pytest.UsageError(f"{stem}.py has no tier: add it to tests/conftest.py")
+        item.add_marker(tier)
+        if tier == "e2e":
+            item.add_marker("slow")
