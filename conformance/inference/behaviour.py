@@ -8,6 +8,7 @@ import torch
 from conformance.generation.cases import dtype_name
 from conformance.generation.constraints import Constraint
 from conformance.inference import weight_roles
+from conformance.inference.found import CapabilitiesFound
 from conformance.inference.plan import InferenceError, Plan
 from conformance.inference.probing import is_causal, probe_case
 from conformance.inference.roles import CONTEXT_LENGTH
@@ -20,7 +21,8 @@ from conformance.subject.in_process import InProcessSubject, ModuleInstance
 
 
 def find_weights(plan: Plan, declared: Declarations, label: str, constraint: Constraint | None,
-                 notes: list[str], capabilities: dict) -> tuple[WeightLayout | None, WeightOutcome]:
+                 notes: list[str], capabilities: CapabilitiesFound
+                 ) -> tuple[WeightLayout | None, WeightOutcome]:
     """The weight layout: declared, or found by behaviour (see
     :mod:`conformance.inference.weight_roles`); and the key/value heads."""
     if declared.weights:
@@ -30,7 +32,7 @@ def find_weights(plan: Plan, declared: Declarations, label: str, constraint: Con
             raise InferenceError(str(error)) from error
         notes.append((layout.describe() if layout else "no weight access") + " (declared)")
         if plan.roles.kv_heads:
-            capabilities["kv_heads"] = "config"
+            capabilities.set(kv_heads="config")
             notes.append(f"key/value heads = {plan.roles.kv_heads}: generated as divisors of "
                          "num_heads")
         return layout, WeightOutcome()
@@ -39,7 +41,7 @@ def find_weights(plan: Plan, declared: Declarations, label: str, constraint: Con
         config = Config(batch=2, q_len=weight_roles.LENGTH, kv_len=weight_roles.LENGTH,
                         d_model=heads * head_dim, num_heads=heads, num_kv_heads=kv_heads,
                         dtype=torch.float64)
-        implementation = plan.implementation(label, **capabilities)
+        implementation = plan.implementation(label, **capabilities.given())
         return InProcessSubject(implementation).instantiate(config, seed=0)
 
     try:
@@ -50,31 +52,31 @@ def find_weights(plan: Plan, declared: Declarations, label: str, constraint: Con
         raise InferenceError(str(error)) from error
     outcome = weight_roles.find(
         build_at, plan.cls, plan.convention.call,
-        causal=capabilities.get("causal") == "always", single_head=not plan.roles.heads,
+        causal=capabilities.caps.causal == "always", single_head=not plan.roles.heads,
         kv_argument=plan.roles.kv_heads, pairs=constraint.pairs if constraint else None,
         max_len=CONTEXT_LENGTH if plan.roles.context else None, notes=notes,
         grouping=grouping, rope=rope, output_applied=output == "applied")
     if outcome.kv_heads is not None:
-        capabilities["kv_heads"] = outcome.kv_heads
+        capabilities.set(kv_heads=outcome.kv_heads)
     if outcome.kv_doubt is not None:
-        capabilities["kv_doubt"] = outcome.kv_doubt
+        capabilities.set(kv_doubt=outcome.kv_doubt)
     if outcome.weights_doubt is not None:
-        capabilities["weights_doubt"] = outcome.weights_doubt
+        capabilities.set(weights_doubt=outcome.weights_doubt)
     if outcome.float32_parts:
-        capabilities["float32_parts"] = tuple(outcome.float32_parts)
+        capabilities.set(float32_parts=tuple(outcome.float32_parts))
     return outcome.layout, outcome
 
 
-def causality(plan: Plan, declared: Declarations, capabilities: dict, build, heads: int,
+def causality(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, build, heads: int,
               head_dim: int, notes: list[str]) -> None:
     if declared.causal:
         if declared.causal not in ("never", "always", "optional"):
             raise InferenceError(f"causal {declared.causal!r}: use never, always or optional")
         if declared.causal == "optional" and not plan.convention.causal:
             raise InferenceError("causal=optional, but forward has no is_causal/causal argument")
-        capabilities["causal"] = declared.causal
+        capabilities.set(causal=declared.causal)
         if declared.causal == "optional":
-            capabilities["causal_argument"] = "is_causal"
+            capabilities.set(causal_argument="is_causal")
         notes.append(f"causal: {declared.causal} (declared)")
         return
     if plan.convention.causal:
@@ -85,7 +87,7 @@ def causality(plan: Plan, declared: Declarations, capabilities: dict, build, hea
             notes.append(f"{plan.convention.causal}=True raises ({error}): a hint, as in "
                          "nn.MultiheadAttention; causality not checked through it")
         else:
-            capabilities.update(causal="optional", causal_argument="is_causal")
+            capabilities.set(causal="optional", causal_argument="is_causal")
             notes.append(f"causal when {plan.convention.causal}=True")
             return
     try:
@@ -94,7 +96,7 @@ def causality(plan: Plan, declared: Declarations, capabilities: dict, build, hea
         notes.append("causality not probed: the unmasked call fails")
         return
     if causal:
-        capabilities["causal"] = "always"
+        capabilities.set(causal="always")
         notes.append("always causal (probed: rows ignore every later position; if it is meant "
                      "not to be, declare --causal never and it is checked as an encoder)")
     else:
@@ -102,10 +104,10 @@ def causality(plan: Plan, declared: Declarations, capabilities: dict, build, hea
                      "declare --causal always)")
 
 
-def dropout_form(plan: Plan, capabilities: dict, probe, heads: int, head_dim: int,
+def dropout_form(plan: Plan, capabilities: CapabilitiesFound, probe, heads: int, head_dim: int,
                  notes: list[str]) -> None:
     if plan.roles.dropout:
-        capabilities["dropout"] = "config"
+        capabilities.set(dropout="config")
         return
     inputs = probe_case(heads, head_dim, kept=None).inputs(plan.convention.call)
     try:
@@ -114,17 +116,17 @@ def dropout_form(plan: Plan, capabilities: dict, probe, heads: int, head_dim: in
     except ImplementationError:
         changes = False
     if changes:
-        capabilities["dropout"] = "fixed"
+        capabilities.set(dropout="fixed")
         notes.append("dropout at a rate it fixes itself (probed: train-mode calls differ)")
 
 
-def dtypes_form(declared: Declarations, capabilities: dict, notes: list[str]) -> None:
+def dtypes_form(declared: Declarations, capabilities: CapabilitiesFound, notes: list[str]) -> None:
     try:
         dtypes = declared.dtype_list()
     except DeclarationError as error:
         raise InferenceError(str(error)) from error
     if dtypes is not None:
-        capabilities.update(dtypes=dtypes, assumed_dtypes=())
+        capabilities.set(dtypes=dtypes, assumed_dtypes=())
         notes.append("dtypes " + ", ".join(dtype_name(d) for d in dtypes) + " (declared)")
     else:
         notes.append("float16 and bfloat16 assumed (an nn.Module can be cast to them, nobody "

@@ -10,6 +10,7 @@ import torch
 
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, describe, discover
 from conformance.inference.convention import ForwardConvention, mask_family, read_forward
+from conformance.inference.found import CapabilitiesFound
 from conformance.inference.plan import InferenceError, Plan, first_call
 from conformance.inference.probing import probe_case, sequence_first
 from conformance.inference.roles import ConstructorRoles, read_roles
@@ -139,7 +140,7 @@ def layout_constraint(plan: Plan, layout: WeightLayout | None,
 
 
 def encoding_constraint(plan: Plan, outcome: WeightOutcome, constraint: Constraint | None,
-                        capabilities: dict, notes: list[str]) -> Constraint | None:
+                        capabilities: CapabilitiesFound, notes: list[str]) -> Constraint | None:
     """Without the head widths where no position-encoding hypothesis reproduces the output:
     RoPE is defined on pairs of dimensions, and a library that runs at head_dim 1 rotates
     nothing a reference can be held to; left out as a constructor that refused them would be,
@@ -154,7 +155,7 @@ def encoding_constraint(plan: Plan, outcome: WeightOutcome, constraint: Constrai
     doubt = (f"at head width(s) {list(widths)} no RoPE hypothesis (half-split or interleaved "
              "pairs, any theta or rotated fraction) reproduces its output: RoPE is undefined "
              "there, so those widths are left out of generation")
-    capabilities["encoding_doubt"] = doubt
+    capabilities.set(encoding_doubt=doubt)
     notes.append(doubt + " (see reference)")
     return Constraint(tuple(sorted(allowed)), describe(allowed, grid))
 

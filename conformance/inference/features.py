@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from conformance.inference import kv_cache, packing, window
+from conformance.inference.found import CapabilitiesFound
 from conformance.inference.plan import WIDE_WINDOW, InferenceError, Plan
 from conformance.inference.probing import BOOLEAN_POLARITY, infer_mask, probe_case
 from conformance.model.declarations import DeclarationError, Declarations
@@ -14,13 +15,13 @@ from conformance.model.spec import Config
 from conformance.subject.in_process import InProcessSubject
 
 
-def window_form(plan: Plan, declared: Declarations, capabilities: dict, config: Config,
+def window_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, config: Config,
                 label: str, heads: int, head_dim: int, notes: list[str]) -> None:
     """A sliding-window argument: how it counts (declared, settled by its name, or probed)."""
     name = plan.roles.window
     if not name:
         return
-    if capabilities.get("causal") != "always":
+    if capabilities.caps.causal != "always":
         notes.append(f"{name}: a window argument, but the module is not always causal: built "
                      f"with {name}={WIDE_WINDOW} (a window wider than any sequence), not checked "
                      "as windowed")
@@ -35,7 +36,7 @@ def window_form(plan: Plan, declared: Declarations, capabilities: dict, config: 
                f"{name}:{other}")
     else:
         def built(width: int):
-            implementation = plan.implementation(label, **capabilities)
+            implementation = plan.implementation(label, **capabilities.given())
             return InProcessSubject(implementation).instantiate(replace(config, window=width), 0)
 
         case = probe_case(heads, head_dim, kept=None, batch=1, q_len=window.LENGTH,
@@ -52,12 +53,12 @@ def window_form(plan: Plan, declared: Declarations, capabilities: dict, config: 
                    f"{len(seen)} positions; declare --window-arg {name}:{other} if the other "
                    "count was meant")
     plan.window_offset = -1 if convention == "left" else 0
-    capabilities["window"] = "config"
+    capabilities.set(window="config")
     notes.append(f"{name}: a causal sliding window, {window.CONVENTION_WORDS[convention]} "
                  f"({how}); generated as 1 to 8 keys")
 
 
-def cache_form(plan: Plan, declared: Declarations, capabilities: dict, build, heads: int,
+def cache_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, build, heads: int,
                head_dim: int, notes: list[str]) -> None:
     """A KV cache argument: its style (declared, or read from the signature), confirmed by a
     prefill through it."""
@@ -78,7 +79,7 @@ def cache_form(plan: Plan, declared: Declarations, capabilities: dict, build, he
             return
     else:
         return
-    if capabilities.get("causal", "never") == "never":
+    if capabilities.caps.causal == "never":
         notes.append(f"{found.argument}: a KV cache argument, but the module is not causal: "
                      "the cache is not checked")
         return
@@ -89,24 +90,24 @@ def cache_form(plan: Plan, declared: Declarations, capabilities: dict, build, he
                      f"failed ({problem}): the KV cache is not checked (declare it with "
                      "--kv-cache STYLE@ARG)")
         return
-    capabilities.update(found.capabilities())
+    capabilities.set(**found.capabilities())
     notes.append(f"KV cache: {found.describe()} ({how}; probed: a prefill through it works; "
                  "another style is declared with --kv-cache STYLE@ARG); kv_cache checks decoding "
                  "against the full forward")
 
 
-def packed_form(plan: Plan, declared: Declarations, capabilities: dict, build, heads: int,
+def packed_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, build, heads: int,
                 head_dim: int, notes: list[str]) -> None:
     """Packed sequences: a cu_seqlens argument (its token layout probed), or declared."""
     stated = declared.packing()
     case = probe_case(heads, head_dim, kept=None, batch=1,
-                      causal=capabilities.get("causal") == "always")
+                      causal=capabilities.caps.causal == "always")
     if stated is not None and stated[0] is PackedForm.MASK:
-        mask = capabilities.get("mask")
+        mask = capabilities.caps.mask
         if (mask is None or mask.layout not in QUERY_AXIS_LAYOUTS) and not per_query_mask(
                 plan, capabilities, build, heads, head_dim, notes):
             return
-        capabilities["packed"] = PackedForm.MASK
+        capabilities.set(packed=PackedForm.MASK)
         notes.append("packed sequences through a block-diagonal mask (declared)")
         return
     argument = stated[1] if stated is not None else plan.convention.packed
@@ -123,13 +124,13 @@ def packed_form(plan: Plan, declared: Declarations, capabilities: dict, build, h
                          "(total, D) or (1, total, D)): packing is not checked (declare "
                          f"--packed cu_seqlens@{argument})")
             return
-    capabilities.update(packed=form, packed_argument=argument, max_seqlen_argument=max_seqlen)
+    capabilities.set(packed=form, packed_argument=argument, max_seqlen_argument=max_seqlen)
     tokens = "(total, D)" if form is PackedForm.CU_SEQLENS_FLAT else "(1, total, D)"
     notes.append(f"{argument}: packed sequences, tokens {tokens} ({how})"
                  + (f", with {max_seqlen}" if max_seqlen else ""))
 
 
-def per_query_mask(plan: Plan, capabilities: dict, build, heads: int, head_dim: int,
+def per_query_mask(plan: Plan, capabilities: CapabilitiesFound, build, heads: int, head_dim: int,
                    notes: list[str]) -> bool:
     """For packing through the mask: a mask convention with a query axis, searched again among
     those layouts only."""
@@ -145,13 +146,13 @@ def per_query_mask(plan: Plan, capabilities: dict, build, heads: int, head_dim: 
                      "((B, Lq, Lk), (B, 1, Lq, Lk), (B, H, Lq, Lk), (Lq, Lk)): packing is not "
                      "checked")
         return False
-    capabilities["mask"] = search.convention
+    capabilities.set(mask=search.convention)
     notes.append(f"{argument}: {search.convention.describe()} (probed among the layouts with a "
                  "query axis, for packing)")
     return True
 
 
-def mask_form(plan: Plan, declared: Declarations, capabilities: dict, build, heads: int,
+def mask_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, build, heads: int,
               head_dim: int, notes: list[str]) -> None:
     argument = plan.convention.mask
     try:
@@ -163,26 +164,26 @@ def mask_form(plan: Plan, declared: Declarations, capabilities: dict, build, hea
         if not argument:
             raise InferenceError("a mask is declared, but forward takes no mask argument: name "
                                  "it with --mask KIND:LAYOUT@ARGUMENT")
-        capabilities["mask"] = declared_mask
+        capabilities.set(mask=declared_mask)
         notes.append(f"{argument}: {declared_mask.describe()} (declared)")
     elif argument:
-        causal = capabilities.get("causal") == "always"
+        causal = capabilities.caps.causal == "always"
         search = infer_mask(build(), probe_case(heads, head_dim, causal=causal),
                             plan.convention.call, plan.convention.mask_family, argument,
                             name_settles=plan.convention.mask_name_settles)
         if search.convention is None:
-            capabilities["mask_problem"] = search.problem
+            capabilities.set(mask_problem=search.problem)
             notes.append(f"{argument}: no mask convention inferred (see padding)")
         else:
-            capabilities["mask"] = search.convention
+            capabilities.set(mask=search.convention)
             stated = replace(search.convention, argument=argument).spec()
             text = f"{argument}: {search.convention.describe()} (probed"
             if search.assumed:
-                capabilities["mask_assumed"] = search.assumed
+                capabilities.set(mask_assumed=search.assumed)
                 text += (f"; assumed, no convention works: {search.assumed}; if it "
                          f"reads its mask another way, declare it: --mask {stated})")
             elif search.doubt:
-                capabilities["mask_doubt"] = search.doubt
+                capabilities.set(mask_doubt=search.doubt)
                 text += f"; doubtful, see padding; to state it: --mask {stated})"
             elif plan.convention.mask_family == "either" and search.polarity_probed:
                 text += (f"; the name allows either polarity and behaviour chose "
@@ -193,7 +194,7 @@ def mask_form(plan: Plan, declared: Declarations, capabilities: dict, build, hea
                 text += f"; to state it: --mask {stated})"
             notes.append(text)
     if formats:
-        capabilities["mask_formats"] = formats
+        capabilities.set(mask_formats=formats)
         notes.append(f"{argument} also takes " + ", ".join(m.describe() for m in formats)
                      + " (declared)")
 

@@ -1,7 +1,9 @@
 """Infer an implementation's declaration from the class itself, stating every inference.
 
 :func:`infer` drives the steps in order (``construction``, ``behaviour``, ``position``,
-``features``), each adding to the capabilities and stating what it inferred in the notes."""
+``features``), each reading what earlier steps found and setting what it finds in a
+:class:`~conformance.inference.found.CapabilitiesFound` (typed: a capability's field, checked by
+name), and stating what it inferred in the notes."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from conformance.inference.construction import (
     sequence_order,
 )
 from conformance.inference.features import cache_form, mask_form, packed_form, window_form
+from conformance.inference.found import CapabilitiesFound
 from conformance.inference.plan import InferenceError, Inferred, Plan
 from conformance.inference.position import alibi_counting, encoding_inside, position_input
 from conformance.model.declarations import DeclarationError, Declarations
@@ -65,9 +68,8 @@ def infer(cls: type, *, name: str | None = None,
     except DeclarationError as error:
         raise InferenceError(str(error)) from error
     output_form(plan, config, notes, returns)
-    capabilities: dict[str, object] = {"shapes": constraint.pairs if constraint else None,
-                                       "returns_tensor": returns == "tensor",
-                                       "padded_queries": padded}
+    capabilities = CapabilitiesFound(shapes=constraint.pairs if constraint else None,
+                                     returns_tensor=returns == "tensor", padded_queries=padded)
     if padded is not None:
         notes.append(f"padded queries: {padded} (declared; checked by padding)")
     try:
@@ -76,7 +78,7 @@ def infer(cls: type, *, name: str | None = None,
         raise InferenceError(str(error)) from error
 
     def build(**changes: object):
-        implementation = plan.implementation(label, **{**capabilities, **changes})
+        implementation = plan.implementation(label, **capabilities.given(**changes))
         return InProcessSubject(implementation).instantiate(config, seed=0)
 
     sequence_order(plan, declared, build, heads, head_dim, notes)
@@ -85,7 +87,7 @@ def infer(cls: type, *, name: str | None = None,
     layout, outcome = find_weights(plan, declared, label, constraint, notes, capabilities)
     constraint = layout_constraint(plan, layout, constraint, notes)
     constraint = encoding_constraint(plan, outcome, constraint, capabilities, notes)
-    capabilities["shapes"] = constraint.pairs if constraint else None
+    capabilities.set(shapes=constraint.pairs if constraint else None)
     try:
         encoding_inside(plan, declared, capabilities, probe, outcome, notes)
         window_form(plan, declared, capabilities, config, label, heads, head_dim, notes)
@@ -97,6 +99,6 @@ def infer(cls: type, *, name: str | None = None,
     except DeclarationError as error:
         raise InferenceError(str(error)) from error
     dtypes_form(declared, capabilities, notes)
-    implementation = replace(plan.implementation(label, **capabilities), weight_layout=layout,
+    implementation = replace(plan.implementation(label, **capabilities.given()), weight_layout=layout,
                              notes=tuple(notes))
     return Inferred(implementation, tuple(notes))

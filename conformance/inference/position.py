@@ -8,6 +8,7 @@ from dataclasses import replace
 import torch
 
 from conformance.inference.convention import FILLABLE_POSITIONS, START_NAMES
+from conformance.inference.found import CapabilitiesFound
 from conformance.inference.plan import Plan
 from conformance.inference.positional import position_encoding
 from conformance.inference.probing import probe_case
@@ -25,7 +26,7 @@ POSITION_WORDS = {"rotary": "rotary position embeddings (RoPE)", "alibi": "ALiBi
                   "positions": "a position input"}
 
 
-def encoding_inside(plan: Plan, declared: Declarations, capabilities: dict, probe,
+def encoding_inside(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, probe,
                     outcome: WeightOutcome, notes: list[str]) -> None:
     """A position encoding inside: the RoPE or ALiBi that reproduced the module's output (the
     float64 reference then models it), else what names and a position argument suggest (the
@@ -34,14 +35,14 @@ def encoding_inside(plan: Plan, declared: Declarations, capabilities: dict, prob
     reproduced = outcome.encoding
     if reproduced is not None and stated in (None, "rotary" if reproduced.rotary else "alibi"):
         kind = "rotary" if reproduced.rotary else "alibi"
-        capabilities.update(positional=f"{reproduced.describe()} (reproduced)", relative=kind,
+        capabilities.set(positional=f"{reproduced.describe()} (reproduced)", relative=kind,
                             encoding=reproduced)
         text = (f"{reproduced.describe()} inside (found by behaviour: its output depends on "
                 "the tokens' positions, and the float64 reference with this encoding reproduces "
                 "it; the reference checks apply it); position_shift checks that shifting every "
                 "position changes nothing")
         if kind == "alibi":
-            capabilities["alibi"] = declared.alibi or "standard"
+            capabilities.set(alibi=declared.alibi or "standard")
             text += "; alibi holds the slopes to the paper's (they reproduced the output)"
         notes.append(text)
         return
@@ -61,15 +62,15 @@ def encoding_inside(plan: Plan, declared: Declarations, capabilities: dict, prob
     if found is not None:
         kind, evidence = found
         origin = "declared" if evidence == "declared" else f"inferred from {evidence}"
-        capabilities["positional"] = f"{POSITION_WORDS[kind]} ({origin})"
+        capabilities.set(positional=f"{POSITION_WORDS[kind]} ({origin})")
         text = (f"{POSITION_WORDS[kind]} inside ({origin}"
                 + ("" if evidence == "declared" else "; if not, declare --position-encoding none")
                 + "): the checks that assume position-free attention skip")
         if kind in ("rotary", "alibi"):
-            capabilities["relative"] = kind
+            capabilities.set(relative=kind)
             text += "; position_shift checks that shifting every position changes nothing"
         if kind == "alibi":
-            capabilities["alibi"] = declared.alibi or "measured"
+            capabilities.set(alibi=declared.alibi or "measured")
             text += ("; alibi measures the slopes" + (
                 " against the paper's (declared)" if declared.alibi == "standard" else
                 " (declare --alibi standard to hold them to the paper's)"))
@@ -77,25 +78,25 @@ def encoding_inside(plan: Plan, declared: Declarations, capabilities: dict, prob
         if held is not None:
             # Behaviour could not reproduce it, but what is meant is declared: the reference
             # holds the module to it.
-            capabilities["encoding"] = held
+            capabilities.set(encoding=held)
             text += (f"; no encoding behaviour tried reproduces its output, so the reference "
                      f"checks hold it to the declared {held.describe()}")
         notes.append(text)
 
 
-def alibi_counting(plan: Plan, capabilities: dict, layout: WeightLayout | None, label: str,
+def alibi_counting(plan: Plan, capabilities: CapabilitiesFound, layout: WeightLayout | None, label: str,
                    heads: int, head_dim: int, notes: list[str]) -> None:
     """Whether ALiBi's positions count every token or only the kept ones (BLOOM's
     ``build_alibi_tensor`` numbers the tokens by the mask's cumulative sum): decided by which
     reproduces its output under a mask with padding before kept keys, at the kept rows."""
-    encoding = capabilities.get("encoding")
+    encoding = capabilities.caps.encoding
     if (not isinstance(encoding, PositionEncoding) or encoding.alibi is None
-            or capabilities.get("mask") is None or layout is None):
+            or capabilities.caps.mask is None or layout is None):
         return
     config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim, num_heads=heads,
                     num_kv_heads=None, dtype=torch.float64)
-    implementation = replace(plan.implementation(label, **capabilities), weight_layout=layout)
-    causal = capabilities.get("causal") == "always"
+    implementation = replace(plan.implementation(label, **capabilities.given()), weight_layout=layout)
+    causal = capabilities.caps.causal == "always"
     try:
         instance = InProcessSubject(implementation).instantiate(config, seed=0)
         inputs = probe_case(heads, head_dim, causal=causal, dtype="float64").inputs(
@@ -113,8 +114,8 @@ def alibi_counting(plan: Plan, capabilities: dict, layout: WeightLayout | None, 
                                        encoding=candidate).output
         errors[counts_kept] = relative_error(output[rows], expected[rows])
     if errors[True] < REPRODUCED_FLOAT32 <= errors[False]:
-        capabilities["encoding"] = replace(encoding, alibi=replace(encoding.alibi,
-                                                                   counts_kept=True))
+        capabilities.set(encoding=replace(encoding, alibi=replace(encoding.alibi,
+                                                                   counts_kept=True)))
         notes.append("ALiBi positions count the kept tokens only (BLOOM's cumulative sum of "
                      f"the mask; probed: relative error {errors[True]:.1e} with it, "
                      f"{errors[False]:.1e} counting every token)")
@@ -136,7 +137,7 @@ POSITION_FORM_WORDS = {PositionForm.IDS: "(B, L) int64", PositionForm.VECTOR: "(
                        PositionForm.START: "the first position, an int"}
 
 
-def position_input(plan: Plan, declared: Declarations, capabilities: dict,
+def position_input(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound,
                    notes: list[str]) -> None:
     """A position argument the suite can fill (declared, or read from its name)."""
     stated_positions = declared.position_argument()
@@ -152,6 +153,6 @@ def position_input(plan: Plan, declared: Declarations, capabilities: dict,
         how = "its name says so"
     else:
         return
-    capabilities.update(positions=argument, position_form=form)
+    capabilities.set(positions=argument, position_form=form)
     notes.append(f"{argument}: the tokens' positions, passed as {POSITION_FORM_WORDS[form]} "
                  f"({how})")

@@ -1,0 +1,33 @@
+"""What inference has found about an implementation's capabilities so far.
+
+Each step of :func:`~conformance.inference.infer.infer` reads what earlier steps found
+(``found.caps.causal``: typed, as :class:`~conformance.model.spec.Capabilities` declares it) and
+sets what it finds itself (``found.set(causal="always")``: a field name that is not one of the
+capabilities is an error, not a silent key). :meth:`CapabilitiesFound.given` is what the steps
+set, and only that: :meth:`Plan.implementation` lays it over its own defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from conformance.model.spec import Capabilities
+
+
+class CapabilitiesFound:
+    """The capabilities found so far, and which of them the steps set."""
+
+    def __init__(self, **initial: object) -> None:
+        self.caps = Capabilities()
+        self._names: dict[str, None] = {}
+        self.set(**initial)
+
+    def set(self, **values: object) -> None:
+        """Record what a step found (Capabilities' field names)."""
+        self.caps = replace(self.caps, **values)
+        self._names.update(dict.fromkeys(values))
+
+    def given(self, **changes: object) -> dict[str, object]:
+        """The fields the steps set (with ``changes`` over them), as Plan.implementation takes
+        them."""
+        return {**{name: getattr(self.caps, name) for name in self._names}, **changes}
