@@ -40,7 +40,9 @@ def test_a_failure_explains_itself():
 
 
 def _replay_line(stdout: str) -> str:
-    (line,) = [line for line in stdout.splitlines() if line.startswith("  replay it: pytest ")]
+    # One command, though it may be printed twice: under CI pytest's short summary repeats the
+    # whole failure message untruncated.
+    (line,) = {line for line in stdout.splitlines() if line.startswith("  replay it: pytest ")}
     return line.removeprefix("  replay it: ")
 
 
