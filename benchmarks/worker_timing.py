@@ -2,8 +2,10 @@
 
     .venv/bin/python benchmarks/worker_timing.py [--repeats 3] [--sandbox auto] [--start-up-only]
 
-Start-up is measured from spawning the supervisor to the worker's first frame (interpreter,
-``import torch``, the suite) and then the ``load`` request (importing the submission); a forward
+Start-up is measured from asking for a worker to its first frame (started: interpreter,
+``import torch``, the suite; forked by the zygote: a fork) and then the ``load`` request
+(importing the submission), the first worker apart (it starts the zygote);
+``ATTENTION_CONFORMANCE_WARM_START=0`` measures started workers only; a forward
 round trip against ``ModuleInstance.forward`` in this process at a small and a medium size; the
 full quick-profile catalogue on the textbook attention (``conformance/implementations/mutants/textbook.py``)
 isolated against in-process. torch runs on one thread on both sides. Medians are printed.
@@ -39,22 +41,27 @@ def median_time(function, repeats: int) -> float:
 
 
 def start_up(sandbox: str, repeats: int) -> None:
-    ready, loaded = [], []
-    for _ in range(repeats):
+    ready, loaded, forked = [], [], []
+    for _ in range(repeats + 1):
         start = time.perf_counter()
         with IsolatedSubject(TEXTBOOK, "textbook.py::IMPLEMENTATIONS", name="textbook",
                              sandbox=sandbox) as subject:
             loaded.append(time.perf_counter() - start)
             ready.append(subject._worker.startup_seconds)
+            forked.append(subject._worker.forked)
+    first, ready, loaded = loaded[0], ready[1:], loaded[1:]
     inferred = []
     for _ in range(repeats):
         start = time.perf_counter()
         with IsolatedSubject(TEXTBOOK, "textbook.py::TextbookAttention", sandbox=sandbox):
             inferred.append(time.perf_counter() - start)
-    print(f"start-up ({sandbox}): process + torch + suite {statistics.median(ready):.2f} s, "
-          f"+ load {statistics.median(loaded) - statistics.median(ready):.2f} s, "
-          f"total {statistics.median(loaded):.2f} s; the undeclared class (inferred in the "
-          f"worker) {statistics.median(inferred):.2f} s (medians of {repeats})")
+    how = "forked by the zygote" if all(forked[1:]) else "started"
+    print(f"start-up ({sandbox}, {how}): the first worker {first:.2f} s (the zygote's start "
+          f"included when forked); each later one: to its first frame "
+          f"{statistics.median(ready):.3f} s, "
+          f"+ load {statistics.median(loaded) - statistics.median(ready):.3f} s, "
+          f"total {statistics.median(loaded):.3f} s; the undeclared class (inferred in the "
+          f"worker) {statistics.median(inferred):.3f} s (medians of {repeats})")
 
 
 def requests(sandbox: str) -> None:

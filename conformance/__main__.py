@@ -2,6 +2,6 @@
 
 import sys
 
-from conformance.frontends.cli import main
+from conformance.frontends.entry import main
 
 sys.exit(main())

@@ -362,7 +362,10 @@ def test_the_fan_out_meets_the_process_limit(tmp_path):
     assert wait_until(lambda: processes_with(marker) == [], 2.0)
 
 
-def test_a_checker_killed_outright_takes_the_whole_tree_with_it(tmp_path):
+@pytest.mark.parametrize("sandbox", ["none", *FILESYSTEM_SANDBOXES])
+def test_a_checker_killed_outright_takes_the_whole_tree_with_it(tmp_path, sandbox):
+    """Started (bubblewrap) or forked by the zygote (the others), the worker's tree goes when
+    the checker is killed without running any cleanup code."""
     submission = lay_out(tmp_path, "detached_process")
     marker = f"attention-worker-test-{uuid.uuid4().hex}"
     (submission / "marker.txt").write_text(marker)
@@ -372,11 +375,12 @@ def test_a_checker_killed_outright_takes_the_whole_tree_with_it(tmp_path):
          "subject = IsolatedSubject(sys.argv[1], 'attention.py::MultiHeadAttention', "
          "sandbox=sys.argv[2])\n"
          "print(subject._worker.scratch, flush=True)\n"
-         "time.sleep(120)\n", str(submission), SANDBOXES[0]],
+         "time.sleep(120)\n", str(submission), sandbox],
         stdout=subprocess.PIPE, text=True)
     try:
         scratch = Path(checker.stdout.readline().strip())
-        assert scratch.is_dir() and wait_until(lambda: len(processes_with(marker)) == 9)
+        assert scratch.is_dir() and wait_until(lambda: len(processes_with(marker)) == 9), \
+            processes_with(marker)
     finally:
         checker.kill()  # no cleanup code runs: the supervisor sees its control pipe close
         checker.wait()

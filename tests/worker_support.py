@@ -102,8 +102,13 @@ def processes_with(marker: str) -> list[int]:
 
 
 def descendants(root: int | None = None) -> list[int]:
-    """Every live (not zombie) process below ``root`` (default: this process)."""
+    """Every live (not zombie) process below ``root`` (default: this process), but this
+    process's zygotes (they fork the workers and live as long as it, by design; what they
+    fork is counted)."""
+    from conformance.worker.warm_start import zygote_pids
+
     root = os.getpid() if root is None else root
+    zygotes = zygote_pids()
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -118,7 +123,8 @@ def descendants(root: int | None = None) -> list[int]:
     found, queue = [], list(children.get(root, []))
     while queue:
         pid = queue.pop()
-        found.append(pid)
+        if pid not in zygotes:
+            found.append(pid)
         queue.extend(children.get(pid, []))
     return found
 

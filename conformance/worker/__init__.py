@@ -15,13 +15,22 @@ failures come back as :class:`WorkerError` with a :class:`WorkerStatus` and one 
         print(subject.protections, subject.output)
 """
 
-from conformance.worker.codec import CodecError, decode, encode
-from conformance.worker.errors import LoadError, WorkerError, WorkerStatus
-from conformance.worker.limits import TORCH_ADDRESS_SPACE, Limits
-from conformance.worker.protocol import Declaration
-from conformance.worker.sandbox import SandboxKind, SandboxUnavailable
-from conformance.worker.sandbox import available as available_sandboxes
-from conformance.worker.subject import IsolatedInstance, IsolatedSubject, TimeoutPolicy
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# Imported on first use (PEP 562): the worker's stdlib-only modules (the zygote's client, the
+# launch plan) load without torch, so the CLI can start the zygote before it imports torch.
+_EXPORTS = {
+    "conformance.worker.codec": ("CodecError", "decode", "encode"),
+    "conformance.worker.errors": ("LoadError", "WorkerError", "WorkerStatus"),
+    "conformance.worker.limits": ("TORCH_ADDRESS_SPACE", "Limits"),
+    "conformance.worker.protocol": ("Declaration",),
+    "conformance.worker.sandbox": ("SandboxKind", "SandboxUnavailable"),
+    "conformance.worker.subject": ("IsolatedInstance", "IsolatedSubject", "TimeoutPolicy"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [
     "TORCH_ADDRESS_SPACE",
@@ -40,3 +49,31 @@ __all__ = [
     "decode",
     "encode",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "available_sandboxes":
+        from conformance.worker.sandbox import available
+
+        globals()[name] = available
+        return available
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'conformance.worker' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups don't come back here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:
+    from conformance.worker.codec import CodecError, decode, encode
+    from conformance.worker.errors import LoadError, WorkerError, WorkerStatus
+    from conformance.worker.limits import TORCH_ADDRESS_SPACE, Limits
+    from conformance.worker.protocol import Declaration
+    from conformance.worker.sandbox import SandboxKind, SandboxUnavailable
+    from conformance.worker.sandbox import available as available_sandboxes
+    from conformance.worker.subject import IsolatedInstance, IsolatedSubject, TimeoutPolicy

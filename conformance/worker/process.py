@@ -15,9 +15,7 @@ import contextlib
 import json
 import os
 import select
-import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -29,73 +27,16 @@ from typing import Any
 
 import torch
 
-from conformance.worker import codec
+from conformance.worker import codec, warm_start
 from conformance.worker.errors import WorkerError, WorkerStatus, describe_signal
 from conformance.worker.limits import Limits
 from conformance.worker.protocol import Ready
 from conformance.worker.sandbox import Launch, SandboxKind, plan
+from conformance.worker.scratch import chown_tree, copy_submission, remove_tree
+from conformance.worker.warm_start import ForkedSupervisor
 from conformance.worker.wire import CheckerChannel, Closed, Deadline, Frame, ProtocolError
 
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
-
-
-def copy_submission(source: Path, target: Path, limit: int) -> None:
-    """Copy a submission (a directory, or one file) into ``target``: regular files and
-    directories only, symlinks only where they stay inside the submission (the checker never
-    follows a link out of it: it could point at the rubric), at most ``limit`` bytes."""
-    source = source.resolve()
-    target.mkdir(parents=True)
-    if source.is_file():
-        shutil.copyfile(source, target / source.name)
-        return
-    total = 0
-    for directory, subdirs, files in os.walk(source):
-        here = Path(directory)
-        subdirs[:] = [d for d in subdirs if d != "__pycache__" and not (here / d).is_symlink()]
-        (target / here.relative_to(source)).mkdir(exist_ok=True)
-        for name in files:
-            path = here / name
-            destination = target / path.relative_to(source)
-            if path.is_symlink():
-                resolved = path.resolve()
-                if source in resolved.parents and resolved.is_file():
-                    os.symlink(os.path.relpath(resolved, path.parent), destination)
-                continue
-            if not stat.S_ISREG(path.lstat().st_mode):
-                continue
-            total += path.lstat().st_size
-            if total > limit:
-                raise ValueError(f"the submission is larger than {limit} bytes")
-            shutil.copyfile(path, destination)
-
-
-def _chown_tree(root: Path, uid: int) -> None:
-    for directory, subdirs, files in os.walk(root):
-        os.lchown(directory, uid, uid)
-        for name in subdirs + files:
-            os.lchown(os.path.join(directory, name), uid, uid)
-
-
-def _remove_tree(root: Path) -> None:
-    """Delete the scratch tree, even where the submission made it unwritable; never touch
-    anything outside it (the supervisor may have deleted it already)."""
-    if not root.is_dir() or root.is_symlink():
-        return
-    inside = str(root) + os.sep
-
-    def writable(function, failed, _):
-        parent = os.path.dirname(failed)
-        if not (parent + os.sep).startswith(inside) or os.path.islink(failed):
-            return
-        with contextlib.suppress(OSError):
-            os.chmod(parent, 0o700)
-            if not os.path.isdir(failed):
-                function(failed)
-                return
-            os.chmod(failed, 0o700)
-            shutil.rmtree(failed, ignore_errors=True)
-
-    shutil.rmtree(root, onerror=writable)
 
 
 def _close_quietly(*fds: int) -> None:
@@ -123,7 +64,9 @@ class WorkerProcess:
         self._scratch_root = Path(tempfile.mkdtemp(prefix="attention-worker-"))
         self._next_id = 0
         self._fds: list[int] = []
-        self._supervisor: subprocess.Popen | None = None
+        self._supervisor: subprocess.Popen | ForkedSupervisor | None = None
+        self.forked = False
+        """Whether the worker was forked by the zygote (a warm start), not started."""
         self._finalizer = weakref.finalize(self, WorkerProcess._cleanup, self._fds,
                                            [None], self._scratch_root)
         scratch = self._scratch_root / "submission"
@@ -148,7 +91,7 @@ class WorkerProcess:
                                        home=self._scratch_root if in_place else None)
             if self.launch.uid is not None:
                 os.chmod(self._scratch_root, 0o755)
-                _chown_tree(scratch, self.launch.uid)
+                chown_tree(scratch, self.launch.uid)
             self.protections = self.launch.protections
             self._start()
         except BaseException:
@@ -166,10 +109,11 @@ class WorkerProcess:
                   "fds": {"1": output_w, "2": output_w, "3": request_r, "4": reply_w}}
         self.started = time.monotonic()
         try:
-            self._supervisor = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(SUPERVISOR), json.dumps(config)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output_w,
-                pass_fds=(request_r, reply_w, output_w), start_new_session=True, env={})
+            self._supervisor = self._forked(config, [output_w, request_r, reply_w]) \
+                or subprocess.Popen(
+                    [sys.executable, "-I", "-S", str(SUPERVISOR), json.dumps(config)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output_w,
+                    pass_fds=(request_r, reply_w, output_w), start_new_session=True, env={})
         finally:
             _close_quietly(request_r, reply_w, output_w)
         self._finalizer.detach()
@@ -186,6 +130,9 @@ class WorkerProcess:
                                       self.limits.message_bytes, output_r, self._pump)
         deadline = self.started + self.limits.start_seconds
         started = self._status_line(deadline)
+        if started is None and time.monotonic() >= deadline:
+            self._fail(WorkerStatus.TIMEOUT,
+                       f"the worker did not start within {self.limits.start_seconds:g} s")
         if started is None or started.get("event") != "started":
             self._fail(WorkerStatus.CRASHED, "the worker's supervisor did not start")
         self.pid = started["pid"]
@@ -205,6 +152,31 @@ class WorkerProcess:
         except (ProtocolError, codec.CodecError) as error:
             self._fail(WorkerStatus.PROTOCOL_ERROR, f"the worker started with a malformed frame: "
                        f"{error}")
+
+    def _forked(self, config: dict[str, Any], fds: list[int]) -> ForkedSupervisor | None:
+        """The supervisor forked by this process's zygote (``warm_start.py``), where the launch
+        allows it; None: start one."""
+        if not (self.launch.forkable and warm_start.enabled()):
+            return None
+        zygote = warm_start.shared(self.launch.env)
+        if zygote is None or (self.launch.namespaces and not zygote.ready.get("namespaces")) \
+                or (self.launch.fresh_proc and not zygote.ready.get("fresh_proc")):
+            return None
+        control_r, control_w = os.pipe()
+        status_r, status_w = os.pipe()
+        config = {**config, "worker_args": list(self.launch.worker_args),
+                  "namespaces": self.launch.namespaces, "fresh_proc": self.launch.fresh_proc}
+        try:
+            pid = zygote.fork(config, [control_r, status_w, *fds])
+        finally:
+            _close_quietly(control_r, status_w)
+        if pid is None:
+            _close_quietly(control_w, status_r)
+            return None
+        self.forked = True
+        if self.launch.namespaces:
+            self.protections = (*self.protections, "ipc namespace")
+        return ForkedSupervisor(pid, control_w, status_r)
 
     # Waiting.
 
@@ -382,7 +354,7 @@ class WorkerProcess:
             if supervisor is not None and supervisor.stdout is not None:
                 supervisor.stdout.close()
         _close_quietly(*fds)
-        _remove_tree(scratch_root)
+        remove_tree(scratch_root)
 
     def printed(self) -> str:
         """What the worker printed outside calls (import time, fd-level writes), capped."""

@@ -1,7 +1,10 @@
 """What containment this machine allows, and the command line that starts a worker in it.
 
 Four tiers, the strongest that works here is used (``sandbox="auto"``); ``"filesystem"`` asks
-for the strongest of the first two (the grader's default) and refuses without one:
+for the strongest of the first two (the grader's default) and refuses without one. Where
+``landlock`` has everything ``bwrap`` has (new PID and network namespaces, the socket filter),
+both choose it: its workers are forked by a warm zygote (``warm_start.py``) in milliseconds,
+bubblewrap's are started (an interpreter and torch: a second of CPU each).
 
 - ``bwrap`` (bubblewrap installed and usable): new PID, network, IPC and UTS namespaces; a
   filesystem of read-only system directories, the Python installation and the suite's own
@@ -44,7 +47,7 @@ from pathlib import Path
 from typing import Literal
 
 from conformance.errors import ConformanceError
-from conformance.worker import confine
+from conformance.worker import confine, warm_start
 from conformance.worker.limits import TORCH_ADDRESS_SPACE, Limits
 
 SandboxKind = Literal["auto", "filesystem", "bwrap", "landlock", "unshare", "none"]
@@ -92,6 +95,19 @@ class Launch:
     uid: int | None
     """The uid the worker drops to before reading requests (None: it keeps the checker's)."""
     protections: tuple[str, ...]
+    worker_args: tuple[str, ...] = ()
+    """The worker's own arguments (what follows ``-m conformance.worker`` in ``argv``)."""
+    namespaces: bool = False
+    """Whether the worker gets new PID and network namespaces (``argv`` runs ``unshare``)."""
+    fresh_proc: bool = False
+    """Whether it also gets a ``/proc`` of its PID namespace (``unshare --mount-proc``)."""
+
+    @property
+    def forkable(self) -> bool:
+        """Whether a zygote's fork can give the worker all of this (``warm_start.py``): the
+        tiers whose protections are system calls the worker's side can make (bubblewrap's
+        mounts are its own)."""
+        return self.sandbox != "bwrap"
 
 
 def _probe(argv: Sequence[str]) -> bool:
@@ -157,6 +173,8 @@ def resolve_kind(kind: SandboxKind) -> Tier:
     """The tier ``kind`` means here; SandboxUnavailable if it was asked for and does not work
     (for ``"filesystem"``: when neither bubblewrap nor Landlock does, :data:`NO_FILESYSTEM_SANDBOX`)."""
     usable = available()
+    if kind in ("auto", "filesystem") and "landlock" in usable and _landlock_matches_bwrap():
+        return "landlock"
     if kind == "auto":
         return usable[0]
     if kind == "filesystem":
@@ -169,6 +187,14 @@ def resolve_kind(kind: SandboxKind) -> Tier:
             f"sandbox {kind!r} does not work on this machine (usable: {', '.join(usable)})"
             + ("; install bubblewrap (apt-get install bubblewrap)" if kind == "bwrap" else ""))
     return kind
+
+
+def _landlock_matches_bwrap() -> bool:
+    """Whether the ``landlock`` tier gives what ``bwrap`` gives here (a filesystem sandbox, new
+    PID and network namespaces, no sockets), so that its faster start decides: its workers are
+    forked by a warm zygote (``warm_start.py``), bubblewrap's are started. Where it lacks any of
+    those, bubblewrap stays first."""
+    return warm_start.enabled() and _unshare() is not None and confine.seccomp_supported()
 
 
 def unsandboxed() -> Tier:
@@ -297,24 +323,25 @@ def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence
     # listing ".." gets the same answer in both tiers.
     writable, listable = ([scratch, home], []) if home else ([scratch], [scratch.parent])
     home = home or scratch
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
-           "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "OPENBLAS_NUM_THREADS": "1", "TMPDIR": "/tmp" if tier == "bwrap" else str(home)}
-    if "LD_LIBRARY_PATH" in os.environ:  # some installations need it to find torch's libraries
-        env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
-    python = [sys.executable, "-I", "-B", "-m", "conformance.worker", *worker_args]
+    env = {**warm_start.base_environment(), "HOME": str(home),
+           "TMPDIR": "/tmp" if tier == "bwrap" else str(home)}
+    args = list(worker_args)
     if uid is not None:
-        python += ["--uid", str(uid), "--gid", str(uid)]
+        args += ["--uid", str(uid), "--gid", str(uid)]
+    namespaces = fresh_proc = False
 
+    if tier == "landlock":
+        args += _landlock_args(writable, listable)
+    python = [sys.executable, "-I", "-B", "-m", "conformance.worker", *args]
     if tier == "bwrap":
         argv = [*_bwrap_argv(scratch, uid), "--", *python]
         protections += ["filesystem: bwrap", "pid namespace", "network namespace",
                         "ipc namespace", "read-only system", "host filesystem hidden",
                         "private /tmp"]
     elif tier == "landlock":
-        namespaces = _unshare()
-        python += _landlock_args(writable, listable)
-        argv = [*namespaces, "--", *python] if namespaces else python
+        unshare = _unshare()
+        namespaces = unshare is not None
+        argv = [*unshare, "--", *python] if unshare else python
         abi = _landlock()
         protections += ["filesystem: landlock", f"landlock abi {abi}", "read-only system",
                         "host filesystem unreadable", "writable: scratch only"]
@@ -325,6 +352,7 @@ def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence
             protections += ["no sockets (seccomp)", "no keyrings (seccomp)"]
     elif tier == "unshare":
         argv = [*(_unshare() or ()), "--", *python]
+        namespaces = fresh_proc = True
         protections += ["filesystem: none", "pid namespace", "network namespace"]
     else:
         argv = python
@@ -332,4 +360,5 @@ def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence
     if uid is not None:
         protections.append("unprivileged uid")
     return Launch(argv=argv, env=env, cwd=str(scratch), rlimits=rlimits, sandbox=tier, uid=uid,
-                  protections=tuple(protections))
+                  protections=tuple(protections), worker_args=tuple(args), namespaces=namespaces,
+                  fresh_proc=fresh_proc)

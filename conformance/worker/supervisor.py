@@ -74,8 +74,16 @@ def descendants(root: int) -> list[int]:
 
 
 class Supervisor:
-    def __init__(self, config: dict) -> None:
+    """``config``: the worker's start (see the module's docstring); ``control``: the fd whose
+    end-of-file means "stop"; ``status``: where the JSON lines go; ``run_worker``: what the
+    forked worker runs instead of exec'ing ``config["argv"]`` (the zygote's warm start)."""
+
+    def __init__(self, config: dict, control: int = 0, status: int = 1,
+                 run_worker=None) -> None:
         self.config = config
+        self.control = control
+        self.status_fd = status
+        self.run_worker = run_worker
         self.child = -1
         self.status: int | None = None
         self.usage: resource.struct_rusage | None = None
@@ -107,6 +115,8 @@ class Supervisor:
             # Nothing else the checker had open reaches the worker.
             os.closerange(max(high) + 1, os.sysconf("SC_OPEN_MAX"))
             os.chdir(self.config["cwd"])
+            if self.run_worker is not None:
+                os._exit(self.run_worker(self.config))
             os.execve(self.config["argv"][0], self.config["argv"], self.config["env"])
         except BaseException as error:
             os.write(2, f"worker supervisor: could not start the worker: {error}\n".encode())
@@ -141,7 +151,7 @@ class Supervisor:
     def wait(self) -> bool:
         """Until the worker exits (True) or the checker closes the control pipe (False)."""
         poller = select.poll()
-        control = sys.stdin.fileno()
+        control = self.control
         poller.register(control, select.POLLIN | select.POLLHUP)
         pidfd = -1
         try:
@@ -168,15 +178,21 @@ class Supervisor:
                 "killed": self.killed,
                 "maxrss_kb": self.usage.ru_maxrss if self.usage else None,
                 "cpu_seconds": self.usage.ru_utime + self.usage.ru_stime if self.usage else None}
-        sys.stdout.write(json.dumps(line) + "\n")
-        sys.stdout.flush()
+        self.say(line)
+
+    def say(self, line: dict) -> None:
+        os.write(self.status_fd, (json.dumps(line) + "\n").encode())
 
 
 def main() -> int:
-    config = json.loads(sys.argv[1])
+    return supervise(json.loads(sys.argv[1]))
+
+
+def supervise(config: dict, control: int = 0, status: int = 1, run_worker=None) -> int:
+    """Start the worker ``config`` describes, wait, kill its tree, clean up, report."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the checker decides when to stop
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    supervisor = Supervisor(config)
+    supervisor = Supervisor(config, control, status, run_worker)
 
     def terminate(signum, frame):
         supervisor.kill_tree()
@@ -187,9 +203,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, terminate)
     subreaper = _set_subreaper()
     supervisor.start()
-    sys.stdout.write(json.dumps({"event": "started", "pid": supervisor.child,
-                                 "subreaper": subreaper}) + "\n")
-    sys.stdout.flush()
+    supervisor.say({"event": "started", "pid": supervisor.child, "subreaper": subreaper})
     exited = supervisor.wait()
     supervisor.kill_tree()
     supervisor._reap()

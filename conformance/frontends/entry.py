@@ -1,0 +1,36 @@
+"""The ``attention-conformance`` command's entry: start what can start early, then the CLI.
+
+Checking a user's file or grading runs student code in workers forked by a zygote
+(``conformance.worker.warm_start``); the zygote imports torch as the CLI does, so it is started
+before the CLI's own imports, and the two imports share the cores instead of taking turns. Only
+the command line is read here (a guess that costs nothing when wrong: an unused zygote exits
+with the command); the CLI decides everything else.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+
+def _will_fork_workers(argv: Sequence[str]) -> bool:
+    """``grade`` in a sandbox, or ``check`` of a file or module (isolated unless told not)."""
+    if not argv:
+        return False
+    if argv[0] == "grade":
+        return "--no-sandbox" not in argv and "--merge" not in argv
+    if argv[0] != "check" or "--no-isolate" in argv:
+        return False
+    return any(not arg.startswith("-") and ("::" in arg or ":" in arg or arg.endswith(".py"))
+               for arg in argv[1:])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if _will_fork_workers(arguments):
+        from conformance.worker import warm_start
+
+        warm_start.prestart()
+    from conformance.frontends.cli import main as cli_main
+
+    return cli_main(arguments)

@@ -1,0 +1,215 @@
+"""The checker's side of the zygote (``zygote.py``): start it once, have it fork each worker.
+
+A started worker costs an interpreter and ``import torch`` (about a second of CPU); a forked one
+costs a fork. The zygote is started the first time a worker is wanted, with the workers' clean
+environment, and lives as long as this process (it exits when its socket closes). A worker is
+forked only where the fork gets every protection a started one gets:
+
+- its tier is one whose protections are system calls (``landlock``, ``unshare``, ``none``):
+  bubblewrap's namespaces and mounts are set up by bubblewrap, before Python, so its workers
+  keep being started;
+- the zygote is one thread, and can create the namespaces the launch has (PID, network, and
+  the fresh ``/proc`` of ``unshare``);
+- ``ATTENTION_CONFORMANCE_WARM_START`` is not ``0`` (measuring the difference).
+
+Anything else, or a zygote that died, means the worker is started as before.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+START_SECONDS = 60.0
+"""The zygote's own start: an interpreter and ``import torch`` (a second idle; the limit is for a
+loaded machine). A worker's start limit still applies to the worker."""
+
+FORK_SECONDS = 10.0
+"""One fork request: milliseconds when the zygote is alive."""
+
+SWITCH = "ATTENTION_CONFORMANCE_WARM_START"
+
+
+def base_environment() -> dict[str, str]:
+    """Every worker's clean environment, but its own HOME and TMPDIR (the zygote's)."""
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    if "LD_LIBRARY_PATH" in os.environ:  # some installations need it to find torch's libraries
+        env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
+    return env
+
+
+class ForkedSupervisor:
+    """A forked supervisor, seen as :class:`subprocess.Popen` sees a started one: ``stdin`` (the
+    control pipe: closing it stops the worker), ``stdout`` (the JSON status lines), ``poll``,
+    ``wait`` and ``kill``. It is the zygote's child, not ours: it has ended when its status pipe
+    reaches end-of-file (nothing else holds that pipe)."""
+
+    def __init__(self, pid: int, control: int, status: int) -> None:
+        self.pid = pid
+        self.stdin = os.fdopen(control, "wb", buffering=0)
+        self.stdout = os.fdopen(status, "rb", buffering=0)
+        self.returncode: int | None = None
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self._pidfd = -1  # already gone (or no pidfd): kill falls back to nothing
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._pidfd >= 0 \
+                and select.select([self._pidfd], [], [], 0)[0]:
+            self._ended()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if self._pidfd >= 0 and not select.select([self._pidfd], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired("supervisor", timeout or 0.0)
+            self._ended()
+        return self.returncode or 0
+
+    def kill(self) -> None:
+        if self.returncode is None and self._pidfd >= 0:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+    def _ended(self) -> None:
+        self.returncode = 0
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+
+
+class Zygote:
+    """One zygote process, and the requests to fork from it (one at a time)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self._lock = threading.Lock()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-B", "-m", "conformance.worker.zygote",
+                 str(theirs.fileno())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),), start_new_session=True, env=env)
+        finally:
+            theirs.close()
+        self.channel = ours
+        self._buffer = b""
+        self.ready: dict[str, Any] = {}
+        self.alive = True
+
+    def wait_ready(self) -> bool:
+        """Whether the zygote started, is one thread, and answered within START_SECONDS."""
+        if self.ready or not self.alive:
+            return self.alive
+        line = self._line(time.monotonic() + START_SECONDS)
+        self.ready = line or {}
+        if not self.ready.get("ready") or self.ready.get("threads") != 1:
+            self.close()
+        return self.alive
+
+    def fork(self, config: dict[str, Any], fds: list[int]) -> int | None:
+        """The pid of a supervisor forked with ``config`` and ``fds`` (control, status, output,
+        request, reply); None when the zygote is gone or refused (start the worker instead)."""
+        with self._lock:
+            if not self.alive:
+                return None
+            try:
+                socket.send_fds(self.channel, [json.dumps(config).encode()], fds)
+            except OSError:
+                self.close()
+                return None
+            answer = self._line(time.monotonic() + FORK_SECONDS)
+            if answer is None:
+                self.close()
+                return None
+            return answer.get("pid")
+
+    def _line(self, deadline: float) -> dict[str, Any] | None:
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.channel], [], [], left)[0]:
+                return None
+            try:
+                chunk = self.channel.recv(1 << 16)
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        try:
+            return json.loads(line)
+        except ValueError:
+            return None
+
+    def close(self) -> None:
+        """Close the socket (the zygote exits at its end) and reap it."""
+        self.alive = False
+        with contextlib.suppress(OSError):
+            self.channel.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+_zygotes: dict[str, Zygote] = {}
+_zygotes_lock = threading.Lock()
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH, "1") != "0"
+
+
+def _zygote(env: dict[str, str]) -> Zygote:
+    base = {k: v for k, v in env.items() if k not in ("HOME", "TMPDIR")}
+    key = json.dumps(base, sort_keys=True)
+    with _zygotes_lock:
+        if key not in _zygotes:
+            _zygotes[key] = Zygote(base)
+        return _zygotes[key]
+
+
+def prestart() -> None:
+    """Start this process's zygote now, without waiting for it: it imports torch while this
+    process does (two cores' worth), and the first worker is forked when both are done."""
+    if enabled():
+        _zygote(base_environment())
+
+
+def shared(env: dict[str, str]) -> Zygote | None:
+    """This process's zygote for workers of environment ``env`` (HOME and TMPDIR aside: each
+    worker sets its own); started on first use; None when it can't fork workers here."""
+    zygote = _zygote(env)
+    with zygote._lock:
+        zygote.wait_ready()
+    return zygote if zygote.alive else None
+
+
+def zygote_pids() -> set[int]:
+    """The pids of this process's live zygotes (long-lived by design: no worker's leftover)."""
+    with _zygotes_lock:
+        return {z.process.pid for z in _zygotes.values() if z.alive}
+
+
+@atexit.register
+def close_all() -> None:
+    """Stop every zygote of this process (their workers are not affected)."""
+    with _zygotes_lock:
+        for zygote in _zygotes.values():
+            zygote.close()
+        _zygotes.clear()
