@@ -1,7 +1,5 @@
 """``python -m conformance`` is the ``attention-conformance`` command."""
 
-import sys
+from conformance.frontends.entry import run
 
-from conformance.frontends.entry import main
-
-sys.exit(main())
+run()

@@ -4,7 +4,7 @@
 then runs every target's checks and returns a :class:`SubmissionOutcome`. Student code runs only
 in the sandboxed worker (:mod:`conformance.worker`): one :class:`IsolatedSubject` per target, a
 worker process of its own (restarted after a crash, within its limits), whose calls are requests;
-by default in a filesystem sandbox (bubblewrap, else Landlock: ``sandbox="filesystem"``), which
+by default in a filesystem sandbox (Landlock or bubblewrap: ``sandbox="filesystem"``), which
 raises :class:`~conformance.worker.SandboxUnavailable` where there is none.
 The checks run here, in the checker, with the checker's own torch: nothing a submission does to
 torch, builtins or Tensor subclasses in its process changes its verdicts, and it never shares a

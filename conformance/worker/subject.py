@@ -70,8 +70,9 @@ class IsolatedSubject(Subject):
         name: which implementation, when ``spec`` names several.
         declared: declarations overriding inference (as ``--width-arg`` etc.).
         limits: resource limits (:class:`Limits`).
-        sandbox: ``"auto"`` (the strongest that works here), ``"filesystem"`` (bubblewrap, else
-            Landlock; :class:`SandboxUnavailable` without either), ``"bwrap"``, ``"landlock"``,
+        sandbox: ``"auto"`` (the strongest that works here), ``"filesystem"`` (Landlock where it
+            has bubblewrap's namespaces, else bubblewrap, else Landlock alone;
+            :class:`SandboxUnavailable` without either), ``"bwrap"``, ``"landlock"``,
             ``"unshare"``, ``"none"``.
         expected_failures: ``{check: reason}``; None takes what the implementation declares
             (pass ``{}`` for untrusted submissions: they must not excuse their own failures).

@@ -156,15 +156,14 @@ class Zygote:
             return None
 
     def close(self) -> None:
-        """Close the socket (the zygote exits at its end) and reap it."""
+        """Stop the zygote: nothing of it needs an orderly end (what it forked lives on its
+        own), so it is killed rather than waited for while it tears torch down."""
         self.alive = False
         with contextlib.suppress(OSError):
             self.channel.close()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
             self.process.kill()
-            self.process.wait()
+        self.process.wait()
 
 
 _zygotes: dict[str, Zygote] = {}
