@@ -14,9 +14,10 @@ Exit status: 0 when grading finished (whatever the grades) or the self-test pass
 self-test failed; 2 for bad input (a rubric that doesn't parse or names an unknown check, a
 missing or empty folder, an unknown --only id, shard outputs that don't make one class), said in
 one line. Student code is only run through the sandboxed worker, in a filesystem sandbox
-(Landlock or bubblewrap, see ``worker/sandbox.py``); where neither works, every mode stops with one line saying what to
-install (exit 2), unless ``--no-sandbox`` is given: then the code runs in no filesystem sandbox,
-and the run's first line, ``run.json``, every ``results.json`` and the class report say so.
+(Landlock or bubblewrap, see ``worker/sandbox.py``); where neither works, every mode stops with
+one line saying what to install (exit 2), unless ``--no-sandbox`` is given: then the code runs
+in no filesystem sandbox, and the run's first line, ``run.json``, every ``results.json`` and the
+class report say so.
 """
 
 from __future__ import annotations
