@@ -5,6 +5,7 @@ protections, and no process left behind."""
 from __future__ import annotations
 
 import gc
+import multiprocessing
 import os
 import shutil
 import sys
@@ -36,6 +37,7 @@ from conformance.worker import (
     SandboxUnavailable,
     WorkerError,
     WorkerStatus,
+    warm_start,
 )
 from conformance.worker import sandbox as sandbox_module
 
@@ -84,6 +86,25 @@ def test_correct_submission_gets_the_in_process_verdicts(plain_single, in_proces
                 "read-only system", "private /tmp"} & set(plain_single.protections)
     assert plain_single.expected_failures == {} and plain_single.declaration.weight_layout
     assert plain_single._worker.forked  # by the zygote: a warm start
+
+
+def _forked_in_a_child_process() -> tuple[set[int], bool]:
+    with IsolatedSubject(SINGLE, "attention.py::MultiHeadAttention", limits=FAST,
+                         sandbox="none") as subject:
+        return warm_start.zygote_pids(), subject._worker.forked
+
+
+def test_a_forked_checker_gets_a_zygote_of_its_own(plain_single):
+    """A checker forked after its parent has a zygote (a multiprocessing worker) starts its own
+    rather than share the parent's socket; the parent's goes on forking."""
+    parents = warm_start.zygote_pids()
+    assert parents
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        childs, forked = pool.apply(_forked_in_a_child_process)
+    assert forked and childs and not childs & parents
+    with IsolatedSubject(SINGLE, "attention.py::MultiHeadAttention", limits=FAST,
+                         sandbox="none") as again:
+        assert again._worker.forked and warm_start.zygote_pids() == parents
 
 
 def test_a_started_worker_gets_the_verdicts_of_a_forked_one(plain_single, monkeypatch):
@@ -275,8 +296,8 @@ wrong = Implementation("wrong", lambda c: MultiHeadAttention(c.d_model, c.num_he
     assert names["broken.py::Attention"] == ("broken",)  # scanned line by line: it doesn't parse
     # Start-up is timed too, started or forked (a fork of torch's zygote takes milliseconds
     # more than that); nothing is left behind.
-    for warm_start, seconds in (("0", 0.05), ("1", 0.001)):
-        monkeypatch.setenv("ATTENTION_CONFORMANCE_WARM_START", warm_start)
+    for warm, seconds in (("0", 0.05), ("1", 0.001)):
+        monkeypatch.setenv("ATTENTION_CONFORMANCE_WARM_START", warm)
         with pytest.raises(LoadError) as raised:
             IsolatedSubject(submission, "attention.py::MultiHeadAttention", sandbox="none",
                             limits=FAST.scaled(start_seconds=seconds))

@@ -205,6 +205,17 @@ def zygote_pids() -> set[int]:
         return {z.process.pid for z in _zygotes.values() if z.alive}
 
 
+def _forget_in_child() -> None:
+    """A fork of this process (a multiprocessing worker) starts its own zygote if it needs one:
+    requests of two processes on one socket would interleave, and the zygote is not its to stop."""
+    global _zygotes_lock
+    _zygotes.clear()
+    _zygotes_lock = threading.Lock()  # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 @atexit.register
 def close_all() -> None:
     """Stop every zygote of this process (their workers are not affected)."""
