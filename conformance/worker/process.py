@@ -1,12 +1,13 @@
 """The checker's side of one worker process: start it, send requests, tell how it failed, stop it.
 
-The checker's child is the supervisor (``supervisor.py``), which starts the worker under the
-limits and owns its process tree. Requests and replies travel on two pipes; the worker's
-stdout and stderr share a third, drained while waiting for replies (the first
-``Limits.output_keep`` bytes are kept, the rest counted and dropped: printing never stops a
-worker); the supervisor reports on its stdout how the worker ended. Every wait has a deadline;
-a worker that misses one or sends a malformed frame is killed with its whole tree and the call
-in flight raises :class:`WorkerError` with the evidence.
+The supervisor (``supervisor.py``) starts the worker under the limits and owns its process tree:
+the checker's child, or, where the launch allows a warm start, forked by this process's zygote
+(``warm_start.py``) and seen through :class:`ForkedSupervisor` as a child is. Requests and
+replies travel on two pipes; the worker's stdout and stderr share a third, drained while waiting
+for replies (the first ``Limits.output_keep`` bytes are kept, the rest counted and dropped:
+printing never stops a worker); the supervisor reports on its status pipe how the worker ended.
+Every wait has a deadline; a worker that misses one or sends a malformed frame is killed with its
+whole tree and the call in flight raises :class:`WorkerError` with the evidence.
 """
 
 from __future__ import annotations
