@@ -122,3 +122,20 @@ def test_an_undeclared_class_is_inferred_and_checked(capsys):
     assert code == 0
     assert "Interface (inferred; items marked declared were given):" in out
     assert "mask: additive float mask, finfo.min = masked, shape (B, 1, 1, Lk) (probed" in out
+
+
+def test_the_zygote_starts_early_only_where_this_process_will_fork_workers():
+    """The command line starts the workers' zygote before its own imports when this process will
+    check a file or module isolated, or grade; not for bundled names, --no-isolate, option
+    values that look like module paths, or several targets checked in processes of their own."""
+    from conformance.frontends.entry import _will_fork_workers as early
+
+    assert early(["check", "my_attention.py::MyAttention"])
+    assert early(["check", "pkg.attention:Attention", "other.py::Other"])  # one process
+    assert early(["grade", "submissions", "--rubric", "rubric.toml", "--jobs", "2"])  # threads
+    assert not early(["check", "a.py::A", "b.py::B", "--jobs", "2"])
+    assert not early(["check", "a.py::A", "b.py::B", "-j0"])
+    assert not early(["check", "textbook", "--mask", "keep_bool:broadcast"])
+    assert not early(["check", "my_attention.py::MyAttention", "--no-isolate"])
+    assert not early(["grade", "--no-sandbox", "submissions", "--rubric", "rubric.toml"])
+    assert not early(["list"]) and not early([])
