@@ -94,7 +94,6 @@ class Zygote:
     """One zygote process, and the requests to fork from it (one at a time)."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.env = env
         self._lock = threading.Lock()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -111,14 +110,15 @@ class Zygote:
         self.alive = True
 
     def wait_ready(self) -> bool:
-        """Whether the zygote started, is one thread, and answered within START_SECONDS."""
-        if self.ready or not self.alive:
+        """Whether the zygote started, is one thread, and answered within START_SECONDS (asked
+        once: later calls return what the first found)."""
+        with self._lock:
+            if self.ready or not self.alive:
+                return self.alive
+            self.ready = self._line(time.monotonic() + START_SECONDS) or {}
+            if not self.ready.get("ready") or self.ready.get("threads") != 1:
+                self.close()
             return self.alive
-        line = self._line(time.monotonic() + START_SECONDS)
-        self.ready = line or {}
-        if not self.ready.get("ready") or self.ready.get("threads") != 1:
-            self.close()
-        return self.alive
 
     def fork(self, config: dict[str, Any], fds: list[int]) -> int | None:
         """The pid of a supervisor forked with ``config`` and ``fds`` (control, status, output,
@@ -194,9 +194,7 @@ def shared(env: dict[str, str]) -> Zygote | None:
     """This process's zygote for workers of environment ``env`` (HOME and TMPDIR aside: each
     worker sets its own); started on first use; None when it can't fork workers here."""
     zygote = _zygote(env)
-    with zygote._lock:
-        zygote.wait_ready()
-    return zygote if zygote.alive else None
+    return zygote if zygote.wait_ready() else None
 
 
 def zygote_pids() -> set[int]:

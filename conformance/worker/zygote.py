@@ -78,20 +78,12 @@ def _mirror(child: int) -> int:
     """Wait for ``child`` and end as it ended (``unshare --fork --kill-child`` does the same)."""
     for fd in range(WORKER_FDS):  # only the child holds the pipes: its death closes them
         os.close(fd)
-    while True:
-        try:
-            _, status = os.waitpid(child, 0)
-            break
-        except ChildProcessError:
-            return 1
-        except InterruptedError:
-            continue
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        signal.signal(number, signal.SIG_DFL)
-        os.kill(os.getpid(), number)
-        return 128 + number
-    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+    code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+    if code < 0:  # killed by signal -code: be killed by it too
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        return 128 - code
+    return code
 
 
 def run_worker(config: dict) -> int:
@@ -152,12 +144,10 @@ def _can_unshare(fresh_proc: bool) -> bool:
                     os._exit(0)
                 except BaseException:
                     os._exit(1)
-            _, status = os.waitpid(grandchild, 0)
-            os._exit(0 if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else 1)
+            os._exit(0 if os.waitstatus_to_exitcode(os.waitpid(grandchild, 0)[1]) == 0 else 1)
         except BaseException:
             os._exit(1)
-    _, status = os.waitpid(child, 0)
-    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
 
 
 def _reap() -> None:
@@ -174,8 +164,6 @@ def serve(channel: socket.socket) -> None:
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(channel, 1 << 20, MAX_FDS)
-        except InterruptedError:
-            continue
         except OSError:
             return
         _reap()
