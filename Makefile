@@ -14,6 +14,9 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	$(PIP) install --quiet -c constraints.txt torch==2.13.0
 	$(PIP) install --quiet -c constraints.txt -e '.[dev]'
+	# Compiled once here: an editable install is otherwise compiled by every interpreter that
+	# imports it where bytecode is not written (PYTHONDONTWRITEBYTECODE, read-only checkouts).
+	$(BIN)/python -m compileall -q -x 'syntax_error' conformance tests benchmarks > /dev/null
 	touch $(STAMP)
 
 check: $(STAMP)

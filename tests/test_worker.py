@@ -29,7 +29,7 @@ from worker_support import (
 
 from conformance import Config, Runner, resolve
 from conformance.inference import Declarations
-from conformance.subject.boundary import Inputs
+from conformance.subject.boundary import ImplementationError, Inputs
 from conformance.subject.in_process import InProcessSubject
 from conformance.worker import (
     IsolatedSubject,
@@ -363,6 +363,51 @@ def test_after_a_timeout_the_check_fails_fast_and_the_next_check_restarts():
         assert subject.restarts == 1
         assert instance.read_weights().w_q.shape == (2, 4, 8)
         assert subject.failures == [("padding", hung.value)]
+
+
+def test_a_construction_rides_with_the_first_request_and_keeps_its_own_error(tmp_path):
+    """``instantiate`` sends the construction without waiting: a constructor's error is raised
+    by the instance's first request (and by every later one, and by ``settle``), each request
+    keeps its own time limit counted from the reply before it, and nothing is left behind."""
+    source = (SINGLE / "attention.py").read_text().replace(
+        "        super().__init__()\n",
+        "        super().__init__()\n        import time\n        time.sleep(SLEEP)\n"
+        "        if num_heads == 4:\n            raise ValueError('four heads refused')\n")
+    source = source.replace("        b, n, _ = x.shape", "        time.sleep(SLEEP)\n"
+                            "        b, n, _ = x.shape")
+    (tmp_path / "attention.py").write_text("import time\nSLEEP = 0.0\n" + source + """
+
+from conformance import Capabilities, Implementation, SeparateProjections
+
+declared = Implementation(
+    "sleeps", lambda c: MultiHeadAttention(c.d_model, c.num_heads), Capabilities(call="self"),
+    SeparateProjections("q_proj", "k_proj", "v_proj", "out_proj"))
+""")
+    inputs = Inputs.self_attention(torch.randn(2, 5, 8))
+    with IsolatedSubject(tmp_path, "attention.py::declared", limits=FAST,
+                         sandbox="none") as subject:
+        refused = subject.instantiate(Config(2, 5, 5, 8, 4), 0)  # returns: nothing waited for
+        with pytest.raises(ImplementationError, match="constructing it raised ValueError: four "
+                                                      "heads refused") as first:
+            refused.forward(inputs)
+        with pytest.raises(ImplementationError) as again:
+            refused.read_weights()
+        assert again.value is first.value
+        with pytest.raises(ImplementationError):
+            refused.settle()
+        built = subject.instantiate(CONFIG, 0)
+        assert built.forward(inputs).shape == (2, 5, 8)
+        assert subject.state().instances == 1 and subject.incidents == []
+
+    # Construction and forward each take 1.5 s, sent together under a 2.5 s limit per request:
+    # each within its own limit (3 s from the first request's sending).
+    (tmp_path / "attention.py").write_text((tmp_path / "attention.py").read_text().replace(
+        "SLEEP = 0.0", "SLEEP = 1.5"))
+    with IsolatedSubject(tmp_path, "attention.py::declared", sandbox="none",
+                         limits=FAST, timeout=lambda op, config: 2.5) as subject:
+        start = time.monotonic()
+        assert subject.instantiate(CONFIG, 0).forward(inputs).shape == (2, 5, 8)
+        assert time.monotonic() - start >= 3.0 and subject.failures == []
 
 
 def test_a_feature_that_hangs_at_the_gate_takes_no_other_feature_down(tmp_path):

@@ -242,3 +242,33 @@ def test_frames_carry_every_dtype():
         assert received.dtype == original.dtype and torch.equal(received, original.resolve_conj())
     payload = sum(len(b) for b in encode_frame({}, tensors)[2:])
     assert payload == 64 * len(tensors)  # each tensor starts aligned: all of these fit in 64 bytes
+
+
+def test_frames_that_share_a_read_or_span_many_come_out_whole_and_in_order():
+    """Reads take what the pipe holds beyond the frame they need (READ_AHEAD): several small
+    frames written at once, then one larger than the pipe and the read-ahead, each arrive
+    exactly, in order, from both ends' readers."""
+    small = [({"id": n}, [torch.full((3,), float(n))]) for n in range(5)]
+    large = ({"id": 5}, [torch.arange(300_000, dtype=torch.float32)])
+    for reader_end in ("checker", "worker"):
+        read_fd, write_fd = os.pipe()
+        writer = BlockingChannel(-1, write_fd, 1 << 20, 1 << 30)
+        gathered = [buffer for header, tensors in small for buffer in encode_frame(header, tensors)]
+        sender = threading.Thread(target=lambda writer=writer, gathered=gathered: (
+            writer.write(gathered), writer.send(*large)))
+        sender.start()
+        if reader_end == "checker":
+            reader = CheckerChannel(read_fd, os.open(os.devnull, os.O_WRONLY), 1 << 20, 1 << 30,
+                                    os.open(os.devnull, os.O_RDONLY), lambda: None)
+            frames = [reader.receive(time.monotonic() + 10) for _ in range(6)]
+        else:
+            reader = BlockingChannel(read_fd, -1, 1 << 20, 1 << 30)
+            frames = [reader.receive() for _ in range(6)]
+        sender.join()
+        os.close(write_fd)
+        assert [frame.header["id"] for frame in frames] == list(range(6))
+        for frame, (_, tensors) in zip(frames, [*small, large], strict=True):
+            assert torch.equal(frame.tensors[0], tensors[0])
+        with pytest.raises(Closed):  # nothing left over after the last frame
+            reader.receive(time.monotonic() + 1) if reader_end == "checker" else reader.receive()
+        os.close(read_fd)

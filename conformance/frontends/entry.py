@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -60,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         warm_start.prestart()
     from conformance.frontends.cli import main as cli_main
 
+    # What is imported now (torch, the suite) lives as long as the command: out of the
+    # collector's sight, so that no collection during the checks walks it again (a full one
+    # takes a tenth of a second with torch loaded; hypothesis asks for one per process).
+    gc.freeze()
     return cli_main(arguments)
 
 

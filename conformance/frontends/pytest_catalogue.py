@@ -208,6 +208,7 @@ class BenchCase:
         if caps.max_len is not None and self.length > caps.max_len:
             pytest.skip(f"beyond its max_len {caps.max_len}")
         instance = self.subject.instantiate(case.config, case.seed)
+        instance.settle()  # built before the timing starts
         cotangent = torch.ones(2, self.length, case.d_model, dtype=case.config.dtype,
                                device=self.device)
         return instance, case.inputs(caps.call, use_mask=False), cotangent

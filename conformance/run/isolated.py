@@ -72,13 +72,13 @@ def preflight(subject: Subject) -> None:
     caps = subject.capabilities
     case = base_case(caps, caps.dtypes[0], "cpu")
     try:
-        subject.instantiate(case.config, case.seed)
+        subject.instantiate(case.config, case.seed).settle()
     except ImplementationError as error:
         def builds(heads: int, head_dim: int) -> bool:
             config = Config(batch=2, q_len=5, kv_len=5, d_model=heads * head_dim,
                             num_heads=heads, dtype=caps.dtypes[0])
             try:
-                subject.instantiate(config, 0)
+                subject.instantiate(config, 0).settle()
             except ImplementationError:
                 return False
             return True

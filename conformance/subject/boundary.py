@@ -114,6 +114,11 @@ class Instance(ABC):
 
     config: Config
 
+    def settle(self) -> None:  # noqa: B027 (built already unless a subject says otherwise)
+        """Wait until it is built: a constructor's error is raised here at the latest. A subject
+        may send the construction ahead without waiting for it (an isolated one does); its
+        error is then raised by the instance's first call, or here."""
+
     @abstractmethod
     def forward(self, inputs: Inputs, *, training: bool = False, seed: int | None = None,
                 autograd: bool = False) -> torch.Tensor:
@@ -161,7 +166,9 @@ class Subject(ABC):
 
     @abstractmethod
     def instantiate(self, config: Config, seed: int) -> Instance:
-        """Build the implementation for ``config``; ``seed`` fixes its parameter initialisation."""
+        """Build the implementation for ``config``; ``seed`` fixes its parameter initialisation.
+        A constructor's error is raised here or by the instance's first call (see
+        :meth:`Instance.settle`)."""
 
     @abstractmethod
     def describe(self) -> str:

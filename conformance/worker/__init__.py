@@ -28,7 +28,8 @@ _EXPORTS = {
     "conformance.worker.limits": ("TORCH_ADDRESS_SPACE", "Limits"),
     "conformance.worker.protocol": ("Declaration",),
     "conformance.worker.sandbox": ("SandboxKind", "SandboxUnavailable"),
-    "conformance.worker.subject": ("IsolatedInstance", "IsolatedSubject", "TimeoutPolicy"),
+    "conformance.worker.instance": ("IsolatedInstance",),
+    "conformance.worker.subject": ("IsolatedSubject", "TimeoutPolicy"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
@@ -72,8 +73,9 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from conformance.worker.codec import CodecError, decode, encode
     from conformance.worker.errors import LoadError, WorkerError, WorkerStatus
+    from conformance.worker.instance import IsolatedInstance
     from conformance.worker.limits import TORCH_ADDRESS_SPACE, Limits
     from conformance.worker.protocol import Declaration
     from conformance.worker.sandbox import SandboxKind, SandboxUnavailable
     from conformance.worker.sandbox import available as available_sandboxes
-    from conformance.worker.subject import IsolatedInstance, IsolatedSubject, TimeoutPolicy
+    from conformance.worker.subject import IsolatedSubject, TimeoutPolicy

@@ -9,8 +9,9 @@ and the run goes on.
 from __future__ import annotations
 
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import Enum
+from typing import Any
 
 from conformance.errors import ConformanceError
 from conformance.model.status import LoadProblem
@@ -102,3 +103,27 @@ def describe_signal(number: int) -> str:
     except ValueError:
         name = "unknown signal"
     return f"{number} ({name})"
+
+
+def how_it_ended(exit_line: Mapping[str, Any] | None, *, bwrap: bool, cpu_seconds: float,
+                 what: str) -> tuple[WorkerStatus, str]:
+    """The status and evidence of a worker that closed its reply pipe during ``what``, from its
+    supervisor's exit line (``code``, ``signal``, ``cpu_seconds``; None when none came)."""
+    code, number = (exit_line or {}).get("code"), (exit_line or {}).get("signal")
+    if bwrap and number is None and isinstance(code, int) and code > 128:
+        code, number = None, code - 128  # bubblewrap reports a signal as 128 + its number
+    used = (exit_line or {}).get("cpu_seconds")
+    if number == signal.SIGXCPU or (isinstance(used, (int, float)) and used >= cpu_seconds):
+        # SIGXCPU at the soft limit, or SIGKILL at the hard one: a PID namespace's init (the
+        # worker under unshare) ignores SIGXCPU, and unshare then exits with status 1.
+        return (WorkerStatus.CPU_LIMIT,
+                f"the worker used up its {cpu_seconds} CPU seconds during {what}")
+    if isinstance(number, int):
+        message = f"the worker was killed by signal {describe_signal(number)} during {what}"
+        if number == signal.SIGKILL:
+            message += " (not by the checker: the system's out-of-memory killer?)"
+        return WorkerStatus.CRASHED, message
+    if isinstance(code, int):
+        return (WorkerStatus.EXITED,
+                f"the worker exited with status {code} during {what} (os._exit or sys.exit?)")
+    return WorkerStatus.CRASHED, f"the worker closed its reply pipe during {what}"

@@ -23,13 +23,14 @@ import tempfile
 import time
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
 from conformance.worker import codec, warm_start
-from conformance.worker.errors import WorkerError, WorkerStatus, describe_signal
+from conformance.worker.errors import WorkerError, WorkerStatus, how_it_ended
 from conformance.worker.limits import Limits
 from conformance.worker.protocol import Ready
 from conformance.worker.sandbox import Launch, SandboxKind, plan
@@ -38,6 +39,17 @@ from conformance.worker.warm_start import ForkedSupervisor
 from conformance.worker.wire import CheckerChannel, Closed, Deadline, Frame, ProtocolError
 
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
+
+
+@dataclass(eq=False)
+class Pending:
+    """A request sent to a worker, its reply not read yet (``frame`` once it is)."""
+
+    number: int
+    timeout: float
+    what: str
+    sent: float = field(default_factory=time.monotonic)
+    frame: Frame | None = None
 
 
 def _close_quietly(*fds: int) -> None:
@@ -64,6 +76,8 @@ class WorkerProcess:
         self.exit: dict[str, Any] | None = None
         self._scratch_root = Path(tempfile.mkdtemp(prefix="attention-worker-"))
         self._next_id = 0
+        self._in_flight: list[Pending] = []
+        self._last_reply = 0.0
         self._fds: list[int] = []
         self._supervisor: subprocess.Popen | ForkedSupervisor | None = None
         self.forked = False
@@ -239,29 +253,8 @@ class WorkerProcess:
             if line.get("event") == "exit":
                 exit_line = line
         self.exit = exit_line
-        code, number = (exit_line or {}).get("code"), (exit_line or {}).get("signal")
-        if self.launch.sandbox == "bwrap" and number is None and isinstance(code, int) \
-                and code > 128:
-            code, number = None, code - 128  # bubblewrap reports a signal as 128 + its number
-        used = (exit_line or {}).get("cpu_seconds")
-        if number == signal.SIGXCPU or (isinstance(used, (int, float))
-                                        and used >= self.limits.cpu_seconds):
-            # SIGXCPU at the soft limit, or SIGKILL at the hard one: a PID namespace's init (the
-            # worker under unshare) ignores SIGXCPU, and unshare then exits with status 1.
-            status, message = (WorkerStatus.CPU_LIMIT, f"the worker used up its "
-                               f"{self.limits.cpu_seconds} CPU seconds during {what}")
-        elif isinstance(number, int):
-            status = WorkerStatus.CRASHED
-            message = f"the worker was killed by signal {describe_signal(number)} during {what}"
-            if number == signal.SIGKILL:
-                message += " (not by the checker: the system's out-of-memory killer?)"
-        elif isinstance(code, int):
-            status, message = (WorkerStatus.EXITED, f"the worker exited with status {code} "
-                               f"during {what} (os._exit or sys.exit?)")
-        else:
-            status, message = (WorkerStatus.CRASHED,
-                               f"the worker closed its reply pipe during {what}")
-        self._fail(status, message)
+        self._fail(*how_it_ended(exit_line, bwrap=self.launch.sandbox == "bwrap",
+                                 cpu_seconds=self.limits.cpu_seconds, what=what))
 
     # Requests.
 
@@ -269,29 +262,68 @@ class WorkerProcess:
                 what: str, release: Sequence[int] = ()) -> Frame:
         """Send one request, return the reply frame (``ok`` true or false); raises WorkerError
         when the worker is dead, dies, misses the deadline, floods or sends garbage."""
+        return self.reply(self.submit(op, body, tensors, timeout=timeout, what=what,
+                                      release=release))
+
+    def submit(self, op: str, body: Any, tensors: Sequence[torch.Tensor], *, timeout: float,
+               what: str, release: Sequence[int] = ()) -> Pending:
+        """Send one request without waiting for its reply (:meth:`reply` reads it).
+
+        The worker answers requests one at a time, in order, so a request sent while others
+        are in flight starts when they end: its ``timeout`` counts from the reply before it.
+        """
         if self.dead is not None:
             raise self.dead.again()
         self._next_id += 1
-        lifetime_end = self.started + self.limits.lifetime_seconds
-        deadline = min(time.monotonic() + timeout, lifetime_end)
+        pending = Pending(self._next_id, timeout, what)
         header = {"id": self._next_id, "op": op, "body": body, "release": list(release)}
+        # The pipe drains as the worker reads: behind requests in flight, only once they end.
+        ahead = sum(earlier.timeout for earlier in self._in_flight)
+        deadline = min(time.monotonic() + ahead + timeout, self._lifetime_end)
         try:
             self.channel.send(header, tensors, deadline)
-            frame = self.channel.receive(deadline)
         except Deadline:
-            if deadline >= lifetime_end:
-                self._fail(WorkerStatus.TIMEOUT, f"the worker's lifetime of "
-                           f"{self.limits.lifetime_seconds:g} s ran out during {what}")
-            self._fail(WorkerStatus.TIMEOUT, f"{what} did not return within {timeout:g} s")
+            self._timed_out(what, timeout, deadline)
         except Closed:
             self._died(what)
-        except ProtocolError as error:
-            self._fail(WorkerStatus.PROTOCOL_ERROR,
-                       f"the worker sent a malformed reply to {what}: {error}")
-        if frame.header.get("id") != self._next_id or not isinstance(frame.header.get("ok"), bool):
-            self._fail(WorkerStatus.PROTOCOL_ERROR,
-                       f"the worker sent a reply that does not answer {what}")
-        return frame
+        self._in_flight.append(pending)
+        return pending
+
+    def reply(self, pending: Pending) -> Frame:
+        """The reply to ``pending``, reading the replies before it first (kept for theirs)."""
+        while pending.frame is None:
+            if self.dead is not None:
+                raise self.dead.again()
+            head = self._in_flight[0]
+            # The worker starts a request when it has answered the one before.
+            deadline = min(max(head.sent, self._last_reply) + head.timeout, self._lifetime_end)
+            try:
+                frame = self.channel.receive(deadline)
+            except Deadline:
+                self._timed_out(head.what, head.timeout, deadline)
+            except Closed:
+                self._died(head.what)
+            except ProtocolError as error:
+                self._fail(WorkerStatus.PROTOCOL_ERROR,
+                           f"the worker sent a malformed reply to {head.what}: {error}")
+            if frame.header.get("id") != head.number or not isinstance(frame.header.get("ok"),
+                                                                       bool):
+                self._fail(WorkerStatus.PROTOCOL_ERROR,
+                           f"the worker sent a reply that does not answer {head.what}")
+            self._in_flight.pop(0)
+            self._last_reply = time.monotonic()
+            head.frame = frame
+        return pending.frame
+
+    @property
+    def _lifetime_end(self) -> float:
+        return self.started + self.limits.lifetime_seconds
+
+    def _timed_out(self, what: str, timeout: float, deadline: float) -> NoReturn:
+        if deadline >= self._lifetime_end:
+            self._fail(WorkerStatus.TIMEOUT, f"the worker's lifetime of "
+                       f"{self.limits.lifetime_seconds:g} s ran out during {what}")
+        self._fail(WorkerStatus.TIMEOUT, f"{what} did not return within {timeout:g} s")
 
     # Stopping.
 

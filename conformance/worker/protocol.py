@@ -61,6 +61,9 @@ class BuildRequest:
     implementation: str
     config: Config
     seed: int
+    number: int
+    """The instance's number, chosen by the checker (its next requests may be sent before this
+    one's reply); the reply repeats it."""
 
 
 @dataclass(frozen=True)

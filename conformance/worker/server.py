@@ -171,7 +171,6 @@ class Server:
         self.output_keep = output_keep
         self.implementations: dict[str, Implementation] = {}
         self.instances: dict[int, WorkerInstance] = {}
-        self._next_instance = 0
         # Before any of the submission runs: what the suite's own code here relies on.
         self.pristine = Pristine()
 
@@ -221,10 +220,11 @@ class Server:
         implementation = self.implementations.get(request.implementation)
         if implementation is None:
             raise KeyError(f"no implementation {request.implementation!r} was loaded")
+        if request.number in self.instances:
+            raise KeyError(f"instance {request.number} exists already")
         instance = WorkerInstance(implementation, request.config, request.seed, self.output_keep)
-        self._next_instance += 1
-        self.instances[self._next_instance] = instance
-        return self._next_instance
+        self.instances[request.number] = instance
+        return request.number
 
     def _instance(self, number: int) -> WorkerInstance:
         try:

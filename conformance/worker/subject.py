@@ -1,10 +1,12 @@
-"""``IsolatedSubject`` and ``IsolatedInstance``: the suite's boundary, answered by a worker process.
+"""``IsolatedSubject``: the suite's boundary, answered by a worker process.
 
 The catalogue runs unchanged on an :class:`IsolatedSubject` (``Runner(profile).run(subject)``):
 every check builds instances, calls them and reads their weights through the abstract
 :class:`~conformance.subject.boundary.Subject` / :class:`~conformance.subject.boundary.Instance`
-methods, each of which is one request to the worker, and computes its verdict here, with this process's torch,
-from the tensors and plain data that come back.
+methods, each of which is one request to the worker, and computes its verdict here, with this
+process's torch, from the tensors and plain data that come back. A construction is sent without
+waiting for its reply: it travels ahead of the instance's first request, and the worker builds
+while this process draws the inputs (see :class:`~conformance.worker.instance.IsolatedInstance`).
 
 When the worker dies (or is killed: a timeout, a flood, a malformed reply), the call in flight
 raises :class:`WorkerError` with the status and evidence, every instance of that worker raises the
@@ -27,30 +29,25 @@ import torch
 
 from conformance.model.declarations import Declarations
 from conformance.model.spec import Config
-from conformance.model.weights import HeadWeights
+from conformance.subject import first_backward
 from conformance.subject.boundary import (
     CapabilityError,
-    Gradients,
     ImplementationError,
-    Inputs,
     Instance,
     Subject,
 )
 from conformance.worker import codec
 from conformance.worker.errors import LoadError, WorkerError, WorkerStatus
+from conformance.worker.instance import IsolatedInstance
 from conformance.worker.limits import Limits
-from conformance.worker.process import WorkerProcess
+from conformance.worker.process import Pending, WorkerProcess
 from conformance.worker.protocol import (
     REQUESTS,
     BuildRequest,
     Declaration,
     Failure,
-    ForwardRequest,
-    GradientsRequest,
-    InstanceRequest,
     LoadRequest,
     WorkerState,
-    WriteWeightsRequest,
 )
 from conformance.worker.sandbox import SandboxKind
 from conformance.worker.sandbox import available as available_sandboxes
@@ -119,6 +116,9 @@ class IsolatedSubject(Subject):
         memory, or a forward that called sys.exit, too), with its check: what a grader reads."""
         self._worker: WorkerProcess | None = None
         self._workers: list[WorkerProcess] = []
+        self._built = 0
+        """Instances numbered so far (the checker numbers them: requests can follow a
+        construction before its reply)."""
         self._finalizer = weakref.finalize(self, IsolatedSubject._stop_all, self._workers)
         declarations = self._start()
         names = [d.name for d in declarations]
@@ -191,12 +191,17 @@ class IsolatedSubject(Subject):
         try:
             # The names first (read from the source, nothing run): a submission that kills its
             # worker while being imported still gets near-miss suggestions.
-            frame = worker.request("names", body, [], timeout=self.limits.load_seconds,
-                                   what="reading the source")
+            asked = worker.submit("names", body, [], timeout=self.limits.load_seconds,
+                                  what="reading the source")
+            loading = worker.submit("load", body, [], timeout=self.limits.load_seconds,
+                                    what="load")
+            # While the worker imports the submission: what this process's first gradient
+            # check would import (a no-op after the first worker).
+            first_backward.import_ahead()
+            frame = worker.reply(asked)
             if frame.header["ok"]:
                 names = self._body(worker, frame, "names")
-            frame = worker.request("load", body, [], timeout=self.limits.load_seconds,
-                                   what="load")
+            frame = worker.reply(loading)
             if frame.header["ok"]:
                 # A declaration the checker can't read (a hand-written Capabilities with a wrong
                 # type, or a forged reply) is malformed like any other reply.
@@ -248,6 +253,9 @@ class IsolatedSubject(Subject):
             self._poison = None
 
     def instantiate(self, config: Config, seed: int) -> Instance:
+        """The construction is sent without waiting for it: the worker builds while this
+        process goes on (drawing the inputs), and a constructor's error is raised by the
+        instance's first request, or by its ``settle()``."""
         with self._lock:
             if self._poison is not None:
                 raise self._poison.again()
@@ -256,9 +264,10 @@ class IsolatedSubject(Subject):
             except WorkerError as error:
                 self._fatal(error)
                 raise
-            request = BuildRequest(self.name, config, seed)
-            number = self.call(worker, "build", request, [], config, "constructing it")
-            return IsolatedInstance(self, worker, number, config)
+            self._built += 1
+            request = BuildRequest(self.name, config, seed, self._built)
+            pending = self.submit(worker, "build", request, [], config, "constructing it")
+            return IsolatedInstance(self, worker, self._built, config, pending)
 
     # Requests.
 
@@ -272,6 +281,12 @@ class IsolatedSubject(Subject):
              config: Config | None, what: str) -> Any:
         """One request to ``worker``; the decoded reply, or the failure raised."""
         with self._lock:
+            return self.collect(worker, self.submit(worker, op, request, tensors, config, what), op)
+
+    def submit(self, worker: WorkerProcess, op: str, request: Any,
+               tensors: Sequence[torch.Tensor], config: Config | None, what: str) -> Pending:
+        """Send one request to ``worker`` without waiting (:meth:`collect` reads the reply)."""
+        with self._lock:
             if self._poison is not None:
                 raise self._poison.again()
             if worker.dead is not None:
@@ -282,8 +297,17 @@ class IsolatedSubject(Subject):
             self._released = [(owner, n) for owner, n in self._released
                               if owner is not worker and owner.dead is None]
             try:
-                frame = worker.request(op, body, tensors, timeout=self.timeout(op, config),
-                                       what=what, release=release)
+                return worker.submit(op, body, tensors, timeout=self.timeout(op, config),
+                                     what=what, release=release)
+            except WorkerError as error:
+                self._fatal(error)
+                raise
+
+    def collect(self, worker: WorkerProcess, pending: Pending, op: str) -> Any:
+        """The decoded reply to ``pending`` (an ``op`` request), or its failure raised."""
+        with self._lock:
+            try:
+                frame = worker.reply(pending)
             except WorkerError as error:
                 self._fatal(error)
                 raise
@@ -329,8 +353,9 @@ class IsolatedSubject(Subject):
         if self._check is not None and self._check not in self.FAIL_FAST_EXEMPT:
             self._poison = error
 
-    def _release(self, worker: WorkerProcess, number: int) -> None:
-        # Called from a finalizer: no request here, the next one carries it.
+    def release(self, worker: WorkerProcess, number: int) -> None:
+        """Free instance ``number`` of ``worker`` with the next request to it (called from a
+        finalizer: no request here)."""
         if worker.dead is None:
             self._released.append((worker, number))
 
@@ -351,49 +376,3 @@ class IsolatedSubject(Subject):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class IsolatedInstance(Instance):
-    """One implementation built in a worker; every method is one request."""
-
-    def __init__(self, subject: IsolatedSubject, worker: WorkerProcess, number: int,
-                 config: Config) -> None:
-        self.config = config
-        self._subject = subject
-        self._worker = worker
-        self._number = number
-        self._finalizer = weakref.finalize(self, subject._release, worker, number)
-
-    def release(self) -> None:
-        """Free it in the worker now (otherwise that happens with the next request after it is
-        garbage collected)."""
-        if self._finalizer.detach() is not None and self._worker.dead is None:
-            self._call("release", InstanceRequest(self._number))
-
-    def _call(self, op: str, request: Any, tensors: Sequence[torch.Tensor] = (),
-              what: str | None = None) -> Any:
-        return self._subject.call(self._worker, op, request, tensors, self.config, what or op)
-
-    def forward(self, inputs: Inputs, *, training: bool = False, seed: int | None = None,
-                autograd: bool = False) -> torch.Tensor:
-        return self._call("forward", ForwardRequest(self._number, inputs, training, seed,
-                                                    autograd))
-
-    def gradients(self, inputs: Inputs, cotangent: torch.Tensor) -> Gradients:
-        return self._call("gradients", GradientsRequest(self._number, inputs, cotangent),
-                          what="forward and backward")
-
-    def read_weights(self) -> HeadWeights:
-        return self._call("read_weights", InstanceRequest(self._number), what="reading weights")
-
-    def write_weights(self, weights: HeadWeights) -> None:
-        self._call("write_weights", WriteWeightsRequest(self._number, weights),
-                   what="writing weights")
-
-    @property
-    def stdout(self) -> str:
-        return self._call("stdout", InstanceRequest(self._number))
-
-    @property
-    def input_writes(self) -> list[str]:
-        return list(self._call("input_writes", InstanceRequest(self._number)))

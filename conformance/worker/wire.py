@@ -187,22 +187,76 @@ def _any_device(device: str) -> bool:
     return device == "mps" and torch.backends.mps.is_available()
 
 
+IOV_MAX = 512
+"""Buffers handed to one ``writev`` (Linux allows 1024)."""
+
+READ_AHEAD = 1 << 16
+"""Bytes a read may take beyond what it needs: the next part of the frame, often the rest of it,
+comes with the same system call (a frame is three reads: prefix, header, payload)."""
+
+
+def _advance(buffers: list[memoryview], written: int) -> None:
+    """Drop ``written`` bytes from the front of ``buffers`` (in place)."""
+    while written:
+        if written >= len(buffers[0]):
+            written -= len(buffers.pop(0))
+        else:
+            buffers[0] = buffers[0][written:]
+            written = 0
+
+
+class _Reader:
+    """Exact-size reads from a pipe, each one system call where the bytes are there: every read
+    asks for what it needs plus :data:`READ_AHEAD` more, and keeps the surplus for the next."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._surplus = bytearray()
+        self._ahead = bytearray(READ_AHEAD)
+
+    def read(self, size: int, wait: Callable[[], None]) -> bytearray:
+        """``size`` bytes; ``wait()`` is called while none are ready (a non-blocking pipe)."""
+        if len(self._surplus) >= size:
+            taken = self._surplus[:size]
+            del self._surplus[:size]
+            return taken
+        buffer = bytearray(size)
+        got = len(self._surplus)
+        buffer[:got] = self._surplus
+        self._surplus.clear()
+        view = memoryview(buffer)
+        while got < size:
+            try:
+                n = os.readv(self.fd, [view[got:], self._ahead])
+            except BlockingIOError:
+                wait()
+                continue
+            if n == 0:
+                raise Closed("the other end closed the pipe")
+            if n > size - got:
+                self._surplus += self._ahead[:n - (size - got)]
+                n = size - got
+            got += n
+        return buffer
+
+
 class BlockingChannel:
     """The worker's end: blocking reads and writes (the checker is trusted to behave)."""
 
     def __init__(self, read_fd: int, write_fd: int, header_limit: int, payload_limit: int) -> None:
         self.read_fd, self.write_fd = read_fd, write_fd
         self.header_limit, self.payload_limit = header_limit, payload_limit
+        self._reader = _Reader(read_fd)
 
     def _read(self, size: int) -> bytearray:
-        buffer = bytearray(size)
-        view, got = memoryview(buffer), 0
-        while got < size:
-            n = os.readv(self.read_fd, [view[got:]])
-            if n == 0:
-                raise Closed("the checker closed the pipe")
-            got += n
-        return buffer
+        try:
+            return self._reader.read(size, self._until_readable)
+        except Closed:
+            raise Closed("the checker closed the pipe") from None
+
+    def _until_readable(self) -> None:
+        # Only if the request pipe was made non-blocking (by the submission): wait, then read.
+        select.select([self.read_fd], [], [])
 
     def receive(self) -> Frame:
         header_size, payload_size = _parse(bytes(self._read(PREFIX.size)), self.header_limit,
@@ -215,10 +269,10 @@ class BlockingChannel:
         self.write(encode_frame(header, tensors))
 
     def write(self, buffers: Sequence[memoryview]) -> None:
-        """Write an encoded frame."""
-        for buffer in buffers:
-            while len(buffer):
-                buffer = buffer[os.write(self.write_fd, buffer):]
+        """Write an encoded frame (gathered: one system call where the pipe has room)."""
+        left = [buffer for buffer in buffers if len(buffer)]
+        while left:
+            _advance(left, os.writev(self.write_fd, left[:IOV_MAX]))
 
 
 class CheckerChannel:
@@ -235,6 +289,7 @@ class CheckerChannel:
         self.side = side
         self.pump = pump
         """Drains ``side``; it may raise to abort the wait."""
+        self._reader = _Reader(read_fd)
 
     def _wait(self, fd: int, event: int, deadline: float) -> None:
         poller = select.poll()
@@ -254,18 +309,11 @@ class CheckerChannel:
                 poller.unregister(self.side)  # the output pipe closed: stop watching it
 
     def _read(self, size: int, deadline: float) -> bytearray:
-        buffer = bytearray(size)
-        view, got = memoryview(buffer), 0
-        while got < size:
-            try:
-                n = os.readv(self.read_fd, [view[got:]])
-            except BlockingIOError:
-                self._wait(self.read_fd, select.POLLIN, deadline)
-                continue
-            if n == 0:
-                raise Closed("the worker closed its end of the pipe")
-            got += n
-        return buffer
+        try:
+            return self._reader.read(
+                size, lambda: self._wait(self.read_fd, select.POLLIN, deadline))
+        except Closed:
+            raise Closed("the worker closed its end of the pipe") from None
 
     def receive(self, deadline: float) -> Frame:
         header_size, payload_size = _parse(bytes(self._read(PREFIX.size, deadline)),
@@ -275,11 +323,15 @@ class CheckerChannel:
         return Frame(header, _tensors(layout, self._read(payload_size, deadline)))
 
     def send(self, header: dict[str, Any], tensors: Sequence[torch.Tensor], deadline: float) -> None:
-        for buffer in encode_frame(header, tensors):
-            while len(buffer):
-                try:
-                    buffer = buffer[os.write(self.write_fd, buffer):]
-                except BlockingIOError:
-                    self._wait(self.write_fd, select.POLLOUT, deadline)
-                except BrokenPipeError:
-                    raise Closed("the worker closed its end of the pipe") from None
+        self.write(encode_frame(header, tensors), deadline)
+
+    def write(self, buffers: Sequence[memoryview], deadline: float) -> None:
+        """Write encoded frames, gathered (one system call where the pipe has room)."""
+        left = [buffer for buffer in buffers if len(buffer)]
+        while left:
+            try:
+                _advance(left, os.writev(self.write_fd, left[:IOV_MAX]))
+            except BlockingIOError:
+                self._wait(self.write_fd, select.POLLOUT, deadline)
+            except BrokenPipeError:
+                raise Closed("the worker closed its end of the pipe") from None

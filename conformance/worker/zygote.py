@@ -34,6 +34,7 @@ import traceback
 
 import torch
 
+from conformance.subject import first_backward
 from conformance.worker import server, supervisor
 
 MAX_FDS = 8
@@ -193,6 +194,7 @@ def serve(channel: socket.socket) -> None:
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the checker decides when to stop
     torch.set_num_threads(1)
+    first_backward.import_ahead()  # once here, not in every worker's first gradient check
     # What is imported now is shared with every fork: out of the collector's sight, so that a
     # worker's first collection does not touch (and copy) every page of it.
     gc.freeze()

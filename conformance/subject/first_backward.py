@@ -1,0 +1,22 @@
+"""What torch imports on a process's first backward pass, imported ahead of it.
+
+``torch.autograd`` imports ``torch.fx.experimental.symbolic_shapes`` (and with it sympy) the
+first time a backward pass is given a gradient tensor, as every gradient check does: about a
+quarter of a second, paid by the first such check of every process. A process that would
+otherwise wait (the zygote before it forks workers, the checker while a worker imports the
+submission) imports it then instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+MODULES = ("torch.fx.experimental.symbolic_shapes", "torch.nested._internal.nested_tensor")
+"""What ``torch.autograd.backward(tensors, grad_tensors)`` imports on its first call
+(torch 2.13's ``_make_grads``)."""
+
+
+def import_ahead() -> None:
+    """Import :data:`MODULES` now (a no-op once imported)."""
+    for name in MODULES:
+        importlib.import_module(name)

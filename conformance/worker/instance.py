@@ -1,0 +1,116 @@
+"""``IsolatedInstance``: one implementation built in a worker, every method one request.
+
+Its requests go through the subject that built it (:class:`Requests`, which
+:class:`~conformance.worker.subject.IsolatedSubject` is): that is where failures become errors,
+statuses and incidents, and where the worker's lifetime is managed.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+
+from conformance.model.spec import Config
+from conformance.model.weights import HeadWeights
+from conformance.subject.boundary import (
+    CapabilityError,
+    Gradients,
+    ImplementationError,
+    Inputs,
+    Instance,
+)
+from conformance.worker.errors import WorkerError
+from conformance.worker.process import Pending, WorkerProcess
+from conformance.worker.protocol import (
+    ForwardRequest,
+    GradientsRequest,
+    InstanceRequest,
+    WriteWeightsRequest,
+)
+
+
+class Requests(Protocol):
+    """What an instance asks of the subject that built it."""
+
+    def submit(self, worker: WorkerProcess, op: str, request: Any,
+               tensors: Sequence[torch.Tensor], config: Config | None, what: str) -> Pending:
+        """Send a request without waiting for its reply."""
+
+    def collect(self, worker: WorkerProcess, pending: Pending, op: str) -> Any:
+        """The decoded reply to ``pending``, or its failure raised."""
+
+    def release(self, worker: WorkerProcess, number: int) -> None:
+        """Free instance ``number`` with the next request (from a finalizer: no request)."""
+
+
+class IsolatedInstance(Instance):
+    """One implementation built in a worker; every method is one request.
+
+    Its construction is in flight until the first request (or :meth:`settle`) reads how it
+    went; a construction that failed raises its error then, and on every later request."""
+
+    def __init__(self, subject: Requests, worker: WorkerProcess, number: int,
+                 config: Config, construction: Pending) -> None:
+        self.config = config
+        self._subject = subject
+        self._worker = worker
+        self._number = number
+        self._construction: Pending | None = construction
+        self._broken: BaseException | None = None
+        self._finalizer = weakref.finalize(self, subject.release, worker, number)
+
+    def settle(self) -> None:
+        """Wait for the construction: its error, if it failed, is raised here."""
+        if self._broken is not None:
+            raise self._broken
+        if self._construction is not None:
+            construction, self._construction = self._construction, None
+            try:
+                self._subject.collect(self._worker, construction, "build")
+            except (ImplementationError, CapabilityError, WorkerError) as error:
+                self._broken = error
+                raise
+
+    def release(self) -> None:
+        """Free it in the worker now (otherwise that happens with the next request after it is
+        garbage collected)."""
+        if (self._finalizer.detach() is not None and self._worker.dead is None
+                and self._broken is None):
+            self._call("release", InstanceRequest(self._number))
+
+    def _call(self, op: str, request: Any, tensors: Sequence[torch.Tensor] = (),
+              what: str | None = None) -> Any:
+        if self._broken is not None:
+            raise self._broken
+        # Sent behind the construction (the worker answers in order): one wait for both.
+        pending = self._subject.submit(self._worker, op, request, tensors, self.config,
+                                       what or op)
+        self.settle()
+        return self._subject.collect(self._worker, pending, op)
+
+    def forward(self, inputs: Inputs, *, training: bool = False, seed: int | None = None,
+                autograd: bool = False) -> torch.Tensor:
+        return self._call("forward", ForwardRequest(self._number, inputs, training, seed,
+                                                    autograd))
+
+    def gradients(self, inputs: Inputs, cotangent: torch.Tensor) -> Gradients:
+        return self._call("gradients", GradientsRequest(self._number, inputs, cotangent),
+                          what="forward and backward")
+
+    def read_weights(self) -> HeadWeights:
+        return self._call("read_weights", InstanceRequest(self._number), what="reading weights")
+
+    def write_weights(self, weights: HeadWeights) -> None:
+        self._call("write_weights", WriteWeightsRequest(self._number, weights),
+                   what="writing weights")
+
+    @property
+    def stdout(self) -> str:
+        return self._call("stdout", InstanceRequest(self._number))
+
+    @property
+    def input_writes(self) -> list[str]:
+        return list(self._call("input_writes", InstanceRequest(self._number)))
