@@ -395,6 +395,8 @@ declared = Implementation(
         assert again.value is first.value
         with pytest.raises(ImplementationError):
             refused.settle()
+        unused = subject.instantiate(Config(2, 5, 5, 8, 4), 0)
+        unused.release()  # its construction failed: nothing to free, nothing raised
         built = subject.instantiate(CONFIG, 0)
         assert built.forward(inputs).shape == (2, 5, 8)
         assert subject.state().instances == 1 and subject.incidents == []

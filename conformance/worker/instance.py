@@ -7,6 +7,7 @@ statuses and incidents, and where the worker's lifetime is managed.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -76,9 +77,12 @@ class IsolatedInstance(Instance):
 
     def release(self) -> None:
         """Free it in the worker now (otherwise that happens with the next request after it is
-        garbage collected)."""
-        if (self._finalizer.detach() is not None and self._worker.dead is None
-                and self._broken is None):
+        garbage collected); a construction that failed left nothing to free."""
+        if self._finalizer.detach() is None or self._worker.dead is not None:
+            return
+        with contextlib.suppress(ImplementationError, CapabilityError):
+            self.settle()
+        if self._broken is None:
             self._call("release", InstanceRequest(self._number))
 
     def _call(self, op: str, request: Any, tensors: Sequence[torch.Tensor] = (),
