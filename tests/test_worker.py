@@ -462,3 +462,24 @@ def test_an_unavailable_sandbox_is_refused_in_one_line():
     missing = "bwrap" if "bwrap" not in SANDBOXES else "unshare"
     with pytest.raises(SandboxUnavailable, match=f"sandbox '{missing}' does not work"):
         IsolatedSubject(SINGLE, "attention.py::MultiHeadAttention", sandbox=missing)
+
+
+def test_an_accelerator_the_worker_cannot_reach_is_skipped_with_the_reason(monkeypatch):
+    """On a machine with CUDA, an isolated target's CUDA verdicts are skipped, saying why and
+    what to do, never failed: the worker can't start CUDA under its limits (measured on an H100:
+    a false alarm on every correct class before); its CPU verdicts are unchanged."""
+    from conformance.run import isolated
+    from conformance.run.isolated import Isolated
+    from conformance.run.many import check_many
+
+    monkeypatch.setattr(isolated, "available_devices", lambda: ["cpu", "cuda"])
+    spec = f"{SINGLE / 'attention.py'}::MultiHeadAttention"
+    results = check_many([(spec, Isolated())], devices=["cpu", "cuda"], checks=["gate", "padding"])
+    by_device = {(r.device, r.check): r for r in results}
+    assert by_device["cpu", "gate"].status.value == "passed"
+    assert by_device["cpu", "padding"].status.value == "passed"
+    for check in ("gate", "padding"):
+        skipped = by_device["cuda", check]
+        assert skipped.status.value == "skipped"
+        assert skipped.reason.startswith("the isolated worker can't use cuda yet")
+        assert "--no-isolate" in skipped.reason

@@ -65,6 +65,16 @@ def not_loaded(name: str, error: BaseException, devices: Sequence[str] | None,
             for check in (list(checks) if checks is not None else list(CHECK_NAMES))]
 
 
+WORKER_DEVICES = ("cpu",)
+"""Devices an isolated worker computes on. Measured on an H100 (torch 2.11): CUDA can't start
+under the worker's address-space limit (the driver's reservations exceed it: "out of memory")
+nor under its Landlock rules (the device files are not in them: "OS call failed")."""
+
+WORKER_DEVICE_SKIP = ("the isolated worker can't use {device} yet (its address-space limit and "
+                      "its Landlock rules keep the driver out): check your own code on {device} "
+                      "with --no-isolate")
+
+
 def preflight(subject: Subject) -> None:
     """BadInput when the constructor raises for every generated configuration: said once, in
     a line, instead of every check failing (one that rejects some is the gate's to narrow
@@ -107,6 +117,10 @@ def isolated_results(runner: Runner, spec: str, what: Isolated,
             raise BadInput(f"{spec}: {error}") from None
         interfaces[origin(spec)] = ("not loaded", ())
         return not_loaded(origin(spec), error, devices, checks)
+    names = list(checks) if checks is not None else list(CHECK_NAMES)
+    wanted = list(devices or available_devices())
+    # An absent device is the runner's to skip; a present accelerator the worker can't reach.
+    usable = [d for d in wanted if d in WORKER_DEVICES or d not in available_devices()]
     results: list[CheckResult] = []
     try:
         for subject in subjects:
@@ -116,7 +130,11 @@ def isolated_results(runner: Runner, spec: str, what: Isolated,
             subject.expected_warnings = {**subject.expected_warnings,
                                          **what.expected_warnings.get(subject.name, {})}
             interfaces[subject.name] = (subject.describe(), tuple(subject.notes))
-            results += runner.run(subject, devices=devices, checks=checks)
+            if usable:
+                results += runner.run(subject, devices=usable, checks=checks)
+            results += [CheckResult(subject.name, name, device, Status.SKIPPED,
+                                    reason=WORKER_DEVICE_SKIP.format(device=device))
+                        for device in wanted if device not in usable for name in names]
     finally:
         for subject in subjects:
             subject.close()

@@ -332,7 +332,7 @@ def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence
 
     if tier == "landlock":
         args += _landlock_args(writable, listable)
-    python = [sys.executable, "-I", "-B", "-m", "conformance.worker", *args]
+    python = warm_start.suite_command("conformance.worker", *args)
     if tier == "bwrap":
         argv = [*_bwrap_argv(scratch, uid), "--", *python]
         protections += ["filesystem: bwrap", "pid namespace", "network namespace",

@@ -40,6 +40,26 @@ FORK_SECONDS = 10.0
 SWITCH = "ATTENTION_CONFORMANCE_WARM_START"
 
 
+SUITE = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+"""The ``conformance`` package this process runs."""
+
+_BOOTSTRAP = """import importlib.util, os, runpy, sys
+found = importlib.util.find_spec("conformance")
+if found is None or {suite!r} not in map(os.path.realpath, found.submodule_search_locations):
+    sys.path.insert(0, os.path.dirname({suite!r}))
+runpy.run_module({module!r}, run_name="__main__", alter_sys=True)
+"""
+
+
+def suite_command(module: str, *args: str) -> list[str]:
+    """``python -I -B -m module args``, running this process's ``conformance`` package: an
+    isolated interpreter ignores ``PYTHONPATH`` and the working directory, so where the package
+    is found only through them (a source checkout), its folder goes first on the path (as
+    ``-m`` would put it, nothing else of the environment)."""
+    return [sys.executable, "-I", "-B", "-c", _BOOTSTRAP.format(suite=SUITE, module=module),
+            *args]
+
+
 def base_environment() -> dict[str, str]:
     """Every worker's clean environment, but its own HOME and TMPDIR (the zygote's)."""
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
@@ -98,8 +118,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-I", "-B", "-m", "conformance.worker.zygote",
-                 str(theirs.fileno())],
+                suite_command("conformance.worker.zygote", str(theirs.fileno())),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),), start_new_session=True, env=env)
         finally:
