@@ -36,6 +36,7 @@ from conformance.worker import (
     LoadError,
     SandboxUnavailable,
     WorkerError,
+    WorkerStartError,
     WorkerStatus,
     warm_start,
 )
@@ -298,11 +299,11 @@ wrong = Implementation("wrong", lambda c: MultiHeadAttention(c.d_model, c.num_he
     # more than that); nothing is left behind.
     for warm, seconds in (("0", 0.05), ("1", 0.001)):
         monkeypatch.setenv("ATTENTION_CONFORMANCE_WARM_START", warm)
-        with pytest.raises(LoadError) as raised:
+        with pytest.raises(WorkerStartError) as raised:  # the machine's problem, not the code's
             IsolatedSubject(submission, "attention.py::MultiHeadAttention", sandbox="none",
                             limits=FAST.scaled(start_seconds=seconds))
         assert raised.value.status is WorkerStatus.TIMEOUT
-        assert str(raised.value) == f"the worker did not start within {seconds:g} s"
+        assert str(raised.value).endswith(f"the worker did not start within {seconds:g} s")
     with pytest.raises(ValueError, match="relative, inside the submission"):
         IsolatedSubject(submission, "../other/attention.py::MultiHeadAttention")
     with pytest.raises(ValueError, match="relative, inside the submission"):
@@ -483,3 +484,23 @@ def test_an_accelerator_the_worker_cannot_reach_is_skipped_with_the_reason(monke
         assert skipped.status.value == "skipped"
         assert skipped.reason.startswith("the isolated worker can't use cuda yet")
         assert "--no-isolate" in skipped.reason
+
+
+def test_a_worker_that_cannot_start_is_this_machines_problem_in_one_line(monkeypatch):
+    """A worker that dies before anything of the submission ran (here: its interpreter can't find
+    the module it is told to run) is never the implementation's failure: the command line's
+    one line (exit 2), with what the worker printed."""
+    from conformance.run.isolated import BadInput, Isolated
+    from conformance.run.many import check_many
+
+    real = warm_start.suite_command
+    monkeypatch.setattr(warm_start, "suite_command",
+                        lambda module, *args: real("conformance.worker.no_such_module", *args))
+    monkeypatch.setenv(warm_start.SWITCH, "0")  # started, not forked from a zygote
+    spec = f"{SINGLE / 'attention.py'}::MultiHeadAttention"
+    with pytest.raises(BadInput) as refused:
+        check_many([(spec, Isolated())], devices=["cpu"], checks=["gate"])
+    message = str(refused.value)
+    assert "the worker process could not start here, before anything of the submission ran" \
+        in message
+    assert "No module named conformance.worker.no_such_module" in message

@@ -96,13 +96,13 @@ def _isolated(config: pytest.Config, spec: str, expected: tuple[dict, dict],
               declared: Declarations | None = None) -> list[Subject]:
     """``spec``'s implementations in worker processes of their own, closed with the session; one
     that can't be loaded is a usage error (it hangs or crashes while loading: the message says)."""
-    from conformance.worker import LoadError
+    from conformance.worker import LoadError, WorkerStartError
     from conformance.worker.local import CALL_SECONDS, open_all
 
     seconds = config.getoption("attention_call_timeout") or CALL_SECONDS
     try:
         subjects = open_all(spec, declared, call_seconds=seconds)
-    except LoadError as error:
+    except (LoadError, WorkerStartError) as error:
         raise pytest.UsageError(f"attention-conformance: {spec}: {error}") from error
     failures, warnings = expected
     for subject in subjects:

@@ -107,11 +107,13 @@ def isolated_results(runner: Runner, spec: str, what: Isolated,
     declares goes into ``interfaces``."""
     # Deferred: a run that isolates nothing never loads the worker's checker side.
     from conformance.loading.registry import origin
-    from conformance.worker.errors import LoadError
+    from conformance.worker.errors import LoadError, WorkerStartError
     from conformance.worker.local import open_all
 
     try:
         subjects = open_all(spec, declared, call_seconds=what.call_seconds)
+    except WorkerStartError as error:
+        raise BadInput(f"{spec}: {error}") from None
     except LoadError as error:
         if is_load_problem(error.status):
             raise BadInput(f"{spec}: {error}") from None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 # launch plan) load without torch, so the CLI can start the zygote before it imports torch.
 _EXPORTS = {
     "conformance.worker.codec": ("CodecError", "decode", "encode"),
-    "conformance.worker.errors": ("LoadError", "WorkerError", "WorkerStatus"),
+    "conformance.worker.errors": ("LoadError", "WorkerError", "WorkerStartError", "WorkerStatus"),
     "conformance.worker.limits": ("TORCH_ADDRESS_SPACE", "Limits"),
     "conformance.worker.protocol": ("Declaration",),
     "conformance.worker.sandbox": ("SandboxKind", "SandboxUnavailable"),
@@ -45,6 +45,7 @@ __all__ = [
     "SandboxUnavailable",
     "TimeoutPolicy",
     "WorkerError",
+    "WorkerStartError",
     "WorkerStatus",
     "available_sandboxes",
     "decode",
@@ -72,7 +73,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from conformance.worker.codec import CodecError, decode, encode
-    from conformance.worker.errors import LoadError, WorkerError, WorkerStatus
+    from conformance.worker.errors import LoadError, WorkerError, WorkerStartError, WorkerStatus
     from conformance.worker.instance import IsolatedInstance
     from conformance.worker.limits import TORCH_ADDRESS_SPACE, Limits
     from conformance.worker.protocol import Declaration

@@ -88,6 +88,19 @@ class LoadError(WorkerError):
         self.output = output
 
 
+class WorkerStartError(ConformanceError):
+    """The worker process could not start (before anything of the submission ran): this
+    machine's or this installation's problem, never the implementation's; one line, with the
+    last line the worker printed."""
+
+    def __init__(self, status: WorkerStatus, message: str, printed: str = "") -> None:
+        last = next((line.strip() for line in reversed(printed.splitlines()) if line.strip()), "")
+        super().__init__(f"the worker process could not start here, before anything of the "
+                         f"submission ran: {message}" + (f" (it printed: {last[:300]})"
+                                                          if last else ""))
+        self.status = status
+
+
 class ProtocolError(ConformanceError):
     """A malformed frame or message (from the worker, or to it)."""
 

@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 import torch
 
 from conformance.worker import codec, warm_start
-from conformance.worker.errors import WorkerError, WorkerStatus, how_it_ended
+from conformance.worker.errors import WorkerError, WorkerStartError, WorkerStatus, how_it_ended
 from conformance.worker.limits import Limits
 from conformance.worker.protocol import Ready
 from conformance.worker.sandbox import Launch, SandboxKind, plan
@@ -109,6 +109,9 @@ class WorkerProcess:
                 chown_tree(scratch, self.launch.uid)
             self.protections = self.launch.protections
             self._start()
+        except WorkerError as error:  # nothing of the submission ran: not the implementation's
+            self.close()
+            raise WorkerStartError(error.status, str(error), self.printed()) from None
         except BaseException:
             self.close()
             raise

@@ -37,7 +37,7 @@ from conformance.subject.boundary import (
     Subject,
 )
 from conformance.worker import codec
-from conformance.worker.errors import LoadError, WorkerError, WorkerStatus
+from conformance.worker.errors import LoadError, WorkerError, WorkerStartError, WorkerStatus
 from conformance.worker.instance import IsolatedInstance
 from conformance.worker.limits import Limits
 from conformance.worker.process import Pending, WorkerProcess
@@ -236,7 +236,7 @@ class IsolatedSubject(Subject):
         self.restarts += 1
         try:
             declarations = self._start()
-        except LoadError as error:
+        except (LoadError, WorkerStartError) as error:
             raise WorkerError(error.status, f"restarting the worker failed: {error}",
                               fatal=True) from None
         again = {d.name: d for d in declarations}.get(self.name)
