@@ -195,27 +195,45 @@ READ_AHEAD = 1 << 16
 comes with the same system call (a frame is three reads: prefix, header, payload)."""
 
 
-def _advance(buffers: list[memoryview], written: int) -> None:
-    """Drop ``written`` bytes from the front of ``buffers`` (in place)."""
-    while written:
-        if written >= len(buffers[0]):
-            written -= len(buffers.pop(0))
-        else:
-            buffers[0] = buffers[0][written:]
-            written = 0
+def _write_gathered(fd: int, buffers: Sequence[memoryview], wait: Callable[[], None]) -> None:
+    """Write ``buffers`` in order, gathered (one system call where the pipe has room);
+    ``wait()`` is called while the pipe is full (a non-blocking pipe)."""
+    left = [buffer for buffer in buffers if len(buffer)]
+    while left:
+        try:
+            written = os.writev(fd, left[:IOV_MAX])
+        except BlockingIOError:
+            wait()
+            continue
+        while written:  # drop what was written from the front
+            if written >= len(left[0]):
+                written -= len(left.pop(0))
+            else:
+                left[0], written = left[0][written:], 0
 
 
 class _Reader:
-    """Exact-size reads from a pipe, each one system call where the bytes are there: every read
-    asks for what it needs plus :data:`READ_AHEAD` more, and keeps the surplus for the next."""
+    """Frames from a pipe, each read one system call where the bytes are there: every read
+    asks for what it needs plus :data:`READ_AHEAD` more, and keeps the surplus for the next.
+    ``closed`` is what :class:`Closed` says when the other end closes the pipe."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, header_limit: int, payload_limit: int, closed: str) -> None:
         self.fd = fd
+        self.header_limit, self.payload_limit = header_limit, payload_limit
+        self.closed = closed
         self._surplus = bytearray()
         self._ahead = bytearray(READ_AHEAD)
 
-    def read(self, size: int, wait: Callable[[], None]) -> bytearray:
-        """``size`` bytes; ``wait()`` is called while none are ready (a non-blocking pipe)."""
+    def frame(self, wait: Callable[[], None]) -> Frame:
+        """The next frame, checked against the limits before its parts are read; ``wait()`` is
+        called while no byte is ready (a non-blocking pipe)."""
+        header_size, payload_size = _parse(bytes(self._read(PREFIX.size, wait)),
+                                           self.header_limit, self.payload_limit)
+        header = _header(bytes(self._read(header_size, wait)))
+        layout = _layout(header.pop("tensors"), payload_size, _any_device)
+        return Frame(header, _tensors(layout, self._read(payload_size, wait)))
+
+    def _read(self, size: int, wait: Callable[[], None]) -> bytearray:
         if len(self._surplus) >= size:
             taken = self._surplus[:size]
             del self._surplus[:size]
@@ -232,7 +250,7 @@ class _Reader:
                 wait()
                 continue
             if n == 0:
-                raise Closed("the other end closed the pipe")
+                raise Closed(self.closed)
             if n > size - got:
                 self._surplus += self._ahead[:n - (size - got)]
                 n = size - got
@@ -245,34 +263,22 @@ class BlockingChannel:
 
     def __init__(self, read_fd: int, write_fd: int, header_limit: int, payload_limit: int) -> None:
         self.read_fd, self.write_fd = read_fd, write_fd
-        self.header_limit, self.payload_limit = header_limit, payload_limit
-        self._reader = _Reader(read_fd)
+        self._reader = _Reader(read_fd, header_limit, payload_limit,
+                               "the checker closed the pipe")
 
-    def _read(self, size: int) -> bytearray:
-        try:
-            return self._reader.read(size, self._until_readable)
-        except Closed:
-            raise Closed("the checker closed the pipe") from None
-
-    def _until_readable(self) -> None:
-        # Only if the request pipe was made non-blocking (by the submission): wait, then read.
-        select.select([self.read_fd], [], [])
+    def _until(self, readable: bool) -> None:
+        # Only if a pipe was made non-blocking (by the submission): wait until it is ready.
+        select.select([self.read_fd] if readable else [], [] if readable else [self.write_fd], [])
 
     def receive(self) -> Frame:
-        header_size, payload_size = _parse(bytes(self._read(PREFIX.size)), self.header_limit,
-                                           self.payload_limit)
-        header = _header(bytes(self._read(header_size)))
-        layout = _layout(header.pop("tensors"), payload_size, _any_device)
-        return Frame(header, _tensors(layout, self._read(payload_size)))
+        return self._reader.frame(lambda: self._until(readable=True))
 
     def send(self, header: dict[str, Any], tensors: Sequence[torch.Tensor] = ()) -> None:
         self.write(encode_frame(header, tensors))
 
     def write(self, buffers: Sequence[memoryview]) -> None:
-        """Write an encoded frame (gathered: one system call where the pipe has room)."""
-        left = [buffer for buffer in buffers if len(buffer)]
-        while left:
-            _advance(left, os.writev(self.write_fd, left[:IOV_MAX]))
+        """Write an encoded frame."""
+        _write_gathered(self.write_fd, buffers, lambda: self._until(readable=False))
 
 
 class CheckerChannel:
@@ -285,11 +291,11 @@ class CheckerChannel:
         os.set_blocking(read_fd, False)
         os.set_blocking(write_fd, False)
         self.read_fd, self.write_fd = read_fd, write_fd
-        self.header_limit, self.payload_limit = header_limit, payload_limit
         self.side = side
         self.pump = pump
         """Drains ``side``; it may raise to abort the wait."""
-        self._reader = _Reader(read_fd)
+        self._reader = _Reader(read_fd, header_limit, payload_limit,
+                               "the worker closed its end of the pipe")
 
     def _wait(self, fd: int, event: int, deadline: float) -> None:
         poller = select.poll()
@@ -308,30 +314,16 @@ class CheckerChannel:
                    for ready_fd, flags in ready):
                 poller.unregister(self.side)  # the output pipe closed: stop watching it
 
-    def _read(self, size: int, deadline: float) -> bytearray:
-        try:
-            return self._reader.read(
-                size, lambda: self._wait(self.read_fd, select.POLLIN, deadline))
-        except Closed:
-            raise Closed("the worker closed its end of the pipe") from None
-
     def receive(self, deadline: float) -> Frame:
-        header_size, payload_size = _parse(bytes(self._read(PREFIX.size, deadline)),
-                                           self.header_limit, self.payload_limit)
-        header = _header(bytes(self._read(header_size, deadline)))
-        layout = _layout(header.pop("tensors"), payload_size, _any_device)
-        return Frame(header, _tensors(layout, self._read(payload_size, deadline)))
+        return self._reader.frame(lambda: self._wait(self.read_fd, select.POLLIN, deadline))
 
     def send(self, header: dict[str, Any], tensors: Sequence[torch.Tensor], deadline: float) -> None:
         self.write(encode_frame(header, tensors), deadline)
 
     def write(self, buffers: Sequence[memoryview], deadline: float) -> None:
-        """Write encoded frames, gathered (one system call where the pipe has room)."""
-        left = [buffer for buffer in buffers if len(buffer)]
-        while left:
-            try:
-                _advance(left, os.writev(self.write_fd, left[:IOV_MAX]))
-            except BlockingIOError:
-                self._wait(self.write_fd, select.POLLOUT, deadline)
-            except BrokenPipeError:
-                raise Closed("the worker closed its end of the pipe") from None
+        """Write encoded frames."""
+        try:
+            _write_gathered(self.write_fd, buffers,
+                            lambda: self._wait(self.write_fd, select.POLLOUT, deadline))
+        except BrokenPipeError:
+            raise Closed("the worker closed its end of the pipe") from None
