@@ -504,3 +504,20 @@ def test_a_worker_that_cannot_start_is_this_machines_problem_in_one_line(monkeyp
     assert "the worker process could not start here, before anything of the submission ran" \
         in message
     assert "No module named conformance.worker.no_such_module" in message
+
+
+def test_a_users_own_calls_feed_the_time_limit_after_a_hang():
+    """``check --isolate``'s limits learn from the calls themselves (constructions and forwards,
+    pipelined or not): once a call has hung, later calls get AFTER_A_HANG times the median call
+    seen, no less than the floor, instead of the configured limit."""
+    from conformance.worker.local import AFTER_A_HANG_FLOOR, isolated
+
+    subject = isolated(f"{SINGLE / 'attention.py'}::MultiHeadAttention", call_seconds=10.0)
+    with subject:
+        limits = subject._timeout
+        instance = subject.instantiate(CONFIG, 0)
+        for _ in range(3):
+            instance.forward(Inputs.self_attention(torch.randn(2, 5, 8)))
+        assert limits("forward", CONFIG) == 10.0
+        limits.record(10.0, timed_out=True)  # as a hung call is recorded
+        assert limits("forward", CONFIG) == AFTER_A_HANG_FLOOR

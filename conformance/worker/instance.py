@@ -23,7 +23,6 @@ from conformance.subject.boundary import (
     Inputs,
     Instance,
 )
-from conformance.worker.errors import WorkerError
 from conformance.worker.process import Pending, WorkerProcess
 from conformance.worker.protocol import (
     ForwardRequest,
@@ -71,7 +70,7 @@ class IsolatedInstance(Instance):
             construction, self._construction = self._construction, None
             try:
                 self._subject.collect(self._worker, construction, "build")
-            except (ImplementationError, CapabilityError, WorkerError) as error:
+            except (ImplementationError, CapabilityError) as error:  # WorkerError included
                 self._broken = error
                 raise
 

@@ -82,24 +82,28 @@ class CallLimits:
 
 
 class TimedSubject(IsolatedSubject):
-    """An IsolatedSubject whose calls feed :class:`CallLimits` their durations."""
+    """An IsolatedSubject whose requests feed :class:`CallLimits` their durations."""
 
     _last_worker: object = None
 
-    def call(self, worker, op, request, tensors, config, what):
+    def submit(self, worker, op, request, tensors, config, what):
         if worker is not self._last_worker and isinstance(self._timeout, CallLimits):
             self._last_worker = worker
             self._timeout.fresh = True
-        start = time.monotonic()
+        return super().submit(worker, op, request, tensors, config, what)
+
+    def collect(self, worker, pending, op):
         try:
-            reply = super().call(worker, op, request, tensors, config, what)
+            reply = super().collect(worker, pending, op)
         except Exception as error:
             status = str(getattr(getattr(error, "status", ""), "value", ""))
             if isinstance(self._timeout, CallLimits):
-                self._timeout.record(time.monotonic() - start, timed_out=status == "timeout")
+                seconds = (pending.seconds if pending.seconds is not None
+                           else time.monotonic() - pending.sent)
+                self._timeout.record(seconds, timed_out=status == "timeout")
             raise
         if isinstance(self._timeout, CallLimits):
-            self._timeout.record(time.monotonic() - start, timed_out=False)
+            self._timeout.record(pending.seconds, timed_out=False)
         return reply
 
 

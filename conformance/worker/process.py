@@ -50,6 +50,8 @@ class Pending:
     what: str
     sent: float = field(default_factory=time.monotonic)
     frame: Frame | None = None
+    seconds: float | None = None
+    """Once answered: how long the worker took (from the reply before it, or its sending)."""
 
 
 def _close_quietly(*fds: int) -> None:
@@ -261,13 +263,6 @@ class WorkerProcess:
 
     # Requests.
 
-    def request(self, op: str, body: Any, tensors: Sequence[torch.Tensor], *, timeout: float,
-                what: str, release: Sequence[int] = ()) -> Frame:
-        """Send one request, return the reply frame (``ok`` true or false); raises WorkerError
-        when the worker is dead, dies, misses the deadline, floods or sends garbage."""
-        return self.reply(self.submit(op, body, tensors, timeout=timeout, what=what,
-                                      release=release))
-
     def submit(self, op: str, body: Any, tensors: Sequence[torch.Tensor], *, timeout: float,
                what: str, release: Sequence[int] = ()) -> Pending:
         """Send one request without waiting for its reply (:meth:`reply` reads it).
@@ -293,7 +288,9 @@ class WorkerProcess:
         return pending
 
     def reply(self, pending: Pending) -> Frame:
-        """The reply to ``pending``, reading the replies before it first (kept for theirs)."""
+        """The reply frame to ``pending`` (``ok`` true or false), reading the replies before it
+        first (kept for theirs); raises WorkerError when the worker is dead, dies, misses the
+        deadline, floods or sends garbage."""
         while pending.frame is None:
             if self.dead is not None:
                 raise self.dead.again()
@@ -314,8 +311,9 @@ class WorkerProcess:
                 self._fail(WorkerStatus.PROTOCOL_ERROR,
                            f"the worker sent a reply that does not answer {head.what}")
             self._in_flight.pop(0)
-            self._last_reply = time.monotonic()
-            head.frame = frame
+            now = time.monotonic()
+            head.seconds = now - max(head.sent, self._last_reply)
+            self._last_reply, head.frame = now, frame
         return pending.frame
 
     @property
