@@ -34,7 +34,7 @@ _EXPORTS = {
     "conformance.model.results": ("CheckResult", "Status"),
     "conformance.model.forms": ("AlibiBias", "CacheStyle", "MaskConvention", "MaskKind",
                                 "MaskLayout", "PackedForm", "PositionEncoding", "PositionForm",
-                                "Rotary"),
+                                "Rotary", "Setting"),
     "conformance.model.spec": ("Capabilities", "Config", "Implementation"),
     "conformance.model.declared_layouts": ("FusedProjection", "PackedInProjection",
                                            "PerHeadModules", "SeparateProjections"),
@@ -50,7 +50,8 @@ __all__ = [
     "Declarations", "FusedProjection", "HeadWeights", "Implementation", "ImplementationError",
     "Inferred", "Inputs", "Instance", "MaskConvention", "MaskKind", "MaskLayout", "PackedForm",
     "PackedInProjection", "PerHeadModules", "PositionEncoding", "PositionForm", "ResolveError",
-    "Rotary", "Runner", "SeparateProjections", "Status", "Subject", "WeightLayout", "__version__",
+    "Rotary", "Runner", "SeparateProjections", "Setting", "Status", "Subject", "WeightLayout",
+    "__version__",
     "check", "check_many", "implementation", "infer", "infer_function", "register", "registered",
     "resolve",
 ]
@@ -98,6 +99,7 @@ if TYPE_CHECKING:
         PositionEncoding,
         PositionForm,
         Rotary,
+        Setting,
     )
     from conformance.model.results import CheckResult, Status
     from conformance.model.spec import Capabilities, Config, Implementation

@@ -25,9 +25,9 @@ PUBLIC = [
     "Declarations", "FusedProjection", "HeadWeights", "Implementation", "ImplementationError",
     "Inferred", "Inputs", "Instance", "MaskConvention", "MaskKind", "MaskLayout", "PackedForm",
     "PackedInProjection", "PerHeadModules", "PositionEncoding", "PositionForm", "ResolveError",
-    "Rotary", "Runner", "SeparateProjections", "Status", "Subject", "WeightLayout", "__version__",
-    "check", "check_many", "implementation", "infer", "infer_function", "register", "registered",
-    "resolve",
+    "Rotary", "Runner", "SeparateProjections", "Setting", "Status", "Subject", "WeightLayout",
+    "__version__", "check", "check_many", "implementation", "infer", "infer_function", "register",
+    "registered", "resolve",
 ]
 
 

@@ -139,7 +139,10 @@ def test_a_forward_that_never_returns_is_stopped_by_the_check_limit(tmp_path):
     calls = 0
     def forward(self, x, mask=None):
         type(self).calls += 1
-        if type(self).calls > 100:  # after the gate (it runs forward over ~30 configurations)
+        # After inference and the gate: ~30 configurations probed, the declared features
+        # tried, float64's precision measured (rounding noise, the gap to the reference):
+        # 90 to 110 calls in all.
+        if type(self).calls > 160:
             while True:
                 pass
         return self.core(x, mask)

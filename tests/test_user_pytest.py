@@ -107,11 +107,13 @@ def test_one_front_door_for_classes_instances_functions_and_declarations(tmp_pat
         "def test_attention(attention_check):\n"
         "    attention_check()\n")
     # InvertedAttentionMask reads `attention_mask` with 1 = masked: the name says the reverse,
-    # so undeclared its masked keys are seen; declared as what it does, padding holds.
+    # which only intent settles: undeclared, a warning naming both readings; declared as what
+    # it does, padding holds.
     bare = run_pytest(tmp_path, "test_front.py")
     assert "PASSED test_front.py::test_attention[PlainAttention-padding]" in bare.stdout
     assert "PASSED test_front.py::test_attention[attention-padding]" in bare.stdout
-    assert "FAILED test_front.py::test_attention[InvertedAttentionMask-padding]" in bare.stdout
+    assert "PASSED test_front.py::test_attention[InvertedAttentionMask-padding]" in bare.stdout
+    assert 'declare={"mask": "ignore_bool:key_padding@attention_mask"}; if not, the' in bare.stdout
     # Its advice speaks the test file's language: declare=..., not a command-line flag.
     assert 'declare={"mask":' in bare.stdout and " --mask " not in bare.stdout
     (tmp_path / "pyproject.toml").write_text(
@@ -146,4 +148,4 @@ def test_conformance_check_takes_a_class_and_declarations():
     bare = conformance.check(InvertedAttentionMask, checks=["padding"], devices=["cpu"])
     declared = conformance.check(InvertedAttentionMask, checks=["padding"], devices=["cpu"],
                                  declare={"mask": "ignore_bool:key_padding@attention_mask"})
-    assert (bare[0].status.value, declared[0].status.value) == ("failed", "passed")
+    assert (bare[0].status.value, declared[0].status.value) == ("warning", "passed")

@@ -11,6 +11,7 @@ from conformance.checks.invariants.autograd import Autograd
 from conformance.checks.invariants.base import Check
 from conformance.checks.invariants.batch_independence import BatchIndependence
 from conformance.checks.invariants.causal import Causal
+from conformance.checks.invariants.configuration import Configuration
 from conformance.checks.invariants.contract import Contract
 from conformance.checks.invariants.determinism import Determinism
 from conformance.checks.invariants.dropout import Dropout
@@ -40,6 +41,7 @@ CATALOGUE: tuple[Check, ...] = (
     Stability(), LowPrecision(), Dropout(), Autograd(), Determinism(), PathAgreement(),
     # The modern forms, each skipped (at no cost) by an implementation that doesn't declare it.
     KVGroups(), PositionShift(), Alibi(), SlidingWindow(), KVCacheDecoding(), Packed(),
+    Configuration(),
 )
 """The checks after the gate, in report order."""
 

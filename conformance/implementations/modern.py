@@ -30,6 +30,7 @@ from torch import nn
 from conformance import Implementation, PackedForm
 from conformance.implementations.modern_declared import (
     KEEP_INT_PER_QUERY,
+    ROPE_THETA_ARGUMENT,
     declare_alibi,
     declare_buffered,
     declare_llama,
@@ -210,7 +211,13 @@ class ModernAttention(nn.Module):
 
 
 class LlamaAttention(ModernAttention):
-    """Grouped-query heads, RoPE (half-split pairs), HuggingFace's legacy tuple cache."""
+    """Grouped-query heads, RoPE (half-split pairs) with base ``rope_theta``, HuggingFace's
+    legacy tuple cache."""
+
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None,
+                 rope_theta: float = 10000.0) -> None:
+        super().__init__(d_model, num_heads, num_kv_heads)
+        self.rope_theta = rope_theta
 
 
 class MistralAttention(ModernAttention):
@@ -353,7 +360,7 @@ class VarlenAttention(nn.Module):
 # --- Declarations -------------------------------------------------------------------------------
 
 IMPLEMENTATIONS: list[Implementation] = [
-    declare_llama("modern-llama", LlamaAttention,
+    declare_llama("modern-llama", LlamaAttention, configured=ROPE_THETA_ARGUMENT,
                   description="correct: grouped-query heads, RoPE, legacy tuple KV cache "
                               "(hand-written)"),
     declare_llama("modern-mistral", MistralAttention, window="config",

@@ -22,6 +22,7 @@ from conformance import (
     PositionForm,
     Rotary,
     SeparateProjections,
+    Setting,
 )
 
 ALL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -31,6 +32,8 @@ KEEP_INT_PADDING = MaskConvention(MaskKind.KEEP_INT, MaskLayout.KEY_PADDING, "at
 KEEP_INT_PER_QUERY = MaskConvention(MaskKind.KEEP_INT, MaskLayout.PER_QUERY, "attention_mask")
 ROTARY = "rotary position embeddings (RoPE)"
 ALIBI = "ALiBi position biases"
+ROPE_THETA_ARGUMENT = ((Setting.ROPE_THETA, "rope_theta"),)
+"""A constructor whose ``rope_theta`` sets RoPE's base (``configuration`` varies it)."""
 HALF_SPLIT_ROPE = PositionEncoding(rotary=Rotary("half", 10000.0))
 INTERLEAVED_ROPE = PositionEncoding(rotary=Rotary("interleaved", 10000.0))
 
@@ -51,9 +54,11 @@ def declare_llama(name: str, module: type[nn.Module], *, description: str,
     window = declared.get("window")
 
     def factory(c):
+        settings = dict(c.settings)  # another value of a declared setting (configuration)
         if window is None:
-            return module(c.d_model, c.num_heads, c.num_kv_heads)
-        return module(c.d_model, c.num_heads, c.num_kv_heads, sliding_window=c.window)
+            return module(c.d_model, c.num_heads, c.num_kv_heads, **settings)
+        return module(c.d_model, c.num_heads, c.num_kv_heads, sliding_window=c.window,
+                      **settings)
 
     return Implementation(
         name, factory, Capabilities(**declared),

@@ -31,10 +31,10 @@ def find_weights(plan: Plan, declared: Declarations, label: str, constraint: Con
         except DeclarationError as error:
             raise InferenceError(str(error)) from error
         notes.append((layout.describe() if layout else "no weight access") + " (declared)")
-        if plan.roles.kv_heads:
+        if plan.roles.kv_heads or plan.roles.kv_group:
             capabilities.set(kv_heads="config")
-            notes.append(f"key/value heads = {plan.roles.kv_heads}: generated as divisors of "
-                         "num_heads")
+            notes.append(f"key/value heads = {plan.roles.kv_heads or plan.roles.kv_group}: "
+                         "generated as divisors of num_heads")
         return layout, WeightOutcome()
 
     def build_at(heads: int, head_dim: int, kv_heads: int | None) -> ModuleInstance:
@@ -53,7 +53,8 @@ def find_weights(plan: Plan, declared: Declarations, label: str, constraint: Con
     outcome = weight_roles.find(
         build_at, plan.cls, plan.convention.call,
         causal=capabilities.caps.causal == "always", single_head=not plan.roles.heads,
-        kv_argument=plan.roles.kv_heads, pairs=constraint.pairs if constraint else None,
+        kv_argument=plan.roles.kv_heads or plan.roles.kv_group,
+        pairs=constraint.pairs if constraint else None,
         max_len=CONTEXT_LENGTH if plan.roles.context else None, notes=notes,
         grouping=grouping, rope=rope, output_applied=output == "applied")
     if outcome.kv_heads is not None:
@@ -64,6 +65,8 @@ def find_weights(plan: Plan, declared: Declarations, label: str, constraint: Con
         capabilities.set(weights_doubt=outcome.weights_doubt)
     if outcome.float32_parts:
         capabilities.set(float32_parts=tuple(outcome.float32_parts))
+    if outcome.rotation_doubt is not None:
+        capabilities.set(rotation_doubt=outcome.rotation_doubt)
     return outcome.layout, outcome
 
 

@@ -34,14 +34,12 @@ def constructor_roles(cls: type, declared: Declarations, label: str) -> Construc
             if argument in roles.unknown:
                 roles.unknown.remove(argument)
             setattr(roles, role, argument)
-    if roles.unknown:
-        raise InferenceError(
-            f"{label}: can't fill constructor argument(s) {', '.join(roles.unknown)}: give them "
-            "defaults, name the width/head-count/head-width one with --width-arg / --heads-arg / "
-            "--head-dim-arg, or declare it with conformance.implementation(...)")
     if roles.width is None:
+        unknown = f" ({', '.join(roles.unknown)} unknown)" if roles.unknown else ""
         raise InferenceError(f"{label}: no constructor argument names the model width (d_model, "
-                             "hidden_dim, embed_dim, ...): add --width-arg NAME")
+                             f"hidden_dim, embed_dim, ...){unknown}: name the width/head-count/"
+                             "head-width arguments with --width-arg / --heads-arg / "
+                             "--head-dim-arg")
     return roles
 
 

@@ -93,6 +93,13 @@ class ForwardConvention:
     packed: str | None = None
     """A cu_seqlens argument (packed variable-length sequences)."""
     max_seqlen: str | None = None
+    call_guessed: bool = False
+    """q, k, v read from three required arguments whose names say nothing (not query/key/value
+    names): a guess that behaviour must confirm (see :mod:`conformance.inference.packed_call`)."""
+    packed_only: bool = False
+    """Its only input is packed tokens (total, D) with ``packed`` offsets (and ``max_seqlen``),
+    FlashAttention's varlen form: a batch goes in as its sequences packed, and comes out
+    unpacked."""
 
     def describe(self) -> str:
         if self.call == "self":
@@ -104,6 +111,9 @@ class ForwardConvention:
         text += ")"
         if self.by_keyword:
             text += "; q, k, v passed by name (its signature orders them otherwise)"
+        if self.packed_only:
+            text = (f"packed self-attention forward({self.inputs[0]} (total, D), {self.packed}"
+                    + (f", {self.max_seqlen}" if self.max_seqlen else "") + ")")
         return text
 
 
@@ -131,7 +141,8 @@ def read_forward(function) -> ForwardConvention:
     is_qkv = roles is not None or len(positional) >= 3
     inputs = roles or (tuple(names[:3]) if is_qkv else tuple(names[:1]))
     convention = ForwardConvention(call="qkv" if is_qkv else "self", inputs=inputs,
-                                   by_keyword=roles is not None and roles != tuple(names[:3]))
+                                   by_keyword=roles is not None and roles != tuple(names[:3]),
+                                   call_guessed=is_qkv and roles is None)
     rest = names[len(inputs):]
     known = (*KEEP_MASK_NAMES, *IGNORE_MASK_NAMES, *EITHER_MASK_NAMES)
     named = next((n for n in rest if n in known), None)

@@ -64,8 +64,9 @@ def position_dependent(instance: Instance, inputs: Inputs, causal: bool,
     return float(abs_error(after[:, rows], expected[:, rows]).max()) > threshold * scale
 
 
-def stated(cls: type) -> tuple[float | None, float | None]:
-    """(theta, fraction) that the constructor's defaults state, where it has such arguments."""
+def setting_arguments(cls: type) -> tuple[str | None, str | None]:
+    """The constructor's (theta, fraction) arguments, where it has arguments of those names
+    with a number as default."""
     try:
         parameters = inspect.signature(cls.__init__).parameters
     except (TypeError, ValueError):
@@ -76,9 +77,20 @@ def stated(cls: type) -> tuple[float | None, float | None]:
         if not isinstance(default, (int, float)) or isinstance(default, bool):
             continue
         if name in THETA_NAMES and default > 1:
-            theta = float(default)
+            theta = name
         elif name in FRACTION_NAMES and 0 < default <= 1:
-            fraction = float(default)
+            fraction = name
+    return theta, fraction
+
+
+def stated(cls: type) -> tuple[float | None, float | None]:
+    """(theta, fraction) that the constructor's defaults state, where it has such arguments."""
+    names = setting_arguments(cls)
+    if names == (None, None):
+        return None, None
+    parameters = inspect.signature(cls.__init__).parameters
+    theta, fraction = (None if name is None else float(parameters[name].default)
+                       for name in names)
     return theta, fraction
 
 
@@ -119,7 +131,8 @@ def _rule(frequencies: torch.Tensor, head_dim: int) -> list[Rotary]:
 
 def rotary_hypotheses(module: nn.Module, cls: type, head_dim: int) -> list[Rotary]:
     """RoPE hypotheses, most likely first: the module's buffered frequencies, its stated theta
-    and fraction, then the usual thetas and fractions; each on both pairings."""
+    and fraction, then the usual thetas and fractions; each on both pairings; then all of them
+    turned the other way (a sign-flipped ``rotate_half``)."""
     bases: list[Rotary] = []
     for frequencies in _buffered_frequencies(module):
         bases += _rule(frequencies, head_dim)
@@ -128,14 +141,16 @@ def rotary_hypotheses(module: nn.Module, cls: type, head_dim: int) -> list[Rotar
         bases.append(Rotary(theta=theta or 10000.0, fraction=fraction or 1.0))
     bases += [Rotary(theta=t, fraction=f) for f in FRACTIONS for t in THETAS]
     seen, ordered = set(), []
-    for base in bases:
-        for pairing in ("half", "interleaved"):
-            rotary = Rotary(pairing=pairing, theta=round(base.theta, 6), fraction=base.fraction,
-                            dims=base.dims, table=base.table)
-            key = (rotary.pairing, tuple(rotary.frequencies(head_dim).tolist()))
-            if key not in seen and rotary.rotated_dims(head_dim) > 0:
-                seen.add(key)
-                ordered.append(rotary)
+    for turned in (False, True):  # every published RoPE first, then each the other way round
+        for base in bases:
+            for pairing in ("half", "interleaved"):
+                rotary = Rotary(pairing=pairing, theta=round(base.theta, 6),
+                                fraction=base.fraction, dims=base.dims, table=base.table,
+                                reversed=turned)
+                key = (rotary.pairing, turned, tuple(rotary.frequencies(head_dim).tolist()))
+                if key not in seen and rotary.rotated_dims(head_dim) > 0:
+                    seen.add(key)
+                    ordered.append(rotary)
     return ordered
 
 

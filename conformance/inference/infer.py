@@ -25,8 +25,15 @@ from conformance.inference.construction import (
 )
 from conformance.inference.features import cache_form, mask_form, packed_form, window_form
 from conformance.inference.found import CapabilitiesFound
+from conformance.inference.packed_call import settle_call
 from conformance.inference.plan import InferenceError, Inferred, Plan
-from conformance.inference.position import alibi_counting, encoding_inside, position_input
+from conformance.inference.position import (
+    alibi_counting,
+    encoding_inside,
+    position_input,
+    position_state,
+)
+from conformance.inference.trial import fill_by_trial
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.spec import Config
 from conformance.subject.in_process import InProcessSubject
@@ -48,16 +55,21 @@ def infer(cls: type, *, name: str | None = None,
     init = dict(declared.init or ())
     if declared.causal in ("always", "never") and roles.causal and roles.causal not in init:
         init[roles.causal] = declared.causal == "always"  # declared causal: built causal
-    plan = Plan(cls, roles, convention, init=tuple(init.items()),
-                positional=positional_arguments(roles, declared, label))
+    plan, filled = fill_by_trial(Plan(cls, roles, convention, init=tuple(init.items()),
+                                      positional=positional_arguments(roles, declared, label)),
+                                 label)
+    settled: list[str] = []
+    settle_call(plan, label, settled)
     notes = [plan.convention.describe() + ("; cross-attention assumed from its separate q, k, v"
                                            if plan.convention.call == "qkv" else ""),
-             roles.describe() + ("" if roles.heads else "; single head (no head-count argument)")]
+             plan.roles.describe() + ("" if plan.roles.heads
+                                      else "; single head (no head-count argument)"),
+             *settled, *filled]
     if plan.positional:
         notes.append(f"constructed positionally: {cls.__name__}({', '.join(plan.positional)}) "
                      "(declared)")
-    if plan.init:
-        notes.append("constructed with " + ", ".join(f"{k}={v!r}" for k, v in plan.init)
+    if init:
+        notes.append("constructed with " + ", ".join(f"{k}={v!r}" for k, v in init.items())
                      + " (declared)")
     constraint = build_constraint(plan, label, notes)
     heads, head_dim = probe_pair(plan, constraint)
@@ -84,6 +96,7 @@ def infer(cls: type, *, name: str | None = None,
     sequence_order(plan, declared, build, heads, head_dim, notes)
     probe = build()
     causality(plan, declared, capabilities, build, heads, head_dim, notes)
+    position_state(plan, capabilities, build, heads, head_dim, notes)
     layout, outcome = find_weights(plan, declared, label, constraint, notes, capabilities)
     constraint = layout_constraint(plan, layout, constraint, notes)
     constraint = encoding_constraint(plan, outcome, constraint, capabilities, notes)

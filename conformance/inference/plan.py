@@ -67,7 +67,10 @@ class InferredModule(nn.Module):
         if convention.by_keyword:
             kwargs.update(zip(convention.inputs, tensors, strict=True))
             tensors = ()
-        output = self.inner(*tensors, **kwargs)
+        if convention.packed_only and convention.packed not in kwargs:
+            output = self._packed(tensors[0], kwargs)
+        else:
+            output = self.inner(*tensors, **kwargs)
         cached = convention.cache is not None and convention.cache in options
         if isinstance(output, tuple) and (cached or self.tuple_output):
             if convention.sequence_first and isinstance(output[0], torch.Tensor):
@@ -76,6 +79,26 @@ class InferredModule(nn.Module):
         if convention.sequence_first and isinstance(output, torch.Tensor):
             output = output.transpose(0, 1)
         return output
+
+
+    def _packed(self, x: torch.Tensor, kwargs: dict[str, object]) -> object:
+        """A batch (B, L, D) through a packed-only forward: the B sequences packed (B * L, D)
+        with offsets 0, L, 2L, ..., and the output (or a tuple's first element) unpacked."""
+        batch, length, _ = x.shape
+        kwargs[self.convention.packed] = torch.arange(0, (batch + 1) * length, length,
+                                                      dtype=torch.int32, device=x.device)
+        if self.convention.max_seqlen:
+            kwargs[self.convention.max_seqlen] = length
+        output = self.inner(x.reshape(batch * length, -1), **kwargs)
+
+        def unpacked(tensor: object) -> object:
+            if isinstance(tensor, torch.Tensor) and tensor.dim() == 2:
+                return tensor.reshape(batch, length, -1)
+            return tensor
+
+        if isinstance(output, tuple) and output:
+            return (unpacked(output[0]), *output[1:])
+        return unpacked(output)
 
 
 @dataclass
@@ -113,12 +136,15 @@ class Plan:
             kwargs[roles.batch_first] = True
         if roles.kv_heads:
             kwargs[roles.kv_heads] = config.kv_heads
+        if roles.kv_group:
+            kwargs[roles.kv_group] = config.num_heads // config.kv_heads
         if roles.window:
             kwargs[roles.window] = (WIDE_WINDOW if config.window is None
                                     else config.window + self.window_offset)
         if roles.max_batch:
             kwargs[roles.max_batch] = MAX_BATCH_SIZE
         kwargs.update(self.init)
+        kwargs.update(config.settings)  # another value of a setting, asked for by a check
         return kwargs
 
     def instantiate(self, config: Config) -> nn.Module:
@@ -161,7 +187,9 @@ class Plan:
 
 
 def first_call(plan: Plan, config: Config) -> torch.Tensor | tuple:
-    module = plan.construct(config).inner.eval()
+    wrapper = plan.construct(config).eval()
+    # A packed-only forward is called through the wrapper, which packs the batch.
+    module = wrapper if plan.convention.packed_only else wrapper.inner
     shape = (config.batch, config.q_len, config.d_model)
     if plan.convention.sequence_first:
         shape = (config.q_len, config.batch, config.d_model)

@@ -13,10 +13,11 @@ convention after one call. An accepted convention is confirmed on a second case 
 exceeds its length (a mask sliced as ``mask[:L, :L]`` or broadcast by coincidence works on one
 shape only).
 
-Conventions outside the family are tried only to say what a failure looks like ("the complement
-works: is the mask inverted?"), never accepted, except for a name that does not settle the
-polarity (``mask``: OpenNMT reads True as masked, most code as attend): there the complement is
-accepted and doubted, and the doubt is reported as a warning. When nothing works but a
+Conventions outside the family (the other boolean polarity) are tried after it. A name orders the
+search, behaviour decides: a complement that has every property of a mask is accepted and
+doubted (OpenNMT reads a ``mask`` True = masked, torchtune a ``padding_mask`` True = token), and
+the doubt is reported as a warning: which polarity was meant is intent, which only a declaration
+settles. When nothing works but a
 convention runs on both shapes, keeps an all-keep mask harmless and only leaks (masked keys
 still change the output), it is assumed, and ``padding`` fails with the leak and its
 counterexample; when none even does that, no convention is declared: the caller reports the
@@ -156,9 +157,9 @@ def infer_mask(instance: Instance, case: Case, call: str, family: str, argument:
                name_settles: bool = True,
                layouts: tuple[MaskLayout, ...] | None = None) -> MaskSearch:
     """Search the conventions ``family`` admits on ``instance`` (called through the keyword
-    ``mask`` of the suite's wrapper, which passes it as ``argument``); where the name does not
-    settle the polarity, a working complement is accepted with a doubt. ``layouts`` narrows the
-    layouts tried."""
+    ``mask`` of the suite's wrapper, which passes it as ``argument``); a working complement is
+    accepted with a doubt, worded by whether the name settles the polarity (``name_settles``).
+    ``layouts`` narrows the layouts tried."""
     search = MaskSearch(None)
     tried_layouts = [layout for layout in LAYOUTS[family] if layouts is None or layout in layouts]
     leaking: list[tuple[MaskConvention, str]] = []
@@ -189,19 +190,10 @@ def infer_mask(instance: Instance, case: Case, call: str, family: str, argument:
             convention = MaskConvention(kind, layout, "mask")
             if (mask_behaviour(instance, case, call, convention) is None and
                     mask_behaviour(instance, confirming_case(case), call, convention) is None):
-                if not name_settles:
-                    search.convention = convention
-                    search.doubt = (
-                        f"{argument}: read as {convention.describe()}, the opposite of what a "
-                        f"mask named {argument!r} usually means (1/True = attend); if that is "
-                        f"intended (OpenNMT's convention), declare --mask "
-                        f"{replace(convention, argument=argument).spec()}; if not, the mask is "
-                        "inverted")
-                    return search
-                search.problem = (
-                    f"{argument}: no convention its name implies makes masked keys invisible, "
-                    f"but {convention.describe()} does: is the mask inverted? ("
-                    f"{_summary(search.tried)})")
+                # Behaviour is that of a mask, with the polarity the name does not suggest:
+                # intent, which only a declaration settles (a warning, never a failure).
+                search.convention = convention
+                search.doubt = _polarity_doubt(argument, family, convention, name_settles)
                 return search
     if leaking:
         # Leaks first: a leak is the mask's own property broken.
@@ -222,6 +214,26 @@ def infer_mask(instance: Instance, case: Case, call: str, family: str, argument:
     search.problem = (f"{argument}: no mask convention makes masked keys invisible "
                       f"({_summary(search.tried)})")
     return search
+
+
+USUAL_POLARITY = {"keep": "1/True = attend", "ignore": "True = masked"}
+"""What a name of each family usually means, in words."""
+
+PRECEDENTS = {"keep": "OpenNMT reads its `mask` so",
+              "ignore": "torchtune's generation utilities read a `padding_mask` so"}
+"""Code in real use that reads a mask of each family the other way."""
+
+
+def _polarity_doubt(argument: str, family: str, convention: MaskConvention,
+                    name_settles: bool) -> str:
+    """The warning for a mask read with the polarity opposite to its name's usual one: the
+    evidence, the precedent, and the two remedies (declare it, or invert it)."""
+    usual = "strongly" if name_settles else "usually"
+    return (f"{argument}: behaves as a mask read as {convention.describe()}, the opposite of "
+            f"what a mask named {argument!r} {usual} means ({USUAL_POLARITY[family]}); with "
+            f"that polarity masked keys are invisible and kept keys visible (probed on two "
+            f"shapes). If that is intended ({PRECEDENTS[family]}), declare --mask "
+            f"{replace(convention, argument=argument).spec()}; if not, the mask is inverted")
 
 
 def _drops_causality(search: MaskSearch, padding: MaskConvention, whole: MaskConvention,

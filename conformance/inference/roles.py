@@ -51,6 +51,9 @@ class ConstructorRoles:
     causal: str | None = None
     batch_first: str | None = None
     kv_heads: str | None = None
+    kv_group: str | None = None
+    """Query heads per key/value head (a group size), where an argument sets that instead of
+    the count (found by trial: see :mod:`conformance.inference.trial`)."""
     window: str | None = None
     max_batch: str | None = None
     unknown: list[str] = field(default_factory=list)
@@ -60,6 +63,7 @@ class ConstructorRoles:
             ("width", self.width), ("heads", self.heads), ("head width", self.head_dim),
             ("output width", self.output), ("dropout", self.dropout),
             ("context", self.context), ("key/value heads", self.kv_heads),
+            ("query heads per key/value head", self.kv_group),
             ("sliding window", self.window), ("max batch", self.max_batch)) if name]
         return "constructor " + (", ".join(parts) if parts else "takes no known role")
 

@@ -275,10 +275,14 @@ def with_groupings(layout: WeightLayout, weights: HeadWeights,
 
 def search(found: Trace, root: nn.Module, heads: int, *, causal: bool,
            encodings: Callable[[WeightLayout, HeadWeights], Iterator[PositionEncoding | None]],
-           threshold: float, groupings: tuple[str, ...] = ("interleaved", "tiled")) -> Found:
-    """The first candidate that reproduces the output under one of ``encodings(layout,
-    weights)`` (grouped key/value heads read with each of ``groupings``); else the candidate
-    the interventions agree with (not reproduced)."""
+           threshold: float, groupings: tuple[str, ...] = ("interleaved", "tiled"),
+           loose: float | None = None) -> Found:
+    """The first candidate that reproduces the output within ``threshold`` under one of
+    ``encodings(layout, weights)`` (grouped key/value heads read with each of ``groupings``);
+    else, after every candidate, the closest one where it is within ``loose`` (a module with a
+    part computed at a lower precision: no wrong assignment comes that close, and of several
+    hypotheses the closest is the module's); else the candidate the interventions agree with
+    (not reproduced)."""
     d_in = found.inputs.query.shape[-1]
     out_width = found.output.shape[-1]
     fitting: list[tuple[WeightLayout, HeadWeights]] = []
@@ -301,23 +305,28 @@ def search(found: Trace, root: nn.Module, heads: int, *, causal: bool,
                     return best
                 if encoding is not None and encoding.rotary is not None:
                     shape = (encoding.rotary.pairing, encoding.rotary.fraction,
-                             encoding.rotary.dims)
+                             encoding.rotary.dims, encoding.rotary.reversed)
                     if error < rotary.get(shape, (float("inf"),))[0]:
                         rotary[shape] = (error, variant, read)
     # RoPE whose theta is none of the usual ones: fit theta, for the closest pairing/fraction.
-    for (pairing, fraction, dims), (_, variant, read) in sorted(
+    for (pairing, fraction, dims, turned), (_, variant, read) in sorted(
             rotary.items(), key=lambda item: item[1][0])[:REFINED]:
         def error_at(theta: float, variant=variant, read=read, pairing=pairing,
-                     fraction=fraction, dims=dims) -> float:
-            encoding = PositionEncoding(rotary=Rotary(pairing, theta, fraction, dims))
+                     fraction=fraction, dims=dims, turned=turned) -> float:
+            encoding = PositionEncoding(rotary=Rotary(pairing, theta, fraction, dims,
+                                                      reversed=turned))
             return reproduction_error(read, found, causal, encoding)
 
         theta, error = fit_theta(error_at)
         best.tried += 1
+        fitted = PositionEncoding(rotary=Rotary(pairing, theta, fraction, dims, reversed=turned))
         if error <= threshold:
-            return Found(variant, True, error,
-                         PositionEncoding(rotary=Rotary(pairing, theta, fraction, dims)),
-                         best.tried)
+            return Found(variant, True, error, fitted, best.tried)
+        if error < best.error:
+            best.layout, best.error, best.encoding = variant, error, fitted
+    if loose is not None and best.error <= loose:
+        best.reproduced = True
+        return best
     if not fitting:
         return Found(None, tried=best.tried)
     chosen = by_roles(found, root, fitting)

@@ -50,8 +50,10 @@ class Trace:
 
 
 def same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``b`` has ``a``'s shape, or its first two axes swapped."""
-    return a.shape == b.shape or (a.dim() >= 2 and a.transpose(0, 1).shape == b.shape)
+    """Whether ``b`` has ``a``'s shape, or its first two axes swapped, or (packed) ``a``'s
+    first two axes flattened."""
+    return a.shape == b.shape or (a.dim() >= 2 and a.transpose(0, 1).shape == b.shape) or (
+        a.dim() == 3 and a.reshape(-1, a.shape[-1]).shape == b.shape)
 
 
 def weight_of(module: nn.Module) -> torch.Tensor | None:

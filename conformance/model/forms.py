@@ -46,6 +46,9 @@ class Rotary:
     """Frequencies measured per head width, where no one rule covers them all (x-transformers
     derives its rotated dimensions and theta from each width; Llama 3 scales some frequencies):
     (head_dim, the frequency of each rotated pair); overrides the rule for those widths."""
+    reversed: bool = False
+    """Turns pair i by ``-p * omega_i`` (a sign-flipped ``rotate_half``): still relative, the
+    other way round from every published RoPE."""
 
     def _entry(self, head_dim: int) -> tuple[float, ...] | None:
         return next((freqs for width, freqs in self.table if width == head_dim), None)
@@ -68,13 +71,14 @@ class Rotary:
     def describe(self) -> str:
         pairs = {"half": "half-split pairs (i, i + r/2)",
                  "interleaved": "interleaved pairs (2i, 2i + 1)"}[self.pairing]
+        turned = ", turned by -p * theta^(-2i/r) (reversed)" if self.reversed else ""
         if self.table:
             widths = ", ".join(f"{2 * len(freqs)} of {width}" for width, freqs in self.table)
-            return (f"RoPE on {pairs}, frequencies measured per head width (rotated dims: "
-                    f"{widths})")
+            return (f"RoPE on {pairs}{turned}, frequencies measured per head width (rotated "
+                    f"dims: {widths})")
         share = (f"{self.dims} dims" if self.dims is not None else
                  "every dim" if self.fraction == 1.0 else f"{self.fraction:g} of the dims")
-        return f"RoPE on {pairs}, {share}, theta {self.theta:g}"
+        return f"RoPE on {pairs}{turned}, {share}, theta {self.theta:g}"
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,16 @@ class PositionForm(str, Enum):
     """(length,) int64, HuggingFace's ``cache_position``."""
     START = "start"
     """An int, the first token's position."""
+
+
+class Setting(str, Enum):
+    """A constructor setting whose effect on what the module computes is measurable, so that
+    ``configuration`` can build it with another value and see the behaviour follow."""
+
+    ROPE_THETA = "rope_theta"
+    """RoPE's base: pair i of r rotated dimensions turns by ``p * theta^(-2i / r)``."""
+    ROTARY_FRACTION = "rotary_fraction"
+    """The share of each head's dimensions RoPE turns."""
 
 
 class PackedForm(str, Enum):

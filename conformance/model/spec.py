@@ -20,6 +20,7 @@ from conformance.model.forms import (
     PositionEncoding,
     PositionForm,
     RelativeEncoding,
+    Setting,
 )
 
 if TYPE_CHECKING:
@@ -73,6 +74,10 @@ class Config:
     """Key/value heads (grouped-query attention), None for one per query head."""
     window: int | None = None
     """Sliding window: the keys each row sees, itself included; None for none."""
+    settings: tuple[tuple[str, float], ...] = ()
+    """Constructor keyword values to build with instead of the defaults (the configuration
+    check's other values of a setting, see Capabilities.configured); a factory that has no such
+    argument ignores them."""
 
     @property
     def head_dim(self) -> int:
@@ -152,6 +157,12 @@ class Capabilities:
         encoding_doubt: head widths left out of generation because no position-encoding
             hypothesis reproduces the module's output there (RoPE at an odd or one-dimensional
             width); ``reference`` gives it as a warning.
+        configured: the constructor settings the module's behaviour is measured to follow,
+            as ``(Setting, argument)`` pairs (an inferred module's ``rope_theta=``, say):
+            ``configuration`` builds each with another value and checks the behaviour follows.
+        rotation_doubt: what behaviour can't settle about the RoPE it found: it turns the
+            other way round from the published convention (intent); ``reference`` gives it as a
+            warning.
         padded_queries: what a self-attention module promises at a padded query position
             (``zero``, ``self``, ``any``); None leaves those rows unjudged.
         returns_tensor: forward is declared to return one tensor: a tuple is a contract
@@ -196,6 +207,8 @@ class Capabilities:
     weights_doubt: str | None = None
     encoding_doubt: str | None = None
     float32_parts: tuple[str, ...] = ()
+    rotation_doubt: str | None = None
+    configured: tuple[tuple[Setting, str], ...] = ()
     padded_queries: PaddedQueries | None = None
     returns_tensor: bool = False
 

@@ -68,6 +68,8 @@ def rotate(x: torch.Tensor, rotary: Rotary, positions: torch.Tensor,
     if tables_in_dtype:
         angles = (positions.to(x.dtype)[:, None, :, None]
                   * rotary.frequencies(head_dim).to(x.dtype)).to(x.device)
+    if rotary.reversed:
+        angles = -angles
     cos, sin = (f(angles).to(dtype=x.dtype, device=x.device) for f in (torch.cos, torch.sin))
     turned, kept = x[..., :dims], x[..., dims:]
     if rotary.pairing == "half":

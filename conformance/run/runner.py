@@ -18,6 +18,7 @@ import torch
 from conformance.checks.catalogue import GATE, by_name
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.gate import GateOutcome
+from conformance.checks.invariants.limits import Limits
 from conformance.checks.invariants.violation import CheckFailed, Violation
 from conformance.checks.precision import FLOAT32_NOISE
 from conformance.generation.cases import Case
@@ -70,6 +71,9 @@ class Runner:
         """A falsifying example to run alone (``Case``), instead of a search: the checks verify
         their property on exactly that case (the gate still runs as always)."""
         self._gates: dict[tuple[str, str], tuple[CheckResult, GateOutcome]] = {}
+        self._limits: dict[tuple[str, str], Limits] = {}
+        """Per implementation and device, the configurations re-probed inside checks
+        (CheckContext.limits): one check's finding spares the next its probe."""
 
     def _context(self, subject: Subject, capabilities, device: str,
                  replay: Case | None = None) -> CheckContext:
@@ -127,6 +131,7 @@ class Runner:
             return CheckResult(subject.name, name, device, Status.SKIPPED, reason=skip)
         context = self._context(subject, outcome.effective, device, self.replay)
         context.broken = dict(outcome.broken)
+        context.limits = self._limits.setdefault((subject.name, device), Limits())
         if outcome.precision is not None and outcome.precision.judged_as != torch.float64:
             context.precision = {torch.float64: outcome.precision.judged_as}
         start = time.perf_counter()

@@ -10,7 +10,8 @@ crosses the boundary: it lives here, beside the module, in the style the impleme
   after the output that is neither a tensor nor None (HuggingFace's legacy ``(output, weights,
   present)``);
 - ``buffers``: the module keeps its own preallocated buffers; ``cache_argument`` gets the first
-  new token's position (Meta Llama's ``start_pos``);
+  new token's position (Meta Llama's ``start_pos``), or, where it is also the declared position
+  argument, the new tokens' positions in that argument's form (gpt-fast's ``input_pos`` vector);
 - ``object``: a fresh cache object built by ``cache_factory`` ("module:Class", called with no
   arguments) goes in through ``cache_argument`` and is updated by the module in place.
 """
@@ -23,8 +24,9 @@ from collections.abc import Callable
 import torch
 
 from conformance.errors import ConformanceError
-from conformance.model.forms import CacheStyle
+from conformance.model.forms import CacheStyle, PositionForm
 from conformance.model.spec import Capabilities
+from conformance.subject.call_arguments import positions_argument
 
 
 class CacheProtocolError(ConformanceError):
@@ -59,9 +61,10 @@ class CacheSession:
         self.length = 0
         """Tokens the cache holds."""
 
-    def arguments(self, position: int) -> dict[str, object]:
-        """Keyword arguments for a cached call whose first token is at ``position`` (0: a fresh
-        cache)."""
+    def arguments(self, position: int, batch: int, length: int,
+                  device: torch.device | str) -> dict[str, object]:
+        """Keyword arguments for a cached call of ``batch`` x ``length`` tokens whose first token
+        is at ``position`` (0: a fresh cache)."""
         caps = self._caps
         if position == 0:
             self.length = 0
@@ -71,8 +74,13 @@ class CacheSession:
             raise ValueError(f"a cached call at position {position}, but the cache holds "
                              f"{self.length} tokens")
         kwargs: dict[str, object] = dict(caps.cache_options)
-        kwargs[caps.cache_argument] = (position if caps.kv_cache is CacheStyle.BUFFERS
-                                       else self._state)
+        if caps.kv_cache is CacheStyle.BUFFERS:
+            form = (caps.position_form if caps.positions == caps.cache_argument
+                    else PositionForm.START)
+            kwargs[caps.cache_argument] = positions_argument(form, position, batch, length,
+                                                             device)
+        else:
+            kwargs[caps.cache_argument] = self._state
         return kwargs
 
     def collect(self, output: object, length: int) -> object:

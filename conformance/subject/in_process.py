@@ -142,7 +142,8 @@ class ModuleInstance(Instance):
             if caps.kv_cache is None:
                 raise CapabilityError(f"{self._implementation.name} declares no KV cache")
             try:
-                kwargs.update(self._cache.arguments(inputs.position))
+                kwargs.update(self._cache.arguments(inputs.position, batch, q_len,
+                                                    inputs.query.device))
             except ValueError as error:
                 raise CapabilityError(f"{self._implementation.name}: {error}") from error
             except CacheProtocolError as error:

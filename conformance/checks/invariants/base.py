@@ -11,8 +11,9 @@ import torch
 from hypothesis import example, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
-from hypothesis.errors import Flaky
+from hypothesis.errors import Flaky, Unsatisfiable, UnsatisfiedAssumption
 
+from conformance.checks.invariants.limits import REFUSED, Limits, limit_key
 from conformance.checks.invariants.verify import (
     expect_finite_rows,
     expect_output,
@@ -30,7 +31,7 @@ from conformance.checks.invariants.violation import reports_earlier_call as _rep
 from conformance.checks.mask_mistakes import output_mistake
 from conformance.generation.cases import Case
 from conformance.generation.search_source import strategies_only
-from conformance.model.spec import Capabilities
+from conformance.model.spec import Capabilities, Config
 from conformance.numerics.platform_defects import PLATFORM_NOTE, matmul_spreads_nan
 from conformance.subject.boundary import ImplementationError, Inputs, Instance, Subject
 
@@ -67,6 +68,11 @@ class CheckContext:
     replay: Case | None = None
     """A falsifying example to verify alone: every search of the check is that one case (a
     reproduction, deterministic: the case carries its inputs' seed)."""
+    limits: Limits = field(default_factory=Limits)
+    """Configurations re-probed after a call raised inside a check (see
+    :mod:`conformance.checks.invariants.limits`), shared by the checks of one implementation on
+    one device, so each is probed once."""
+    _refused_keys: list[Config] = field(default_factory=list, repr=False)
 
     def rows(self, case: Case) -> torch.Tensor:
         """(B, Lq) bool on the CPU: the output rows attention specifies. Rows with a key to
@@ -104,6 +110,7 @@ class CheckContext:
         the search, so a warning never hides a failure; it is shrunk afterwards.
         """
         first_warning: dict[str, Case] = {}
+        verify = self._within_limits(verify)
 
         def fail_tier(case: Case) -> str | None:
             try:
@@ -139,6 +146,36 @@ class CheckContext:
                                    max_examples)
             if finding is not None:
                 self.warnings.append(finding)
+
+    def _within_limits(self, verify: Callable[[Case], str | None]
+                       ) -> Callable[[Case], str | None]:
+        """``verify``, where a case at a configuration the implementation refuses (see
+        :mod:`conformance.checks.invariants.limits`) is no example: rejected, as generation
+        would have left it out had the gate's probe tried it, and said once per check."""
+        def call(probe: Case) -> None:
+            self.run(self.build(probe), probe.inputs(self.capabilities.call), probe)
+
+        # UnsatisfiedAssumption is what hypothesis' reject() raises; raised directly, it also
+        # means "no example" to a replay, which runs outside a search.
+        def within(case: Case) -> str | None:
+            if self.limits.known(case):
+                raise UnsatisfiedAssumption()
+            try:
+                return verify(case)
+            except ImplementationError as error:
+                if error.fatal or _repeated(error) or not self.limits.probe(
+                        case, call, self.capabilities.max_len):
+                    raise
+                self._refused(limit_key(case))
+                raise UnsatisfiedAssumption() from error
+        return within
+
+    def _refused(self, key: Config) -> None:
+        """Say, in one observation kept up to date, every configuration this check found
+        refused."""
+        self.observations[:] = [o for o in self.observations if not o.startswith(REFUSED)]
+        self._refused_keys = list(dict.fromkeys([*self._refused_keys, key]))
+        self.observations.append(self.limits.note(self._refused_keys))
 
     def _severity(self, error: BaseException, case: Case) -> Severity:
         """``warn`` for a warning, and for anything found in a dtype that was only assumed,
@@ -203,6 +240,16 @@ class CheckContext:
         except (Violation, ImplementationError) as error:
             # Hypothesis replays the minimal example last, so `last` holds the shrunk case.
             return Finding(error, last.get("case"))
+        except Unsatisfiable:
+            # Every case was rejected: each at a configuration the implementation refuses.
+            refused = self.limits.refused()
+            return Finding(Violation(
+                "every case this check generated is at a configuration the implementation "
+                "refuses, so the property could not be checked anywhere: " + "; ".join(
+                    refused[:2]),
+                hint="the gate's configuration runs, these do not: a feature the check needs "
+                     "(grouped key/value heads, a window, a dtype) fails at every size tried"),
+                last.get("case"))
         except Flaky:
             # A failure that could not be replayed: a call that hung or crashed the
             # implementation's process, after which calls are not run. The case that did it is
@@ -220,6 +267,8 @@ class CheckContext:
             note = verify(self.replay)
         except (Violation, ImplementationError) as error:
             return Finding(error, self.replay)
+        except UnsatisfiedAssumption:
+            return None  # a limit of its configurations (observed), or no case for this search
         if note:
             self.observe(note)
         return None

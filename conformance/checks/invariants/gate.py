@@ -19,9 +19,9 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from conformance.checks.invariants.base import CheckContext
-from conformance.checks.invariants.verify import expect_output
+from conformance.checks.invariants.verify import expect_output, reference_applies
 from conformance.checks.invariants.violation import Violation
-from conformance.checks.precision import Precision, classify, rounding_noise
+from conformance.checks.precision import Precision, classify, reference_gap, rounding_noise
 from conformance.generation.cases import Case, dtype_name
 from conformance.generation.constraints import Constraint, discover
 from conformance.generation.strategies import fixed_features, shared_masks
@@ -29,6 +29,10 @@ from conformance.model.spec import Capabilities
 from conformance.subject.boundary import ImplementationError
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+GAP_LENGTH = 33
+"""Length of the longer case the gap to the reference is measured on: where a position table
+is built in float32, its rounding grows with the position, and generated lengths reach 33."""
 
 
 @dataclass
@@ -213,14 +217,36 @@ class Gate:
     @staticmethod
     def _precision(context: CheckContext, caps: Capabilities) -> Precision | None:
         """The largest rounding noise of float64 calls (two seeds, with the mask where one is
-        declared), classified; None when the calls fail (the checks report that)."""
-        noises = []
+        declared) and, where the reference applies, their largest gap to it (on a longer case
+        too: a position table's rounding grows with the position), classified; None when the
+        calls fail (the checks report that)."""
+        noises, gaps = [], []
+        compared = reference_applies(caps)
+        causal = caps.causal == "always"  # the case says what the implementation does
         for seed in (0, 1):
             for kept in ((None, (3, 5)) if caps.mask is not None else (None,)):
-                case = base_case(caps, torch.float64, context.device, seed=seed, kept=kept)
+                case = base_case(caps, torch.float64, context.device, seed=seed, kept=kept,
+                                 causal=causal)
                 try:
-                    noises.append(rounding_noise(context.build(case),
-                                                 case.inputs(caps.call), case))
+                    instance = context.build(case)
+                    inputs = case.inputs(caps.call)
+                    noises.append(rounding_noise(instance, inputs, case))
+                    if compared:
+                        gaps.append(Gate._gap(context, instance, inputs, case))
                 except ImplementationError:
                     return None
-        return classify(max(noises), caps.float32_parts)
+        if compared:
+            length = min(GAP_LENGTH, caps.max_len or GAP_LENGTH)
+            case = base_case(caps, torch.float64, context.device, seed=2, q_len=length,
+                             kv_len=length, causal=causal)
+            try:
+                gaps.append(Gate._gap(context, context.build(case), case.inputs(caps.call), case))
+            except ImplementationError:
+                return None
+        return classify(max(noises), caps.float32_parts, max(gaps) if gaps else None)
+
+    @staticmethod
+    def _gap(context: CheckContext, instance, inputs, case: Case) -> float:
+        output = instance.forward(inputs)
+        return reference_gap(output, instance.read_weights(), inputs, case, context.rows(case),
+                             context.capabilities.encoding)

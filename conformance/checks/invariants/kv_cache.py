@@ -8,6 +8,12 @@ full causal forward f(x) (within the reordering tolerance: the same values compu
 order), for c = 1 (token by token) and for a chunk size c > 1. A decode call has fewer queries
 than keys (Lq < Lk): its causal mask must be aligned bottom-right, row i of the call being
 position p + i and seeing keys 0 .. p + i. Run in float32 and float64, without padding masks.
+
+Each decoding pass runs on a freshly built instance whose own state a plain call with other
+tokens has filled first: a module that keeps its cache in buffers (written by every call) then
+holds wrong keys and values wherever this pass did not write, so a step that reads a slot the
+decode should have written (and did not) reads those, at every step after it, not the full
+forward's keys left there by an earlier call.
 """
 
 from __future__ import annotations
@@ -25,6 +31,14 @@ from conformance.subject.boundary import ImplementationError, Inputs
 
 MAX_LEN = 12
 """Long enough for a prefill and several decode steps of each kind; each case costs L calls."""
+
+UNWRITTEN_HINT = ("a cached call reads a slot of the cache that no call of this decoding wrote: "
+                  "the same decoding is right where an earlier call of the whole sequence left "
+                  "its keys and values there; does every call (a one-token decode step "
+                  "included) write its new keys and values into the cache?")
+
+STALE_STREAM = 23
+"""The random stream of the other tokens a pass's instance is called with first."""
 
 TOP_LEFT_HINT = ("the decode step attends to key 0 alone: is_causal=True with a cache aligns the "
                  "causal mask top-left when Lq < Lk (pytorch #144858); align it bottom-right "
@@ -61,15 +75,37 @@ class KVCacheDecoding(Check):
         context.explore(strategy, lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:
-        instance = context.build(case)
         x = case.tensor(case.batch, case.q_len, case.d_model)
-        full = context.run(instance, self._inputs(context, x, 0, cache=False), case)
+        full = context.run(context.build(case), self._inputs(context, x, 0, cache=False), case)
         tolerance = reordering_tolerance(context.judged(case.config.dtype), full)
         # A prefill of two tokens or more where the length allows: it has a causal mask to keep.
         prefix = min(case.q_len - 1, 2 + case.seed % max(1, case.q_len - 2))
         sizes = [1] + ([2 + case.seed % 2] if case.q_len - prefix > 1 else [])
+        other = case.tensor(case.batch, case.q_len, case.d_model, stream=STALE_STREAM)
         for size in sizes:
+            instance = context.build(case)
+            # Whatever state the module keeps now holds other tokens (see the module docstring).
+            context.run(instance, self._inputs(context, other, 0, cache=False), case)
+            try:
+                self._decode(context, instance, case, x, full, prefix, size, tolerance)
+            except Violation as violation:
+                if context.hint(lambda size=size: self._reads_unwritten(
+                        context, case, x, full, prefix, size, tolerance)):
+                    violation.hint = UNWRITTEN_HINT
+                raise
+
+    def _reads_unwritten(self, context: CheckContext, case: Case, x: torch.Tensor,
+                         full: torch.Tensor, prefix: int, size: int, tolerance: float) -> bool:
+        """Whether the same pass agrees on an instance whose state holds this sequence's own
+        keys and values (a plain call with ``x`` first): then the failing pass read slots no
+        call of it wrote."""
+        instance = context.build(case)
+        context.run(instance, self._inputs(context, x, 0, cache=False), case)
+        try:
             self._decode(context, instance, case, x, full, prefix, size, tolerance)
+        except Violation:
+            return False
+        return True
 
     def _inputs(self, context: CheckContext, x: torch.Tensor, position: int,
                 cache: bool) -> Inputs:

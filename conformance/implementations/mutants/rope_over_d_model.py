@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from conformance.implementations.modern import LlamaAttention, rotate_half_pairs
-from conformance.implementations.modern_declared import declare_llama
+from conformance.implementations.modern_declared import ROPE_THETA_ARGUMENT, declare_llama
 
 CATCHES = "reference"
 
@@ -33,4 +33,5 @@ class RopeOverDModel(LlamaAttention):
 
 
 IMPLEMENTATION = declare_llama("mutant-rope-over-d-model", RopeOverDModel, benchmark=False,
+                               configured=ROPE_THETA_ARGUMENT,
                                description="RoPE frequencies over d_model, not the head width")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from conformance.implementations.modern import LlamaAttention, rotate_half_pairs
-from conformance.implementations.modern_declared import declare_llama
+from conformance.implementations.modern_declared import ROPE_THETA_ARGUMENT, declare_llama
 
 CATCHES = "reference"
 
@@ -32,4 +32,5 @@ class RopeThetaExponent(LlamaAttention):
 
 
 IMPLEMENTATION = declare_llama("mutant-rope-theta-exponent", RopeThetaExponent, benchmark=False,
+                               configured=ROPE_THETA_ARGUMENT,
                                description="RoPE frequencies theta^(-i/d) (step 1, not 2)")

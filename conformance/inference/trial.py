@@ -1,0 +1,140 @@
+"""Required constructor arguments that no role name explains, filled by trial and read by
+behaviour.
+
+A name orders nothing here: each such argument is given integer values until the class builds
+and its forward runs, and what the argument does is then measured:
+
+- **key/value heads**: with 4 query heads it builds for 1, 2 and 4 and for nothing that does not
+  divide the head count, and the parameters grow with it (a count of key/value heads) or shrink
+  with it (query heads per key/value head, a group size);
+- **context**: it builds for every value tried, and a call longer than the value fails while one
+  as long runs (a preallocated length: set to the longest sequence generated);
+- anything else keeps the first value that builds and runs, and the report says so.
+
+An argument no integer fills (a vocabulary object, a config) is left to a declaration, in one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+from dataclasses import dataclass, replace
+
+import torch
+
+from conformance.inference.plan import InferenceError, Plan, first_call
+from conformance.inference.roles import ConstructorRoles
+from conformance.model.spec import Config
+
+VALUES = (4, 1, 2, 8, 16, 64, 512)
+"""Integers tried, in order: the probe's head count and its divisors first, then lengths."""
+
+HEADS, HEAD_DIM = 4, 4
+"""The probe configuration: 4 heads (divisors 1, 2, 4 tell key/value heads apart) of width 4."""
+
+MAX_UNKNOWN = 2
+"""Most unknown arguments filled jointly (7 values each: 49 builds at most)."""
+
+
+@dataclass(frozen=True)
+class Filled:
+    """What trial found for one argument: its role ("kv_heads", "kv_group", "context", or
+    None for unknown), the value it keeps where the role does not set it, and the evidence."""
+
+    argument: str
+    role: str | None
+    value: int
+    evidence: str
+
+
+def _runs(plan: Plan, values: dict[str, int], heads: int = HEADS, length: int = 3) -> bool:
+    config = Config(batch=2, q_len=length, kv_len=length, d_model=heads * HEAD_DIM,
+                    num_heads=heads)
+    trial = replace(plan, init=(*plan.init, *values.items()))
+    try:
+        first_call(trial, config)
+    except Exception:  # whatever the constructor or forward raises: not these values
+        return False
+    return True
+
+
+def _parameters(plan: Plan, values: dict[str, int]) -> int | None:
+    config = Config(batch=2, q_len=3, kv_len=3, d_model=HEADS * HEAD_DIM, num_heads=HEADS)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            module = replace(plan, init=(*plan.init, *values.items())).instantiate(config)
+    except Exception:  # the constructor refuses these values
+        return None
+    return sum(p.numel() for p in module.parameters()) if isinstance(module, torch.nn.Module) \
+        else None
+
+
+def _classify(plan: Plan, argument: str, others: dict[str, int],
+              heads: bool) -> Filled | None:
+    """The role of ``argument`` (the other unknown ones at ``others``), or None where no value
+    tried builds and runs."""
+    def runs(value: int, **kwargs) -> bool:
+        return _runs(plan, {**others, argument: value}, **kwargs)
+
+    working = [v for v in VALUES if runs(v)]
+    if not working:
+        return None
+    divisors = {v for v in VALUES if HEADS % v == 0}
+    if heads and set(working) == divisors and runs(3, heads=6) and not runs(4, heads=6):
+        small, large = (_parameters(plan, {**others, argument: v}) for v in (1, 2))
+        if small is not None and large is not None and small != large:
+            role = "kv_heads" if small < large else "kv_group"
+            what = ("a count of key/value heads: the parameters grow with it" if role ==
+                    "kv_heads" else "query heads per key/value head: the parameters shrink "
+                    "as it grows")
+            return Filled(argument, role, working[0],
+                          f"builds for {', '.join(map(str, sorted(divisors)))} of {HEADS} heads "
+                          f"and only for divisors of the head count; {what}")
+    if runs(4, length=4) and not runs(4, length=6) and runs(512, length=6):
+        return Filled(argument, "context", 512,
+                      "a call longer than the value fails and one as long runs (built with 4: "
+                      "4 tokens run, 6 do not; built with 512, 6 run)")
+    return Filled(argument, None, working[0],
+                  f"builds and runs with {working[0]} (of {', '.join(map(str, VALUES))}); what "
+                  "it does is not measured")
+
+
+def fill_by_trial(plan: Plan, label: str) -> tuple[Plan, list[str]]:
+    """``plan`` with its roles' ``unknown`` arguments filled (a role, or a fixed value in
+    ``init``), and a note for each; InferenceError where some can't be filled."""
+    unknown = list(plan.roles.unknown)
+    if not unknown:
+        return plan, []
+    bare = replace(plan, roles=replace(plan.roles, unknown=[]))
+    heads = bool(plan.roles.heads)
+    joint = None
+    if len(unknown) <= MAX_UNKNOWN:
+        joint = next((dict(zip(unknown, values, strict=True))
+                      for values in itertools.product(VALUES, repeat=len(unknown))
+                      if _runs(bare, dict(zip(unknown, values, strict=True)))), None)
+    if joint is None:
+        raise InferenceError(
+            f"{label}: can't fill constructor argument(s) {', '.join(unknown)}: no integer "
+            f"tried ({', '.join(map(str, VALUES))}) builds it and runs its forward; give them "
+            "defaults, name the width/head-count/head-width one with --width-arg / --heads-arg "
+            "/ --head-dim-arg, or declare it with conformance.implementation(...)")
+    roles: ConstructorRoles = bare.roles
+    init = dict(bare.init)
+    notes = []
+    for argument in unknown:
+        others = {name: value for name, value in joint.items() if name != argument}
+        filled = _classify(bare, argument, others, heads) or Filled(
+            argument, None, joint[argument], f"builds and runs with {joint[argument]}")
+        if filled.role is not None and getattr(roles, filled.role) is None:
+            roles = replace(roles, **{filled.role: argument})
+            words = {"kv_heads": "key/value heads", "kv_group": "query heads per key/value "
+                     "head", "context": "context length"}[filled.role]
+            notes.append(f"{argument}: {words} (filled by trial, no name says so: "
+                         f"{filled.evidence})")
+        else:
+            init[argument] = filled.value
+            notes.append(f"{argument} = {filled.value} (filled by trial, no name says what it "
+                         f"is: {filled.evidence})")
+    return replace(bare, roles=roles, init=tuple(init.items())), notes
+
