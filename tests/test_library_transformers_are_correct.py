@@ -246,6 +246,15 @@ SPECS = {
         params=lambda m, h, kv: per_group(m.self_attention.query_key_value, h, kv, m.self_attention.dense),
         rope=lambda c: ("half", E // c[0], 10000.0), causal=True, tol=F32_PARTS, positions=True,
     ),
+    # the ALiBi tensor built from float32 slopes in bfloat16 (exact for these heads and lengths: each
+    # slope is a power of two, each position fits 8 bits), added before the 1/sqrt(d) scaling.
+    T.FalconRWAlibiAttention: dict(
+        build=lambda c: T.FalconRWAlibiAttention(E, c[0]),
+        configs=[(1,), (3,), (4,), (6,), (8,)],
+        params=lambda m, h, kv: per_head_interleaved(m.self_attention.query_key_value, h,
+                                                     m.self_attention.dense),
+        alibi=True, alibi_before_scaling=True, causal=True, tol=F64,
+    ),
     # float32 parts: the ALiBi tensor (float32 slopes and product) and the softmax.
     T.BloomAlibiAttention: dict(
         build=lambda c: T.BloomAlibiAttention(E, c[0]),
@@ -387,6 +396,8 @@ def want(spec, m, cfg, x, keep=None, pos=None, causal=None, segments=None, bias=
     if spec.get("alibi"):
         p = kept_positions(torch.ones(b, n) if keep is None else keep)
         bias = alibi_slopes(heads)[None, :, None, None] * p[:, None, None, :].double()
+        if spec.get("alibi_before_scaling"):  # (q k^T + alibi) / sqrt(d)
+            bias = bias / math.sqrt(E // heads)
     causal = spec["causal"] if causal is None else causal
     window = spec["window"](cfg) if "window" in spec else None
     out = attention(q, k, v, allowed=visible(keep, n, causal, window, segments), bias=bias)
@@ -401,7 +412,7 @@ def want(spec, m, cfg, x, keep=None, pos=None, causal=None, segments=None, bias=
 # Agreement with the oracle
 # ---------------------------------------------------------------------------------------------
 def test_registry_covers_the_collection():
-    assert set(LAYERS) == set(T.LAYERS) and len(T.LAYERS) == 19
+    assert set(LAYERS) == set(T.LAYERS) and len(T.LAYERS) == 20
     for cls in T.LAYERS:
         assert issubclass(cls, torch.nn.Module)
         assert cls.__doc__ and len(cls.__doc__) > 600, cls.__name__
@@ -537,6 +548,8 @@ FLOAT32_SITES = {  # the class-name prefix of the rotary module is dropped below
     T.GPTNeoXPartialRotaryAttention: ROPE | SOFTMAX,
     T.Falcon7BMultiQueryAttention: ROPE,
     T.Falcon40BGroupedAttention: ROPE,
+    # the slopes' base and powers, in float32 before the bfloat16 product (build_alibi_tensor)
+    T.FalconRWAlibiAttention: {"build_alibi_tensor"},
     # the float32 slopes (_get_alibi_slopes; build_alibi_tensor multiplies them by the positions in float32)
     # and the softmax (in forward)
     T.BloomAlibiAttention: {"_get_alibi_slopes", "BloomAttention.forward"},
@@ -604,7 +617,8 @@ def test_float32_parts_are_the_only_inexact_ones(cls):
 # ---------------------------------------------------------------------------------------------
 # The documented quirks
 # ---------------------------------------------------------------------------------------------
-CAUSAL_4D = [c for c in LAYERS if SPECS[c]["causal"] and c is not T.BloomAlibiAttention]
+CAUSAL_4D = [c for c in LAYERS if SPECS[c]["causal"]
+             and c not in (T.BloomAlibiAttention, T.FalconRWAlibiAttention)]
 
 
 @pytest.mark.parametrize("cls", CAUSAL_4D, ids=[c.__name__ for c in CAUSAL_4D])
@@ -684,6 +698,31 @@ def test_bloom_counts_positions_in_kept_tokens_and_refuses_4d_masks():
     for heads in range(1, 17):
         lib = build_alibi_tensor(torch.ones(1, 2, dtype=torch.long), heads, torch.float32)[:, 0, 1]
         torch.testing.assert_close(lib.double(), alibi_slopes(heads), rtol=3e-7, atol=0)
+
+
+def test_falcon_rw_adds_its_alibi_before_the_scaling():
+    """Falcon-RW's eager attention computes (q k^T + alibi) * inv_norm_factor: the paper's bias after
+    the scaling is a different answer, and the library's bias is built in bfloat16."""
+    spec = SPECS[T.FalconRWAlibiAttention]
+    gen = torch.Generator().manual_seed(9)
+    b, n, cfg = 2, 7, (4,)
+    with torch.no_grad():
+        m = build(spec, cfg)
+        x = randn(b, n, E, gen=gen)
+        got = call(spec, m, x)
+        P = spec["params"](m, 4, 4)
+        q, k, v = (project(x, *P[name], 4) for name in "qkv")
+        after = alibi_slopes(4)[None, :, None, None] * torch.arange(n).double()
+        paper = attention(q, k, v, allowed=visible(None, n, True), bias=after)
+        paper = paper @ P["o"][0].double().T + P["o"][1].double()
+        assert (paper - got).abs().max() > 1e-3
+        torch.testing.assert_close(got, want(spec, m, cfg, x), **F64)
+    from transformers.models.falcon.modeling_falcon import build_alibi_tensor
+
+    assert build_alibi_tensor(torch.ones(1, 3, dtype=torch.long), 4, torch.float64).dtype == torch.float64
+    # position 299 (9 bits) times the slope 2^-8: bfloat16 rounds it; float32 would not
+    bias = build_alibi_tensor(torch.ones(1, 300, dtype=torch.long), 1, torch.float64)[0, 0, 299]
+    assert float(bias) != 299 * 2.0 ** -8
 
 
 SOFTMAX_IN_FLOAT32 = {c for c in LAYERS if FLOAT32_SITES[c] >= SOFTMAX} | {T.BloomAlibiAttention}

@@ -65,8 +65,8 @@ def find_weights(plan: Plan, declared: Declarations, label: str, constraint: Con
         capabilities.set(weights_doubt=outcome.weights_doubt)
     if outcome.float32_parts:
         capabilities.set(float32_parts=tuple(outcome.float32_parts))
-    if outcome.rotation_doubt is not None:
-        capabilities.set(rotation_doubt=outcome.rotation_doubt)
+    if outcome.variant_doubt is not None:
+        capabilities.set(variant_doubt=outcome.variant_doubt)
     return outcome.layout, outcome
 
 

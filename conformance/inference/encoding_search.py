@@ -188,6 +188,7 @@ def hypotheses(module: nn.Module, cls: type, head_dim: int, *, dependent: bool,
         return
     for rotary in rotary_hypotheses(module, cls, head_dim):
         yield PositionEncoding(rotary=rotary)
-    yield PositionEncoding(alibi=AlibiBias(tiled=tiled))
-    if not causal:
-        yield PositionEncoding(alibi=AlibiBias(symmetric=True, tiled=tiled))
+    for scaled in (False, True):  # the paper's, then added before the logits' scaling (Falcon)
+        yield PositionEncoding(alibi=AlibiBias(tiled=tiled, scaled=scaled))
+        if not causal:
+            yield PositionEncoding(alibi=AlibiBias(symmetric=True, tiled=tiled, scaled=scaled))

@@ -72,6 +72,15 @@ def encoding_inside(plan: Plan, declared: Declarations, capabilities: Capabiliti
                      "on the tokens' positions (probed): checked as position-free (declare "
                      f"--position-encoding {found[0]} if it is meant to have one)")
         found = None
+    if found is None and stated is None and outcome.dependent:
+        # Said, and still checked as position-free: a layer that mixes tokens up (heads split
+        # without a transpose) depends on their positions as much as an unknown encoding does,
+        # and behaviour can't tell the two apart.
+        notes.append("its output depends on the tokens' positions (probed: moving the tokens "
+                     "changes more than their order), and no RoPE or ALiBi hypothesis "
+                     "reproduces it and no name suggests one: checked as position-free (if it "
+                     "has a position encoding, declare it: --rope, --alibi, or "
+                     "--position-encoding rotary|alibi to skip the reference's comparisons)")
     if stated == "none":
         found = None
         notes.append("no position encoding (declared)")

@@ -56,7 +56,7 @@ class WeightOutcome:
     weights_doubt: str | None = None
     unexplained_widths: tuple[int, ...] = ()
     float32_parts: list[str] = field(default_factory=list)
-    rotation_doubt: str | None = None
+    variant_doubt: str | None = None
 
 
 def probe_inputs(call: str, heads: int, head_dim: int, length: int, seed: int = 11) -> Inputs:
@@ -151,13 +151,21 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
         rotary = _as_stated(encoding.rotary, cls, rope, head_dim, notes)
         outcome.encoding = replace(encoding, rotary=rotary)
         if rotary.reversed:
-            outcome.rotation_doubt = (
+            outcome.variant_doubt = (
                 "its RoPE turns each pair by -p * theta^(-2i/r), the other way round from every "
                 "published RoPE (a sign-flipped rotate_half: cat(x2, -x1) for cat(-x2, x1)): "
                 "attention is still relative, but weights trained in the usual convention "
                 "(a checkpoint loaded into it) see every relative distance negated")
-            notes.append(outcome.rotation_doubt + " (probed: only the reversed rotation "
+            notes.append(outcome.variant_doubt + " (probed: only the reversed rotation "
                          "reproduces its output; declare --rope to hold it to the usual one)")
+    if encoding is not None and encoding.alibi is not None and encoding.alibi.scaled:
+        outcome.variant_doubt = (
+            "its ALiBi bias is added before the logits' 1/sqrt(head_dim) scaling (Falcon-RW's "
+            "(q k^T + alibi) * inv_norm_factor), so every slope acts divided by sqrt(head_dim): "
+            "still a linear distance penalty, but not the paper's slopes, and a model trained "
+            "with the paper's bias attends otherwise")
+        notes.append(outcome.variant_doubt + " (probed: only the bias added before the scaling "
+                     "reproduces its output)")
     describe = found.layout.describe().removeprefix("weights: ").removeprefix("weights from ")
     if found.reproduced:
         how = (f"found by behaviour: the float64 reference from these weights reproduces its "

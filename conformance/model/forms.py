@@ -93,11 +93,16 @@ class AlibiBias:
     """The slopes follow the module's own head order where its grouped query heads are read
     relabelled (tiled grouping, see ``conformance.model.layouts.RelabelledHeads``): canonical head
     c carries the slope of module head (c mod G) Hkv + c // G."""
+    scaled: bool = False
+    """The bias is added before the logits' 1/sqrt(head_dim) scaling (Falcon-RW's
+    ``(q k^T + alibi) * inv_norm_factor``), so the slopes act divided by sqrt(head_dim)."""
 
     def describe(self) -> str:
         return ("ALiBi with the paper's slopes, " + ("-m |i - j|" if self.symmetric else
                                                      "-m (i - j)")
-                + (", positions counting kept tokens only" if self.counts_kept else ""))
+                + (", positions counting kept tokens only" if self.counts_kept else "")
+                + (", added before the 1/sqrt(head_dim) scaling (the slopes act divided by "
+                   "sqrt(head_dim))" if self.scaled else ""))
 
 
 @dataclass(frozen=True)

@@ -160,8 +160,9 @@ class Capabilities:
         configured: the constructor settings the module's behaviour is measured to follow,
             as ``(Setting, argument)`` pairs (an inferred module's ``rope_theta=``, say):
             ``configuration`` builds each with another value and checks the behaviour follows.
-        rotation_doubt: what behaviour can't settle about the RoPE it found: it turns the
-            other way round from the published convention (intent); ``reference`` gives it as a
+        variant_doubt: what behaviour can't settle about the position encoding it found: a
+            variant of the published one (a RoPE turned the other way round, ALiBi added before
+            the logits' scaling), intent only its author knows; ``reference`` gives it as a
             warning.
         padded_queries: what a self-attention module promises at a padded query position
             (``zero``, ``self``, ``any``); None leaves those rows unjudged.
@@ -207,7 +208,7 @@ class Capabilities:
     weights_doubt: str | None = None
     encoding_doubt: str | None = None
     float32_parts: tuple[str, ...] = ()
-    rotation_doubt: str | None = None
+    variant_doubt: str | None = None
     configured: tuple[tuple[Setting, str], ...] = ()
     padded_queries: PaddedQueries | None = None
     returns_tensor: bool = False

@@ -117,4 +117,6 @@ def encode(q: torch.Tensor, k: torch.Tensor, encoding: PositionEncoding | None,
                        else token_positions(batch, q_len, start))
         bias = alibi_bias(encoding.alibi, heads or (0, q.shape[1], q.shape[1]), q_positions,
                           k_positions, q.dtype)[:, : q.shape[1]]
+        if encoding.alibi.scaled:  # added before the logits' scaling, scaled with them
+            bias = bias / math.sqrt(q.shape[-1])
     return q, k, bias

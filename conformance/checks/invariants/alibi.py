@@ -13,6 +13,8 @@ Measured in float32 / float64, on the attention-matrix probe (:mod:`conformance.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
@@ -107,6 +109,9 @@ class Alibi(Check):
         encoding = context.capabilities.encoding
         expected = (standard_slopes(case.num_heads) if encoding is None or encoding.alibi is None
                     else head_slopes(encoding.alibi, case.num_heads, case.config.kv_heads))
+        if encoding is not None and encoding.alibi is not None and encoding.alibi.scaled:
+            # Added before the logits' scaling (reproduced, and warned about by reference).
+            expected = [m / math.sqrt(case.head_dim) for m in expected]
         worst = max(range(case.num_heads), key=lambda h: abs(measured[h] - expected[h]))
         if abs(measured[worst] - expected[worst]) <= tolerance * max(1.0, expected[worst]):
             return None

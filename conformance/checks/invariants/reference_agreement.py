@@ -72,12 +72,12 @@ class ReferenceAgreement(Check):
                 caps.weights_doubt, severity="warn",
                 hint="behaviour can't tell a skipped projection from a spare layer: declare the "
                      "weights to have it checked as meant"), None))
-        if caps.rotation_doubt:
+        if caps.variant_doubt:
             context.warnings.append(Finding(Violation(
-                caps.rotation_doubt, severity="warn",
-                hint="behaviour can't tell which way round was meant: it checked the module "
-                     "against the rotation it applies; declare --rope to hold it to the "
-                     "published one"), None))
+                caps.variant_doubt, severity="warn",
+                hint="behaviour can't tell which variant was meant: it checked the module "
+                     "against the encoding it applies; declare the encoding (--rope, "
+                     "--alibi standard) to hold it to the published one"), None))
         if caps.encoding_doubt:
             context.warnings.append(Finding(Violation(
                 caps.encoding_doubt, severity="warn",
