@@ -87,8 +87,8 @@ def test_inference_alone_finds_what_the_registration_finds(inferred_findings, na
     """Inference never invents a finding, and finds every mutant's bug. Where it reports less than
     the hand-written registration, it is for a stated reason: float16/bfloat16 are assumed, not
     declared (findings there are warnings), or no mask convention could be inferred (padding
-    fails once, the checks that need the mask skip), or a mask named ``mask`` is read with the
-    polarity the module uses (a warning: inference can't know the intent), or a layer the
+    fails once, the checks that need the mask skip), or a mask is read with the polarity the
+    module uses where its name suggests the other (a warning: inference can't know the intent), or a layer the
     forward never calls has the shape of the output projection the found weights lack
     (``reference`` warns: behaviour can't tell a skipped projection from a spare layer), or a
     position encoding no hypothesis reproduces (a broken RoPE or ALiBi: the reference checks
