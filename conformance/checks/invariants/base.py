@@ -91,6 +91,12 @@ class CheckContext:
         """The dtype whose tolerances judge a run in ``dtype``."""
         return self.precision.get(dtype, dtype)
 
+    def doubt(self, words: str | None, hint: str) -> None:
+        """Record ``words`` (what inference could not settle, where it is set) as a warning with
+        no case: an intent behaviour can't tell, and ``hint`` says how to declare it."""
+        if words:
+            self.warnings.append(Finding(Violation(words, severity="warn", hint=hint), None))
+
     def observe(self, note: str) -> None:
         if note not in self.observations:
             self.observations.append(note)

@@ -18,7 +18,7 @@ import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt
-from conformance.checks.invariants.violation import Finding, Violation
+from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.spec import Capabilities
@@ -51,12 +51,10 @@ class KVGroups(Check):
         caps = context.capabilities
         context.explore(cases(caps, context.device, masks="auto", grouped=True),
                         lambda case: self.verify(context, case))
-        if caps.kv_doubt:
-            context.warnings.append(Finding(Violation(
-                caps.kv_doubt, severity="warn",
-                hint="inference can't know which convention was meant: it checked the module in "
-                     "its own (tiled); declare --kv-grouping interleaved to hold it to "
-                     "HuggingFace's, or --kv-grouping tiled to accept it"), None))
+        context.doubt(caps.kv_doubt,
+                      "inference can't know which convention was meant: it checked the module in "
+                      "its own (tiled); declare --kv-grouping interleaved to hold it to "
+                      "HuggingFace's, or --kv-grouping tiled to accept it")
 
     def verify(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)

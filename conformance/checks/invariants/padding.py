@@ -22,7 +22,7 @@ import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import expect_finite_rows, fmt, reference_applies
-from conformance.checks.invariants.violation import CheckFailed, Finding, Violation
+from conformance.checks.invariants.violation import CheckFailed, Violation
 from conformance.checks.mask_mistakes import AFTER_SOFTMAX, INVERTED, weights_mistake
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
@@ -85,11 +85,9 @@ class Padding(Check):
             else:
                 context.observe(f"padded queries declared {caps.padded_queries!r}: not checked "
                                 "(it needs weight access)")
-        if caps.mask_doubt:
-            context.warnings.append(Finding(Violation(
-                caps.mask_doubt, severity="warn",
-                hint="inference can't know which polarity was meant: it checked the module with "
-                     "the one it reads; declare the mask to have it checked as intended"), None))
+        context.doubt(caps.mask_doubt,
+                      "inference can't know which polarity was meant: it checked the module with "
+                      "the one it reads; declare the mask to have it checked as intended")
 
     def no_influence(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)

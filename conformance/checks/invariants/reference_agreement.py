@@ -19,7 +19,7 @@ from conformance.checks.invariants.verify import (
     fmt,
     position_skip_reason,
 )
-from conformance.checks.invariants.violation import Finding, Violation
+from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.forms import PositionEncoding
@@ -67,22 +67,16 @@ class ReferenceAgreement(Check):
         context.explore(cases(caps, context.device,
                               masks="auto"),
                         lambda case: self.verify(context, case))
-        if caps.weights_doubt:
-            context.warnings.append(Finding(Violation(
-                caps.weights_doubt, severity="warn",
-                hint="behaviour can't tell a skipped projection from a spare layer: declare the "
-                     "weights to have it checked as meant"), None))
-        if caps.variant_doubt:
-            context.warnings.append(Finding(Violation(
-                caps.variant_doubt, severity="warn",
-                hint="behaviour can't tell which variant was meant: it checked the module "
-                     "against the encoding it applies; declare the encoding (--rope, "
-                     "--alibi standard) to hold it to the published one"), None))
-        if caps.encoding_doubt:
-            context.warnings.append(Finding(Violation(
-                caps.encoding_doubt, severity="warn",
-                hint="RoPE is defined on pairs of dimensions: a width where the module's "
-                     "rotation is none of them is outside what it can be held to"), None))
+        context.doubt(caps.weights_doubt,
+                      "behaviour can't tell a skipped projection from a spare layer: declare the "
+                      "weights to have it checked as meant")
+        context.doubt(caps.variant_doubt,
+                      "behaviour can't tell which variant was meant: it checked the module "
+                      "against the encoding it applies; declare the encoding (--rope, "
+                      "--alibi standard) to hold it to the published one")
+        context.doubt(caps.encoding_doubt,
+                      "RoPE is defined on pairs of dimensions: a width where the module's "
+                      "rotation is none of them is outside what it can be held to")
 
     def verify(self, context: CheckContext, case: Case) -> None:
         instance, inputs, output, rows = context.first_call(case)
