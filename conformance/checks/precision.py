@@ -27,7 +27,13 @@ from conformance.generation.cases import Case
 from conformance.model.forms import PositionEncoding
 from conformance.model.weights import HeadWeights
 from conformance.numerics.reference import reference_attention
-from conformance.numerics.tolerance import FLOORS, abs_error, magnitude, only_rows
+from conformance.numerics.tolerance import (
+    FLOAT64_AGREEMENT,
+    FLOORS,
+    abs_error,
+    magnitude,
+    only_rows,
+)
 from conformance.subject.boundary import Inputs, Instance
 
 STEP = 1e-5
@@ -41,11 +47,8 @@ FLOAT64_NOISE = 1e-11
 FLOAT32_NOISE = 1e-4
 """Relative rounding noise up to which float32 arithmetic explains it; more is not float32's."""
 
-FLOAT64_GAP = 1e-13
-"""Relative gap to the float64 reference above which a float64 run is not float64 throughout:
-float64 attention, whatever its summation order or RoPE formula, agrees to about 1e-15 (100 ulps
-of margin), and a float64 run is judged with a floor of 1e-12 (FLOORS), which a larger constant
-gap would eat."""
+FLOAT64_GAP = FLOAT64_AGREEMENT
+"""Relative gap to the float64 reference above which a float64 run is not float64 throughout."""
 
 FLOAT32_GAP = FLOORS[torch.float32]
 """Relative gap up to which lower-precision parts explain it: float32's own floor. A larger gap

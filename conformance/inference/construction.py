@@ -50,6 +50,7 @@ def forward_convention(cls: type, declared: Declarations, label: str) -> Forward
                              "key, value): declare the call with --call self or --call qkv")
     if declared.call:
         convention.call = declared.call
+        convention.call_guessed = False
         convention.inputs = (convention.inputs[:1] if declared.call == "self"
                              else (*convention.inputs, "k", "v")[:3])
         convention.by_keyword = False

@@ -72,8 +72,8 @@ def settle_call(plan: Plan, label: str, notes: list[str]) -> None:
     raise InferenceError(
         f"{label}: forward({first}, {second}, {third}) takes three required arguments that "
         f"are not named query, key, value; called as q, k, v it raises {_reason(qkv)}, called "
-        f"as packed tokens with offsets {_reason(packed)}: declare the call (--call self, "
-        "--call qkv, or --packed cu_seqlens@ARG)")
+        f"as packed tokens with offsets {_reason(packed)}: declare the call (--call self or "
+        "--call qkv)")
 
 
 def _reason(outcome: object) -> str:

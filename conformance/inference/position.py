@@ -55,9 +55,12 @@ def encoding_inside(plan: Plan, declared: Declarations, capabilities: Capabiliti
             capabilities.set(alibi=declared.alibi or "standard")
             text += "; alibi holds the slopes to the paper's (they reproduced the output)"
         notes.append(text)
+        # A RoPE the reference models by a rule (not a table measured per width) can be built
+        # with another theta or share, and followed.
+        by_rule = kind == "rotary" and not reproduced.rotary.table
         configured = tuple((setting, name) for setting, name in zip(
             (Setting.ROPE_THETA, Setting.ROTARY_FRACTION), setting_arguments(plan.cls),
-            strict=True) if name is not None and kind == "rotary" and not reproduced.rotary.table)
+            strict=True) if name is not None) if by_rule else ()
         if configured:
             capabilities.set(configured=configured)
             notes.append(", ".join(name for _, name in configured) + ": RoPE settings of its "

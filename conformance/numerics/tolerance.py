@@ -45,6 +45,13 @@ failed on a 2-element case, thorough profile, seed 3). There the max rule judges
 
 UNCHANGED_ULPS = 4.0
 
+FLOAT64_AGREEMENT = 1e-13
+"""Relative agreement with the float64 reference that float64 arithmetic gives, with 100x
+margin: float64 attention, whatever its summation order or RoPE formula, agrees to about 1e-15.
+A float64 run farther from the reference, by less than a bug gives, has a part computed at a
+lower precision (see :mod:`conformance.checks.precision`); and a constant gap above this would
+eat the float64 floor (FLOORS) of every comparison."""
+
 
 def eps(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).eps

@@ -248,11 +248,10 @@ class CheckContext:
             return Finding(error, last.get("case"))
         except Unsatisfiable:
             # Every case was rejected: each at a configuration the implementation refuses.
-            refused = self.limits.refused()
             return Finding(Violation(
                 "every case this check generated is at a configuration the implementation "
-                "refuses, so the property could not be checked anywhere: " + "; ".join(
-                    refused[:2]),
+                "refuses (every call fails there: " + "; ".join(self.limits.refused()[:2])
+                + "), so the property could not be checked anywhere",
                 hint="the gate's configuration runs, these do not: a feature the check needs "
                      "(grouped key/value heads, a window, a dtype) fails at every size tried"),
                 last.get("case"))
