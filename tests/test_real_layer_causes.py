@@ -196,6 +196,14 @@ def test_cause_2_a_position_argument_that_writes_a_cache_is_checked_as_one(check
     assert results["position_shift"].status is Status.SKIPPED
 
 
+def test_cause_2_a_layer_whose_plain_calls_keep_state_is_said_uncheckable():
+    from conformance.loading.registry import ResolveError
+
+    with pytest.raises(ResolveError, match="keeps state between calls: the same call gave "
+                                           "outputs .* apart before and after a call"):
+        resolve("tests.fixtures.real_layer_causes:AppendingCacheAttention")
+
+
 def test_cause_3_every_check_judges_at_the_precision_the_layer_has(checked):
     _, results = checked["ScratchLlamaAttention"]
     gate = " ".join(results["gate"].observations)

@@ -27,12 +27,8 @@ from conformance.inference.features import cache_form, mask_form, packed_form, w
 from conformance.inference.found import CapabilitiesFound
 from conformance.inference.packed_call import settle_call
 from conformance.inference.plan import InferenceError, Inferred, Plan
-from conformance.inference.position import (
-    alibi_counting,
-    encoding_inside,
-    position_input,
-    position_state,
-)
+from conformance.inference.position import alibi_counting, encoding_inside, position_input
+from conformance.inference.state import plain_state, position_state
 from conformance.inference.trial import fill_by_trial
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.spec import Config
@@ -96,6 +92,7 @@ def infer(cls: type, *, name: str | None = None,
     sequence_order(plan, declared, build, heads, head_dim, notes)
     probe = build()
     causality(plan, declared, capabilities, build, heads, head_dim, notes)
+    plain_state(plan, capabilities, build, heads, head_dim, label)
     position_state(plan, capabilities, build, heads, head_dim, notes)
     layout, outcome = find_weights(plan, declared, label, constraint, notes, capabilities)
     constraint = layout_constraint(plan, layout, constraint, notes)

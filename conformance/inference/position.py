@@ -10,7 +10,6 @@ import torch
 from conformance.inference.convention import FILLABLE_POSITIONS, START_NAMES
 from conformance.inference.encoding_search import setting_arguments
 from conformance.inference.found import CapabilitiesFound
-from conformance.inference.kv_cache import CacheProtocol, confirm
 from conformance.inference.plan import Plan
 from conformance.inference.positional import position_encoding
 from conformance.inference.probing import probe_case
@@ -19,7 +18,6 @@ from conformance.inference.weight_search import REPRODUCED_FLOAT32, relative_err
 from conformance.model.declarations import Declarations
 from conformance.model.forms import (
     AlibiBias,
-    CacheStyle,
     PositionEncoding,
     PositionForm,
     Rotary,
@@ -28,7 +26,6 @@ from conformance.model.forms import (
 from conformance.model.spec import Config
 from conformance.model.weights import WeightLayout, WeightLayoutError
 from conformance.numerics.reference import reference_attention
-from conformance.numerics.tolerance import abs_error, reordering_tolerance
 from conformance.subject.boundary import ImplementationError
 from conformance.subject.in_process import InProcessSubject
 
@@ -187,59 +184,3 @@ def position_input(plan: Plan, declared: Declarations, capabilities: Capabilitie
     notes.append(f"{argument}: the tokens' positions, passed as {POSITION_FORM_WORDS[form]} "
                  f"({how})")
 
-
-STATE_SHIFT = 2
-"""How far the state probe shifts the positions: the shifted call's keys then sit where an
-earlier call of the probe's length wrote its own."""
-
-
-def position_state(plan: Plan, capabilities: CapabilitiesFound, build, heads: int,
-                   head_dim: int, notes: list[str]) -> None:
-    """Whether the position argument reads state the module keeps between calls: the same
-    call with shifted positions, before and after a call that writes other tokens at positions
-    0..L-1, gives different outputs (a preallocated KV cache written at the given positions and
-    attended over, gpt-fast's and torchtune's ``input_pos``). Such an argument is no position
-    input, whatever its name: it is a cache API, checked by ``kv_cache`` where the module is
-    causal (its buffers, the positions in the argument's form), else left alone."""
-    argument = capabilities.caps.positions
-    if argument is None or capabilities.caps.kv_cache is not None:
-        return
-    causal = capabilities.caps.causal == "always"
-    case = probe_case(heads, head_dim, kept=None, causal=causal)
-    inputs = case.inputs(plan.convention.call)
-    everywhere = torch.ones(case.batch, case.q_len, dtype=torch.bool)
-    other = case.replace_positions(inputs, everywhere, stream=17, scale=1.0, query_too=True)
-    shifted = replace(inputs, position=STATE_SHIFT)
-    try:
-        instance = build()
-        first = instance.forward(shifted)
-        instance.forward(other)
-        again = instance.forward(shifted)
-    except ImplementationError:
-        return  # the checks report a position argument that fails
-    change = float(abs_error(again, first, nan_equal=True).max())
-    if change <= reordering_tolerance(first.dtype, first):
-        return
-    evidence = (f"probed: the same call with positions {STATE_SHIFT}..{STATE_SHIFT + case.q_len - 1}"
-                f" gave outputs {change:.2g} apart before and after a call with other tokens "
-                f"at positions 0..{case.q_len - 1}: the module keeps what a call writes at its "
-                "positions")
-    if not causal:
-        capabilities.set(positions=None, position_form=None)
-        notes.append(f"{argument}: not a position input alone but a cache API ({evidence}); "
-                     "the module is not causal, so the cache is not checked, and the argument "
-                     "is left to its default")
-        return
-    found = CacheProtocol(CacheStyle.BUFFERS, argument)
-    problem = confirm(build, found, case, plan.convention.call)
-    if problem is not None:
-        capabilities.set(positions=None, position_form=None)
-        notes.append(f"{argument}: not a position input alone but a cache API ({evidence}); a "
-                     f"prefill through it failed ({problem}): the cache is not checked, and the "
-                     "argument is left to its default")
-        return
-    capabilities.set(**found.capabilities())
-    notes.append(f"{argument}: not a position input alone but a KV cache API: buffers it keeps, "
-                 f"written at the positions passed ({evidence}); kv_cache checks decoding "
-                 "through it against the full forward, and position_shift does not shift "
-                 "through it (it would read what the cache holds before the shift)")

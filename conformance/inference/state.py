@@ -1,0 +1,106 @@
+"""What a module keeps between calls, by behaviour: state its plain calls read (it can't be
+checked as a function of its inputs), and a position argument that addresses a cache.
+
+Names order nothing here. The same call on one instance, before and after a call with other
+tokens, must give the same output; where it doesn't, the module keeps what a call writes. Where
+that happens only through a position argument (``input_pos``: the keys and values written at
+those positions, and read back), the argument is a KV cache API; where plain calls do it too, no
+check can call the module as a function, and inference says so in one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from conformance.inference.found import CapabilitiesFound
+from conformance.inference.kv_cache import CacheProtocol, confirm
+from conformance.inference.plan import InferenceError, Plan
+from conformance.inference.probing import probe_case
+from conformance.model.forms import CacheStyle
+from conformance.numerics.tolerance import abs_error, reordering_tolerance
+from conformance.subject.boundary import ImplementationError, Inputs, Instance
+
+SEED = 7
+"""The randomness of every probe call: a module whose eval-mode output is random (dropout left
+on) gives the same output twice with the same seed, so only state makes them differ."""
+
+
+def _moved(instance: Instance, call: Inputs, between: Inputs) -> float | None:
+    """How far the output of ``call`` moves when ``between`` is called after it and ``call``
+    again, relative to the output (None where a call fails: the checks report it)."""
+    try:
+        first = instance.forward(call, seed=SEED)
+        instance.forward(between, seed=SEED)
+        again = instance.forward(call, seed=SEED)
+    except ImplementationError:
+        return None
+    change = float(abs_error(again, first, nan_equal=True).max())
+    return None if change <= reordering_tolerance(first.dtype, first) else change
+
+
+def plain_state(plan: Plan, capabilities: CapabilitiesFound, build, heads: int, head_dim: int,
+                label: str) -> None:
+    """InferenceError where plain calls (no cache, no positions) read what earlier calls wrote:
+    the same call gives another output after a call with other tokens."""
+    case = probe_case(heads, head_dim, kept=None, causal=capabilities.caps.causal == "always")
+    inputs = case.inputs(plan.convention.call)
+    everywhere = torch.ones(case.batch, case.q_len, dtype=torch.bool)
+    other = case.replace_positions(inputs, everywhere, stream=17, scale=1.0, query_too=True)
+    change = _moved(build(positions=None, position_form=None), inputs, other)
+    if change is not None:
+        raise InferenceError(
+            f"{label}: keeps state between calls: the same call gave outputs {change:.2g} apart "
+            "before and after a call with other tokens (a cache that every call writes and "
+            "reads?); the checks call it as a function of its inputs: reset its state in a "
+            "wrapper, or declare its cache (--kv-cache STYLE@ARG)")
+
+
+STATE_SHIFT = 2
+"""How far the state probe shifts the positions: the shifted call's keys then sit where an
+earlier call of the probe's length wrote its own."""
+
+
+def position_state(plan: Plan, capabilities: CapabilitiesFound, build, heads: int,
+                   head_dim: int, notes: list[str]) -> None:
+    """Whether the position argument reads state the module keeps between calls: the same
+    call with shifted positions, before and after a call that writes other tokens at positions
+    0..L-1, gives different outputs (a preallocated KV cache written at the given positions and
+    attended over, gpt-fast's and torchtune's ``input_pos``). Such an argument is no position
+    input, whatever its name: it is a cache API, checked by ``kv_cache`` where the module is
+    causal (its buffers, the positions in the argument's form), else left alone."""
+    argument = capabilities.caps.positions
+    if argument is None or capabilities.caps.kv_cache is not None:
+        return
+    causal = capabilities.caps.causal == "always"
+    case = probe_case(heads, head_dim, kept=None, causal=causal)
+    inputs = case.inputs(plan.convention.call)
+    everywhere = torch.ones(case.batch, case.q_len, dtype=torch.bool)
+    other = case.replace_positions(inputs, everywhere, stream=17, scale=1.0, query_too=True)
+    change = _moved(build(), replace(inputs, position=STATE_SHIFT), other)
+    if change is None:
+        return
+    evidence = (f"probed: the same call with positions {STATE_SHIFT}..{STATE_SHIFT + case.q_len - 1}"
+                f" gave outputs {change:.2g} apart before and after a call with other tokens "
+                f"at positions 0..{case.q_len - 1}: the module keeps what a call writes at its "
+                "positions")
+    if not causal:
+        capabilities.set(positions=None, position_form=None)
+        notes.append(f"{argument}: not a position input alone but a cache API ({evidence}); "
+                     "the module is not causal, so the cache is not checked, and the argument "
+                     "is left to its default")
+        return
+    found = CacheProtocol(CacheStyle.BUFFERS, argument)
+    problem = confirm(build, found, case, plan.convention.call)
+    if problem is not None:
+        capabilities.set(positions=None, position_form=None)
+        notes.append(f"{argument}: not a position input alone but a cache API ({evidence}); a "
+                     f"prefill through it failed ({problem}): the cache is not checked, and the "
+                     "argument is left to its default")
+        return
+    capabilities.set(**found.capabilities())
+    notes.append(f"{argument}: not a position input alone but a KV cache API: buffers it keeps, "
+                 f"written at the positions passed ({evidence}); kv_cache checks decoding "
+                 "through it against the full forward, and position_shift does not shift "
+                 "through it (it would read what the cache holds before the shift)")
