@@ -200,8 +200,8 @@ def test_cause_2_a_position_argument_that_writes_a_cache_is_checked_as_one(check
 def test_cause_2_a_layer_whose_plain_calls_keep_state_is_said_uncheckable():
     from conformance.loading.registry import ResolveError
 
-    with pytest.raises(ResolveError, match="keeps state between calls: the same call gave "
-                                           "outputs .* apart before and after a call"):
+    with pytest.raises(ResolveError, match=r"keeps state between calls: the same call gave "
+                                           r"outputs .* apart before and after a call"):
         resolve("tests.fixtures.real_layer_causes:AppendingCacheAttention")
 
 
