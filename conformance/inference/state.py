@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import torch
 
+from conformance.generation.cases import Case
 from conformance.inference.found import CapabilitiesFound
 from conformance.inference.kv_cache import CacheProtocol, confirm
 from conformance.inference.plan import InferenceError, Plan
@@ -40,14 +41,21 @@ def _moved(instance: Instance, call: Inputs, between: Inputs) -> float | None:
     return None if change <= reordering_tolerance(first.dtype, first) else change
 
 
+def _probe(plan: Plan, capabilities: CapabilitiesFound, heads: int,
+           head_dim: int) -> tuple[Case, Inputs, Inputs]:
+    """The probes' case, its inputs, and the same call with other tokens everywhere."""
+    case = probe_case(heads, head_dim, kept=None, causal=capabilities.caps.causal == "always")
+    inputs = case.inputs(plan.convention.call)
+    everywhere = torch.ones(case.batch, case.q_len, dtype=torch.bool)
+    return case, inputs, case.replace_positions(inputs, everywhere, stream=17, scale=1.0,
+                                                query_too=True)
+
+
 def plain_state(plan: Plan, capabilities: CapabilitiesFound, build, heads: int, head_dim: int,
                 label: str) -> None:
     """InferenceError where plain calls (no cache, no positions) read what earlier calls wrote:
     the same call gives another output after a call with other tokens."""
-    case = probe_case(heads, head_dim, kept=None, causal=capabilities.caps.causal == "always")
-    inputs = case.inputs(plan.convention.call)
-    everywhere = torch.ones(case.batch, case.q_len, dtype=torch.bool)
-    other = case.replace_positions(inputs, everywhere, stream=17, scale=1.0, query_too=True)
+    _, inputs, other = _probe(plan, capabilities, heads, head_dim)
     change = _moved(build(positions=None, position_form=None), inputs, other)
     if change is not None:
         raise InferenceError(
@@ -73,11 +81,7 @@ def position_state(plan: Plan, capabilities: CapabilitiesFound, build, heads: in
     argument = capabilities.caps.positions
     if argument is None or capabilities.caps.kv_cache is not None:
         return
-    causal = capabilities.caps.causal == "always"
-    case = probe_case(heads, head_dim, kept=None, causal=causal)
-    inputs = case.inputs(plan.convention.call)
-    everywhere = torch.ones(case.batch, case.q_len, dtype=torch.bool)
-    other = case.replace_positions(inputs, everywhere, stream=17, scale=1.0, query_too=True)
+    case, inputs, other = _probe(plan, capabilities, heads, head_dim)
     change = _moved(build(), replace(inputs, position=STATE_SHIFT), other)
     if change is None:
         return
@@ -85,7 +89,7 @@ def position_state(plan: Plan, capabilities: CapabilitiesFound, build, heads: in
                 f" gave outputs {change:.2g} apart before and after a call with other tokens "
                 f"at positions 0..{case.q_len - 1}: the module keeps what a call writes at its "
                 "positions")
-    if not causal:
+    if not case.causal:
         capabilities.set(positions=None, position_form=None)
         notes.append(f"{argument}: not a position input alone but a cache API ({evidence}); "
                      "the module is not causal, so the cache is not checked, and the argument "

@@ -7,8 +7,8 @@ and its forward runs, and what the argument does is then measured:
 - **key/value heads**: with 4 query heads it builds for 1, 2 and 4 and for nothing that does not
   divide the head count, and the parameters grow with it (a count of key/value heads) or shrink
   with it (query heads per key/value head, a group size);
-- **context**: it builds for every value tried, and a call longer than the value fails while one
-  as long runs (a preallocated length: set to the longest sequence generated);
+- **context**: built with 4, a call of 4 tokens runs and one of 6 fails, and built with 512 the
+  call of 6 runs (a preallocated length: set to the longest sequence generated);
 - anything else keeps the first value that builds and runs, and the report says so.
 
 An argument no integer fills (a vocabulary object, a config) is left to a declaration, in one line.

@@ -73,8 +73,8 @@ class Configuration(Check):
     def verify(self, context: CheckContext, setting: Setting, argument: str) -> None:
         caps = context.capabilities
         dtype = torch.float64 if torch.float64 in caps.dtypes else torch.float32
-        case = base_case(caps, dtype, context.device, q_len=min(LENGTH, caps.max_len or LENGTH),
-                         kv_len=min(LENGTH, caps.max_len or LENGTH),
+        length = min(LENGTH, caps.max_len or LENGTH)
+        case = base_case(caps, dtype, context.device, q_len=length, kv_len=length,
                          causal=caps.causal == "always")
         rotary = caps.encoding.rotary
         value = other_value(setting, rotary)
