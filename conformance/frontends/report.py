@@ -78,12 +78,15 @@ def matrix(results: Sequence[CheckResult], checks: Sequence[str], devices: Seque
 
 
 def _skips(results: Sequence[CheckResult], devices: Sequence[str]) -> list[str]:
-    by_row: dict[str, list[str]] = {}
+    """Per row, the skipped checks grouped by their reason: each reason said once."""
+    by_row: dict[str, dict[str, list[str]]] = {}
     for result in results:
         if result.status is Status.SKIPPED:
-            by_row.setdefault(_row_label(result, devices), []).append(
-                f"{result.check} ({result.reason})")
-    return [wrap(f"{row}: " + "; ".join(items), 2, 4) for row, items in by_row.items()]
+            reasons = by_row.setdefault(_row_label(result, devices), {})
+            reasons.setdefault(result.reason or "", []).append(result.check)
+    return [wrap(f"{row}: " + "; ".join(f"{', '.join(checks)} ({reason})"
+                                        for reason, checks in reasons.items()), 2, 4)
+            for row, reasons in by_row.items()]
 
 
 def _observations(results: Sequence[CheckResult], devices: Sequence[str]) -> list[str]:

@@ -7,36 +7,79 @@ layout, or (batch, length, heads, head_dim), FlashAttention's: behaviour decides
 heads and length pairwise distinct, nudging one slice of the key/value inputs along an axis
 changes the output only in that slice when the axis is the heads, everywhere when it is the
 tokens), or ``--layout`` declares it.
+
+Dtypes by behaviour: the function is called once in each of float32, float64, float16 and
+bfloat16; those it runs in are its contract (a kernel written for half precision only is checked
+in half precision, every check), those it refuses are stated, never a failure. Inference itself
+runs the suite's projections in float32 and hands the function its own dtype where it refuses
+float32 (:attr:`CoreFunctionModule.compute_dtype`); the checks call it in each dtype it runs in,
+projections included. The weights are the suite's own projections, known by construction.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import replace
 
 import torch
 
+from conformance.generation.cases import dtype_name
 from conformance.inference.infer import infer
-from conformance.inference.plan import InferenceError, Inferred
+from conformance.inference.plan import ALL_DTYPES, InferenceError, Inferred
 from conformance.model.declarations import DeclarationError, Declarations
+from conformance.numerics.tolerance import unchanged_tolerance
 from conformance.subject.head_projections import HeadProjections
+
+_DTYPE_WORDS = re.compile(r"(torch\.)?(b?float(16|32|64)|half|double|float)\b")
+
+OWN_WEIGHTS = "q_proj,k_proj,v_proj,out_proj"
+"""The wrapper's projections (:class:`HeadProjections`), in the weights declaration's words."""
 
 LAYOUT_WORDS = {"bhld": "(batch, heads, length, head_dim)",
                 "blhd": "(batch, length, heads, head_dim)"}
 
 
+class _StridedCotangent(torch.autograd.Function):
+    """Identity whose backward hands on the cotangent with the last two axes' memory order
+    swapped: same values, not contiguous. A kernel's backward sees such a ``dout`` wherever a
+    model transposes its output before the output projection; one that reads it as contiguous
+    (FlashAttention once did) computes a wrong gradient, which ``reference`` then finds."""
+
+    @staticmethod
+    def forward(ctx, out: torch.Tensor) -> torch.Tensor:
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
 class CoreFunctionModule(HeadProjections):
     """A core attention function inside the suite's own q/k/v/out projections; ``layout``
-    says how the function takes its per-head tensors."""
+    says how the function takes its per-head tensors. Its backward receives a non-contiguous
+    cotangent (see :class:`_StridedCotangent`); in (B, H, L, D) its inputs are non-contiguous
+    views too, as a model's transposed projections are."""
 
     function = staticmethod(lambda q, k, v, **options: q)
     layout = "bhld"
+    compute_dtype: torch.dtype | None = None
+    """Set only while inference probes a function that refuses float32: the per-head tensors
+    are handed to it in this dtype and its output cast back."""
 
     def forward(self, query, key, value, *args, **options):
         q, k, v = self.heads(query, key, value)
         if self.layout == "blhd":
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        given = q.dtype
+        if self.compute_dtype is not None:
+            q, k, v = (t.to(self.compute_dtype) for t in (q, k, v))
         out = self.function(q, k, v, *args, **options)
+        if isinstance(out, tuple) and out and isinstance(out[0], torch.Tensor):
+            out = out[0]  # the (out, lse) return form
+        if self.compute_dtype is not None:
+            out = out.to(given)
+        out = _StridedCotangent.apply(out)
         if self.layout == "blhd":
             out = out.transpose(1, 2)
         return self.merge(out)
@@ -63,31 +106,75 @@ def core_function_class(function, layout: str = "bhld") -> type[CoreFunctionModu
                  "__module__": getattr(function, "__module__", __name__)})
 
 
-def _slices_apart(function, axis: int) -> bool | None:
+PROBE_SHAPE = (2, 3, 5, 8)
+"""The per-head tensors the function is first called on: a valid (B, H, L, D) and (B, L, H, D)
+alike, batch, heads and length pairwise distinct, head_dim 8 (kernels often take multiples of
+8 only)."""
+
+
+def _output(result: object) -> torch.Tensor | None:
+    """The attention output of a call: the tensor, or the first of an ``(out, lse)`` pair."""
+    if isinstance(result, tuple) and result:
+        result = result[0]
+    return result if isinstance(result, torch.Tensor) else None
+
+
+def _refusal(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:120] if lines else ''}".rstrip(": ")
+
+
+def dtype_probe(function) -> tuple[tuple[torch.dtype, ...], dict[torch.dtype, str]]:
+    """(the dtypes ``function`` runs in, {refused dtype: why}): one call per dtype on
+    PROBE_SHAPE tensors, on the CPU; a call runs when it returns a tensor (or an ``(out, lse)``
+    pair) of the input's shape."""
+    runs, refused = [], {}
+    for dtype in ALL_DTYPES:
+        generator = torch.Generator().manual_seed(5)
+        q, k, v = (torch.randn(PROBE_SHAPE, generator=generator).to(dtype) for _ in range(3))
+        try:
+            with torch.no_grad():
+                out = _output(function(q, k, v))
+        except Exception as error:  # the function's own refusal, whatever it raises
+            refused[dtype] = _refusal(error)
+            continue
+        if out is None or tuple(out.shape) != PROBE_SHAPE:
+            refused[dtype] = ("returned " + (f"shape {tuple(out.shape)}" if out is not None else
+                                             type(out).__name__) + f" for inputs {PROBE_SHAPE}")
+            continue
+        runs.append(dtype)
+    return tuple(runs), refused
+
+
+def _slices_apart(function, axis: int, dtype: torch.dtype) -> bool | None:
     """Whether nudging the key/value inputs at index 0 of ``axis`` changes the output at that
     index alone; None when the function can't be called on these shapes."""
     generator = torch.Generator().manual_seed(7)
-    q, k, v = (torch.randn(2, 3, 5, 4, generator=generator) for _ in range(3))
+    q, k, v = (torch.randn(PROBE_SHAPE, generator=generator).to(dtype) for _ in range(3))
     try:
         with torch.no_grad():
-            before = function(q, k, v)
+            before = _output(function(q, k, v))
             k2, v2 = k.clone(), v.clone()
-            k2.select(axis, 0).add_(torch.randn(k2.select(axis, 0).shape, generator=generator))
-            v2.select(axis, 0).add_(torch.randn(v2.select(axis, 0).shape, generator=generator))
-            after = function(q, k2, v2)
+            k2.select(axis, 0).add_(torch.randn(k2.select(axis, 0).shape,
+                                                generator=generator).to(dtype))
+            v2.select(axis, 0).add_(torch.randn(v2.select(axis, 0).shape,
+                                                generator=generator).to(dtype))
+            after = _output(function(q, k2, v2))
     except Exception:  # the function's own shape checks: this layout is not its
         return None
-    if not isinstance(before, torch.Tensor) or before.shape != q.shape:
+    if before is None or after is None or before.shape != q.shape:
         return None
     others = [d for d in range(4) if d != axis]
-    changed = (after - before).abs().amax(dim=others) > 1e-6
+    changed = ((after.double() - before.double()).abs().amax(dim=others)
+               > unchanged_tolerance(dtype, before.double()))
     return bool(changed[0]) and not bool(changed[1:].any())
 
 
-def function_layout(function) -> tuple[str, str]:
-    """(layout, how it was decided) of a core function, by behaviour (see the module
-    docstring); (B, H, L, D) where behaviour can't tell."""
-    heads_second, heads_third = _slices_apart(function, 1), _slices_apart(function, 2)
+def function_layout(function, dtype: torch.dtype = torch.float32) -> tuple[str, str]:
+    """(layout, how it was decided) of a core function, by behaviour in ``dtype`` (see the
+    module docstring); (B, H, L, D) where behaviour can't tell."""
+    heads_second = _slices_apart(function, 1, dtype)
+    heads_third = _slices_apart(function, 2, dtype)
     if heads_third and not heads_second:
         return "blhd", ("probed: slices along the third axis are independent (the heads), the "
                         "second axis mixes (the tokens); declare --layout bhld if meant "
@@ -99,19 +186,69 @@ def function_layout(function) -> tuple[str, str]:
                     "for (batch, length, heads, dim)")
 
 
+def _names(dtypes) -> str:
+    return ", ".join(dtype_name(d) for d in dtypes)
+
+
+def _refusals(refused: dict[torch.dtype, str]) -> str:
+    """"; refuses float32, float64 (why)": the refused dtypes grouped by their reason (the
+    first's words; reasons that differ only in the dtype they name are one)."""
+    reasons: dict[str, tuple[str, list[torch.dtype]]] = {}
+    for dtype, why in refused.items():
+        key = _DTYPE_WORDS.sub("<dtype>", why)
+        reasons.setdefault(key, (why, []))[1].append(dtype)
+    return "".join(f"; refuses {_names(dtypes)} ({why})" for why, dtypes in reasons.values())
+
+
+def _nowhere(label: str, refused: dict[torch.dtype, str]) -> InferenceError:
+    """The one line for a function that runs in no dtype on this machine's CPU."""
+    first = next(iter(refused.values()))
+    where = ("and no CUDA device is here: a kernel that runs on CUDA only can't be checked on "
+             "this machine" if not torch.cuda.is_available() else
+             "a kernel that runs on CUDA only is not inferred yet: declare it with "
+             "conformance.implementation(...)")
+    return InferenceError(f"{label} runs nowhere here: on cpu it raises in every dtype "
+                          f"({_names(refused)}; float32: {refused.get(torch.float32, first)}), "
+                          f"{where}")
+
+
 def infer_function(function, *, name: str | None = None,
                    declared: Declarations | None = None) -> Inferred:
-    """Declaration for a core function ``f(q, k, v[, mask][, causal])`` over per-head tensors."""
+    """Declaration for a core function ``f(q, k, v[, mask][, causal])`` over per-head tensors:
+    its dtypes probed (see the module docstring), its layout probed or declared, its keyword
+    arguments inferred as a class's are."""
     label = name or getattr(function, "__name__", "core_function")
     declared = declared or Declarations()
     try:
         stated = declared.choice("layout", tuple(LAYOUT_WORDS))
+        wanted = declared.dtype_list()
     except DeclarationError as error:
         raise InferenceError(str(error)) from error
-    layout, how = (stated, "declared") if stated else function_layout(function)
-    inferred = infer(core_function_class(function, layout), name=label, declared=declared)
+    runs, refused = dtype_probe(function)
+    if not runs:
+        raise _nowhere(label, refused)
+    probing = torch.float32 if torch.float32 in runs else runs[0]
+    layout, how = (stated, "declared") if stated else function_layout(function, probing)
+    cls = core_function_class(function, layout)
+    cls.compute_dtype = None if probing is torch.float32 else probing
+    try:
+        inferred = infer(cls, name=label, declared=replace(declared, weights=OWN_WEIGHTS))
+    finally:
+        cls.compute_dtype = None
     note = (f"core function over {LAYOUT_WORDS[layout]} ({how}), wrapped in the suite's own "
             "q/k/v/out projections: every check applies to the function")
-    # The wrapper's constructor, forward and projections are the suite's own: nothing to say.
-    notes = (note, *(n for n in inferred.notes[2:] if not n.startswith("weights: ")))
-    return Inferred(replace(inferred.implementation, notes=notes), notes)
+    if wanted is None:
+        dtypes = (f"runs in {_names(runs)} on cpu (probed: each is checked as its contract)"
+                  + _refusals(refused))
+        capabilities = replace(inferred.implementation.capabilities, dtypes=runs,
+                               assumed_dtypes=())
+    else:
+        dtypes = "dtypes " + _names(wanted) + " (declared)"
+        capabilities = inferred.implementation.capabilities
+    # The wrapper's constructor, forward and projections are the suite's own: nothing to say,
+    # and inference's dtype note is replaced by what the probe found.
+    notes = (note, dtypes, *(n for n in inferred.notes[2:]
+                             if not n.startswith(("weights from inner.", "dtypes ",
+                                                  "float16 and bfloat16 assumed"))))
+    return Inferred(replace(inferred.implementation, notes=notes, capabilities=capabilities),
+                    notes)

@@ -21,7 +21,7 @@ from conformance.model.declarations import Declarations
 from conformance.model.results import CheckResult, Status
 from conformance.model.spec import Config, Implementation
 from conformance.model.status import is_load_problem
-from conformance.run.runner import Runner
+from conformance.run.runner import BLOCKED, Runner
 from conformance.subject.boundary import ImplementationError, Subject
 
 
@@ -59,8 +59,7 @@ def not_loaded(name: str, error: BaseException, devices: Sequence[str] | None,
     reason = f"{getattr(status, 'value', status)}: loading it in the isolated worker: {error}"
     return [CheckResult(name, check, device,
                         Status.FAILED if check == GATE.name else Status.SKIPPED,
-                        reason=reason if check == GATE.name else
-                        f"blocked: the gate failed ({reason})")
+                        reason=reason if check == GATE.name else BLOCKED)
             for device in (devices or available_devices())
             for check in (list(checks) if checks is not None else list(CHECK_NAMES))]
 

@@ -44,6 +44,11 @@ class Progress(Protocol):
                  seconds: float) -> None: ...
 
 
+BLOCKED = "blocked: the gate failed"
+"""Why a check after a failed gate did not run. The gate's own reason is said once, by the gate
+(repeated per check it buried the report: 23 copies of one sentence)."""
+
+
 def as_subject(impl: Implementation | Subject | str) -> Subject:
     """A Subject for a registered name / IMPL string, an Implementation, or a Subject."""
     if isinstance(impl, Subject):
@@ -122,7 +127,7 @@ class Runner:
         check = by_name(name)
         if outcome.blocked:
             return CheckResult(subject.name, name, device, Status.SKIPPED,
-                               reason=f"blocked: the gate failed ({gate_result.reason})")
+                               reason=BLOCKED)
         skip = check.device_skip_reason(device) or check.skip_reason(outcome.effective)
         reports_broken = any(feature in outcome.broken for feature in check.owns)
         if skip is not None and not reports_broken:

@@ -4,7 +4,11 @@ Property: the output, and the gradient of ``sum(output * c)`` with respect to ev
 random cotangent ``c``, agree with the float64 reference computed from the implementation's own
 weights: max error <= K_MAX x the max error of the suite's plain attention in the same dtype
 + the dtype's floor, and mean error <= K_MEAN x that baseline's mean error + a tenth of the floor
-(see :mod:`conformance.numerics.tolerance`). Rows with no key to attend to are the fully_masked check's.
+(see :mod:`conformance.numerics.tolerance`), in every dtype it runs in: a half-precision kernel's
+hand-written backward is judged against what half precision can do on that very example. Rows
+with no key to attend to are the fully_masked check's. A gradient that disagrees is said to be no
+derivative of the forward only where finite differences of the implementation's own forward, in
+its own float32 or float64, disagree with its backward too.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from conformance.checks.diagnosis import explain
+from conformance.checks.invariants.autograd import FD_STEP, finite_difference_problem
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import (
     agree_with_reference,
@@ -121,6 +126,21 @@ class ReferenceAgreement(Check):
                     f"the gradient with respect to {name} differs from the float64 reference's: "
                     f"{seen.describe()}; largest at batch {b}, position {position}, feature "
                     f"{feature}",
-                    hint="the output agrees with the reference, its gradient does not: the backward "
-                         "is not the forward's derivative (a custom backward, an in-place op or a "
-                         "detach in the graph?)")
+                    hint=context.hint(lambda name=name: self._not_derivative(
+                        instance, inputs, case, dtype, name)))
+
+    @staticmethod
+    def _not_derivative(instance, inputs: Inputs, case: Case, dtype: torch.dtype,
+                        name: str) -> str | None:
+        """Where the gradient of input ``name`` disagrees with finite differences of the
+        implementation's own forward (in ``dtype``, moving that input alone), that in words;
+        else None: the forward is then off by less than its output's tolerance, and nothing
+        measured names a cause. None in half precision, where finite differences are noise."""
+        if dtype not in FD_STEP:
+            return None
+        problem = finite_difference_problem(instance, inputs, case, dtype, only=name)
+        if problem is None:
+            return None
+        return (f"the backward is not the forward's derivative ({problem}): a hand-written "
+                "backward (the softmax Jacobian's row-sum term, the scale, the normalisation), "
+                "an in-place op or a detach in the graph?")

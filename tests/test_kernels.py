@@ -1,0 +1,145 @@
+"""Kernels first-class: half-precision-only attention functions with hand-written backward
+passes (:mod:`conformance.implementations.kernels`), checked with nothing declared.
+
+First the proof, without the suite: the bundled kernels' outputs and gradients against a float64
+attention written here, in both layouts, causal (bottom-right) or not, over several key blocks;
+each broken twin's gradient is off. Then what the suite makes of them: every check passes in
+float16 and bfloat16 and none in float32 is asked for, every twin FAILs the check its bug breaks,
+what a kernel refuses is stated and never a failure, and a kernel that runs nowhere here is one
+line and exit 2.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conformance import Status, check
+from conformance.frontends.cli import main
+from conformance.implementations import kernels
+from conformance.implementations.kernel_mutants import KERNEL_MUTANT_MODULES
+from conformance.inference import InferenceError, infer_function
+from conformance.run.runner import BLOCKED
+from tests.fixtures import kernel_refusals
+
+GRADIENT_CASES = [  # (layout, causal, q_len, kv_len): lengths beyond one block of 16 keys
+    ("bhld", False, 5, 37), ("bhld", True, 37, 37), ("blhd", True, 6, 21), ("blhd", False, 1, 3)]
+
+
+def oracle(q, k, v, causal):
+    """float64 attention over (B, H, L, D), causal aligned bottom-right."""
+    q, k, v = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        lq, lk = scores.shape[-2:]
+        seen = torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq)
+        scores = scores.masked_fill(~seen, float("-inf"))
+    return (q, k, v), torch.softmax(scores, -1) @ v
+
+
+def gradients(function, layout, dtype, causal, q_len, kv_len):
+    """(kernel's (out, dq, dk, dv), the oracle's), over (B, H, L, D) whatever the layout."""
+    generator = torch.Generator().manual_seed(q_len * 100 + kv_len)
+    shape = lambda length: (2, 3, length, 8)  # noqa: E731
+    q, k, v = (torch.randn(shape(n), generator=generator, dtype=torch.float64)
+               for n in (q_len, kv_len, kv_len))
+    dout = torch.randn(shape(q_len), generator=generator, dtype=torch.float64)
+    leaves = [t.to(dtype).requires_grad_(True) for t in (q, k, v)]
+    given = [t.transpose(1, 2) if layout == "blhd" else t for t in leaves]
+    out = function(*given, causal=causal)
+    out = out.transpose(1, 2) if layout == "blhd" else out
+    # A non-contiguous cotangent (its last two axes' memory order swapped), as a model gives.
+    out.backward(dout.to(dtype).transpose(-1, -2).contiguous().transpose(-1, -2))
+    (oq, ok, ov), expected = oracle(q, k, v, causal)
+    expected.backward(dout)
+    return ((out.detach().double(), *(t.grad.double() for t in leaves)),
+            (expected.detach(), oq.grad, ok.grad, ov.grad))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("layout", "causal", "q_len", "kv_len"), GRADIENT_CASES)
+def test_the_kernels_compute_attention_and_its_derivative(dtype, layout, causal, q_len, kv_len):
+    function = dict(bhld=kernels.half_attention, blhd=kernels.flash_layout_half_attention)[layout]
+    assert function.layout == layout
+    actual, expected = gradients(function, layout, dtype, causal, q_len, kv_len)
+    allowed = 4 * torch.finfo(dtype).eps * 8
+    for name, a, e in zip(("out", "dq", "dk", "dv"), actual, expected, strict=True):
+        assert float((a - e).abs().max()) <= allowed * max(1.0, float(e.abs().max())), name
+
+
+@pytest.mark.parametrize("module", KERNEL_MUTANT_MODULES, ids=lambda m: m.__name__.rsplit(".")[-1])
+def test_every_broken_twin_has_a_wrong_gradient_and_an_exact_forward(module):
+    actual, expected = gradients(module.KERNEL, module.KERNEL.layout, torch.float16, False, 5, 37)
+    errors = [float((a - e).abs().max()) for a, e in zip(actual, expected, strict=True)]
+    assert errors[0] < 1e-2  # the forward is right
+    assert max(errors[1:]) > 0.1  # some gradient is far off
+
+
+def test_a_half_only_kernel_is_checked_in_half_precision_and_passes():
+    inferred = infer_function(kernels.half_attention)
+    caps = inferred.implementation.capabilities
+    assert caps.dtypes == (torch.float16, torch.bfloat16) and caps.assumed_dtypes == ()
+    assert any(note.startswith("runs in float16, bfloat16 on cpu (probed") and
+               "refuses float32" in note for note in inferred.notes)
+    results = check(inferred.implementation, devices=["cpu"])
+    failed = [(r.check, r.reason) for r in results if r.status is not Status.SKIPPED
+              and r.status is not Status.PASSED]
+    assert failed == []
+    ran = {r.check for r in results if r.status is Status.PASSED}
+    assert {"reference", "scale", "causal", "head_split", "row_stochastic", "autograd"} <= ran
+
+
+def test_the_flash_layout_kernel_passes_with_nothing_declared():
+    results = check(kernels.flash_layout_half_attention, devices=["cpu"],
+                    checks=["gate", "reference", "causal", "head_split", "scale"])
+    assert {r.status for r in results} == {Status.PASSED}
+
+
+@pytest.mark.parametrize("module", KERNEL_MUTANT_MODULES, ids=lambda m: m.__name__.rsplit(".")[-1])
+def test_every_kernel_mutant_fails_the_check_it_targets(module):
+    (result,) = check(module.KERNEL, devices=["cpu"], checks=[module.CATCHES])
+    assert result.status is Status.FAILED, result.reason
+    assert "float16" in result.counterexample or "bfloat16" in result.counterexample
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_jacobian_bug_fails_reference_in_each_half_dtype(dtype):
+    from conformance.implementations.kernel_mutants import jacobian_rowsum_missing
+
+    case = (f"Case(batch=2, q_len=4, kv_len=4, num_heads=2, head_dim=4, dtype='{dtype}', "
+            "seed=1)")
+    (result,) = check(jacobian_rowsum_missing.KERNEL, devices=["cpu"], checks=["reference"],
+                      replay=case)
+    assert result.status is Status.FAILED
+    assert "gradient" in result.reason
+
+
+def test_what_a_kernel_refuses_is_stated_not_failed():
+    inferred = infer_function(kernel_refusals.float32_only_attention)
+    assert inferred.implementation.capabilities.dtypes == (torch.float32,)
+    (note,) = [n for n in inferred.notes if n.startswith("runs in")]
+    assert "refuses float64, float16, bfloat16 (TypeError: expected float32" in note
+    results = check(inferred.implementation, devices=["cpu"], checks=["gate", "contract"])
+    assert {r.status for r in results} == {Status.PASSED}
+
+
+def test_a_kernel_that_runs_nowhere_here_is_one_line_and_exit_2(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: the CUDA-only kernel runs")
+    with pytest.raises(InferenceError, match="runs nowhere here: on cpu it raises in every "
+                       r"dtype .*no CUDA device is here"):
+        infer_function(kernel_refusals.cuda_only_attention)
+    code = main(["check", "tests.fixtures.kernel_refusals:cuda_only_attention"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1 and "runs nowhere here" in err
+
+
+def test_a_blocked_gate_is_said_once(capsys):
+    code = main(["check", "tests.fixtures.kernel_refusals:float32_only_attention",
+                 "--dtypes", "float16", "--no-isolate"])
+    out, _ = capsys.readouterr()
+    assert code == 1
+    assert out.count("expected float32 tensors") == 1  # the gate's reason, once
+    assert " ".join(out.split()).count(BLOCKED) == 1  # the blocked checks under one reason
