@@ -143,3 +143,12 @@ def test_a_blocked_gate_is_said_once(capsys):
     assert code == 1
     assert out.count("expected float32 tensors") == 1  # the gate's reason, once
     assert " ".join(out.split()).count(BLOCKED) == 1  # the blocked checks under one reason
+
+
+def test_causal_alignment_is_measured_and_stated():
+    from tests.fixtures import core_functions
+
+    bottom_right = infer_function(kernels.flash_layout_half_attention).notes
+    top_left = infer_function(core_functions.flash_layout_attention).notes
+    assert any(n.startswith("causal aligned bottom-right (probed") for n in bottom_right)
+    assert any(n.startswith("causal aligned top-left (probed") for n in top_left)

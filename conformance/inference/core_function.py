@@ -186,6 +186,42 @@ def function_layout(function, dtype: torch.dtype = torch.float32) -> tuple[str, 
                     "for (batch, length, heads, dim)")
 
 
+def causal_alignment(function, layout: str, argument: str, dtype: torch.dtype) -> str | None:
+    """How ``function(..., argument=True)`` aligns causality when queries are fewer than keys,
+    by behaviour: with 3 queries over 5 keys, whether query 0 sees keys 1 and 2 (bottom-right,
+    FlashAttention >= 2.1 and SDPA's lower-right: query i sees keys <= i + Lk - Lq) or key 0
+    alone (top-left: keys <= i), in words; None when it can't be called so or is neither."""
+    generator = torch.Generator().manual_seed(11)
+
+    def tensor(length: int) -> torch.Tensor:
+        shape = (1, 2, length, 8) if layout == "bhld" else (1, length, 2, 8)
+        return torch.randn(shape, generator=generator).to(dtype)
+
+    axis = 2 if layout == "bhld" else 1
+    q, k, v = tensor(3), tensor(5), tensor(5)
+    seen = []
+    try:
+        with torch.no_grad():
+            before = _output(function(q, k, v, **{argument: True})).double()
+            for key in range(5):
+                k2, v2 = k.clone(), v.clone()
+                k2.select(axis, key).mul_(-2.0)
+                v2.select(axis, key).add_(3.0)
+                after = _output(function(q, k2, v2, **{argument: True})).double()
+                row0 = (after - before).select(axis, 0)
+                seen.append(bool((row0.abs() > unchanged_tolerance(dtype, before)).any()))
+    except Exception:  # the function's own refusal of these shapes: nothing to state
+        return None
+    if seen == [True, True, True, False, False]:
+        return ("causal aligned bottom-right (probed: of 3 queries over 5 keys, query 0 sees keys "
+                "0 to 2: query i sees keys <= i + kv_len - q_len, as FlashAttention >= 2.1 and "
+                "SDPA's lower-right)")
+    if seen == [True, False, False, False, False]:
+        return ("causal aligned top-left (probed: of 3 queries over 5 keys, query 0 sees key 0 "
+                "alone: query i sees keys <= i)")
+    return None
+
+
 def _names(dtypes) -> str:
     return ", ".join(dtype_name(d) for d in dtypes)
 
@@ -237,6 +273,11 @@ def infer_function(function, *, name: str | None = None,
         cls.compute_dtype = None
     note = (f"core function over {LAYOUT_WORDS[layout]} ({how}), wrapped in the suite's own "
             "q/k/v/out projections: every check applies to the function")
+    caps = inferred.implementation.capabilities
+    # The keyword inference turned causality on with (the wrapper's is_causal passes it on).
+    argument = next((n for n in inspect.signature(function).parameters if "causal" in n), None)
+    aligned = (causal_alignment(function, layout, argument, probing)
+               if caps.causal == "optional" and argument else None)
     if wanted is None:
         dtypes = (f"runs in {_names(runs)} on cpu (probed: each is checked as its contract)"
                   + _refusals(refused))
@@ -249,6 +290,7 @@ def infer_function(function, *, name: str | None = None,
     # and inference's dtype note is replaced by what the probe found.
     notes = (note, dtypes, *(n for n in inferred.notes[2:]
                              if not n.startswith(("weights from inner.", "dtypes ",
-                                                  "float16 and bfloat16 assumed"))))
+                                                  "float16 and bfloat16 assumed"))),
+             *((aligned,) if aligned else ()))
     return Inferred(replace(inferred.implementation, notes=notes, capabilities=capabilities),
                     notes)
