@@ -69,12 +69,38 @@ def test_the_kernels_compute_attention_and_its_derivative(dtype, layout, causal,
         assert float((a - e).abs().max()) <= allowed * max(1.0, float(e.abs().max())), name
 
 
-@pytest.mark.parametrize("module", KERNEL_MUTANT_MODULES, ids=lambda m: m.__name__.rsplit(".")[-1])
-def test_every_broken_twin_has_a_wrong_gradient_and_an_exact_forward(module):
+BACKWARD_TWINS = [m for m in KERNEL_MUTANT_MODULES if m.CATCHES == "reference"]
+ARGUMENT_TWINS = [m for m in KERNEL_MUTANT_MODULES if m.CATCHES == "kernel"]
+NAME = lambda module: module.__name__.rsplit(".")[-1]  # noqa: E731
+
+
+@pytest.mark.parametrize("module", BACKWARD_TWINS, ids=NAME)
+def test_every_backward_twin_has_a_wrong_gradient_and_an_exact_forward(module):
     actual, expected = gradients(module.KERNEL, module.KERNEL.layout, torch.float16, False, 5, 37)
     errors = [float((a - e).abs().max()) for a, e in zip(actual, expected, strict=True)]
     assert errors[0] < 1e-2  # the forward is right
     assert max(errors[1:]) > 0.1  # some gradient is far off
+
+
+def test_the_argument_twins_are_exact_by_default_and_wrong_through_their_argument():
+    from conformance.implementations.kernel_mutants import causal_offset_reversed as offset
+    from conformance.implementations.kernel_mutants import softmax_scale_ignored as ignored
+
+    assert {NAME(m) for m in ARGUMENT_TWINS} == {"causal_offset_reversed", "softmax_scale_ignored"}
+    generator = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, n, 8, generator=generator, dtype=torch.float64)
+               for n in (2, 6, 6))
+    blhd = lambda t: t.transpose(1, 2).half()  # noqa: E731
+    square = [t[:, :, :2] for t in (q, k, v)]  # as many queries as keys: both exact
+    assert float((offset.KERNEL(*(t.half() for t in square), causal=True).double()
+                  - oracle(*square, True)[1].detach()).abs().max()) < 1e-2
+    assert float((ignored.KERNEL(*map(blhd, square)).transpose(1, 2).double()
+                  - oracle(*square, False)[1].detach()).abs().max()) < 1e-2
+    short = offset.KERNEL(q.half(), k.half(), v.half(), causal=True)  # 2 queries over 6 keys
+    assert float((short.double() - oracle(q, k, v, True)[1].detach()).abs().max()) > 0.1
+    scaled = ignored.KERNEL(blhd(q), blhd(k), blhd(v), softmax_scale=0.05).transpose(1, 2)
+    default = oracle(q, k, v, False)[1]
+    assert float((scaled.double() - default.detach()).abs().max()) < 1e-2  # the default's
 
 
 def test_a_half_only_kernel_is_checked_in_half_precision_and_passes():
@@ -88,16 +114,17 @@ def test_a_half_only_kernel_is_checked_in_half_precision_and_passes():
               and r.status is not Status.PASSED]
     assert failed == []
     ran = {r.check for r in results if r.status is Status.PASSED}
-    assert {"reference", "scale", "causal", "head_split", "row_stochastic", "autograd"} <= ran
+    assert {"reference", "scale", "causal", "head_split", "row_stochastic", "autograd",
+            "kernel"} <= ran
 
 
 def test_the_flash_layout_kernel_passes_with_nothing_declared():
     results = check(kernels.flash_layout_half_attention, devices=["cpu"],
-                    checks=["gate", "reference", "causal", "head_split", "scale"])
+                    checks=["gate", "reference", "causal", "head_split", "scale", "kernel"])
     assert {r.status for r in results} == {Status.PASSED}
 
 
-@pytest.mark.parametrize("module", KERNEL_MUTANT_MODULES, ids=lambda m: m.__name__.rsplit(".")[-1])
+@pytest.mark.parametrize("module", KERNEL_MUTANT_MODULES, ids=NAME)
 def test_every_kernel_mutant_fails_the_check_it_targets(module):
     (result,) = check(module.KERNEL, devices=["cpu"], checks=[module.CATCHES])
     assert result.status is Status.FAILED, result.reason

@@ -28,6 +28,8 @@ from conformance.generation.cases import dtype_name
 from conformance.inference.infer import infer
 from conformance.inference.plan import ALL_DTYPES, InferenceError, Inferred
 from conformance.model.declarations import DeclarationError, Declarations
+from conformance.model.forms import CausalAlignment, KernelArguments
+from conformance.model.spec import Capabilities
 from conformance.numerics.tolerance import unchanged_tolerance
 from conformance.subject.head_projections import HeadProjections
 
@@ -186,11 +188,24 @@ def function_layout(function, dtype: torch.dtype = torch.float32) -> tuple[str, 
                     "for (batch, length, heads, dim)")
 
 
-def causal_alignment(function, layout: str, argument: str, dtype: torch.dtype) -> str | None:
+ALIGNMENT_WORDS = {
+    CausalAlignment.BOTTOM_RIGHT: "of 3 queries over 5 keys, query 0 sees keys 0 to 2: query i "
+                                  "sees keys <= i + kv_len - q_len, as FlashAttention >= 2.1 and "
+                                  "SDPA's lower-right",
+    CausalAlignment.TOP_LEFT: "of 3 queries over 5 keys, query 0 sees key 0 alone: query i sees "
+                              "keys <= i",
+}
+SCALE_ARGUMENTS = ("softmax_scale", "scale", "sm_scale")
+"""Keywords kernels take the softmax scale by (FlashAttention, SDPA, Triton's tutorial): the
+name orders nothing else; ``kernel`` checks that the value given is the scale applied."""
+
+
+def causal_alignment(function, layout: str, argument: str,
+                     dtype: torch.dtype) -> tuple[CausalAlignment | None, str]:
     """How ``function(..., argument=True)`` aligns causality when queries are fewer than keys,
-    by behaviour: with 3 queries over 5 keys, whether query 0 sees keys 1 and 2 (bottom-right,
-    FlashAttention >= 2.1 and SDPA's lower-right: query i sees keys <= i + Lk - Lq) or key 0
-    alone (top-left: keys <= i), in words; None when it can't be called so or is neither."""
+    by behaviour: with 3 queries over 5 keys, whether query 0 sees keys 0 to 2 (bottom-right)
+    or key 0 alone (top-left), else NEITHER; None where it refuses those shapes. With what
+    was seen, in words."""
     generator = torch.Generator().manual_seed(11)
 
     def tensor(length: int) -> torch.Tensor:
@@ -210,16 +225,37 @@ def causal_alignment(function, layout: str, argument: str, dtype: torch.dtype) -
                 after = _output(function(q, k2, v2, **{argument: True})).double()
                 row0 = (after - before).select(axis, 0)
                 seen.append(bool((row0.abs() > unchanged_tolerance(dtype, before)).any()))
-    except Exception:  # the function's own refusal of these shapes: nothing to state
-        return None
-    if seen == [True, True, True, False, False]:
-        return ("causal aligned bottom-right (probed: of 3 queries over 5 keys, query 0 sees keys "
-                "0 to 2: query i sees keys <= i + kv_len - q_len, as FlashAttention >= 2.1 and "
-                "SDPA's lower-right)")
-    if seen == [True, False, False, False, False]:
-        return ("causal aligned top-left (probed: of 3 queries over 5 keys, query 0 sees key 0 "
-                "alone: query i sees keys <= i)")
-    return None
+    except Exception as error:  # the function's own refusal of these shapes
+        return None, (f"with {argument}=True, 3 queries over 5 keys raise "
+                      f"({_refusal(error)}): causality with fewer queries than keys not checked")
+    for alignment, pattern in ((CausalAlignment.BOTTOM_RIGHT, [True] * 3 + [False] * 2),
+                               (CausalAlignment.TOP_LEFT, [True] + [False] * 4)):
+        if seen == pattern:
+            return alignment, (f"causal aligned {alignment.value.replace('_', '-')} (probed: "
+                               f"{ALIGNMENT_WORDS[alignment]})")
+    keys = [key for key, moved in enumerate(seen) if moved]
+    return CausalAlignment.NEITHER, (
+        f"causal aligned neither bottom-right nor top-left (probed: of 3 queries over 5 keys, "
+        f"query 0 sees {'keys ' + str(keys) if keys else 'no key'}): checked against "
+        "bottom-right by kernel")
+
+
+def kernel_arguments(function, layout: str, caps: Capabilities,
+                     dtype: torch.dtype) -> tuple[KernelArguments, list[str]]:
+    """The kernel's own arguments (see :class:`KernelArguments`), with notes."""
+    names = list(inspect.signature(function).parameters)
+    notes = []
+    # The keyword inference turned causality on with (the wrapper's is_causal passes it on).
+    causal = next((n for n in names if "causal" in n), None)
+    alignment = None
+    if caps.causal == "optional" and causal:
+        alignment, words = causal_alignment(function, layout, causal, dtype)
+        notes.append(words)
+    scale = next((n for n in SCALE_ARGUMENTS if n in names), None)
+    if scale:
+        notes.append(f"softmax scale set by {scale}= (checked by kernel: the value given is the "
+                     "scale applied)")
+    return KernelArguments(scale_argument=scale, alignment=alignment), notes
 
 
 def _names(dtypes) -> str:
@@ -260,6 +296,7 @@ def infer_function(function, *, name: str | None = None,
         wanted = declared.dtype_list()
     except DeclarationError as error:
         raise InferenceError(str(error)) from error
+    core_function_class(function)  # the signature's own problem first, in one line
     runs, refused = dtype_probe(function)
     if not runs:
         raise _nowhere(label, refused)
@@ -273,24 +310,21 @@ def infer_function(function, *, name: str | None = None,
         cls.compute_dtype = None
     note = (f"core function over {LAYOUT_WORDS[layout]} ({how}), wrapped in the suite's own "
             "q/k/v/out projections: every check applies to the function")
-    caps = inferred.implementation.capabilities
-    # The keyword inference turned causality on with (the wrapper's is_causal passes it on).
-    argument = next((n for n in inspect.signature(function).parameters if "causal" in n), None)
-    aligned = (causal_alignment(function, layout, argument, probing)
-               if caps.causal == "optional" and argument else None)
+    arguments, stated = kernel_arguments(function, layout, inferred.implementation.capabilities,
+                                         probing)
     if wanted is None:
         dtypes = (f"runs in {_names(runs)} on cpu (probed: each is checked as its contract)"
                   + _refusals(refused))
         capabilities = replace(inferred.implementation.capabilities, dtypes=runs,
-                               assumed_dtypes=())
+                               assumed_dtypes=(), kernel=arguments)
     else:
         dtypes = "dtypes " + _names(wanted) + " (declared)"
-        capabilities = inferred.implementation.capabilities
+        capabilities = replace(inferred.implementation.capabilities, kernel=arguments)
     # The wrapper's constructor, forward and projections are the suite's own: nothing to say,
     # and inference's dtype note is replaced by what the probe found.
     notes = (note, dtypes, *(n for n in inferred.notes[2:]
                              if not n.startswith(("weights from inner.", "dtypes ",
                                                   "float16 and bfloat16 assumed"))),
-             *((aligned,) if aligned else ()))
+             *stated)
     return Inferred(replace(inferred.implementation, notes=notes, capabilities=capabilities),
                     notes)

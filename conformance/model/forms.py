@@ -151,6 +151,33 @@ class Setting(str, Enum):
     """The share of each head's dimensions RoPE turns."""
 
 
+class CausalAlignment(str, Enum):
+    """Where a causal kernel puts the diagonal when queries are fewer than keys."""
+
+    BOTTOM_RIGHT = "bottom_right"
+    """Query i of Lq sees keys j <= i + Lk - Lq (FlashAttention >= 2.1, SDPA's lower-right):
+    the queries are the last Lq tokens, as in decoding."""
+    TOP_LEFT = "top_left"
+    """Query i sees keys j <= i (FlashAttention < 2.1, ``torch.ones(Lq, Lk).tril()``)."""
+    NEITHER = "neither"
+    """Measured as neither: ``kernel`` checks it against bottom-right and fails with the rows
+    that differ."""
+
+    def offset(self, q_len: int, kv_len: int) -> int:
+        """How many keys beyond its own index query i sees: j <= i + offset."""
+        return 0 if self is CausalAlignment.TOP_LEFT else kv_len - q_len
+
+
+@dataclass(frozen=True)
+class KernelArguments:
+    """What a core function takes beyond (q, k, v), as inference measured it: the keyword that
+    sets the softmax scale (``softmax_scale``, ``scale``), and the alignment ``causal=True``
+    gives with fewer queries than keys (None where it is not causal on request)."""
+
+    scale_argument: str | None = None
+    alignment: CausalAlignment | None = None
+
+
 class PackedForm(str, Enum):
     """How packed variable-length sequences are passed."""
 

@@ -15,6 +15,7 @@ import torch
 from conformance.model.forms import (
     AlibiSlopes,
     CacheStyle,
+    KernelArguments,
     MaskConvention,
     PackedForm,
     PositionEncoding,
@@ -168,6 +169,8 @@ class Capabilities:
             (``zero``, ``self``, ``any``); None leaves those rows unjudged.
         returns_tensor: forward is declared to return one tensor: a tuple is a contract
             failure.
+        kernel: for a core function (a kernel over per-head tensors), its own arguments as
+            inference measured them; ``kernel`` calls it through them.
     """
 
     call: CallConvention = "self"
@@ -212,6 +215,7 @@ class Capabilities:
     configured: tuple[tuple[Setting, str], ...] = ()
     padded_queries: PaddedQueries | None = None
     returns_tensor: bool = False
+    kernel: KernelArguments | None = None
 
     def describe(self) -> str:
         call = "self-attention f(x[, mask])" if self.call == "self" else "f(q, k, v[, mask])"

@@ -37,16 +37,18 @@ class ReferenceResult:
 
 
 def allowed_keys(batch: int, q_len: int, kv_len: int, keep: torch.Tensor | None, causal: bool,
-                 device: torch.device | str = "cpu", *, window: int | None = None) -> torch.Tensor:
-    """(B, 1, Lq, Lk) bool: which key each query row may attend to (causal is top-left aligned;
-    with a ``window`` of W keys, row t sees keys t - W + 1 .. t)."""
+                 device: torch.device | str = "cpu", *, window: int | None = None,
+                 offset: int = 0) -> torch.Tensor:
+    """(B, 1, Lq, Lk) bool: which key each query row may attend to (causal: row i sees keys
+    j <= i + ``offset``, top-left aligned at 0, bottom-right at Lk - Lq; with a ``window`` of W
+    keys, row t sees keys t - W + 1 .. t)."""
     allowed = torch.ones(batch, 1, q_len, kv_len, dtype=torch.bool, device=device)
     if keep is not None:
         allowed = allowed & keep.to(device)[:, None, None, :]
     if causal:
         rows = torch.arange(q_len, device=device)[:, None]
         cols = torch.arange(kv_len, device=device)[None, :]
-        allowed = allowed & (cols <= rows)
+        allowed = allowed & (cols <= rows + offset)
         if window is not None:
             allowed = allowed & (rows - cols < window)
     return allowed

@@ -37,8 +37,10 @@ from conformance.subject.boundary import Inputs
 
 def reference_gradients(weights: HeadWeights, inputs: Inputs, cotangent: torch.Tensor, *,
                         causal: bool, dtype: torch.dtype, window: int | None = None,
-                        encoding: PositionEncoding | None = None) -> dict[str, torch.Tensor]:
-    """Input gradients of the reference computed in ``dtype``, keyed as Instance.gradients."""
+                        encoding: PositionEncoding | None = None,
+                        **options: object) -> dict[str, torch.Tensor]:
+    """Input gradients of the reference computed in ``dtype``, keyed as Instance.gradients;
+    ``options`` go to the reference as they are (a ``scale``, the keys ``allowed``)."""
     if inputs.is_self:
         x = inputs.query.detach().to(dtype).requires_grad_(True)
         leaves, (q, k, v) = {"x": x}, (x, x, x)
@@ -49,7 +51,7 @@ def reference_gradients(weights: HeadWeights, inputs: Inputs, cotangent: torch.T
     with torch.enable_grad():
         output = reference_attention(weights, q, k, v, keep=inputs.keep, causal=causal,
                                      dtype=dtype, window=window, encoding=encoding,
-                                     start=inputs.position).output
+                                     start=inputs.position, **options).output
         (output * cotangent.to(dtype)).sum().backward()
     return {name: leaf.grad for name, leaf in leaves.items()}
 
@@ -141,6 +143,6 @@ class ReferenceAgreement(Check):
         problem = finite_difference_problem(instance, inputs, case, dtype, only=name)
         if problem is None:
             return None
-        return (f"the backward is not the forward's derivative ({problem}): a hand-written "
-                "backward (the softmax Jacobian's row-sum term, the scale, the normalisation), "
-                "an in-place op or a detach in the graph?")
+        return (f"the backward is not the forward's derivative ({problem}): a custom backward, "
+                "an in-place op or a detach in the graph? (in a hand-written one: the softmax "
+                "Jacobian's row-sum term, the scale, the normalisation)")
