@@ -69,6 +69,32 @@ def test_the_kernels_compute_attention_and_its_derivative(dtype, layout, causal,
         assert float((a - e).abs().max()) <= allowed * max(1.0, float(e.abs().max())), name
 
 
+@pytest.mark.parametrize(("arguments", "q_len"), [
+    (dict(window_size=(2, 0)), 5), (dict(window_size=(1, 2)), 37), (dict(softcap=1.0), 5),
+    (dict(softcap=1.0, causal=True), 5), (dict(softmax_scale=0.7, causal=True), 1)])
+def test_the_kernels_arguments_against_a_float64_oracle(arguments, q_len):
+    """Window (bottom-right, FlashAttention's), softcap before the mask, an explicit scale, and
+    the lse returned, over 37 keys, in float16."""
+    generator = torch.Generator().manual_seed(q_len)
+    q, k, v = (torch.randn(1, 2, n, 8, generator=generator, dtype=torch.float64)
+               for n in (q_len, 37, 37))
+    out, lse = kernels.half_attention(q.half(), k.half(), v.half(), return_lse=True, **arguments)
+    scale = arguments.get("softmax_scale", 8 ** -0.5)
+    scores = q @ k.transpose(-1, -2) * scale
+    if "softcap" in arguments:
+        scores = arguments["softcap"] * torch.tanh(scores / arguments["softcap"])
+    rows = torch.arange(q_len)[:, None] + 37 - q_len
+    cols = torch.arange(37)[None, :]
+    left, right = arguments.get("window_size", (-1, -1))
+    right = 0 if arguments.get("causal") else right
+    seen = torch.ones(q_len, 37, dtype=torch.bool)
+    seen &= (cols >= rows - left) if left >= 0 else seen
+    seen &= (cols <= rows + right) if right >= 0 else seen
+    scores = scores.masked_fill(~seen, float("-inf"))
+    assert float((out.double() - torch.softmax(scores, -1) @ v).abs().max()) < 1e-2
+    assert float((lse.double() - torch.logsumexp(scores, -1)).abs().max()) < 1e-2
+
+
 BACKWARD_TWINS = [m for m in KERNEL_MUTANT_MODULES if m.CATCHES == "reference"]
 ARGUMENT_TWINS = [m for m in KERNEL_MUTANT_MODULES if m.CATCHES == "kernel"]
 NAME = lambda module: module.__name__.rsplit(".")[-1]  # noqa: E731
@@ -82,25 +108,24 @@ def test_every_backward_twin_has_a_wrong_gradient_and_an_exact_forward(module):
     assert max(errors[1:]) > 0.1  # some gradient is far off
 
 
-def test_the_argument_twins_are_exact_by_default_and_wrong_through_their_argument():
-    from conformance.implementations.kernel_mutants import causal_offset_reversed as offset
-    from conformance.implementations.kernel_mutants import softmax_scale_ignored as ignored
-
-    assert {NAME(m) for m in ARGUMENT_TWINS} == {"causal_offset_reversed", "softmax_scale_ignored"}
+@pytest.mark.parametrize("module", ARGUMENT_TWINS, ids=NAME)
+def test_every_argument_twin_is_exact_by_default_and_wrong_through_its_argument(module):
+    """Against the bundled kernel (proved above) in the twin's layout: the same output without
+    the twin's arguments, another output (or lse) with them (2 queries over 6 keys)."""
+    correct = kernels.kernel_function(kernels.Kernel(), module.KERNEL.layout)
     generator = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(1, 2, n, 8, generator=generator, dtype=torch.float64)
-               for n in (2, 6, 6))
-    blhd = lambda t: t.transpose(1, 2).half()  # noqa: E731
-    square = [t[:, :, :2] for t in (q, k, v)]  # as many queries as keys: both exact
-    assert float((offset.KERNEL(*(t.half() for t in square), causal=True).double()
-                  - oracle(*square, True)[1].detach()).abs().max()) < 1e-2
-    assert float((ignored.KERNEL(*map(blhd, square)).transpose(1, 2).double()
-                  - oracle(*square, False)[1].detach()).abs().max()) < 1e-2
-    short = offset.KERNEL(q.half(), k.half(), v.half(), causal=True)  # 2 queries over 6 keys
-    assert float((short.double() - oracle(q, k, v, True)[1].detach()).abs().max()) > 0.1
-    scaled = ignored.KERNEL(blhd(q), blhd(k), blhd(v), softmax_scale=0.05).transpose(1, 2)
-    default = oracle(q, k, v, False)[1]
-    assert float((scaled.double() - default.detach()).abs().max()) < 1e-2  # the default's
+    shape = (lambda n: (1, 2, n, 8)) if module.KERNEL.layout == "bhld" else (lambda n: (1, n, 2, 8))
+    q, k, v = (torch.randn(shape(n), generator=generator).half() for n in (2, 6, 6))
+
+    def differ(**arguments) -> float:
+        mine, theirs = ((f(q, k, v, **arguments),) for f in (module.KERNEL, correct))
+        if arguments.get("return_lse"):
+            mine, theirs = mine[0], theirs[0]
+        return max(float((a.double() - b.double()).abs().max()) for a, b in zip(mine, theirs,
+                                                                             strict=True))
+
+    assert differ() == 0.0
+    assert differ(**module.EXPOSED_BY) > 0.05
 
 
 def test_a_half_only_kernel_is_checked_in_half_precision_and_passes():
@@ -150,6 +175,15 @@ def test_what_a_kernel_refuses_is_stated_not_failed():
     assert "refuses float64, float16, bfloat16 (TypeError: expected float32" in note
     results = check(inferred.implementation, devices=["cpu"], checks=["gate", "contract"])
     assert {r.status for r in results} == {Status.PASSED}
+
+
+def test_a_base2_lse_is_a_warning_and_a_top_left_kernel_passes():
+    from tests.fixtures import kernel_variants
+
+    (base2,) = check(kernel_variants.base2_lse_attention, devices=["cpu"], checks=["kernel"])
+    assert base2.status is Status.WARNED and "in base 2" in base2.reason
+    (top_left,) = check(kernel_variants.top_left_attention, devices=["cpu"], checks=["kernel"])
+    assert top_left.status is Status.PASSED
 
 
 def test_a_kernel_that_runs_nowhere_here_is_one_line_and_exit_2(capsys):

@@ -8,17 +8,22 @@ refuses float32 and float64 as FlashAttention does, so every check runs in float
 :class:`Kernel` holds each step of the computation as a method, so that the broken twins in
 :mod:`conformance.implementations.kernel_mutants` override the one step their bug lives in.
 
-The math (per head, scale s, keys visible under the causal alignment):
-  forward: S = s Q K^T, P = softmax(S), O = P V, lse = logsumexp(S) per row;
+The math (per head, scale s, keys visible under the causal alignment and the window, an
+optional softcap c):
+  forward: S = s Q K^T (c tanh(S / c) with a softcap, before masking), P = softmax(S), O = P V,
+  lse = logsumexp(S) per row (natural log; returned as (B, H, Lq) with ``return_lse=True``);
   backward: P = exp(S - lse), dV = P^T dO, dP = dO V^T, D = rowsum(dO * O) (= rowsum(dP * P)),
   dS = P * (dP - D), dQ = s dS K, dK = s dS^T Q.
 Causal attention is aligned bottom-right (FlashAttention >= 2.1, SDPA's lower-right): query i of
-Lq sees key j of Lk where j <= i + Lk - Lq. A row that sees no key gives 0.
+Lq sees key j of Lk where j <= i + Lk - Lq; ``window_size=(left, right)`` lets it see keys
+i + Lk - Lq - left .. i + Lk - Lq + right (-1: unbounded), as FlashAttention's. A row that sees
+no key gives 0.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -28,24 +33,60 @@ BLOCK = 16
 HALF = (torch.float16, torch.bfloat16)
 
 
+@dataclass(frozen=True)
+class Options:
+    """One call's arguments beyond the tensors."""
+
+    scale: float
+    causal: bool = False
+    window: tuple[int, int] = (-1, -1)
+    softcap: float = 0.0
+
+
 class Kernel:
     """The kernel's steps; a broken twin overrides one."""
 
-    def visible(self, q_len: int, start: int, stop: int, kv_len: int,
+    def visible(self, q_len: int, start: int, stop: int, kv_len: int, options: Options,
                 device: torch.device) -> torch.Tensor:
-        """(Lq, stop - start) bool: which keys of the block each query sees under causality."""
-        rows = torch.arange(q_len, device=device)[:, None]
+        """(Lq, stop - start) bool: which keys of the block each query sees (causality and the
+        window, both aligned bottom-right)."""
+        rows = torch.arange(q_len, device=device)[:, None] + (kv_len - q_len)
         cols = torch.arange(start, stop, device=device)[None, :]
-        return cols <= rows + (kv_len - q_len)
+        seen = torch.ones(q_len, stop - start, dtype=torch.bool, device=device)
+        left, right = options.window
+        if options.causal:
+            right = 0 if right < 0 else min(right, 0)
+        if left >= 0:
+            seen = seen & (cols >= rows - left)
+        if right >= 0:
+            seen = seen & (cols <= rows + right)
+        return seen
 
-    def scores(self, q: torch.Tensor, k: torch.Tensor, scale: float, causal: bool,
-               start: int, kv_len: int) -> torch.Tensor:
-        """Scaled logits of one key block, -inf where causality hides the key (float32)."""
-        s = (q.float() @ k.float().transpose(-1, -2)) * scale
-        if causal:
-            seen = self.visible(q.shape[-2], start, start + k.shape[-2], kv_len, q.device)
-            s = s.masked_fill(~seen, float("-inf"))
-        return s
+    def capped(self, s: torch.Tensor, options: Options) -> torch.Tensor:
+        """The softcap c tanh(s / c), where one is given."""
+        return options.softcap * torch.tanh(s / options.softcap) if options.softcap else s
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor, options: Options, start: int,
+               kv_len: int) -> torch.Tensor:
+        """Scaled (and capped) logits of one key block, -inf where a key is hidden (float32)."""
+        s = self.capped((q.float() @ k.float().transpose(-1, -2)) * options.scale, options)
+        seen = self.visible(q.shape[-2], start, start + k.shape[-2], kv_len, options, q.device)
+        return s.masked_fill(~seen, float("-inf"))
+
+    def capped_grad(self, ds: torch.Tensor, s: torch.Tensor, options: Options) -> torch.Tensor:
+        """dS through the softcap: d(c tanh(x / c))/dx = 1 - tanh(x / c)^2 = 1 - (S / c)^2."""
+        if not options.softcap:
+            return ds
+        finite = torch.where(torch.isfinite(s), s, torch.zeros_like(s))
+        return ds * (1 - (finite / options.softcap) ** 2)
+
+    def lse(self, m: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+        """The row's log-sum-exp from its running max and sum (natural log): the backward's."""
+        return m + torch.log(total)
+
+    def returned_lse(self, m: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+        """The log-sum-exp handed to the caller with ``return_lse``."""
+        return self.lse(m, total)
 
     def read_dout(self, dout: torch.Tensor) -> torch.Tensor:
         """The incoming cotangent, as the backward reads it."""
@@ -63,15 +104,15 @@ class Kernel:
     def dk(self, ds: torch.Tensor, q: torch.Tensor, scale: float) -> torch.Tensor:
         return ds.transpose(-1, -2) @ q * scale
 
-    def forward(self, q, k, v, scale: float, causal: bool):
-        """(O in q's dtype, lse (B, H, Lq, 1) float32)."""
+    def forward(self, q, k, v, options: Options):
+        """(O in q's dtype, the backward's lse (B, H, Lq, 1) float32, the caller's)."""
         kv_len = k.shape[-2]
         shape = (*q.shape[:-1], 1)
         m = torch.full(shape, float("-inf"), device=q.device)
         total = torch.zeros(shape, device=q.device)
         acc = torch.zeros((*q.shape[:-1], v.shape[-1]), device=q.device)
         for start in range(0, kv_len, BLOCK):
-            s = self.scores(q, k[..., start:start + BLOCK, :], scale, causal, start, kv_len)
+            s = self.scores(q, k[..., start:start + BLOCK, :], options, start, kv_len)
             new = torch.maximum(m, s.amax(-1, keepdim=True))
             safe = torch.where(torch.isinf(new), torch.zeros_like(new), new)
             p = torch.exp(s - safe)
@@ -82,11 +123,12 @@ class Kernel:
         seen = total > 0
         out = torch.where(seen, acc / torch.where(seen, total, torch.ones_like(total)), 0.0)
         safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-        lse = torch.where(seen, safe + torch.log(torch.where(seen, total, torch.ones_like(total))),
-                          float("-inf"))
-        return out.to(q.dtype), lse
+        total = torch.where(seen, total, torch.ones_like(total))
+        lse, returned = (torch.where(seen, f(safe, total), float("-inf"))
+                         for f in (self.lse, self.returned_lse))
+        return out.to(q.dtype), lse, returned
 
-    def backward(self, q, k, v, out, lse, dout, scale: float, causal: bool):
+    def backward(self, q, k, v, out, lse, dout, options: Options):
         kv_len = k.shape[-2]
         do = self.read_dout(dout)
         delta = (do * out.float()).sum(-1, keepdim=True)
@@ -95,29 +137,30 @@ class Kernel:
         finite = torch.isfinite(lse)
         for start in range(0, kv_len, BLOCK):
             kb, vb = k[..., start:start + BLOCK, :], v[..., start:start + BLOCK, :]
-            s = self.scores(q, kb, scale, causal, start, kv_len)
+            s = self.scores(q, kb, options, start, kv_len)
             p = torch.where(finite, torch.exp(s - torch.where(finite, lse, 0.0)), 0.0)
             dvs.append(self.dv(p, do, lse, s))
             dp = do @ vb.float().transpose(-1, -2)
-            ds = self.ds(p, dp, delta)
-            dq = dq + ds @ kb.float() * scale
-            dks.append(self.dk(ds, q.float(), scale))
+            ds = self.capped_grad(self.ds(p, dp, delta), s, options)
+            dq = dq + ds @ kb.float() * options.scale
+            dks.append(self.dk(ds, q.float(), options.scale))
         return (dq.to(q.dtype), torch.cat(dks, -2).to(k.dtype), torch.cat(dvs, -2).to(v.dtype))
 
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, kernel: Kernel, scale: float, causal: bool):
-        out, lse = kernel.forward(q, k, v, scale, causal)
+    def forward(ctx, q, k, v, kernel: Kernel, options: Options):
+        out, lse, returned = kernel.forward(q, k, v, options)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.kernel, ctx.scale, ctx.causal = kernel, scale, causal
-        return out
+        ctx.kernel, ctx.options = kernel, options
+        ctx.mark_non_differentiable(returned)
+        return out, returned
 
     @staticmethod
-    def backward(ctx, dout):
+    def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = ctx.kernel.backward(q, k, v, out, lse, dout, ctx.scale, ctx.causal)
-        return dq, dk, dv, None, None, None
+        dq, dk, dv = ctx.kernel.backward(q, k, v, out, lse, dout, ctx.options)
+        return dq, dk, dv, None, None
 
 
 def _refuse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -127,16 +170,21 @@ def _refuse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 
 
 def kernel_function(kernel: Kernel, layout: str = "bhld", name: str = "attention"):
-    """``attention(q, k, v, causal=False, softmax_scale=None)`` over (B, H, L, D) (``bhld``) or
-    FlashAttention's (B, L, H, D) (``blhd``), computed by ``kernel``."""
+    """``attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1),
+    softcap=0.0, return_lse=False)`` over (B, H, L, D) (``bhld``) or FlashAttention's
+    (B, L, H, D) (``blhd``), computed by ``kernel``; with ``return_lse``, ``(out, lse)`` with
+    lse (B, H, Lq) float32, as FlashAttention's ``softmax_lse``."""
 
-    def attention(q, k, v, causal=False, softmax_scale=None):
+    def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
+                  return_lse=False):
         _refuse(q, k, v)
         scale = softmax_scale if softmax_scale is not None else 1 / math.sqrt(q.shape[-1])
+        options = Options(scale, bool(causal), tuple(window_size), float(softcap))
         if layout == "blhd":
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        out = _Attention.apply(q, k, v, kernel, scale, bool(causal))
-        return out.transpose(1, 2) if layout == "blhd" else out
+        out, lse = _Attention.apply(q, k, v, kernel, options)
+        out = out.transpose(1, 2) if layout == "blhd" else out
+        return (out, lse.squeeze(-1)) if return_lse else out
 
     attention.__name__ = attention.__qualname__ = name
     attention.__module__ = type(kernel).__module__

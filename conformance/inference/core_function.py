@@ -26,10 +26,10 @@ import torch
 
 from conformance.generation.cases import dtype_name
 from conformance.inference.infer import infer
+from conformance.inference.kernel_arguments import call_output, kernel_arguments, refusal
 from conformance.inference.plan import ALL_DTYPES, InferenceError, Inferred
 from conformance.model.declarations import DeclarationError, Declarations
-from conformance.model.forms import CausalAlignment, KernelArguments
-from conformance.model.spec import Capabilities
+from conformance.model.forms import LSE_OPTION
 from conformance.numerics.tolerance import unchanged_tolerance
 from conformance.subject.head_projections import HeadProjections
 
@@ -73,6 +73,11 @@ class CoreFunctionModule(HeadProjections):
         q, k, v = self.heads(query, key, value)
         if self.layout == "blhd":
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        keyword = options.pop(LSE_OPTION, None)
+        if keyword is not None:  # the log-sum-exp asked for: (B, Lq, H) in place of the output
+            lse = self.function(q, k, v, *args, **options, **({keyword: True} if keyword else {}))
+            lse = lse[1].float()
+            return (lse.squeeze(-1) if lse.dim() == 4 else lse).transpose(1, 2)
         given = q.dtype
         if self.compute_dtype is not None:
             q, k, v = (t.to(self.compute_dtype) for t in (q, k, v))
@@ -114,18 +119,6 @@ alike, batch, heads and length pairwise distinct, head_dim 8 (kernels often take
 8 only)."""
 
 
-def _output(result: object) -> torch.Tensor | None:
-    """The attention output of a call: the tensor, or the first of an ``(out, lse)`` pair."""
-    if isinstance(result, tuple) and result:
-        result = result[0]
-    return result if isinstance(result, torch.Tensor) else None
-
-
-def _refusal(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0][:120] if lines else ''}".rstrip(": ")
-
-
 def dtype_probe(function) -> tuple[tuple[torch.dtype, ...], dict[torch.dtype, str]]:
     """(the dtypes ``function`` runs in, {refused dtype: why}): one call per dtype on
     PROBE_SHAPE tensors, on the CPU; a call runs when it returns a tensor (or an ``(out, lse)``
@@ -136,9 +129,9 @@ def dtype_probe(function) -> tuple[tuple[torch.dtype, ...], dict[torch.dtype, st
         q, k, v = (torch.randn(PROBE_SHAPE, generator=generator).to(dtype) for _ in range(3))
         try:
             with torch.no_grad():
-                out = _output(function(q, k, v))
+                out = call_output(function(q, k, v))
         except Exception as error:  # the function's own refusal, whatever it raises
-            refused[dtype] = _refusal(error)
+            refused[dtype] = refusal(error)
             continue
         if out is None or tuple(out.shape) != PROBE_SHAPE:
             refused[dtype] = ("returned " + (f"shape {tuple(out.shape)}" if out is not None else
@@ -155,13 +148,13 @@ def _slices_apart(function, axis: int, dtype: torch.dtype) -> bool | None:
     q, k, v = (torch.randn(PROBE_SHAPE, generator=generator).to(dtype) for _ in range(3))
     try:
         with torch.no_grad():
-            before = _output(function(q, k, v))
+            before = call_output(function(q, k, v))
             k2, v2 = k.clone(), v.clone()
             k2.select(axis, 0).add_(torch.randn(k2.select(axis, 0).shape,
                                                 generator=generator).to(dtype))
             v2.select(axis, 0).add_(torch.randn(v2.select(axis, 0).shape,
                                                 generator=generator).to(dtype))
-            after = _output(function(q, k2, v2))
+            after = call_output(function(q, k2, v2))
     except Exception:  # the function's own shape checks: this layout is not its
         return None
     if before is None or after is None or before.shape != q.shape:
@@ -186,76 +179,6 @@ def function_layout(function, dtype: torch.dtype = torch.float32) -> tuple[str, 
                         "declare --layout blhd if meant otherwise")
     return "bhld", ("assumed: behaviour could not tell the heads' axis; declare --layout blhd "
                     "for (batch, length, heads, dim)")
-
-
-ALIGNMENT_WORDS = {
-    CausalAlignment.BOTTOM_RIGHT: "of 3 queries over 5 keys, query 0 sees keys 0 to 2: query i "
-                                  "sees keys <= i + kv_len - q_len, as FlashAttention >= 2.1 and "
-                                  "SDPA's lower-right",
-    CausalAlignment.TOP_LEFT: "of 3 queries over 5 keys, query 0 sees key 0 alone: query i sees "
-                              "keys <= i",
-}
-SCALE_ARGUMENTS = ("softmax_scale", "scale", "sm_scale")
-"""Keywords kernels take the softmax scale by (FlashAttention, SDPA, Triton's tutorial): the
-name orders nothing else; ``kernel`` checks that the value given is the scale applied."""
-
-
-def causal_alignment(function, layout: str, argument: str,
-                     dtype: torch.dtype) -> tuple[CausalAlignment | None, str]:
-    """How ``function(..., argument=True)`` aligns causality when queries are fewer than keys,
-    by behaviour: with 3 queries over 5 keys, whether query 0 sees keys 0 to 2 (bottom-right)
-    or key 0 alone (top-left), else NEITHER; None where it refuses those shapes. With what
-    was seen, in words."""
-    generator = torch.Generator().manual_seed(11)
-
-    def tensor(length: int) -> torch.Tensor:
-        shape = (1, 2, length, 8) if layout == "bhld" else (1, length, 2, 8)
-        return torch.randn(shape, generator=generator).to(dtype)
-
-    axis = 2 if layout == "bhld" else 1
-    q, k, v = tensor(3), tensor(5), tensor(5)
-    seen = []
-    try:
-        with torch.no_grad():
-            before = _output(function(q, k, v, **{argument: True})).double()
-            for key in range(5):
-                k2, v2 = k.clone(), v.clone()
-                k2.select(axis, key).mul_(-2.0)
-                v2.select(axis, key).add_(3.0)
-                after = _output(function(q, k2, v2, **{argument: True})).double()
-                row0 = (after - before).select(axis, 0)
-                seen.append(bool((row0.abs() > unchanged_tolerance(dtype, before)).any()))
-    except Exception as error:  # the function's own refusal of these shapes
-        return None, (f"with {argument}=True, 3 queries over 5 keys raise "
-                      f"({_refusal(error)}): causality with fewer queries than keys not checked")
-    for alignment, pattern in ((CausalAlignment.BOTTOM_RIGHT, [True] * 3 + [False] * 2),
-                               (CausalAlignment.TOP_LEFT, [True] + [False] * 4)):
-        if seen == pattern:
-            return alignment, (f"causal aligned {alignment.value.replace('_', '-')} (probed: "
-                               f"{ALIGNMENT_WORDS[alignment]})")
-    keys = [key for key, moved in enumerate(seen) if moved]
-    return CausalAlignment.NEITHER, (
-        f"causal aligned neither bottom-right nor top-left (probed: of 3 queries over 5 keys, "
-        f"query 0 sees {'keys ' + str(keys) if keys else 'no key'}): checked against "
-        "bottom-right by kernel")
-
-
-def kernel_arguments(function, layout: str, caps: Capabilities,
-                     dtype: torch.dtype) -> tuple[KernelArguments, list[str]]:
-    """The kernel's own arguments (see :class:`KernelArguments`), with notes."""
-    names = list(inspect.signature(function).parameters)
-    notes = []
-    # The keyword inference turned causality on with (the wrapper's is_causal passes it on).
-    causal = next((n for n in names if "causal" in n), None)
-    alignment = None
-    if caps.causal == "optional" and causal:
-        alignment, words = causal_alignment(function, layout, causal, dtype)
-        notes.append(words)
-    scale = next((n for n in SCALE_ARGUMENTS if n in names), None)
-    if scale:
-        notes.append(f"softmax scale set by {scale}= (checked by kernel: the value given is the "
-                     "scale applied)")
-    return KernelArguments(scale_argument=scale, alignment=alignment), notes
 
 
 def _names(dtypes) -> str:

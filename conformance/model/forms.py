@@ -168,14 +168,25 @@ class CausalAlignment(str, Enum):
         return 0 if self is CausalAlignment.TOP_LEFT else kv_len - q_len
 
 
+LSE_OPTION = "_conformance_lse"
+"""The keyword the suite's wrapper of a core function takes (and never passes on) to return the
+function's log-sum-exp, as (batch, q_len, heads), in place of the output: its value is the
+function's own keyword that asks for it ("" where every call returns it)."""
+
+
 @dataclass(frozen=True)
 class KernelArguments:
-    """What a core function takes beyond (q, k, v), as inference measured it: the keyword that
-    sets the softmax scale (``softmax_scale``, ``scale``), and the alignment ``causal=True``
-    gives with fewer queries than keys (None where it is not causal on request)."""
+    """What a core function takes beyond (q, k, v), as inference found it: the keywords that
+    set the softmax scale (``softmax_scale``), a ``window_size=(left, right)`` and a logit
+    ``softcap``; the keyword that makes it return ``(out, lse)`` ("" where it always does); and
+    the alignment ``causal=True`` gives with fewer queries than keys (None where it is not
+    causal on request). ``kernel`` checks each."""
 
     scale_argument: str | None = None
     alignment: CausalAlignment | None = None
+    window_argument: str | None = None
+    softcap_argument: str | None = None
+    lse_argument: str | None = None
 
 
 class PackedForm(str, Enum):

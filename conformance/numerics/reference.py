@@ -30,10 +30,12 @@ FullyMaskedPolicy = Literal["zeros", "nan", "uniform"]
 
 @dataclass(frozen=True)
 class ReferenceResult:
-    """``output`` (B, Lq, D_out) and ``attention`` weights (B, H, Lq, Lk)."""
+    """``output`` (B, Lq, D_out), ``attention`` weights (B, H, Lq, Lk), and each row's
+    log-sum-exp of its (scaled, masked) logits ``lse`` (B, H, Lq), natural log."""
 
     output: torch.Tensor
     attention: torch.Tensor
+    lse: torch.Tensor
 
 
 def allowed_keys(batch: int, q_len: int, kv_len: int, keep: torch.Tensor | None, causal: bool,
@@ -74,6 +76,7 @@ def reference_attention(
     tables_in_dtype: bool = False,
     allowed: torch.Tensor | None = None,
     zeroed_after: torch.Tensor | None = None,
+    softcap: float | None = None,
 ) -> ReferenceResult:
     """Multi-head attention, computed in ``dtype`` (float64 for the reference).
 
@@ -89,7 +92,8 @@ def reference_attention(
     Known mask mistakes, for diagnosis only: ``allowed`` (B, 1, Lq, Lk) bool replaces the keys
     ``keep``, ``causal`` and ``window`` allow (an inverted mask, a causal diagonal off by one);
     ``zeroed_after`` (B, Lk) bool keeps only those keys' weights after the softmax, without
-    renormalising (a mask applied after the softmax).
+    renormalising (a mask applied after the softmax). ``softcap`` c caps the scaled logits to
+    c tanh(s / c) before masking (Gemma 2's, FlashAttention's ``softcap``).
     """
     w = weights.expanded().map(lambda t: t.to(dtype))
     q_in, k_in, v_in = (t.to(dtype) for t in (query, key, value))
@@ -105,6 +109,8 @@ def reference_attention(
     logits = (q * scale) @ k.transpose(-1, -2) if scale_first else (q @ k.transpose(-1, -2)) * scale
     if bias is not None:
         logits = logits + bias.to(logits.device)
+    if softcap:
+        logits = softcap * torch.tanh(logits / softcap)
 
     batch, q_len, kv_len = q_in.shape[0], q_in.shape[1], k_in.shape[1]
     if allowed is None:
@@ -126,7 +132,8 @@ def reference_attention(
     heads = attention @ v  # (B, H, Lq, Dv)
     concat = heads.transpose(1, 2).reshape(batch, q_len, -1)
     output = concat if w.w_o is None else concat @ w.w_o.T + w.b_o
-    return ReferenceResult(output=output, attention=attention)
+    return ReferenceResult(output=output, attention=attention,
+                           lse=torch.logsumexp(logits, dim=-1))
 
 
 def plain_attention(weights: HeadWeights, query: torch.Tensor, key: torch.Tensor,

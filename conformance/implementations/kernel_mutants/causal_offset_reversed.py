@@ -14,13 +14,18 @@ import torch
 from conformance.implementations.kernels import Kernel, kernel_function
 
 CATCHES = "kernel"
+EXPOSED_BY = {"causal": True}
+"""The arguments under which it differs from the correct kernel (with fewer queries than keys)."""
 
 
 class CausalOffsetReversed(Kernel):
-    def visible(self, q_len, start, stop, kv_len, device):
-        rows = torch.arange(q_len, device=device)[:, None]
-        cols = torch.arange(start, stop, device=device)[None, :]
-        return cols <= rows + (q_len - kv_len)
+    def visible(self, q_len, start, stop, kv_len, options, device):
+        seen = super().visible(q_len, start, stop, kv_len, options, device)
+        if options.causal:
+            rows = torch.arange(q_len, device=device)[:, None]
+            cols = torch.arange(start, stop, device=device)[None, :]
+            seen = seen & (cols <= rows + (q_len - kv_len))
+        return seen
 
 
 KERNEL = kernel_function(CausalOffsetReversed(), "bhld", "causal_offset_reversed")

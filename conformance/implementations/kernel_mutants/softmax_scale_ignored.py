@@ -14,12 +14,16 @@ import math
 from conformance.implementations.kernels import Kernel, kernel_function
 
 CATCHES = "kernel"
+EXPOSED_BY = {"softmax_scale": 0.05}
+"""The arguments under which it differs from the correct kernel (with fewer queries than keys)."""
 
 _attention = kernel_function(Kernel(), "blhd", "softmax_scale_ignored")
 
 
-def softmax_scale_ignored(q, k, v, causal=False, softmax_scale=None):
-    return _attention(q, k, v, causal=causal, softmax_scale=1 / math.sqrt(q.shape[-1]))
+def softmax_scale_ignored(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1),
+                          softcap=0.0, return_lse=False):
+    return _attention(q, k, v, causal=causal, softmax_scale=1 / math.sqrt(q.shape[-1]),
+                      window_size=window_size, softcap=softcap, return_lse=return_lse)
 
 
 softmax_scale_ignored.layout = "blhd"

@@ -1,0 +1,141 @@
+"""A kernel function's own arguments beyond (q, k, v), found by name and settled by behaviour.
+
+Names order the search (FlashAttention's and SDPA's keywords: ``softmax_scale``, ``window_size``,
+``softcap``, ``return_lse``); behaviour decides what is stated: where ``causal=True`` puts the
+diagonal when queries are fewer than keys (measured, see :func:`causal_alignment`), and whether
+asking for the log-sum-exp returns ``(out, lse)`` with an lse of shape (batch, heads, q_len).
+What each argument computes is the ``kernel`` check's to judge: a scale the kernel ignores, a
+window one key off, a softcap applied after the mask fail there.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from conformance.model.forms import CausalAlignment, KernelArguments
+from conformance.model.spec import Capabilities
+from conformance.numerics.tolerance import unchanged_tolerance
+
+SCALE_ARGUMENTS = ("softmax_scale", "scale", "sm_scale")
+WINDOW_ARGUMENTS = ("window_size",)
+SOFTCAP_ARGUMENTS = ("softcap", "logit_softcap", "softcapping")
+LSE_ARGUMENTS = ("return_lse", "return_softmax_lse")
+"""Keywords kernels take each argument by (FlashAttention, SDPA, Triton's tutorial)."""
+
+ALIGNMENT_WORDS = {
+    CausalAlignment.BOTTOM_RIGHT: "of 3 queries over 5 keys, query 0 sees keys 0 to 2: query i "
+                                  "sees keys <= i + kv_len - q_len, as FlashAttention >= 2.1 and "
+                                  "SDPA's lower-right",
+    CausalAlignment.TOP_LEFT: "of 3 queries over 5 keys, query 0 sees key 0 alone: query i sees "
+                              "keys <= i",
+}
+
+
+def call_output(result: object) -> torch.Tensor | None:
+    """The attention output of a call: the tensor, or the first of an ``(out, lse)`` pair."""
+    if isinstance(result, tuple) and result:
+        result = result[0]
+    return result if isinstance(result, torch.Tensor) else None
+
+
+def refusal(error: BaseException) -> str:
+    """An exception in a line: its type and the first line of its message."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:120] if lines else ''}".rstrip(": ")
+
+
+def _per_head(layout: str, length: int, generator: torch.Generator,
+              dtype: torch.dtype) -> torch.Tensor:
+    """One of q, k, v for batch 1, 2 heads of 8, ``length`` tokens, in ``layout``."""
+    shape = (1, 2, length, 8) if layout == "bhld" else (1, length, 2, 8)
+    return torch.randn(shape, generator=generator).to(dtype)
+
+
+def causal_alignment(function, layout: str, argument: str,
+                     dtype: torch.dtype) -> tuple[CausalAlignment | None, str]:
+    """How ``function(..., argument=True)`` aligns causality when queries are fewer than keys,
+    by behaviour: with 3 queries over 5 keys, whether query 0 sees keys 0 to 2 (bottom-right)
+    or key 0 alone (top-left), else NEITHER; None where it refuses those shapes. With what
+    was seen, in words."""
+    generator = torch.Generator().manual_seed(11)
+    axis = 2 if layout == "bhld" else 1
+    q, k, v = (_per_head(layout, n, generator, dtype) for n in (3, 5, 5))
+    seen = []
+    try:
+        with torch.no_grad():
+            before = call_output(function(q, k, v, **{argument: True})).double()
+            for key in range(5):
+                k2, v2 = k.clone(), v.clone()
+                k2.select(axis, key).mul_(-2.0)
+                v2.select(axis, key).add_(3.0)
+                after = call_output(function(q, k2, v2, **{argument: True})).double()
+                row0 = (after - before).select(axis, 0)
+                seen.append(bool((row0.abs() > unchanged_tolerance(dtype, before)).any()))
+    except Exception as error:  # the function's own refusal of these shapes
+        return None, (f"with {argument}=True, 3 queries over 5 keys raise "
+                      f"({refusal(error)}): causality with fewer queries than keys not checked")
+    for alignment, pattern in ((CausalAlignment.BOTTOM_RIGHT, [True] * 3 + [False] * 2),
+                               (CausalAlignment.TOP_LEFT, [True] + [False] * 4)):
+        if seen == pattern:
+            return alignment, (f"causal aligned {alignment.value.replace('_', '-')} (probed: "
+                               f"{ALIGNMENT_WORDS[alignment]})")
+    keys = [key for key, moved in enumerate(seen) if moved]
+    return CausalAlignment.NEITHER, (
+        "causal aligned neither bottom-right nor top-left (probed: of 3 queries over 5 keys, "
+        f"query 0 sees {'keys ' + str(keys) if keys else 'no key'}): checked against "
+        "bottom-right by kernel")
+
+
+def lse_argument(function, layout: str, names: list[str],
+                 dtype: torch.dtype) -> tuple[str | None, str | None]:
+    """The keyword that makes ``function`` return ``(out, lse)`` ("" where every call does),
+    by behaviour: the second element is a tensor of shape (batch, heads, q_len); with a note."""
+    generator = torch.Generator().manual_seed(13)
+    q, k, v = (_per_head(layout, n, generator, dtype) for n in (3, 4, 4))
+    expected = (1, 2, 3)
+    for keyword in ("", *(n for n in LSE_ARGUMENTS if n in names)):
+        try:
+            with torch.no_grad():
+                result = function(q, k, v, **({keyword: True} if keyword else {}))
+        except Exception:  # not this way: the next keyword, if any
+            continue
+        if not (isinstance(result, tuple) and len(result) >= 2):
+            continue
+        lse = result[1]
+        shape = tuple(lse.shape) if isinstance(lse, torch.Tensor) else None
+        if shape is not None and shape in (expected, (*expected, 1)):
+            how = f"with {keyword}=True" if keyword else "always"
+            return keyword, (f"returns (out, lse) {how} (lse (batch, heads, q_len), probed; "
+                             "checked by kernel against the float64 log-sum-exp)")
+        return None, (f"returns a tuple whose second element is {shape or type(lse).__name__}, "
+                      f"not (batch, heads, q_len) = {expected}: not read as a log-sum-exp")
+    return None, None
+
+
+def kernel_arguments(function, layout: str, caps: Capabilities,
+                     dtype: torch.dtype) -> tuple[KernelArguments, list[str]]:
+    """The kernel's own arguments (see :class:`KernelArguments`), with notes."""
+    names = list(inspect.signature(function).parameters)
+    notes = []
+    # The keyword inference turned causality on with (the wrapper's is_causal passes it on).
+    causal = next((n for n in names if "causal" in n), None)
+    alignment = None
+    if caps.causal == "optional" and causal:
+        alignment, words = causal_alignment(function, layout, causal, dtype)
+        notes.append(words)
+    found = {role: next((n for n in candidates if n in names), None)
+             for role, candidates in (("scale", SCALE_ARGUMENTS), ("window", WINDOW_ARGUMENTS),
+                                      ("softcap", SOFTCAP_ARGUMENTS))}
+    for role, words in (("scale", "the softmax scale"), ("window", "a window (left, right)"),
+                        ("softcap", "a logit softcap")):
+        if found[role]:
+            notes.append(f"{words} set by {found[role]}= (checked by kernel: the value given is "
+                         "the one applied)")
+    lse, words = lse_argument(function, layout, names, dtype)
+    if words:
+        notes.append(words)
+    return KernelArguments(scale_argument=found["scale"], alignment=alignment,
+                           window_argument=found["window"], softcap_argument=found["softcap"],
+                           lse_argument=lse), notes
