@@ -24,27 +24,31 @@ from conformance.inference import InferenceError, infer_function
 from conformance.run.runner import BLOCKED
 from tests.fixtures import kernel_refusals
 
-GRADIENT_CASES = [  # (layout, causal, q_len, kv_len): lengths beyond one block of 16 keys
-    ("bhld", False, 5, 37), ("bhld", True, 37, 37), ("blhd", True, 6, 21), ("blhd", False, 1, 3)]
+GRADIENT_CASES = [  # (layout, causal, q_len, kv_len[, kv_heads]): beyond one block of 16 keys
+    ("bhld", False, 5, 37), ("bhld", True, 37, 37), ("blhd", True, 6, 21), ("blhd", False, 1, 3),
+    ("bhld", True, 9, 9, 1), ("blhd", False, 4, 17, 1)]
 
 
 def oracle(q, k, v, causal):
-    """float64 attention over (B, H, L, D), causal aligned bottom-right."""
+    """float64 attention over (B, H, L, D), causal aligned bottom-right; k and v may have fewer
+    heads (query head h reads h // G)."""
     q, k, v = (t.detach().double().requires_grad_(True) for t in (q, k, v))
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    groups = q.shape[1] // k.shape[1]
+    scores = q @ k.repeat_interleave(groups, 1).transpose(-1, -2) / math.sqrt(q.shape[-1])
     if causal:
         lq, lk = scores.shape[-2:]
         seen = torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq)
         scores = scores.masked_fill(~seen, float("-inf"))
-    return (q, k, v), torch.softmax(scores, -1) @ v
+    return (q, k, v), torch.softmax(scores, -1) @ v.repeat_interleave(groups, 1)
 
 
-def gradients(function, layout, dtype, causal, q_len, kv_len):
-    """(kernel's (out, dq, dk, dv), the oracle's), over (B, H, L, D) whatever the layout."""
+def gradients(function, layout, dtype, causal, q_len, kv_len, kv_heads=3):
+    """(kernel's (out, dq, dk, dv), the oracle's), over (B, H, L, D) whatever the layout; 3
+    query heads over ``kv_heads``."""
     generator = torch.Generator().manual_seed(q_len * 100 + kv_len)
-    shape = lambda length: (2, 3, length, 8)  # noqa: E731
-    q, k, v = (torch.randn(shape(n), generator=generator, dtype=torch.float64)
-               for n in (q_len, kv_len, kv_len))
+    shape = lambda length, heads=3: (2, heads, length, 8)  # noqa: E731
+    q, k, v = (torch.randn(shape(n, h), generator=generator, dtype=torch.float64)
+               for n, h in ((q_len, 3), (kv_len, kv_heads), (kv_len, kv_heads)))
     dout = torch.randn(shape(q_len), generator=generator, dtype=torch.float64)
     leaves = [t.to(dtype).requires_grad_(True) for t in (q, k, v)]
     given = [t.transpose(1, 2) if layout == "blhd" else t for t in leaves]
@@ -59,11 +63,12 @@ def gradients(function, layout, dtype, causal, q_len, kv_len):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize(("layout", "causal", "q_len", "kv_len"), GRADIENT_CASES)
-def test_the_kernels_compute_attention_and_its_derivative(dtype, layout, causal, q_len, kv_len):
+@pytest.mark.parametrize("case", GRADIENT_CASES, ids=str)
+def test_the_kernels_compute_attention_and_its_derivative(dtype, case):
+    layout, causal, q_len, kv_len, *kv_heads = case
     function = dict(bhld=kernels.half_attention, blhd=kernels.flash_layout_half_attention)[layout]
     assert function.layout == layout
-    actual, expected = gradients(function, layout, dtype, causal, q_len, kv_len)
+    actual, expected = gradients(function, layout, dtype, causal, q_len, kv_len, *kv_heads)
     allowed = 4 * torch.finfo(dtype).eps * 8
     for name, a, e in zip(("out", "dq", "dk", "dv"), actual, expected, strict=True):
         assert float((a - e).abs().max()) <= allowed * max(1.0, float(e.abs().max())), name
@@ -102,7 +107,8 @@ NAME = lambda module: module.__name__.rsplit(".")[-1]  # noqa: E731
 
 @pytest.mark.parametrize("module", BACKWARD_TWINS, ids=NAME)
 def test_every_backward_twin_has_a_wrong_gradient_and_an_exact_forward(module):
-    actual, expected = gradients(module.KERNEL, module.KERNEL.layout, torch.float16, False, 5, 37)
+    actual, expected = gradients(module.KERNEL, module.KERNEL.layout, torch.float16, False, 5, 37,
+                                 getattr(module, "KV_HEADS", 3))
     errors = [float((a - e).abs().max()) for a, e in zip(actual, expected, strict=True)]
     assert errors[0] < 1e-2  # the forward is right
     assert max(errors[1:]) > 0.1  # some gradient is far off

@@ -104,6 +104,11 @@ class Kernel:
     def dk(self, ds: torch.Tensor, q: torch.Tensor, scale: float) -> torch.Tensor:
         return ds.transpose(-1, -2) @ q * scale
 
+    def grouped(self, gradient: torch.Tensor, groups: int) -> torch.Tensor:
+        """A key/value gradient over the query heads (B, H, Lk, D), summed over each group of
+        ``groups`` query heads that shares one key/value head: (B, H / groups, Lk, D)."""
+        return gradient.unflatten(1, (-1, groups)).sum(2)
+
     def forward(self, q, k, v, options: Options):
         """(O in q's dtype, the backward's lse (B, H, Lq, 1) float32, the caller's)."""
         kv_len = k.shape[-2]
@@ -150,34 +155,49 @@ class Kernel:
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, kernel: Kernel, options: Options):
-        out, lse, returned = kernel.forward(q, k, v, options)
+        groups = q.shape[1] // k.shape[1]  # grouped key/value heads: query head h reads h // G
+        out, lse, returned = kernel.forward(q, *_expanded(k, v, groups), options)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.kernel, ctx.options = kernel, options
+        ctx.kernel, ctx.options, ctx.groups = kernel, options, groups
         ctx.mark_non_differentiable(returned)
         return out, returned
 
     @staticmethod
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = ctx.kernel.backward(q, k, v, out, lse, dout, ctx.options)
+        dq, dk, dv = ctx.kernel.backward(q, *_expanded(k, v, ctx.groups), out, lse, dout,
+                                         ctx.options)
+        if ctx.groups > 1:
+            dk, dv = (ctx.kernel.grouped(g, ctx.groups) for g in (dk, dv))
         return dq, dk, dv, None, None
 
 
-def _refuse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def _expanded(k: torch.Tensor, v: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Key/value heads repeated for the query heads that share them (h // G)."""
+    if groups == 1:
+        return k, v
+    return k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+
+
+def _refuse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int) -> None:
     if q.dtype not in HALF or k.dtype != q.dtype or v.dtype != q.dtype:
         raise RuntimeError("this kernel only supports float16 and bfloat16 (got "
                            f"{q.dtype}, {k.dtype}, {v.dtype})")
+    if q.shape[heads] % k.shape[heads] or k.shape[heads] != v.shape[heads]:
+        raise RuntimeError(f"number of query heads ({q.shape[heads]}) must be a multiple of "
+                           f"the key/value heads ({k.shape[heads]}, {v.shape[heads]})")
 
 
 def kernel_function(kernel: Kernel, layout: str = "bhld", name: str = "attention"):
     """``attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1),
     softcap=0.0, return_lse=False)`` over (B, H, L, D) (``bhld``) or FlashAttention's
-    (B, L, H, D) (``blhd``), computed by ``kernel``; with ``return_lse``, ``(out, lse)`` with
-    lse (B, H, Lq) float32, as FlashAttention's ``softmax_lse``."""
+    (B, L, H, D) (``blhd``), computed by ``kernel``; k and v may have fewer heads, a divisor of
+    q's (query head h reads key/value head h // G, as FlashAttention's); with ``return_lse``,
+    ``(out, lse)`` with lse (B, H, Lq) float32, as FlashAttention's ``softmax_lse``."""
 
     def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
                   return_lse=False):
-        _refuse(q, k, v)
+        _refuse(q, k, v, 1 if layout == "bhld" else 2)
         scale = softmax_scale if softmax_scale is not None else 1 / math.sqrt(q.shape[-1])
         options = Options(scale, bool(causal), tuple(window_size), float(softcap))
         if layout == "blhd":

@@ -92,10 +92,12 @@ class CoreFunctionModule(HeadProjections):
         return self.merge(out)
 
 
-def core_function_class(function, layout: str = "bhld") -> type[CoreFunctionModule]:
+def core_function_class(function, layout: str = "bhld",
+                        grouped: bool = False) -> type[CoreFunctionModule]:
     """A CoreFunctionModule subclass calling ``function`` in ``layout``, whose forward carries
     the function's own parameter names (so its mask and causal arguments are read as for any
-    class)."""
+    class); ``grouped``: its constructor takes ``num_kv_heads`` (the function takes fewer
+    key/value heads than query heads), so that inference finds grouped heads as for a class."""
     signature = inspect.signature(function)
     parameters = list(signature.parameters.values())
     if len([p for p in parameters if p.default is p.empty]) < 3:
@@ -108,9 +110,35 @@ def core_function_class(function, layout: str = "bhld") -> type[CoreFunctionModu
 
     forward.__signature__ = signature.replace(parameters=[
         inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *parameters])
+    if grouped:
+        def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None) -> None:
+            HeadProjections.__init__(self, d_model, num_heads, num_kv_heads)
+    else:
+        def __init__(self, d_model: int, num_heads: int) -> None:
+            HeadProjections.__init__(self, d_model, num_heads)
+
     return type(getattr(function, "__name__", "core_function"), (CoreFunctionModule,),
                 {"function": staticmethod(function), "forward": forward, "layout": layout,
-                 "__module__": getattr(function, "__module__", __name__)})
+                 "__init__": __init__, "__module__": getattr(function, "__module__", __name__)})
+
+
+def takes_grouped(function, layout: str, dtype: torch.dtype) -> bool:
+    """Whether ``function`` takes fewer key/value heads than query heads (4 query heads over 2):
+    it runs and returns the queries' shape. Which query head reads which key/value head is
+    ``kv_groups``' to check."""
+    generator = torch.Generator().manual_seed(17)
+
+    def tensor(heads: int) -> torch.Tensor:
+        shape = (2, heads, 5, 8) if layout == "bhld" else (2, 5, heads, 8)
+        return torch.randn(shape, generator=generator).to(dtype)
+
+    q, k, v = tensor(4), tensor(2), tensor(2)
+    try:
+        with torch.no_grad():
+            out = call_output(function(q, k, v))
+    except Exception:  # it takes as many key/value heads as query heads: no grouping
+        return False
+    return out is not None and out.shape == q.shape
 
 
 PROBE_SHAPE = (2, 3, 5, 8)
@@ -225,7 +253,8 @@ def infer_function(function, *, name: str | None = None,
         raise _nowhere(label, refused)
     probing = torch.float32 if torch.float32 in runs else runs[0]
     layout, how = (stated, "declared") if stated else function_layout(function, probing)
-    cls = core_function_class(function, layout)
+    grouped = takes_grouped(function, layout, probing)
+    cls = core_function_class(function, layout, grouped)
     cls.compute_dtype = None if probing is torch.float32 else probing
     try:
         inferred = infer(cls, name=label, declared=replace(declared, weights=OWN_WEIGHTS))
@@ -245,9 +274,14 @@ def infer_function(function, *, name: str | None = None,
         capabilities = replace(inferred.implementation.capabilities, kernel=arguments)
     # The wrapper's constructor, forward and projections are the suite's own: nothing to say,
     # and inference's dtype note is replaced by what the probe found.
+    if grouped:
+        stated.insert(0, "takes fewer key/value heads than query heads (probed: 4 query heads "
+                         "over 2 run): generated as divisors of the head count; kv_groups checks "
+                         "which query head reads which")
     notes = (note, dtypes, *(n for n in inferred.notes[2:]
                              if not n.startswith(("weights from inner.", "dtypes ",
-                                                  "float16 and bfloat16 assumed"))),
+                                                  "float16 and bfloat16 assumed",
+                                                  "key/value heads = num_kv_heads"))),
              *stated)
     return Inferred(replace(inferred.implementation, notes=notes, capabilities=capabilities),
                     notes)
