@@ -219,3 +219,14 @@ def test_causal_alignment_is_measured_and_stated():
     top_left = infer_function(core_functions.flash_layout_attention).notes
     assert any(n.startswith("causal aligned bottom-right (probed") for n in bottom_right)
     assert any(n.startswith("causal aligned top-left (probed") for n in top_left)
+
+
+def test_a_layer_refusing_float64_nobody_declared_is_checked_without_it():
+    results = {r.check: r for r in check(kernel_refusals.Float32OnlyLayer, devices=["cpu"],
+                                         checks=["gate", "contract", "batch_independence"])}
+    assert {r.status for r in results.values()} == {Status.PASSED}
+    assert any(note.startswith("refuses float64, which nobody declared (forward raised")
+               for note in results["gate"].observations)
+    declared = check(kernel_refusals.Float32OnlyLayer, devices=["cpu"], checks=["contract"],
+                     declare={"dtypes": "float32,float64"})
+    assert declared[0].status is Status.FAILED  # declared, float64 is its contract

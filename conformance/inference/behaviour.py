@@ -132,6 +132,8 @@ def dtypes_form(declared: Declarations, capabilities: CapabilitiesFound, notes: 
         capabilities.set(dtypes=dtypes, assumed_dtypes=())
         notes.append("dtypes " + ", ".join(dtype_name(d) for d in dtypes) + " (declared)")
     else:
+        # Nobody declared float32 or float64 either: one it refuses is dropped, not failed.
+        capabilities.set(probed_dtypes=(torch.float32, torch.float64))
         notes.append("float16 and bfloat16 assumed (an nn.Module can be cast to them, nobody "
                      "declared them): what breaks there is a warning; declare --dtypes to make "
                      "them part of its contract")

@@ -118,6 +118,9 @@ class Capabilities:
         dtypes: the floating dtypes it supports.
         assumed_dtypes: those of ``dtypes`` that inference assumed rather than anyone declared
             (float16 / bfloat16 for an undeclared module): what breaks there is a warning.
+        probed_dtypes: those of ``dtypes`` tried because nobody declared any (float32 and
+            float64 for an undeclared module): one the basic call raises in, where another
+            runs, is a dtype it refuses; the gate drops it and says so, never a failure.
         positional: a position encoding inside the module ("rotary", "alibi", "positions"),
             with its evidence; checks that assume position-free attention skip.
         weights: whether its projections are readable and writable in the canonical form.
@@ -186,6 +189,7 @@ class Capabilities:
     shapes: tuple[tuple[int, int], ...] | None = None
     dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES
     assumed_dtypes: tuple[torch.dtype, ...] = ()
+    probed_dtypes: tuple[torch.dtype, ...] = ()
     positional: str | None = None
     weights: bool = False
     fully_masked: FullyMaskedPolicy = "report"

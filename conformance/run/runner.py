@@ -98,8 +98,11 @@ class Runner:
                 result.status = Status.FAILED
                 result.reason = outcome.blocking
                 result.details = ["every other check is blocked"]
-            result.observations = [f"{problem}; the other checks run without it"
-                                   for problem in outcome.broken.values()]
+            result.observations = [
+                *(f"refuses {dtype}, which nobody declared ({problem}): checked without it"
+                  for dtype, problem in outcome.refused.items()),
+                *(f"{problem}; the other checks run without it"
+                  for problem in outcome.broken.values())]
             if outcome.constraint is not None:
                 result.observations.append(outcome.constraint.describe())
             if outcome.precision is not None and (

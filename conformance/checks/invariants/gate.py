@@ -52,6 +52,9 @@ class GateOutcome:
     """What float64 runs compute at, where float64 is declared and works."""
     constraint: Constraint | None = None
     """The configurations its constructor accepts, where it rejects some (found here)."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """Dtypes nobody declared whose basic call raises where another's runs: ``{dtype: why}``;
+    the other checks run without them."""
 
     @property
     def blocked(self) -> bool:
@@ -124,6 +127,12 @@ class Gate:
         caps = context.capabilities
         device = context.device
         outcome = GateOutcome(effective=caps)
+        outcome.refused = self._refused(context)
+        if outcome.refused:
+            caps = replace(caps, dtypes=tuple(d for d in caps.dtypes
+                                              if dtype_name(d) not in outcome.refused))
+            outcome.effective = caps
+            context = replace(context, capabilities=caps)
         first, *others = caps.dtypes
         if caps.shapes is None:
             try:
@@ -188,6 +197,21 @@ class Gate:
         if torch.float64 in kept_dtypes:
             outcome.precision = self._precision(context, outcome.effective)
         return outcome
+
+    @staticmethod
+    def _refused(context: CheckContext) -> dict[str, str]:
+        """The probed dtypes (nobody declared them) whose basic call raises where another
+        dtype's runs: ``{dtype: why}``, the dtypes it refuses. Where none runs, none is refused:
+        the basic call's failure is then the gate's."""
+        caps = context.capabilities
+        if not caps.probed_dtypes:
+            return {}
+        problems = {dtype: try_call(context, base_case(caps, dtype, context.device))
+                    for dtype in caps.dtypes if dtype in caps.probed_dtypes}
+        if all(problem is not None for problem in problems.values()):
+            return {}
+        return {dtype_name(dtype): problem for dtype, problem in problems.items()
+                if problem is not None}
 
     @staticmethod
     def _builds(context: CheckContext, heads: int, head_dim: int) -> bool:
