@@ -11,6 +11,7 @@ line and exit 2.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -98,6 +99,34 @@ def test_the_kernels_arguments_against_a_float64_oracle(arguments, q_len):
     scores = scores.masked_fill(~seen, float("-inf"))
     assert float((out.double() - torch.softmax(scores, -1) @ v).abs().max()) < 1e-2
     assert float((lse.double() - torch.logsumexp(scores, -1)).abs().max()) < 1e-2
+
+
+def test_the_varlen_kernel_is_each_sequence_alone_and_its_twin_crosses_a_boundary():
+    """Sequences of 3, 0 (empty) and 4 queries over 5, 2 and 6 keys, causal, in float16: each
+    against the float64 oracle on that sequence alone; the twin is exact on one sequence."""
+    from conformance.implementations.kernel_mutants import varlen_boundary_off_by_one as twin
+
+    generator = torch.Generator().manual_seed(5)
+    lengths_q, lengths_k = (3, 0, 4), (5, 2, 6)
+    q = torch.randn(sum(lengths_q), 2, 8, generator=generator, dtype=torch.float64)
+    k, v = (torch.randn(sum(lengths_k), 2, 8, generator=generator, dtype=torch.float64)
+            for _ in range(2))
+    cu_q, cu_k = (torch.tensor([0, *itertools.accumulate(n)], dtype=torch.int32)
+                  for n in (lengths_q, lengths_k))
+    packed = kernels.varlen_half_attention(q.half(), k.half(), v.half(), cu_q, cu_k, 4, 6,
+                                           causal=True)
+    assert packed.shape == q.shape
+    for i in (0, 2):  # sequence 1 is empty: no rows of its own
+        rows, keys = slice(cu_q[i], cu_q[i + 1]), slice(cu_k[i], cu_k[i + 1])
+        head_first = [t.transpose(0, 1)[None] for t in (q[rows], k[keys], v[keys])]
+        alone = oracle(*head_first, True)[1].detach()[0].transpose(0, 1)
+        assert float((packed[rows].double() - alone).abs().max()) < 1e-2
+    one = [t[:3].half() for t in (q, k, v)]
+    whole = torch.tensor([0, 3], dtype=torch.int32)
+    assert torch.equal(twin.KERNEL(*one, whole, whole, 3, 3),
+                       kernels.varlen_half_attention(*one, whole, whole, 3, 3))
+    crossed = twin.KERNEL(q.half(), k.half(), v.half(), cu_q, cu_k, 4, 6, causal=True)
+    assert float((crossed - packed).abs().max()) > 0.05
 
 
 BACKWARD_TWINS = [m for m in KERNEL_MUTANT_MODULES if m.CATCHES == "reference"]

@@ -104,6 +104,10 @@ class Kernel:
     def dk(self, ds: torch.Tensor, q: torch.Tensor, scale: float) -> torch.Tensor:
         return ds.transpose(-1, -2) @ q * scale
 
+    def sequence(self, cu_seqlens: torch.Tensor, index: int) -> slice:
+        """The tokens of packed sequence ``index``: cu_seqlens[index] .. cu_seqlens[index + 1]."""
+        return slice(int(cu_seqlens[index]), int(cu_seqlens[index + 1]))
+
     def grouped(self, gradient: torch.Tensor, groups: int) -> torch.Tensor:
         """A key/value gradient over the query heads (B, H, Lk, D), summed over each group of
         ``groups`` query heads that shares one key/value head: (B, H / groups, Lk, D)."""
@@ -212,10 +216,41 @@ def kernel_function(kernel: Kernel, layout: str = "bhld", name: str = "attention
     return attention
 
 
+def varlen_kernel_function(kernel: Kernel, name: str = "varlen_attention"):
+    """``attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+    causal=False, softmax_scale=None)`` over packed tokens (total, H, D), FlashAttention's
+    ``flash_attn_varlen_func``: each sequence i, queries cu_seqlens_q[i] .. cu_seqlens_q[i + 1]
+    over keys cu_seqlens_k[i] .. cu_seqlens_k[i + 1], computed by ``kernel`` (an empty
+    sequence gives nothing)."""
+    dense = kernel_function(kernel, "bhld")
+
+    def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
+                  softmax_scale=None):
+        _refuse(q, k, v, 1)
+        pieces = []
+        for i in range(len(cu_seqlens_q) - 1):
+            queries = slice(int(cu_seqlens_q[i]), int(cu_seqlens_q[i + 1]))
+            keys = kernel.sequence(cu_seqlens_k, i)
+            if queries.stop == queries.start:
+                continue
+            one = [t[s].transpose(0, 1)[None] for t, s in ((q, queries), (k, keys), (v, keys))]
+            pieces.append(dense(*one, causal=causal, softmax_scale=softmax_scale)[0]
+                          .transpose(0, 1))
+        return torch.cat(pieces) if pieces else q.new_zeros(q.shape)
+
+    attention.__name__ = attention.__qualname__ = name
+    attention.__module__ = type(kernel).__module__
+    attention.layout = "varlen"
+    return attention
+
+
 half_attention = kernel_function(Kernel(), "bhld", "half_attention")
 """FlashAttention-2's algorithm over (batch, heads, length, head_dim), float16/bfloat16 only."""
 
 flash_layout_half_attention = kernel_function(Kernel(), "blhd", "flash_layout_half_attention")
 """The same kernel over FlashAttention's (batch, length, heads, head_dim)."""
 
-KERNELS = (half_attention, flash_layout_half_attention)
+varlen_half_attention = varlen_kernel_function(Kernel(), "varlen_half_attention")
+"""The same kernel over packed tokens (total, heads, head_dim) with cu_seqlens."""
+
+KERNELS = (half_attention, flash_layout_half_attention, varlen_half_attention)

@@ -28,6 +28,7 @@ from conformance.generation.cases import dtype_name
 from conformance.inference.infer import infer
 from conformance.inference.kernel_arguments import call_output, kernel_arguments, refusal
 from conformance.inference.plan import ALL_DTYPES, InferenceError, Inferred
+from conformance.inference.varlen_function import dense_view, is_varlen
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.forms import LSE_OPTION
 from conformance.numerics.tolerance import unchanged_tolerance
@@ -247,12 +248,17 @@ def infer_function(function, *, name: str | None = None,
         wanted = declared.dtype_list()
     except DeclarationError as error:
         raise InferenceError(str(error)) from error
+    varlen = is_varlen(function)
+    if varlen:  # checked through its dense view, (B, L, H, D) packed one sequence per element
+        function, stated = dense_view(function), "blhd"
     core_function_class(function)  # the signature's own problem first, in one line
     runs, refused = dtype_probe(function)
     if not runs:
         raise _nowhere(label, refused)
     probing = torch.float32 if torch.float32 in runs else runs[0]
-    layout, how = (stated, "declared") if stated else function_layout(function, probing)
+    layout, how = ((stated, "varlen: packed tokens (total, heads, head_dim), a batch packed one "
+                            "sequence per element") if varlen else
+                   (stated, "declared") if stated else function_layout(function, probing))
     grouped = takes_grouped(function, layout, probing)
     cls = core_function_class(function, layout, grouped)
     cls.compute_dtype = None if probing is torch.float32 else probing
@@ -264,11 +270,12 @@ def infer_function(function, *, name: str | None = None,
             "q/k/v/out projections: every check applies to the function")
     arguments, stated = kernel_arguments(function, layout, inferred.implementation.capabilities,
                                          probing)
+    arguments = replace(arguments, varlen=varlen)
     if wanted is None:
         dtypes = (f"runs in {_names(runs)} on cpu (probed: each is checked as its contract)"
                   + _refusals(refused))
         capabilities = replace(inferred.implementation.capabilities, dtypes=runs,
-                               assumed_dtypes=(), kernel=arguments)
+                               assumed_dtypes=(), probed_dtypes=(), kernel=arguments)
     else:
         dtypes = "dtypes " + _names(wanted) + " (declared)"
         capabilities = replace(inferred.implementation.capabilities, kernel=arguments)

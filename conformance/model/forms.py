@@ -180,13 +180,15 @@ class KernelArguments:
     set the softmax scale (``softmax_scale``), a ``window_size=(left, right)`` and a logit
     ``softcap``; the keyword that makes it return ``(out, lse)`` ("" where it always does); and
     the alignment ``causal=True`` gives with fewer queries than keys (None where it is not
-    causal on request). ``kernel`` checks each."""
+    causal on request); ``varlen``: it takes FlashAttention's packed tokens and cumulative
+    lengths (``packed`` then gives it an empty sequence too). ``kernel`` checks each."""
 
     scale_argument: str | None = None
     alignment: CausalAlignment | None = None
     window_argument: str | None = None
     softcap_argument: str | None = None
     lse_argument: str | None = None
+    varlen: bool = False
 
 
 class PackedForm(str, Enum):

@@ -3,7 +3,8 @@
 Property: tokens of n sequences of lengths l_1 .. l_n packed along one batch element (passed as
 cu_seqlens = [0, l_1, l_1 + l_2, ...], or as a block-diagonal mask) give, for every sequence,
 the output of that sequence run alone (within the reordering tolerance); and changing one
-sequence's tokens changes no other sequence's outputs (within the unchanged tolerance).
+sequence's tokens changes no other sequence's outputs (within the unchanged tolerance). A varlen
+kernel is given an empty sequence among them too (a boundary repeated in cu_seqlens).
 """
 
 from __future__ import annotations
@@ -26,14 +27,16 @@ OFF_BY_ONE_HINT = ("a token at a sequence boundary is counted in the wrong seque
                    "leading 0)?")
 
 
-def segments(case: Case) -> tuple[int, ...]:
-    """Two to four sequence lengths (each >= 1) summing to the case's length, from its seed."""
+def segments(case: Case, empty: bool = False) -> tuple[int, ...]:
+    """Two to four sequence lengths (each >= 1) summing to the case's length, from its seed;
+    ``empty``: with an empty sequence after the first (cu_seqlens repeats a boundary)."""
     generator = torch.Generator().manual_seed(case.seed + 101)
     count = min(case.q_len, 2 + case.seed % 3)
     cuts = sorted(torch.randperm(case.q_len - 1, generator=generator)[: count - 1].add(1)
                   .tolist())
     bounds = [0, *cuts, case.q_len]
-    return tuple(end - start for start, end in pairwise(bounds))
+    lengths = tuple(end - start for start, end in pairwise(bounds))
+    return (lengths[0], 0, *lengths[1:]) if empty else lengths
 
 
 class Packed(Check):
@@ -63,7 +66,8 @@ class Packed(Check):
 
     def verify(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)
-        lengths = segments(case)
+        kernel = context.capabilities.kernel
+        lengths = segments(case, empty=kernel is not None and kernel.varlen)
         x = case.tensor(1, case.q_len, case.d_model)
         packed = instance.forward(self._inputs(context, x, case, lengths))
         if tuple(packed.shape) != tuple(x.shape):
@@ -73,6 +77,8 @@ class Packed(Check):
         tolerance = reordering_tolerance(dtype, packed)
         start = 0
         for index, length in enumerate(lengths):
+            if not length:
+                continue  # an empty sequence: nothing of its own to compare
             alone = context.run(instance, self._inputs(context, x[:, start:start + length],
                                                        case, None), case)
             diff = abs_error(packed[:, start:start + length], alone)
@@ -88,7 +94,8 @@ class Packed(Check):
             start += length
 
         # Influence: change every token of one sequence; the others must not move.
-        victim = case.seed % len(lengths)
+        victim = [i for i, length in enumerate(lengths) if length][case.seed % len(
+            [length for length in lengths if length])]
         first = sum(lengths[:victim])
         where = torch.zeros(1, case.q_len, dtype=torch.bool)
         where[:, first:first + lengths[victim]] = True
