@@ -21,7 +21,7 @@ from conformance import Status, check
 from conformance.frontends.cli import main
 from conformance.implementations import kernels
 from conformance.implementations.kernel_mutants import KERNEL_MUTANT_MODULES
-from conformance.inference import InferenceError, infer_function
+from conformance.inference import Declarations, InferenceError, infer_function
 from conformance.run.runner import BLOCKED
 from tests.fixtures import kernel_refusals
 
@@ -186,7 +186,9 @@ def test_the_flash_layout_kernel_passes_with_nothing_declared():
 
 @pytest.mark.parametrize("module", KERNEL_MUTANT_MODULES, ids=NAME)
 def test_every_kernel_mutant_fails_the_check_it_targets(module):
-    (result,) = check(module.KERNEL, devices=["cpu"], checks=[module.CATCHES])
+    """With nothing declared, or what its documentation states (``DECLARE``)."""
+    (result,) = check(module.KERNEL, devices=["cpu"], checks=[module.CATCHES],
+                      declare=getattr(module, "DECLARE", None))
     assert result.status is Status.FAILED, result.reason
     assert "float16" in result.counterexample or "bfloat16" in result.counterexample
 
@@ -210,6 +212,17 @@ def test_what_a_kernel_refuses_is_stated_not_failed():
     assert "refuses float64, float16, bfloat16 (TypeError: expected float32" in note
     results = check(inferred.implementation, devices=["cpu"], checks=["gate", "contract"])
     assert {r.status for r in results} == {Status.PASSED}
+
+
+def test_a_declared_alignment_is_the_kernels_contract():
+    from conformance.implementations.kernel_mutants import causal_top_left
+
+    (measured,) = check(causal_top_left.KERNEL, devices=["cpu"], checks=["kernel"])
+    assert measured.status is Status.PASSED  # top-left, stated: intent nobody declared
+    notes = infer_function(causal_top_left.KERNEL,
+                           declared=Declarations(causal_alignment="bottom-right")).notes
+    assert ("causal aligned bottom-right (declared; measured top-left: kernel holds it to the "
+            "declaration)") in notes
 
 
 def test_a_base2_lse_is_a_warning_and_a_top_left_kernel_passes():

@@ -117,6 +117,10 @@ def _parser() -> argparse.ArgumentParser:
     declare.add_argument("--layout", choices=("bhld", "blhd"),
                          help="a core function's q, k, v axes: (batch, heads, length, dim) or "
                               "(batch, length, heads, dim) (FlashAttention's)")
+    declare.add_argument("--causal-alignment", choices=("bottom-right", "top-left"),
+                         help="a kernel's causal diagonal with fewer queries than keys: query i "
+                              "sees keys <= i + kv_len - q_len (bottom-right, FlashAttention >= "
+                              "2.1) or <= i (top-left); measured where not declared")
     declare.add_argument("--kv-grouping", choices=("interleaved", "tiled"),
                          help="grouped-query heads: query head h reads key/value head h // G "
                               "(interleaved, HuggingFace's) or h mod Hkv (tiled)")

@@ -19,8 +19,8 @@ Interface = Literal["cli", "pytest", "python"]
 
 DECLARATIONS = (
     "call", "mask", "causal", "width-arg", "heads-arg", "head-dim-arg", "sequence-first",
-    "batch-first", "returns", "layout", "kv-grouping", "padded-queries", "output-projection",
-    "rope", "dtypes", "weights", "init", "mask-format", "kv-heads-arg", "window-arg",
+    "batch-first", "returns", "layout", "causal-alignment", "kv-grouping", "padded-queries",
+    "output-projection", "rope", "dtypes", "weights", "init", "mask-format", "kv-heads-arg", "window-arg",
     "positions", "position-encoding", "alibi", "kv-cache", "packed", "constructor",
 )
 """The command line's declaration flags (``attention-conformance check --help``)."""
@@ -32,8 +32,8 @@ _TOML_NAMES = {"mask-format": "mask-formats"}
 """Where the TOML and API spelling of a declaration differs from its flag."""
 
 _CHOICES = {"self", "qkv", "never", "always", "optional", "tensor", "tuple", "bhld", "blhd",
-            "interleaved", "tiled", "zero", "any", "applied", "rotary", "alibi", "none",
-            "standard", "measured", "keyword", "positional", "true", "half"}
+            "interleaved", "tiled", "zero", "any", "bottom-right", "top-left", "applied",
+            "rotary", "alibi", "none", "standard", "measured", "keyword", "positional", "true", "half"}
 """Declaration values that are plain words (the others hold a ``:``, ``,``, ``=``, ``@``, a dot
 or a digit): what tells ``--causal always`` from ``--dtypes to make them part``."""
 

@@ -30,7 +30,7 @@ from conformance.inference.kernel_arguments import call_output, kernel_arguments
 from conformance.inference.plan import ALL_DTYPES, InferenceError, Inferred
 from conformance.inference.varlen_function import dense_view, is_varlen
 from conformance.model.declarations import DeclarationError, Declarations
-from conformance.model.forms import LSE_OPTION
+from conformance.model.forms import LSE_OPTION, CausalAlignment
 from conformance.numerics.tolerance import unchanged_tolerance
 from conformance.subject.head_projections import HeadProjections
 
@@ -246,8 +246,10 @@ def infer_function(function, *, name: str | None = None,
     try:
         stated = declared.choice("layout", tuple(LAYOUT_WORDS))
         wanted = declared.dtype_list()
+        alignment = declared.choice("causal_alignment", ("bottom-right", "top-left"))
     except DeclarationError as error:
         raise InferenceError(str(error)) from error
+    aligned = CausalAlignment(alignment.replace("-", "_")) if alignment else None
     varlen = is_varlen(function)
     if varlen:  # checked through its dense view, (B, L, H, D) packed one sequence per element
         function, stated = dense_view(function), "blhd"
@@ -271,6 +273,13 @@ def infer_function(function, *, name: str | None = None,
     arguments, stated = kernel_arguments(function, layout, inferred.implementation.capabilities,
                                          probing)
     arguments = replace(arguments, varlen=varlen)
+    if aligned is not None:
+        measured = arguments.alignment
+        arguments = replace(arguments, alignment=aligned)
+        stated.append(f"causal aligned {aligned.value.replace('_', '-')} (declared"
+                      + ("" if measured is aligned else
+                         f"; measured {measured.value.replace('_', '-')}: kernel holds it to "
+                         "the declaration" if measured else "") + ")")
     if wanted is None:
         dtypes = (f"runs in {_names(runs)} on cpu (probed: each is checked as its contract)"
                   + _refusals(refused))

@@ -41,6 +41,9 @@ Spellings (the same in flags and TOML):
 - ``returns``: ``tensor`` (forward returns one tensor; a tuple is a contract failure) or
   ``tuple`` (its first element is the output)
 - ``layout``: ``bhld`` or ``blhd``, the axes of a core function's q, k, v and output
+- ``causal-alignment``: ``bottom-right`` or ``top-left``, where a kernel's ``causal=True`` puts
+  the diagonal with fewer queries than keys (measured where not declared; a declared one is
+  the kernel's contract, which ``kernel`` holds it to)
 - ``kv-grouping``: ``interleaved`` (query head h reads key/value head h // G: HuggingFace's
   ``repeat_kv``, SDPA's ``enable_gqa``) or ``tiled`` (h mod Hkv: ``repeat``)
 - ``padded-queries``: what a self-attention module outputs at a padded query position:
@@ -105,6 +108,7 @@ class Declarations:
     batch_first: str | None = None
     returns: str | None = None
     layout: str | None = None
+    causal_alignment: str | None = None
     kv_grouping: str | None = None
     padded_queries: str | None = None
     rope: str | None = None

@@ -5,9 +5,10 @@ rule, the output and the gradients with respect to every input), each where it t
 argument:
 
 - ``causal=True`` with fewer queries than keys (decode's single query included): attention over
-  the keys the measured alignment allows, query i seeing keys j <= i + Lk - Lq (bottom-right)
-  or j <= i (top-left). A kernel whose alignment is neither is compared with bottom-right, the
-  alignment of FlashAttention >= 2.1 and SDPA's lower-right.
+  the keys its alignment allows (declared, or else measured), query i seeing keys
+  j <= i + Lk - Lq (bottom-right) or j <= i (top-left). A kernel whose alignment measures as
+  neither is compared with bottom-right, the alignment of FlashAttention >= 2.1 and SDPA's
+  lower-right; one declared and computing the other fails.
 - an explicit softmax scale s (half and twice the default): softmax(s q k^T) v. A scale the
   kernel ignores (its output is still the default scale's) is said so.
 - ``window_size=(left, right)`` ((2, 0) and (1, 2)): query i sees keys i + o - left ..
@@ -92,7 +93,7 @@ class Kernel(Check):
             words = (f"causal=True and {case.q_len} quer{'y' if case.q_len == 1 else 'ies'} "
                      f"over {case.kv_len} keys (aligned {aligned.value.replace('_', '-')}; "
                      + ("it measured as neither)" if alignment is CausalAlignment.NEITHER
-                        else "as measured)"))
+                        else "as stated)"))
             self._agree(context, case, instance, replace(inputs, causal=True), weights,
                         words, allowed=allowed)
         offset = self._offset(kernel.alignment, case)
