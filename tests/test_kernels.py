@@ -129,6 +129,28 @@ def test_the_varlen_kernel_is_each_sequence_alone_and_its_twin_crosses_a_boundar
     assert float((crossed - packed).abs().max()) > 0.05
 
 
+def test_the_cache_kernel_writes_its_caches_and_its_twin_does_not():
+    """A prefill of 3 tokens, then one decode step, into (B, 8, H, D) caches: the caches hold
+    exactly the keys written, and the step equals the oracle's last row; the twin leaves its
+    caches as they were and its step reads zeros."""
+    from conformance.implementations.kernel_mutants import cache_not_updated as twin
+
+    generator = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(2, 4, 2, 8, generator=generator).half() for _ in range(3))
+    for function, writes in ((kernels.kvcache_half_attention, True), (twin.KERNEL, False)):
+        k_cache, v_cache = torch.zeros(2, 8, 2, 8).half(), torch.zeros(2, 8, 2, 8).half()
+        prefill = function(q[:, :3], k_cache, v_cache, k=k[:, :3], v=v[:, :3], causal=True,
+                           cache_seqlens=torch.zeros(2, dtype=torch.int32))
+        assert torch.equal(k_cache[:, :3], k[:, :3]) is writes
+        step = function(q[:, 3:], k_cache, v_cache, k=k[:, 3:], v=v[:, 3:], causal=True,
+                        cache_seqlens=torch.full((2,), 3, dtype=torch.int32))
+        full = oracle(*(t.transpose(1, 2).double() for t in (q, k, v)), True)[1].detach()
+        expected = full.transpose(1, 2)
+        assert float((prefill.double() - expected[:, :3]).abs().max()) < 1e-2  # both exact
+        error = float((step.double() - expected[:, 3:]).abs().max())
+        assert (error < 1e-2) is writes
+
+
 BACKWARD_TWINS = [m for m in KERNEL_MUTANT_MODULES if m.CATCHES == "reference"]
 ARGUMENT_TWINS = [m for m in KERNEL_MUTANT_MODULES if m.CATCHES == "kernel"]
 NAME = lambda module: module.__name__.rsplit(".")[-1]  # noqa: E731
@@ -175,7 +197,16 @@ def test_a_half_only_kernel_is_checked_in_half_precision_and_passes():
     assert failed == []
     ran = {r.check for r in results if r.status is Status.PASSED}
     assert {"reference", "scale", "causal", "head_split", "row_stochastic", "autograd",
-            "kernel"} <= ran
+            "kernel", "kv_groups"} <= ran
+
+
+@pytest.mark.parametrize(("function", "form"), [(kernels.varlen_half_attention, "packed"),
+                                                (kernels.kvcache_half_attention, "kv_cache")])
+def test_the_varlen_and_cache_kernels_pass_their_forms_with_nothing_declared(function, form):
+    results = check(function, devices=["cpu"],
+                    checks=["gate", "reference", "causal", "kernel", form])
+    assert {r.check: r.status for r in results} == dict.fromkeys(
+        ("gate", "reference", "causal", "kernel", form), Status.PASSED)
 
 
 def test_the_flash_layout_kernel_passes_with_nothing_declared():

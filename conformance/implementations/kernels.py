@@ -104,6 +104,20 @@ class Kernel:
     def dk(self, ds: torch.Tensor, q: torch.Tensor, scale: float) -> torch.Tensor:
         return ds.transpose(-1, -2) @ q * scale
 
+    def cached(self, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor | None,
+               v: torch.Tensor | None, held: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each batch element's keys and values (L, H, D): its new ones written into the caches
+        (in place) after the ``held`` tokens there, then read back. Every write comes first: the
+        keys read are views of the caches, which no later write may change (their backward
+        reads them)."""
+        lengths = list(held)
+        if k is not None:
+            for b, start in enumerate(held):
+                lengths[b] = start + k.shape[1]
+                k_cache[b, start:lengths[b]] = k[b]
+                v_cache[b, start:lengths[b]] = v[b]
+        return [(k_cache[b, :length], v_cache[b, :length]) for b, length in enumerate(lengths)]
+
     def sequence(self, cu_seqlens: torch.Tensor, index: int) -> slice:
         """The tokens of packed sequence ``index``: cu_seqlens[index] .. cu_seqlens[index + 1]."""
         return slice(int(cu_seqlens[index]), int(cu_seqlens[index + 1]))
@@ -244,6 +258,31 @@ def varlen_kernel_function(kernel: Kernel, name: str = "varlen_attention"):
     return attention
 
 
+def cache_kernel_function(kernel: Kernel, name: str = "attention_with_kvcache"):
+    """``attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, causal=False,
+    softmax_scale=None)`` over (B, L, H, D), FlashAttention's ``flash_attn_with_kvcache``: the
+    new keys and values ``k``, ``v`` are written into the caches at ``cache_seqlens`` (in place),
+    and the queries attend over each batch element's cache up to them (the whole cache where
+    ``cache_seqlens`` is None), causal aligned bottom-right."""
+    dense = kernel_function(kernel, "blhd")
+
+    def attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, causal=False,
+                  softmax_scale=None):
+        _refuse(q, k_cache, v_cache, 2)
+        if cache_seqlens is None:
+            return dense(q, k_cache, v_cache, causal=causal, softmax_scale=softmax_scale)
+        held = [int(n) for n in cache_seqlens]
+        return torch.cat([dense(q[b:b + 1], keys[None], values[None], causal=causal,
+                                softmax_scale=softmax_scale)
+                          for b, (keys, values) in enumerate(kernel.cached(k_cache, v_cache, k, v,
+                                                                           held))])
+
+    attention.__name__ = attention.__qualname__ = name
+    attention.__module__ = type(kernel).__module__
+    attention.layout = "cache"
+    return attention
+
+
 half_attention = kernel_function(Kernel(), "bhld", "half_attention")
 """FlashAttention-2's algorithm over (batch, heads, length, head_dim), float16/bfloat16 only."""
 
@@ -253,4 +292,8 @@ flash_layout_half_attention = kernel_function(Kernel(), "blhd", "flash_layout_ha
 varlen_half_attention = varlen_kernel_function(Kernel(), "varlen_half_attention")
 """The same kernel over packed tokens (total, heads, head_dim) with cu_seqlens."""
 
-KERNELS = (half_attention, flash_layout_half_attention, varlen_half_attention)
+kvcache_half_attention = cache_kernel_function(Kernel(), "kvcache_half_attention")
+"""The same kernel writing new keys and values into caches it is handed (B, S, H, D)."""
+
+KERNELS = (half_attention, flash_layout_half_attention, varlen_half_attention,
+           kvcache_half_attention)

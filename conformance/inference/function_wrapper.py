@@ -1,0 +1,93 @@
+"""The suite's wrapper of a core attention function: its own q/k/v/out projections around
+the function, the per-head tensors handed over in the function's layout (see
+:mod:`conformance.inference.core_function`)."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from conformance.inference.plan import InferenceError
+from conformance.model.forms import LSE_OPTION
+from conformance.subject.head_projections import HeadProjections
+
+
+class _StridedCotangent(torch.autograd.Function):
+    """Identity whose backward hands on the cotangent with the last two axes' memory order
+    swapped: same values, not contiguous. A kernel's backward sees such a ``dout`` wherever a
+    model transposes its output before the output projection; one that reads it as contiguous
+    (FlashAttention once did) computes a wrong gradient, which ``reference`` then finds."""
+
+    @staticmethod
+    def forward(ctx, out: torch.Tensor) -> torch.Tensor:
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+class CoreFunctionModule(HeadProjections):
+    """A core attention function inside the suite's own q/k/v/out projections; ``layout``
+    says how the function takes its per-head tensors. Its backward receives a non-contiguous
+    cotangent (see :class:`_StridedCotangent`); in (B, H, L, D) its inputs are non-contiguous
+    views too, as a model's transposed projections are."""
+
+    function = staticmethod(lambda q, k, v, **options: q)
+    layout = "bhld"
+    compute_dtype: torch.dtype | None = None
+    """Set only while inference probes a function that refuses float32: the per-head tensors
+    are handed to it in this dtype and its output cast back."""
+
+    def forward(self, query, key, value, *args, **options):
+        q, k, v = self.heads(query, key, value)
+        if self.layout == "blhd":
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        keyword = options.pop(LSE_OPTION, None)
+        if keyword is not None:  # the log-sum-exp asked for: (B, Lq, H) in place of the output
+            lse = self.function(q, k, v, *args, **options, **({keyword: True} if keyword else {}))
+            lse = lse[1].float()
+            return (lse.squeeze(-1) if lse.dim() == 4 else lse).transpose(1, 2)
+        given = q.dtype
+        if self.compute_dtype is not None:
+            q, k, v = (t.to(self.compute_dtype) for t in (q, k, v))
+        out = self.function(q, k, v, *args, **options)
+        if isinstance(out, tuple) and out and isinstance(out[0], torch.Tensor):
+            out = out[0]  # the (out, lse) return form
+        if self.compute_dtype is not None:
+            out = out.to(given)
+        out = _StridedCotangent.apply(out)
+        if self.layout == "blhd":
+            out = out.transpose(1, 2)
+        return self.merge(out)
+
+
+def core_function_class(function, layout: str = "bhld",
+                        grouped: bool = False) -> type[CoreFunctionModule]:
+    """A CoreFunctionModule subclass calling ``function`` in ``layout``, whose forward carries
+    the function's own parameter names (so its mask and causal arguments are read as for any
+    class); ``grouped``: its constructor takes ``num_kv_heads`` (the function takes fewer
+    key/value heads than query heads), so that inference finds grouped heads as for a class."""
+    signature = inspect.signature(function)
+    parameters = list(signature.parameters.values())
+    if len([p for p in parameters if p.default is p.empty]) < 3:
+        raise InferenceError(f"{getattr(function, '__name__', function)}: a core function takes "
+                             "(q, k, v[, mask][, causal]) over (batch, heads, length, dim) or "
+                             "(batch, length, heads, dim)")
+
+    def forward(self, query, key, value, *args, **options):
+        return CoreFunctionModule.forward(self, query, key, value, *args, **options)
+
+    forward.__signature__ = signature.replace(parameters=[
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *parameters])
+    if grouped:
+        def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None) -> None:
+            HeadProjections.__init__(self, d_model, num_heads, num_kv_heads)
+    else:
+        def __init__(self, d_model: int, num_heads: int) -> None:
+            HeadProjections.__init__(self, d_model, num_heads)
+
+    return type(getattr(function, "__name__", "core_function"), (CoreFunctionModule,),
+                {"function": staticmethod(function), "forward": forward, "layout": layout,
+                 "__init__": __init__, "__module__": getattr(function, "__module__", __name__)})
