@@ -27,7 +27,10 @@ from dataclasses import replace
 import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
-from conformance.checks.invariants.reference_agreement import reference_gradients
+from conformance.checks.invariants.reference_agreement import (
+    gradient_disagreement,
+    gradient_words,
+)
 from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case, dtype_name
@@ -143,21 +146,13 @@ class Kernel(Check):
             raise Violation(f"with {words}, the output differs from the float64 reference: "
                             f"{seen.describe()}; largest at batch {b}, row {row}, feature "
                             f"{feature}", hint=hint)
-        cotangent = case.tensor(*output.shape, stream=61)
-        actual = instance.gradients(inputs, cotangent).inputs
-        expected = reference_gradients(weights, inputs, cotangent, causal=False,
-                                       dtype=torch.float64, **options)
-        plain = reference_gradients(weights, inputs, cotangent, causal=False, dtype=dtype,
-                                    **options)
-        for name, gradient in actual.items():
-            seen = agreement(gradient, expected[name], plain[name], dtype)
-            if not seen.ok:
-                b, position, feature = seen.worst
-                raise Violation(
-                    f"with {words}, the gradient with respect to {name} differs from the float64 "
-                    f"reference's: {seen.describe()}; largest at batch {b}, position {position}, "
-                    f"feature {feature}",
-                    details=[f"same-dtype baseline error {fmt(seen.baseline_error)}"])
+        found = gradient_disagreement(instance, weights, inputs,
+                                      case.tensor(*output.shape, stream=61), dtype, causal=False,
+                                      **options)
+        if found is not None:
+            name, seen = found
+            raise Violation(f"with {words}, {gradient_words(name, seen)}",
+                            details=[f"same-dtype baseline error {fmt(seen.baseline_error)}"])
 
     @staticmethod
     def _offset(alignment: CausalAlignment | None, case: Case) -> int | None:

@@ -31,8 +31,8 @@ from conformance.model.forms import PositionEncoding
 from conformance.model.spec import Capabilities
 from conformance.model.weights import HeadWeights
 from conformance.numerics.reference import reference_attention
-from conformance.numerics.tolerance import agreement
-from conformance.subject.boundary import Inputs
+from conformance.numerics.tolerance import Agreement, agreement
+from conformance.subject.boundary import Inputs, Instance
 
 
 def reference_gradients(weights: HeadWeights, inputs: Inputs, cotangent: torch.Tensor, *,
@@ -54,6 +54,30 @@ def reference_gradients(weights: HeadWeights, inputs: Inputs, cotangent: torch.T
                                      start=inputs.position, **options).output
         (output * cotangent.to(dtype)).sum().backward()
     return {name: leaf.grad for name, leaf in leaves.items()}
+
+
+def gradient_disagreement(instance: Instance, weights: HeadWeights, inputs: Inputs,
+                          cotangent: torch.Tensor, dtype: torch.dtype,
+                          **options: object) -> tuple[str, Agreement] | None:
+    """The first input whose gradient of sum(output * cotangent) disagrees with the float64
+    reference's under the baseline rule (the reference in ``dtype`` the baseline; ``options``
+    to both, as :func:`reference_gradients` takes them), with its agreement; None where every
+    one agrees."""
+    actual = instance.gradients(inputs, cotangent).inputs
+    expected = reference_gradients(weights, inputs, cotangent, dtype=torch.float64, **options)
+    plain = reference_gradients(weights, inputs, cotangent, dtype=dtype, **options)
+    for name, gradient in actual.items():
+        seen = agreement(gradient, expected[name], plain[name], dtype)
+        if not seen.ok:
+            return name, seen
+    return None
+
+
+def gradient_words(name: str, seen: Agreement) -> str:
+    """A gradient's disagreement with the reference's, in numbers and where."""
+    b, position, feature = seen.worst
+    return (f"the gradient with respect to {name} differs from the float64 reference's: "
+            f"{seen.describe()}; largest at batch {b}, position {position}, feature {feature}")
 
 
 class ReferenceAgreement(Check):
@@ -114,22 +138,13 @@ class ReferenceAgreement(Check):
         # Only the rows attention specifies count (not a padded query's).
         cotangent = torch.where(rows.to(output.device)[:, :, None],
                                 case.tensor(*output.shape, stream=51), 0.0)
-        actual = instance.gradients(inputs, cotangent).inputs
-        expected = reference_gradients(weights, inputs, cotangent, causal=case.causal,
-                                       dtype=torch.float64, window=case.window,
-                                       encoding=encoding)
-        plain = reference_gradients(weights, inputs, cotangent, causal=case.causal, dtype=dtype,
-                                    window=case.window, encoding=encoding)
-        for name, gradient in actual.items():
-            seen = agreement(gradient, expected[name], plain[name], dtype)
-            if not seen.ok:
-                b, position, feature = seen.worst
-                raise Violation(
-                    f"the gradient with respect to {name} differs from the float64 reference's: "
-                    f"{seen.describe()}; largest at batch {b}, position {position}, feature "
-                    f"{feature}",
-                    hint=context.hint(lambda name=name: self._not_derivative(
-                        instance, inputs, case, dtype, name)))
+        found = gradient_disagreement(instance, weights, inputs, cotangent, dtype,
+                                      causal=case.causal, window=case.window, encoding=encoding)
+        if found is not None:
+            name, seen = found
+            raise Violation(gradient_words(name, seen),
+                            hint=context.hint(lambda: self._not_derivative(
+                                instance, inputs, case, dtype, name)))
 
     @staticmethod
     def _not_derivative(instance, inputs: Inputs, case: Case, dtype: torch.dtype,
