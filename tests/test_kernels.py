@@ -265,6 +265,19 @@ def test_a_base2_lse_is_a_warning_and_a_top_left_kernel_passes():
     assert top_left.status is Status.PASSED
 
 
+@pytest.mark.parametrize(("name", "words"), [
+    ("output_scaled_attention", "scale=0.5 changes the output into something other than "
+                                "softmax(scale q.k) v"),
+    ("int_window_attention", "window_size=(2, 0) raises (TypeError: window_size must be an int)")])
+def test_an_argument_of_another_form_is_stated_and_not_checked(name, words):
+    from tests.fixtures import kernel_variants
+
+    function = getattr(kernel_variants, name)
+    assert any(note.startswith(words) for note in infer_function(function).notes)
+    (result,) = check(function, devices=["cpu"], checks=["kernel"])
+    assert result.status is not Status.FAILED
+
+
 def test_a_kernel_that_runs_nowhere_here_is_one_line_and_exit_2(capsys):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is here: the CUDA-only kernel runs")

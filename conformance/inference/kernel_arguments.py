@@ -114,6 +114,48 @@ def lse_argument(function, layout: str, names: list[str],
     return None, None
 
 
+UNSETTLED = ("scale",)
+"""Names that may mean something else than the softmax scale (``softmax_scale`` and
+``sm_scale`` settle it): behaviour decides (see :func:`_not_a_scale`)."""
+
+TRIED = {"scale": 0.5, "window": (2, 0), "softcap": 1.0}
+"""A value of each argument's form, tried once: a kernel whose argument of that name takes
+another form (a window as one int) raises, and the argument is not read as FlashAttention's."""
+
+
+def _refuses(function, layout: str, dtype: torch.dtype, name: str, value: object) -> str | None:
+    """Why ``function(..., name=value)`` raises on a small case, or None where it runs."""
+    generator = torch.Generator().manual_seed(19)
+    q, k, v = (_per_head(layout, 4, generator, dtype) for _ in range(3))
+    try:
+        with torch.no_grad():
+            function(q, k, v, **{name: value})
+    except Exception as error:  # the function's own refusal of the value
+        return f"raises ({refusal(error)})"
+    return None
+
+
+def _not_a_scale(function, layout: str, dtype: torch.dtype, name: str) -> str | None:
+    """Why ``name`` is not the softmax scale: given 0.5, the output changes and is not
+    softmax(0.5 q k^T) v (float64, from the same tensors); None where it is (or where it
+    changes nothing: an ignored scale is the kernel check's to fail)."""
+    generator = torch.Generator().manual_seed(23)
+    q, k, v = (_per_head(layout, 4, generator, dtype) for _ in range(3))
+    heads = (lambda t: t) if layout == "bhld" else (lambda t: t.transpose(1, 2))
+    with torch.no_grad():
+        default = call_output(function(q, k, v)).double()
+        given = call_output(function(q, k, v, **{name: 0.5})).double()
+        q64, k64, v64 = (heads(t).double() for t in (q, k, v))
+        expected = heads(torch.softmax(0.5 * q64 @ k64.transpose(-1, -2), -1) @ v64)
+    allowed = 64 * torch.finfo(dtype).eps * max(1.0, float(expected.abs().max()))
+    if float((given - default).abs().max()) <= allowed:
+        return None
+    if float((given - expected).abs().max()) <= allowed:
+        return None
+    return (f"changes the output into something other than softmax({name} q.k) v (off by "
+            f"{float((given - expected).abs().max()):.3g})")
+
+
 def kernel_arguments(function, layout: str, caps: Capabilities,
                      dtype: torch.dtype) -> tuple[KernelArguments, list[str]]:
     """The kernel's own arguments (see :class:`KernelArguments`), with notes."""
@@ -130,9 +172,19 @@ def kernel_arguments(function, layout: str, caps: Capabilities,
                                       ("softcap", SOFTCAP_ARGUMENTS))}
     for role, words in (("scale", "the softmax scale"), ("window", "a window (left, right)"),
                         ("softcap", "a logit softcap")):
-        if found[role]:
-            notes.append(f"{words} set by {found[role]}= (checked by kernel: the value given is "
-                         "the one applied)")
+        name = found[role]
+        if not name:
+            continue
+        problem = _refuses(function, layout, dtype, name, TRIED[role])
+        if problem is None and name in UNSETTLED:
+            problem = _not_a_scale(function, layout, dtype, name)
+        if problem is not None:  # another meaning of the name: not this argument's form
+            found[role] = None
+            notes.append(f"{name}={TRIED[role]!r} {problem}: not read as {words}, not "
+                         "checked")
+            continue
+        notes.append(f"{words} set by {name}= (checked by kernel: the value given is the one "
+                     "applied)")
     lse, words = lse_argument(function, layout, names, dtype)
     if words:
         notes.append(words)
