@@ -151,6 +151,26 @@ def test_the_cache_kernel_writes_its_caches_and_its_twin_does_not():
         assert (error < 1e-2) is writes
 
 
+def test_the_kernel_drops_with_rescaling_and_its_twin_without():
+    """The same draw (same seed): the twin's train-mode output is (1 - p) times the kernel's;
+    at p = 0 both are the oracle's; and the kernel's mean over many draws is the oracle's."""
+    from conformance.implementations.kernel_mutants import dropout_unscaled as twin
+
+    generator = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 5, 8, generator=generator, dtype=torch.float64)
+               for _ in range(3))
+    exact = oracle(q, k, v, False)[1].detach()
+    draws = []
+    for seed in range(400):
+        torch.manual_seed(seed)
+        draws.append(kernels.half_attention(q.half(), k.half(), v.half(), dropout_p=0.5).double())
+    torch.manual_seed(0)
+    dropped = twin.KERNEL(q.half(), k.half(), v.half(), dropout_p=0.5).double()
+    assert float((dropped - 0.5 * draws[0]).abs().max()) < 1e-2
+    assert float((twin.KERNEL(q.half(), k.half(), v.half()).double() - exact).abs().max()) < 1e-2
+    assert float((torch.stack(draws).mean(0) - exact).abs().max()) < 0.15
+
+
 BACKWARD_TWINS = [m for m in KERNEL_MUTANT_MODULES if m.CATCHES == "reference"]
 ARGUMENT_TWINS = [m for m in KERNEL_MUTANT_MODULES if m.CATCHES == "kernel"]
 NAME = lambda module: module.__name__.rsplit(".")[-1]  # noqa: E731
@@ -197,7 +217,7 @@ def test_a_half_only_kernel_is_checked_in_half_precision_and_passes():
     assert failed == []
     ran = {r.check for r in results if r.status is Status.PASSED}
     assert {"reference", "scale", "causal", "head_split", "row_stochastic", "autograd",
-            "kernel", "kv_groups"} <= ran
+            "kernel", "kv_groups", "dropout"} <= ran
 
 
 @pytest.mark.parametrize(("function", "form"), [(kernels.varlen_half_attention, "packed"),

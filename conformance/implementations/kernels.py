@@ -5,6 +5,9 @@ log-sum-exp.
 They are here to be checked as a researcher's kernel is, with nothing declared
 (``attention-conformance check conformance.implementations.kernels:half_attention``): each
 refuses float32 and float64 as FlashAttention does, so every check runs in float16 and bfloat16.
+Four forms: over (B, H, L, D), over FlashAttention's (B, L, H, D), over packed tokens with
+cu_seqlens (``flash_attn_varlen_func``'s), and writing new keys and values into caches it is
+handed (``flash_attn_with_kvcache``'s).
 :class:`Kernel` holds each step of the computation as a method, so that the broken twins in
 :mod:`conformance.implementations.kernel_mutants` override the one step their bug lives in.
 
@@ -41,6 +44,7 @@ class Options:
     causal: bool = False
     window: tuple[int, int] = (-1, -1)
     softcap: float = 0.0
+    dropout: float = 0.0
 
 
 class Kernel:
@@ -127,7 +131,22 @@ class Kernel:
         ``groups`` query heads that shares one key/value head: (B, H / groups, Lk, D)."""
         return gradient.unflatten(1, (-1, groups)).sum(2)
 
-    def forward(self, q, k, v, options: Options):
+    def dropout_mask(self, shape: tuple[int, ...], options: Options,
+                     device: torch.device) -> torch.Tensor | None:
+        """(B, H, Lq, Lk) bool, the weights kept (each with probability 1 - p), drawn once for
+        the forward and its backward; None without dropout."""
+        if not options.dropout:
+            return None
+        return torch.rand(shape, device=device) >= options.dropout
+
+    def dropped(self, p: torch.Tensor, kept: torch.Tensor | None, start: int,
+                options: Options) -> torch.Tensor:
+        """A block's weights after dropout: the kept ones scaled by 1 / (1 - p)."""
+        if kept is None:
+            return p
+        return p * kept[..., start:start + p.shape[-1]] / (1 - options.dropout)
+
+    def forward(self, q, k, v, options: Options, kept: torch.Tensor | None = None):
         """(O in q's dtype, the backward's lse (B, H, Lq, 1) float32, the caller's)."""
         kv_len = k.shape[-2]
         shape = (*q.shape[:-1], 1)
@@ -141,7 +160,8 @@ class Kernel:
             p = torch.exp(s - safe)
             alpha = torch.exp(m - safe)
             total = total * alpha + p.sum(-1, keepdim=True)
-            acc = acc * alpha + p @ v[..., start:start + BLOCK, :].float()
+            acc = acc * alpha + self.dropped(p, kept, start, options) @ v[
+                ..., start:start + BLOCK, :].float()
             m = new
         seen = total > 0
         out = torch.where(seen, acc / torch.where(seen, total, torch.ones_like(total)), 0.0)
@@ -151,7 +171,8 @@ class Kernel:
                          for f in (self.lse, self.returned_lse))
         return out.to(q.dtype), lse, returned
 
-    def backward(self, q, k, v, out, lse, dout, options: Options):
+    def backward(self, q, k, v, out, lse, dout, options: Options,
+                 kept: torch.Tensor | None = None):
         kv_len = k.shape[-2]
         do = self.read_dout(dout)
         delta = (do * out.float()).sum(-1, keepdim=True)
@@ -162,8 +183,8 @@ class Kernel:
             kb, vb = k[..., start:start + BLOCK, :], v[..., start:start + BLOCK, :]
             s = self.scores(q, kb, options, start, kv_len)
             p = torch.where(finite, torch.exp(s - torch.where(finite, lse, 0.0)), 0.0)
-            dvs.append(self.dv(p, do, lse, s))
-            dp = do @ vb.float().transpose(-1, -2)
+            dvs.append(self.dv(self.dropped(p, kept, start, options), do, lse, s))
+            dp = self.dropped(do @ vb.float().transpose(-1, -2), kept, start, options)
             ds = self.capped_grad(self.ds(p, dp, delta), s, options)
             dq = dq + ds @ kb.float() * options.scale
             dks.append(self.dk(ds, q.float(), options.scale))
@@ -174,9 +195,10 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, kernel: Kernel, options: Options):
         groups = q.shape[1] // k.shape[1]  # grouped key/value heads: query head h reads h // G
-        out, lse, returned = kernel.forward(q, *_expanded(k, v, groups), options)
+        kept = kernel.dropout_mask((*q.shape[:-1], k.shape[-2]), options, q.device)
+        out, lse, returned = kernel.forward(q, *_expanded(k, v, groups), options, kept)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.kernel, ctx.options, ctx.groups = kernel, options, groups
+        ctx.kernel, ctx.options, ctx.groups, ctx.kept = kernel, options, groups, kept
         ctx.mark_non_differentiable(returned)
         return out, returned
 
@@ -184,7 +206,7 @@ class _Attention(torch.autograd.Function):
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = ctx.kernel.backward(q, *_expanded(k, v, ctx.groups), out, lse, dout,
-                                         ctx.options)
+                                         ctx.options, ctx.kept)
         if ctx.groups > 1:
             dk, dv = (ctx.kernel.grouped(g, ctx.groups) for g in (dk, dv))
         return dq, dk, dv, None, None
@@ -207,17 +229,20 @@ def _refuse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int) -> No
 
 
 def kernel_function(kernel: Kernel, layout: str = "bhld", name: str = "attention"):
-    """``attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1),
-    softcap=0.0, return_lse=False)`` over (B, H, L, D) (``bhld``) or FlashAttention's
-    (B, L, H, D) (``blhd``), computed by ``kernel``; k and v may have fewer heads, a divisor of
-    q's (query head h reads key/value head h // G, as FlashAttention's); with ``return_lse``,
-    ``(out, lse)`` with lse (B, H, Lq) float32, as FlashAttention's ``softmax_lse``."""
+    """``attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
+    window_size=(-1, -1), softcap=0.0, return_lse=False)`` (FlashAttention's order) over
+    (B, H, L, D) (``bhld``) or FlashAttention's (B, L, H, D) (``blhd``), computed by
+    ``kernel``; k and v may have fewer heads, a divisor of q's (query head h reads key/value
+    head h // G, as FlashAttention's); with ``return_lse``, ``(out, lse)`` with lse (B, H, Lq)
+    float32, as FlashAttention's ``softmax_lse``; ``dropout_p`` drops each weight with that
+    probability (kept ones scaled by 1 / (1 - p)), the same draw in the backward."""
 
-    def attention(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
-                  return_lse=False):
+    def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                  softcap=0.0, return_lse=False):
         _refuse(q, k, v, 1 if layout == "bhld" else 2)
         scale = softmax_scale if softmax_scale is not None else 1 / math.sqrt(q.shape[-1])
-        options = Options(scale, bool(causal), tuple(window_size), float(softcap))
+        options = Options(scale, bool(causal), tuple(window_size), float(softcap),
+                          float(dropout_p))
         if layout == "blhd":
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         out, lse = _Attention.apply(q, k, v, kernel, options)

@@ -211,6 +211,9 @@ def infer_function(function, *, name: str | None = None,
         capabilities = replace(inferred.implementation.capabilities, kernel=arguments)
     # The wrapper's constructor, forward and projections are the suite's own: nothing to say,
     # and inference's dtype note is replaced by what the probe found.
+    if cls.dropout_argument:
+        stated.insert(0, f"{cls.dropout_argument}: its dropout rate, given the configured one in "
+                         "train mode and 0 in eval (checked by dropout)")
     if cached:
         stated.insert(0, "a KV-cache kernel (k_cache, v_cache, k, v, cache_seqlens): checked as "
                          "dense attention, and by kv_cache decoding through the caches it "

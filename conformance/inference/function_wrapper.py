@@ -12,6 +12,9 @@ from conformance.inference.plan import InferenceError
 from conformance.model.forms import LSE_OPTION
 from conformance.subject.head_projections import HeadProjections
 
+DROPOUT_ARGUMENTS = ("dropout_p",)
+"""A kernel's dropout-rate keyword (FlashAttention's, SDPA's)."""
+
 
 class _StridedCotangent(torch.autograd.Function):
     """Identity whose backward hands on the cotangent with the last two axes' memory order
@@ -36,6 +39,10 @@ class CoreFunctionModule(HeadProjections):
 
     function = staticmethod(lambda q, k, v, **options: q)
     layout = "bhld"
+    dropout_argument: str | None = None
+    """The function's dropout-rate keyword (``dropout_p``), given the constructor's ``dropout``
+    in train mode and 0 in eval."""
+    dropout = 0.0
     compute_dtype: torch.dtype | None = None
     """Set only while inference probes a function that refuses float32: the per-head tensors
     are handed to it in this dtype and its output cast back."""
@@ -44,6 +51,9 @@ class CoreFunctionModule(HeadProjections):
         q, k, v = self.heads(query, key, value)
         if self.layout == "blhd":
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        if self.dropout_argument and self.dropout_argument not in options:
+            # The configured rate in train mode, none in eval (a kernel takes it per call).
+            options[self.dropout_argument] = self.dropout if self.training else 0.0
         keyword = options.pop(LSE_OPTION, None)
         if keyword is not None:  # the log-sum-exp asked for: (B, Lq, H) in place of the output
             lse = self.function(q, k, v, *args, **options, **({keyword: True} if keyword else {}))
@@ -81,13 +91,22 @@ def core_function_class(function, layout: str = "bhld",
 
     forward.__signature__ = signature.replace(parameters=[
         inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *parameters])
-    if grouped:
-        def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None) -> None:
-            HeadProjections.__init__(self, d_model, num_heads, num_kv_heads)
-    else:
-        def __init__(self, d_model: int, num_heads: int) -> None:
-            HeadProjections.__init__(self, d_model, num_heads)
+    rate = next((p.name for p in parameters if p.name in DROPOUT_ARGUMENTS), None)
+
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None,
+                 dropout: float = 0.0) -> None:
+        HeadProjections.__init__(self, d_model, num_heads, num_kv_heads)
+        self.dropout = dropout
+
+    # The constructor takes what the function does: grouped heads, a dropout rate.
+    __init__.__signature__ = inspect.Signature([
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        for name in ("self", "d_model", "num_heads")] + [
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default)
+        for name, default, taken in (("num_kv_heads", None, grouped), ("dropout", 0.0, rate))
+        if taken])
 
     return type(getattr(function, "__name__", "core_function"), (CoreFunctionModule,),
                 {"function": staticmethod(function), "forward": forward, "layout": layout,
-                 "__init__": __init__, "__module__": getattr(function, "__module__", __name__)})
+                 "__init__": __init__, "dropout_argument": rate,
+                 "__module__": getattr(function, "__module__", __name__)})
