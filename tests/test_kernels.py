@@ -327,6 +327,16 @@ def test_causal_alignment_is_measured_and_stated():
     assert any(n.startswith("causal aligned top-left (probed") for n in top_left)
 
 
+def test_shape_limits_are_probed_stated_and_generated_within():
+    inferred = infer_function(kernel_refusals.multiple_of_8_attention)
+    assert ("builds and runs only with head_dim a multiple of 8: generating those configurations "
+            "(probed)") in inferred.notes
+    results = check(inferred.implementation, devices=["cpu"],
+                    checks=["gate", "reference", "causal", "kernel"])
+    assert {r.status for r in results} == {Status.PASSED}
+    assert not [note for r in results for note in r.observations if "refuses" in note]
+
+
 def test_a_layer_refusing_float64_nobody_declared_is_checked_without_it():
     results = {r.check: r for r in check(kernel_refusals.Float32OnlyLayer, devices=["cpu"],
                                          checks=["gate", "contract", "batch_independence"])}
