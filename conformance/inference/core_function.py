@@ -31,7 +31,7 @@ from conformance.inference.kernel_arguments import call_output, kernel_arguments
 from conformance.inference.plan import ALL_DTYPES, InferenceError, Inferred
 from conformance.inference.varlen_function import dense_view, is_varlen
 from conformance.model.declarations import DeclarationError, Declarations
-from conformance.model.forms import CausalAlignment
+from conformance.model.forms import CausalAlignment, KernelArguments
 from conformance.numerics.tolerance import unchanged_tolerance
 
 _DTYPE_WORDS = re.compile(r"(torch\.)?(b?float(16|32|64)|half|double|float)\b")
@@ -156,6 +156,36 @@ def _nowhere(label: str, refused: dict[torch.dtype, str]) -> InferenceError:
                           f"{where}")
 
 
+def _declared_alignment(arguments: KernelArguments, aligned: CausalAlignment | None,
+                        notes: list[str]) -> KernelArguments:
+    """``arguments`` with the declared causal alignment, where one is, said beside the
+    measured one: the declaration is the kernel's contract."""
+    if aligned is None:
+        return arguments
+    measured = arguments.alignment
+    differs = measured is not None and measured is not aligned
+    notes.append(f"causal aligned {aligned.value.replace('_', '-')} (declared"
+                 + (f"; measured {measured.value.replace('_', '-')}: kernel holds it to the "
+                    "declaration" if differs else "") + ")")
+    return replace(arguments, alignment=aligned)
+
+
+def _form_notes(cls, cached: bool, grouped: bool) -> list[str]:
+    """What the wrapper takes from the function's form: grouped heads, a cache, a dropout rate."""
+    notes = []
+    if grouped:
+        notes.append("takes fewer key/value heads than query heads (probed: 4 query heads over "
+                     "2 run): generated as divisors of the head count; kv_groups checks which "
+                     "query head reads which")
+    if cached:
+        notes.append("a KV-cache kernel (k_cache, v_cache, k, v, cache_seqlens): checked as "
+                     "dense attention, and by kv_cache decoding through the caches it writes")
+    if cls.dropout_argument:
+        notes.append(f"{cls.dropout_argument}: its dropout rate, given the configured one in "
+                     "train mode and 0 in eval (checked by dropout)")
+    return notes
+
+
 def infer_function(function, *, name: str | None = None,
                    declared: Declarations | None = None) -> Inferred:
     """Declaration for a core function ``f(q, k, v[, mask][, causal])`` over per-head tensors:
@@ -191,16 +221,9 @@ def infer_function(function, *, name: str | None = None,
         cls.compute_dtype = None
     note = (f"core function over {LAYOUT_WORDS[layout]} ({how}), wrapped in the suite's own "
             "q/k/v/out projections: every check applies to the function")
-    arguments, stated = kernel_arguments(function, layout, inferred.implementation.capabilities,
-                                         probing)
-    arguments = replace(arguments, varlen=varlen)
-    if aligned is not None:
-        measured = arguments.alignment
-        arguments = replace(arguments, alignment=aligned)
-        stated.append(f"causal aligned {aligned.value.replace('_', '-')} (declared"
-                      + ("" if measured is aligned else
-                         f"; measured {measured.value.replace('_', '-')}: kernel holds it to "
-                         "the declaration" if measured else "") + ")")
+    arguments, found = kernel_arguments(function, layout, inferred.implementation.capabilities,
+                                        probing)
+    arguments = _declared_alignment(replace(arguments, varlen=varlen), aligned, found)
     if wanted is None:
         dtypes = (f"runs in {_names(runs)} on cpu (probed: each is checked as its contract)"
                   + _refusals(refused))
@@ -209,23 +232,13 @@ def infer_function(function, *, name: str | None = None,
     else:
         dtypes = "dtypes " + _names(wanted) + " (declared)"
         capabilities = replace(inferred.implementation.capabilities, kernel=arguments)
+    found[:0] = _form_notes(cls, cached, grouped)
     # The wrapper's constructor, forward and projections are the suite's own: nothing to say,
     # and inference's dtype note is replaced by what the probe found.
-    if cls.dropout_argument:
-        stated.insert(0, f"{cls.dropout_argument}: its dropout rate, given the configured one in "
-                         "train mode and 0 in eval (checked by dropout)")
-    if cached:
-        stated.insert(0, "a KV-cache kernel (k_cache, v_cache, k, v, cache_seqlens): checked as "
-                         "dense attention, and by kv_cache decoding through the caches it "
-                         "writes")
-    if grouped:
-        stated.insert(0, "takes fewer key/value heads than query heads (probed: 4 query heads "
-                         "over 2 run): generated as divisors of the head count; kv_groups checks "
-                         "which query head reads which")
     notes = (note, dtypes, *(n for n in inferred.notes[2:]
                              if not n.startswith(("weights from inner.", "dtypes ",
                                                   "float16 and bfloat16 assumed",
                                                   "key/value heads = num_kv_heads"))),
-             *stated)
+             *found)
     return Inferred(replace(inferred.implementation, notes=notes, capabilities=capabilities),
                     notes)
