@@ -298,6 +298,27 @@ def test_an_argument_of_another_form_is_stated_and_not_checked(name, words):
     assert result.status is not Status.FAILED
 
 
+@pytest.mark.parametrize("name", ["inference_only_attention", "no_backward_attention"])
+def test_a_forward_only_kernel_is_stated_and_its_gradients_not_asked_for(name):
+    from tests.fixtures import kernel_variants
+
+    function = getattr(kernel_variants, name)
+    assert any(note.startswith("forward only: ") for note in infer_function(function).notes)
+    results = {r.check: r for r in check(function, devices=["cpu"])}
+    assert not [c for c, r in results.items() if r.status is Status.FAILED]
+    assert results["autograd"].reason == "forward only (probed): no backward to check"
+    assert results["reference"].status is Status.PASSED
+
+
+def test_a_backward_that_crashes_is_a_bug_not_a_refusal():
+    from tests.fixtures import kernel_variants
+
+    function = kernel_variants.crashing_backward_attention
+    assert not any(note.startswith("forward only") for note in infer_function(function).notes)
+    (result,) = check(function, devices=["cpu"], checks=["reference"])
+    assert result.status is Status.FAILED and "shape mismatch in dK" in result.reason
+
+
 def test_a_kernel_that_runs_nowhere_here_is_one_line_and_exit_2(capsys):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is here: the CUDA-only kernel runs")

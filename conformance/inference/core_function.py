@@ -156,6 +156,26 @@ def _nowhere(label: str, refused: dict[torch.dtype, str]) -> InferenceError:
                           f"{where}")
 
 
+def forward_only(function, dtype: torch.dtype) -> str | None:
+    """Why ``function`` is forward only, by behaviour, or None: with inputs that require
+    gradients its output carries none (computed outside autograd), or its backward raises
+    NotImplementedError. A backward that crashes otherwise is a bug, which the checks report."""
+    generator = torch.Generator().manual_seed(29)
+    q, k, v = (torch.randn(PROBE_SHAPE, generator=generator).to(dtype).requires_grad_(True)
+               for _ in range(3))
+    with torch.enable_grad():
+        out = call_output(function(q, k, v))
+        if out is None or not out.requires_grad:
+            return "its output carries no gradient (computed outside autograd)"
+        try:
+            out.float().sum().backward()
+        except NotImplementedError as error:
+            return f"its backward raises {refusal(error)}"
+        except Exception:  # a crash in the backward: the checks' to report
+            return None
+    return None
+
+
 def _declared_alignment(arguments: KernelArguments, aligned: CausalAlignment | None,
                         notes: list[str]) -> KernelArguments:
     """``arguments`` with the declared causal alignment, where one is, said beside the
@@ -224,6 +244,9 @@ def infer_function(function, *, name: str | None = None,
     arguments, found = kernel_arguments(function, layout, inferred.implementation.capabilities,
                                         probing)
     arguments = _declared_alignment(replace(arguments, varlen=varlen), aligned, found)
+    forward = forward_only(function, probing)
+    if forward is not None:
+        found.append(f"forward only: {forward} (probed): the gradient checks skip")
     if wanted is None:
         dtypes = (f"runs in {_names(runs)} on cpu (probed: each is checked as its contract)"
                   + _refusals(refused))
@@ -232,6 +255,7 @@ def infer_function(function, *, name: str | None = None,
     else:
         dtypes = "dtypes " + _names(wanted) + " (declared)"
         capabilities = replace(inferred.implementation.capabilities, kernel=arguments)
+    capabilities = replace(capabilities, forward_only=forward is not None)
     found[:0] = _form_notes(cls, cached, grouped)
     # The wrapper's constructor, forward and projections are the suite's own: nothing to say,
     # and inference's dtype note is replaced by what the probe found.

@@ -174,6 +174,10 @@ class Capabilities:
             failure.
         kernel: for a core function (a kernel over per-head tensors), its own arguments as
             inference measured them; ``kernel`` calls it through them.
+        forward_only: a kernel function whose output carries no gradient (computed outside
+            autograd, or a backward that raises NotImplementedError), probed: the checks'
+            gradient parts skip, ``autograd`` skips; a backward that crashes otherwise is a bug
+            and fails.
     """
 
     call: CallConvention = "self"
@@ -220,6 +224,7 @@ class Capabilities:
     padded_queries: PaddedQueries | None = None
     returns_tensor: bool = False
     kernel: KernelArguments | None = None
+    forward_only: bool = False
 
     def describe(self) -> str:
         call = "self-attention f(x[, mask])" if self.call == "self" else "f(q, k, v[, mask])"

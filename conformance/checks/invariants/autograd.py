@@ -25,6 +25,7 @@ from conformance.checks.invariants.verify import fmt, revealing
 from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
+from conformance.model.spec import Capabilities
 from conformance.numerics.tolerance import abs_error, only_rows, unchanged_tolerance, worst_index
 from conformance.subject.boundary import Inputs, Instance
 
@@ -101,6 +102,11 @@ class Autograd(Check):
     name = "autograd"
     title = ("gradients reach every parameter; backward matches finite differences; masked keys "
              "get exactly zero")
+
+    def skip_reason(self, capabilities: Capabilities) -> str | None:
+        if capabilities.forward_only:
+            return "forward only (probed): no backward to check"
+        return None
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities

@@ -149,7 +149,7 @@ class Causal(Check):
         if caps.weights:
             context.explore(cases(caps, context.device, causal=True, probe=True),
                             lambda case: self.weights_causal(context, case))
-        else:
+        elif not caps.forward_only:  # seen through gradients, which it has none of
             context.explore(cases(caps, context.device, causal=True),
                             lambda case: self.past_visible(context, case))
 
@@ -177,6 +177,8 @@ class Causal(Check):
                     f"batch {b} keeps keys {[int(i) for i in torch.nonzero(inputs.keep[b])]}"],
                 hint=hint)
 
+        if context.capabilities.forward_only:
+            return
         cotangent = torch.zeros_like(before)
         cotangent[:, : cut + 1] = case.tensor(case.batch, cut + 1, before.shape[-1], stream=31)
         gradients = instance.gradients(inputs, cotangent).inputs

@@ -115,24 +115,26 @@ class FullyMasked(Check):
                     f"with batch element(s) {empty} fully masked, row {row} of batch {b} differs "
                     f"from the float64 reference: {seen.describe()}")
 
-        cotangent = torch.where(rows.to(output.device)[:, :, None],
-                                case.tensor(*output.shape, stream=41), 0.0)
-        backward = instance.gradients(inputs, cotangent)
-        gradients = backward.inputs
-        whole = case.attendable_rows().all(dim=-1).tolist()
-        clean = [b for b in range(case.batch) if whole[b]]
-        without_keys = ~case.attendable_rows().to(output.device)
-        empty_rows_finite = bool(torch.isfinite(output[without_keys]).all())
-        if empty_rows_finite:
-            self._finite_gradients(backward, case, empty)
-        try:
-            self._clean_gradients(gradients, clean, empty)
-        except Violation as violation:
-            raise context.platform_or(case, violation,
-                                      lambda other: self._recheck_gradients(context, other)) \
-                from violation
-        notes = [name for name, gradient in gradients.items()
-                 if not bool(torch.isfinite(gradient).all())]
+        notes: list[str] = []
+        if not caps.forward_only:  # a forward-only kernel's output carries no gradient
+            cotangent = torch.where(rows.to(output.device)[:, :, None],
+                                    case.tensor(*output.shape, stream=41), 0.0)
+            backward = instance.gradients(inputs, cotangent)
+            gradients = backward.inputs
+            whole = case.attendable_rows().all(dim=-1).tolist()
+            clean = [b for b in range(case.batch) if whole[b]]
+            without_keys = ~case.attendable_rows().to(output.device)
+            empty_rows_finite = bool(torch.isfinite(output[without_keys]).all())
+            if empty_rows_finite:
+                self._finite_gradients(backward, case, empty)
+            try:
+                self._clean_gradients(gradients, clean, empty)
+            except Violation as violation:
+                raise context.platform_or(case, violation,
+                                          lambda other: self._recheck_gradients(context, other)) \
+                    from violation
+            notes = [name for name, gradient in gradients.items()
+                     if not bool(torch.isfinite(gradient).all())]
 
         behaviour = self._behaviour(context, case, instance)
         declared = caps.fully_masked

@@ -133,7 +133,7 @@ class ReferenceAgreement(Check):
                                                   rows=rows, window=case.window,
                                                   encoding=encoding)
                                   or context.mask_mistake(case)))
-        if not bool(case.attendable_rows().all()):
+        if not bool(case.attendable_rows().all()) or context.capabilities.forward_only:
             return  # a fully masked row's gradient is the fully_masked check's business
         # Only the rows attention specifies count (not a padded query's).
         cotangent = torch.where(rows.to(output.device)[:, :, None],
