@@ -171,6 +171,31 @@ def test_the_kernel_drops_with_rescaling_and_its_twin_without():
     assert float((torch.stack(draws).mean(0) - exact).abs().max()) < 0.15
 
 
+def test_paged_caches_equal_contiguous_ones_and_the_table_ignoring_twin_does_not():
+    """A prefill of 5 then a step, through pages of 4 handed out shuffled (the suite's own
+    paging), against contiguous caches; the twin agrees only where the table is in order."""
+    from conformance.implementations.kernel_mutants import paged_cache_table_ignored as twin
+    from conformance.inference.cache_function import paged
+
+    generator = torch.Generator().manual_seed(13)
+    q, k, v = (torch.randn(2, 6, 2, 8, generator=generator).half() for _ in range(3))
+
+    def decode(function, table_order):
+        (k_cache, v_cache), table = paged(k, 4, 8)
+        table = table if table_order == "shuffled" else torch.arange(
+            table.numel(), dtype=table.dtype).reshape(table.shape)
+        outs = [function(q[:, :5], k_cache, v_cache, k=k[:, :5], v=v[:, :5], causal=True,
+                         block_table=table, cache_seqlens=torch.zeros(2, dtype=torch.int32)),
+                function(q[:, 5:], k_cache, v_cache, k=k[:, 5:], v=v[:, 5:], causal=True,
+                         block_table=table, cache_seqlens=torch.full((2,), 5, dtype=torch.int32))]
+        return torch.cat(outs, 1)
+
+    contiguous = kernels.kvcache_half_attention(q, k, v, causal=True)
+    assert torch.equal(decode(kernels.kvcache_half_attention, "shuffled"), contiguous)
+    assert torch.equal(decode(twin.KERNEL, "in order"), contiguous)
+    assert float((decode(twin.KERNEL, "shuffled") - contiguous).abs().max()) > 0.05
+
+
 BACKWARD_TWINS = [m for m in KERNEL_MUTANT_MODULES if m.CATCHES == "reference"]
 ARGUMENT_TWINS = [m for m in KERNEL_MUTANT_MODULES if m.CATCHES == "kernel"]
 NAME = lambda module: module.__name__.rsplit(".")[-1]  # noqa: E731

@@ -109,18 +109,32 @@ class Kernel:
         return ds.transpose(-1, -2) @ q * scale
 
     def cached(self, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor | None,
-               v: torch.Tensor | None, held: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+               v: torch.Tensor | None, held: list[int],
+               block_table: torch.Tensor | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each batch element's keys and values (L, H, D): its new ones written into the caches
         (in place) after the ``held`` tokens there, then read back. Every write comes first: the
         keys read are views of the caches, which no later write may change (their backward
-        reads them)."""
+        reads them). With a ``block_table``, the caches are pages (blocks, page, H, D) and token
+        t of element b lives in page ``block_table[b, t // page]`` at ``t % page``."""
         lengths = list(held)
         if k is not None:
             for b, start in enumerate(held):
                 lengths[b] = start + k.shape[1]
-                k_cache[b, start:lengths[b]] = k[b]
-                v_cache[b, start:lengths[b]] = v[b]
-        return [(k_cache[b, :length], v_cache[b, :length]) for b, length in enumerate(lengths)]
+                slots = self.slots(block_table, b, start, lengths[b], k_cache)
+                k_cache[slots] = k[b]
+                v_cache[slots] = v[b]
+        return [(k_cache[self.slots(block_table, b, 0, length, k_cache)],
+                 v_cache[self.slots(block_table, b, 0, length, k_cache)])
+                for b, length in enumerate(lengths)]
+
+    def slots(self, block_table: torch.Tensor | None, b: int, start: int, stop: int,
+              cache: torch.Tensor) -> tuple:
+        """Where tokens start .. stop of element ``b`` live in a cache (an index)."""
+        if block_table is None:
+            return (b, slice(start, stop))
+        page = cache.shape[1]
+        positions = torch.arange(start, stop, device=cache.device)
+        return (block_table[b, positions // page].long(), positions % page)
 
     def sequence(self, cu_seqlens: torch.Tensor, index: int) -> slice:
         """The tokens of packed sequence ``index``: cu_seqlens[index] .. cu_seqlens[index + 1]."""
@@ -284,23 +298,24 @@ def varlen_kernel_function(kernel: Kernel, name: str = "varlen_attention"):
 
 
 def cache_kernel_function(kernel: Kernel, name: str = "attention_with_kvcache"):
-    """``attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, causal=False,
-    softmax_scale=None)`` over (B, L, H, D), FlashAttention's ``flash_attn_with_kvcache``: the
-    new keys and values ``k``, ``v`` are written into the caches at ``cache_seqlens`` (in place),
-    and the queries attend over each batch element's cache up to them (the whole cache where
-    ``cache_seqlens`` is None), causal aligned bottom-right."""
+    """``attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=None,
+    causal=False, softmax_scale=None)`` over (B, L, H, D), FlashAttention's
+    ``flash_attn_with_kvcache``: the new keys and values ``k``, ``v`` are written into the caches
+    at ``cache_seqlens`` (in place), and the queries attend over each batch element's cache up
+    to them (the whole cache where ``cache_seqlens`` is None), causal aligned bottom-right; with
+    a ``block_table`` the caches are pages (see :meth:`Kernel.cached`)."""
     dense = kernel_function(kernel, "blhd")
 
-    def attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, causal=False,
-                  softmax_scale=None):
+    def attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=None,
+                  causal=False, softmax_scale=None):
         _refuse(q, k_cache, v_cache, 2)
         if cache_seqlens is None:
             return dense(q, k_cache, v_cache, causal=causal, softmax_scale=softmax_scale)
         held = [int(n) for n in cache_seqlens]
         return torch.cat([dense(q[b:b + 1], keys[None], values[None], causal=causal,
                                 softmax_scale=softmax_scale)
-                          for b, (keys, values) in enumerate(kernel.cached(k_cache, v_cache, k, v,
-                                                                           held))])
+                          for b, (keys, values) in enumerate(kernel.cached(
+                              k_cache, v_cache, k, v, held, block_table))])
 
     attention.__name__ = attention.__qualname__ = name
     attention.__module__ = type(kernel).__module__

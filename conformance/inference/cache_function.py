@@ -17,7 +17,7 @@ import inspect
 import torch
 
 from conformance.inference.function_wrapper import CoreFunctionModule, core_function_class
-from conformance.inference.kernel_arguments import call_output
+from conformance.inference.kernel_arguments import call_output, refusal
 
 CACHE = ("k_cache", "v_cache", "k", "v", "cache_seqlens")
 """The arguments of FlashAttention's cache form."""
@@ -42,18 +42,42 @@ def is_cache_kernel(function) -> bool:
 
 class KernelCache:
     """The caches a cache kernel writes into, kept between one decoding's calls: none until the
-    first call makes them (CAPACITY tokens each, as the kernel's keys are laid out), then
-    ``length`` tokens held."""
+    first call makes them, then ``length`` tokens held; paged, with its ``block_table``, where
+    the kernel takes one."""
 
     def __init__(self) -> None:
         self.caches: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.block_table: torch.Tensor | None = None
         self.length = 0
+
+
+def paged(k: torch.Tensor, page: int, tokens: int) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+    """Zeroed caches of pages (blocks, page, H, D) for ``tokens`` tokens of each of k's (B, L, H,
+    D) batch elements, and a block table (B, blocks per element) that hands the pages out in a
+    shuffled order: a kernel that reads page i of element b as block b * n + i, ignoring the
+    table, reads another element's tokens."""
+    batch = k.shape[0]
+    per = -(-tokens // page)
+    order = torch.randperm(batch * per, generator=torch.Generator().manual_seed(31))
+    table = order.reshape(batch, per).to(device=k.device, dtype=torch.int32)
+    shape = (batch * per, page, *k.shape[2:])
+    return (k.new_zeros(shape), k.new_zeros(shape)), table
+
+
+def read_paged(cache: torch.Tensor, table: torch.Tensor, length: int) -> torch.Tensor:
+    """The first ``length`` tokens of each element of a paged ``cache``: (B, length, H, D)."""
+    page = cache.shape[1]
+    positions = torch.arange(length, device=cache.device)
+    return cache[table[:, positions // page].long(), positions % page]
 
 
 class CacheKernelModule(CoreFunctionModule):
     """A cache kernel inside the suite's projections; a call with a :class:`KernelCache`
     continues it (the kernel writes the new keys and values into it), a call without one runs
-    on fresh caches of its own."""
+    on fresh caches of its own. ``page``: the page size of a kernel that takes a block table
+    (None: contiguous caches)."""
+
+    page: int | None = None
 
     def forward(self, query, key, value, kv_cache: KernelCache | None = None, **options):
         q, k, v = self.heads(query, key, value)
@@ -65,22 +89,78 @@ class CacheKernelModule(CoreFunctionModule):
         axis = 1 if self.layout == "blhd" else 2
         cache = kv_cache if kv_cache is not None else KernelCache()
         needed = cache.length + k.shape[axis]
-        if (cache.caches is None or cache.caches[0].dtype != k.dtype
-                or cache.caches[0].shape[axis] < needed):
-            shape = list(k.shape)
-            shape[axis] = max(CAPACITY, 2 * needed)
-            grown = (k.new_zeros(shape), v.new_zeros(shape))
-            if cache.caches is not None and cache.length:  # what it held, in the larger caches
-                for new, old in zip(grown, cache.caches, strict=True):
-                    new.narrow(axis, 0, cache.length).copy_(old.narrow(axis, 0, cache.length))
-            cache.caches = grown
+        if cache.caches is None or cache.caches[0].dtype != k.dtype or self._full(cache, needed):
+            self._grow(cache, k, v, axis, max(CAPACITY, 2 * needed), kv_cache is not None)
         held = torch.full((q.shape[0],), cache.length, dtype=torch.int32, device=q.device)
+        paging = {} if cache.block_table is None else {"block_table": cache.block_table}
         out = call_output(self.function(q, *cache.caches, k=k, v=v, cache_seqlens=held,
-                                        **options)).to(given)
+                                        **paging, **options)).to(given)
         cache.length += k.shape[axis]
         if self.layout == "blhd":
             out = out.transpose(1, 2)
         return self.merge(out)
+
+    def _full(self, cache: KernelCache, needed: int) -> bool:
+        if cache.block_table is not None:
+            return cache.block_table.shape[1] * cache.caches[0].shape[1] < needed
+        axis = 1 if self.layout == "blhd" else 2
+        return cache.caches[0].shape[axis] < needed
+
+    def _grow(self, cache: KernelCache, k: torch.Tensor, v: torch.Tensor, axis: int,
+              tokens: int, paging: bool) -> None:
+        """New caches for ``tokens`` tokens, holding what the old ones held; paged where the
+        kernel takes pages and ``paging`` (a decoding's cache: a plain call's are contiguous,
+        so that the pages are the kv_cache check's alone)."""
+        held = None
+        if cache.caches is not None and cache.length:
+            held = (tuple(read_paged(c, cache.block_table, cache.length) for c in cache.caches)
+                    if cache.block_table is not None else
+                    tuple(c.narrow(axis, 0, cache.length) for c in cache.caches))
+        if self.page is not None and paging:
+            cache.caches, cache.block_table = paged(k, self.page, tokens)
+            if held is not None:
+                positions = torch.arange(cache.length, device=k.device)
+                slots = (cache.block_table[:, positions // self.page].long(),
+                         positions % self.page)
+                for new, old in zip(cache.caches, held, strict=True):
+                    new[slots] = old.to(new.dtype)
+            return
+        shape = list(k.shape)
+        shape[axis] = tokens
+        cache.caches = (k.new_zeros(shape), v.new_zeros(shape))
+        if held is not None:
+            for new, old in zip(cache.caches, held, strict=True):
+                new.narrow(axis, 0, cache.length).copy_(old)
+
+
+PAGES = (4, 16, 256)
+"""Page sizes tried for a kernel that takes a block table, smallest first (FlashAttention's
+paged cache takes multiples of 256 on a GPU): the first a prefill runs with is used. Whether
+the pages are read right is the kv_cache check's to judge, not this choice's."""
+
+
+def page_size(cls: type[CacheKernelModule], dtype: torch.dtype) -> tuple[int | None, str | None]:
+    """The page size ``cls``'s kernel takes a block table with (the first of PAGES a prefill
+    through the pages runs with), and a note."""
+    names = set(inspect.signature(cls.function).parameters)
+    if "block_table" not in names or cls.layout != "blhd":
+        return None, None
+    generator = torch.Generator().manual_seed(37)
+    q, k, v = (torch.randn(2, 9, 2, 8, generator=generator).to(dtype) for _ in range(3))
+    refused = []
+    for page in PAGES:
+        (k_cache, v_cache), table = paged(k, page, 16)
+        try:
+            cls.function(q, k_cache, v_cache, k=k, v=v, block_table=table,
+                         cache_seqlens=torch.zeros(2, dtype=torch.int32))
+        except Exception as error:  # not this page size
+            refused.append(f"{page}: {refusal(error)}")
+            continue
+        return page, (f"paged caches: block_table with pages of {page} tokens, handed out "
+                      "shuffled (probed: the first page size a prefill runs with); kv_cache "
+                      "decodes through them")
+    return None, ("block_table: a prefill through pages raises at every size tried ("
+                  + "; ".join(refused) + "): the cache is checked contiguous")
 
 
 def cache_function_class(function, layout: str, grouped: bool) -> type[CoreFunctionModule]:

@@ -24,7 +24,7 @@ from dataclasses import replace
 import torch
 
 from conformance.generation.cases import dtype_name
-from conformance.inference.cache_function import cache_function_class, is_cache_kernel
+from conformance.inference.cache_function import cache_function_class, is_cache_kernel, page_size
 from conformance.inference.function_wrapper import core_function_class
 from conformance.inference.infer import infer
 from conformance.inference.kernel_arguments import call_output, kernel_arguments, refusal
@@ -234,6 +234,7 @@ def infer_function(function, *, name: str | None = None,
     grouped = takes_grouped(function, layout, probing)
     cached = is_cache_kernel(function)
     cls = (cache_function_class if cached else core_function_class)(function, layout, grouped)
+    cls.page, pages = page_size(cls, probing) if cached else (None, None)
     cls.compute_dtype = None if probing is torch.float32 else probing
     try:
         inferred = infer(cls, name=label, declared=replace(declared, weights=OWN_WEIGHTS))
@@ -256,7 +257,7 @@ def infer_function(function, *, name: str | None = None,
         dtypes = "dtypes " + _names(wanted) + " (declared)"
         capabilities = replace(inferred.implementation.capabilities, kernel=arguments)
     capabilities = replace(capabilities, forward_only=forward is not None)
-    found[:0] = _form_notes(cls, cached, grouped)
+    found[:0] = _form_notes(cls, cached, grouped) + ([pages] if pages else [])
     # The wrapper's constructor, forward and projections are the suite's own: nothing to say,
     # and inference's dtype note is replaced by what the probe found.
     notes = (note, dtypes, *(n for n in inferred.notes[2:]

@@ -18,11 +18,12 @@ CATCHES = "kv_cache"
 
 
 class CacheNotUpdated(Kernel):
-    def cached(self, k_cache, v_cache, k, v, held):
+    def cached(self, k_cache, v_cache, k, v, held, block_table=None):
+        before = super().cached(k_cache, v_cache, None, None, held, block_table)  # reads only
         if k is None:
-            return super().cached(k_cache, v_cache, k, v, held)
-        return [(torch.cat([k_cache[b, :start], k[b]]), torch.cat([v_cache[b, :start], v[b]]))
-                for b, start in enumerate(held)]
+            return before
+        return [(torch.cat([keys, k[b]]), torch.cat([values, v[b]]))
+                for b, (keys, values) in enumerate(before)]
 
 
 KERNEL = cache_kernel_function(CacheNotUpdated(), "cache_not_updated")
