@@ -77,10 +77,12 @@ def test_the_kernels_compute_attention_and_its_derivative(dtype, case):
 
 @pytest.mark.parametrize(("arguments", "q_len"), [
     (dict(window_size=(2, 0)), 5), (dict(window_size=(1, 2)), 37), (dict(softcap=1.0), 5),
-    (dict(softcap=1.0, causal=True), 5), (dict(softmax_scale=0.7, causal=True), 1)])
+    (dict(softcap=1.0, causal=True), 5), (dict(softmax_scale=0.7, causal=True), 1),
+    (dict(alibi_slopes=torch.tensor([0.5, 0.125])), 5),
+    (dict(alibi_slopes=torch.tensor([0.5, 0.125]), causal=True), 37)])
 def test_the_kernels_arguments_against_a_float64_oracle(arguments, q_len):
-    """Window (bottom-right, FlashAttention's), softcap before the mask, an explicit scale, and
-    the lse returned, over 37 keys, in float16."""
+    """Window (bottom-right, FlashAttention's), softcap before the mask, an explicit scale, ALiBi
+    slopes, and the lse returned, over 37 keys, in float16."""
     generator = torch.Generator().manual_seed(q_len)
     q, k, v = (torch.randn(1, 2, n, 8, generator=generator, dtype=torch.float64)
                for n in (q_len, 37, 37))
@@ -91,6 +93,8 @@ def test_the_kernels_arguments_against_a_float64_oracle(arguments, q_len):
         scores = arguments["softcap"] * torch.tanh(scores / arguments["softcap"])
     rows = torch.arange(q_len)[:, None] + 37 - q_len
     cols = torch.arange(37)[None, :]
+    if "alibi_slopes" in arguments:  # FlashAttention's: -m_h |i + Lk - Lq - j|
+        scores = scores - arguments["alibi_slopes"].double()[:, None, None] * (rows - cols).abs()
     left, right = arguments.get("window_size", (-1, -1))
     right = 0 if arguments.get("causal") else right
     seen = torch.ones(q_len, 37, dtype=torch.bool)
@@ -227,7 +231,9 @@ def test_every_argument_twin_is_exact_by_default_and_wrong_through_its_argument(
                                                                              strict=True))
 
     assert differ() == 0.0
-    assert differ(**module.EXPOSED_BY) > 0.05
+    exposed = {name: torch.tensor(value) if isinstance(value, list) else value
+               for name, value in module.EXPOSED_BY.items()}
+    assert differ(**exposed) > 0.05
 
 
 def test_a_half_only_kernel_is_checked_in_half_precision_and_passes():

@@ -45,6 +45,8 @@ class Options:
     window: tuple[int, int] = (-1, -1)
     softcap: float = 0.0
     dropout: float = 0.0
+    alibi: torch.Tensor | None = None
+    """ALiBi slopes (H,): head h's logits get -m_h |i + Lk - Lq - j| (FlashAttention's)."""
 
 
 class Kernel:
@@ -70,10 +72,22 @@ class Kernel:
         """The softcap c tanh(s / c), where one is given."""
         return options.softcap * torch.tanh(s / options.softcap) if options.softcap else s
 
+    def bias(self, q_len: int, start: int, stop: int, kv_len: int, options: Options,
+             device: torch.device) -> torch.Tensor | float:
+        """ALiBi's bias of a block (H, Lq, block) where slopes are given, else 0."""
+        if options.alibi is None:
+            return 0.0
+        rows = torch.arange(q_len, device=device)[:, None] + (kv_len - q_len)
+        cols = torch.arange(start, stop, device=device)[None, :]
+        return -options.alibi.float().to(device)[:, None, None] * (rows - cols).abs()
+
     def scores(self, q: torch.Tensor, k: torch.Tensor, options: Options, start: int,
                kv_len: int) -> torch.Tensor:
-        """Scaled (and capped) logits of one key block, -inf where a key is hidden (float32)."""
-        s = self.capped((q.float() @ k.float().transpose(-1, -2)) * options.scale, options)
+        """Scaled (biased, capped) logits of one key block, -inf where a key is hidden
+        (float32)."""
+        s = (q.float() @ k.float().transpose(-1, -2)) * options.scale + self.bias(
+            q.shape[-2], start, start + k.shape[-2], kv_len, options, q.device)
+        s = self.capped(s, options)
         seen = self.visible(q.shape[-2], start, start + k.shape[-2], kv_len, options, q.device)
         return s.masked_fill(~seen, float("-inf"))
 
@@ -244,7 +258,8 @@ def _refuse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int) -> No
 
 def kernel_function(kernel: Kernel, layout: str = "bhld", name: str = "attention"):
     """``attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
-    window_size=(-1, -1), softcap=0.0, return_lse=False)`` (FlashAttention's order) over
+    window_size=(-1, -1), softcap=0.0, alibi_slopes=None, return_lse=False)`` (FlashAttention's
+    order) over
     (B, H, L, D) (``bhld``) or FlashAttention's (B, L, H, D) (``blhd``), computed by
     ``kernel``; k and v may have fewer heads, a divisor of q's (query head h reads key/value
     head h // G, as FlashAttention's); with ``return_lse``, ``(out, lse)`` with lse (B, H, Lq)
@@ -252,11 +267,11 @@ def kernel_function(kernel: Kernel, layout: str = "bhld", name: str = "attention
     probability (kept ones scaled by 1 / (1 - p)), the same draw in the backward."""
 
     def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                  softcap=0.0, return_lse=False):
+                  softcap=0.0, alibi_slopes=None, return_lse=False):
         _refuse(q, k, v, 1 if layout == "bhld" else 2)
         scale = softmax_scale if softmax_scale is not None else 1 / math.sqrt(q.shape[-1])
         options = Options(scale, bool(causal), tuple(window_size), float(softcap),
-                          float(dropout_p))
+                          float(dropout_p), alibi_slopes)
         if layout == "blhd":
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         out, lse = _Attention.apply(q, k, v, kernel, options)

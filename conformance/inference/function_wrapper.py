@@ -9,7 +9,8 @@ import inspect
 import torch
 
 from conformance.inference.plan import InferenceError
-from conformance.model.forms import LSE_OPTION
+from conformance.model.forms import ALIBI_OPTION, LSE_OPTION
+from conformance.numerics.position_encoding import standard_slopes
 from conformance.subject.head_projections import HeadProjections
 
 DROPOUT_ARGUMENTS = ("dropout_p",)
@@ -54,6 +55,10 @@ class CoreFunctionModule(HeadProjections):
         if self.dropout_argument and self.dropout_argument not in options:
             # The configured rate in train mode, none in eval (a kernel takes it per call).
             options[self.dropout_argument] = self.dropout if self.training else 0.0
+        slopes = options.pop(ALIBI_OPTION, None)
+        if slopes is not None:  # the paper's slopes for these heads, through its own keyword
+            options[slopes] = torch.tensor(standard_slopes(self.num_heads), dtype=torch.float32,
+                                           device=q.device)
         keyword = options.pop(LSE_OPTION, None)
         if keyword is not None:  # the log-sum-exp asked for: (B, Lq, H) in place of the output
             lse = self.function(q, k, v, *args, **options, **({keyword: True} if keyword else {}))

@@ -16,12 +16,14 @@ import torch
 
 from conformance.model.forms import CausalAlignment, KernelArguments
 from conformance.model.spec import Capabilities
+from conformance.numerics.position_encoding import standard_slopes
 from conformance.numerics.tolerance import unchanged_tolerance
 
 SCALE_ARGUMENTS = ("softmax_scale", "scale", "sm_scale")
 WINDOW_ARGUMENTS = ("window_size",)
 SOFTCAP_ARGUMENTS = ("softcap", "logit_softcap", "softcapping")
 LSE_ARGUMENTS = ("return_lse", "return_softmax_lse")
+ALIBI_ARGUMENTS = ("alibi_slopes",)
 """Keywords kernels take each argument by (FlashAttention, SDPA, Triton's tutorial)."""
 
 ALIGNMENT_WORDS = {
@@ -188,6 +190,14 @@ def kernel_arguments(function, layout: str, caps: Capabilities,
     lse, words = lse_argument(function, layout, names, dtype)
     if words:
         notes.append(words)
+    alibi = next((n for n in ALIBI_ARGUMENTS if n in names), None)
+    if alibi:
+        problem = _refuses(function, layout, dtype, alibi,
+                           torch.tensor(standard_slopes(2), dtype=torch.float32))
+        notes.append(f"ALiBi slopes (heads,) given by {alibi}= (checked by kernel: -m_h |i - j| "
+                     "added to the logits)" if problem is None else
+                     f"{alibi}= given the paper's slopes (heads,) {problem}: not checked")
+        alibi = alibi if problem is None else None
     return KernelArguments(scale_argument=found["scale"], alignment=alignment,
                            window_argument=found["window"], softcap_argument=found["softcap"],
-                           lse_argument=lse), notes
+                           lse_argument=lse, alibi_argument=alibi), notes

@@ -174,6 +174,12 @@ function's log-sum-exp, as (batch, q_len, heads), in place of the output: its va
 function's own keyword that asks for it ("" where every call returns it)."""
 
 
+ALIBI_OPTION = "_conformance_alibi"
+"""The keyword the suite's wrapper of a core function takes (and never passes on) to give the
+function ALiBi slopes: its value is the function's own keyword for them (``alibi_slopes``),
+which the wrapper hands the paper's slopes for its heads, (heads,) float32."""
+
+
 @dataclass(frozen=True)
 class KernelArguments:
     """What a core function takes beyond (q, k, v), as inference found it: the keywords that
@@ -181,7 +187,8 @@ class KernelArguments:
     ``softcap``; the keyword that makes it return ``(out, lse)`` ("" where it always does); and
     the alignment ``causal=True`` gives with fewer queries than keys (None where it is not
     causal on request); ``varlen``: it takes FlashAttention's packed tokens and cumulative
-    lengths (``packed`` then gives it an empty sequence too). ``kernel`` checks each."""
+    lengths (``packed`` then gives it an empty sequence too); ``alibi_argument``: the keyword
+    taking ALiBi slopes (heads,). ``kernel`` checks each."""
 
     scale_argument: str | None = None
     alignment: CausalAlignment | None = None
@@ -189,6 +196,7 @@ class KernelArguments:
     softcap_argument: str | None = None
     lse_argument: str | None = None
     varlen: bool = False
+    alibi_argument: str | None = None
 
 
 class PackedForm(str, Enum):

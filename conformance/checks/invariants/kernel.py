@@ -14,6 +14,9 @@ argument:
 - ``window_size=(left, right)`` ((2, 0) and (1, 2)): query i sees keys i + o - left ..
   i + o + right, o the alignment's offset (0 with as many queries as keys).
 - a softcap c = 1: logits c tanh(s / c), capped before the mask (causal where it takes causal).
+- ALiBi slopes (the paper's, one per head) through its own keyword: logits s q_i . k_j -
+  m_h |i - j| (FlashAttention's symmetric bias), with as many queries as keys, causal where it
+  takes causal.
 - the log-sum-exp it returns: logsumexp_j(s q_i . k_j) per (batch, head, query) in natural log,
   against the float64 reference's by the same rule; in base 2 it is a warning (a Triton kernel's
   exp2 arithmetic, which only its author can say is meant), any other value a failure.
@@ -36,7 +39,14 @@ from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case, dtype_name
 from conformance.generation.strategies import cases
-from conformance.model.forms import LSE_OPTION, CausalAlignment, KernelArguments
+from conformance.model.forms import (
+    ALIBI_OPTION,
+    LSE_OPTION,
+    AlibiBias,
+    CausalAlignment,
+    KernelArguments,
+    PositionEncoding,
+)
 from conformance.model.spec import Capabilities
 from conformance.model.weights import HeadWeights
 from conformance.numerics.reference import allowed_keys, reference_attention
@@ -122,6 +132,15 @@ class Kernel(Check):
                             weights, words, softcap=SOFTCAP, allowed=allowed)
         if kernel.lse_argument is not None:
             self._lse(context, case, instance, inputs, weights)
+        if kernel.alibi_argument is not None and case.q_len == case.kv_len:
+            causal = kernel.alignment is not None
+            self._agree(context, case, instance,
+                        replace(inputs, causal=causal,
+                                options=((ALIBI_OPTION, kernel.alibi_argument),)),
+                        weights, f"{kernel.alibi_argument}=the paper's slopes"
+                        + (" and causal=True" if causal else ""),
+                        encoding=PositionEncoding(alibi=AlibiBias(symmetric=True)),
+                        causal=causal)
         if kernel.scale_argument is not None:
             default = 1 / math.sqrt(case.head_dim)
             for factor in SCALE_FACTORS:
@@ -152,8 +171,8 @@ class Kernel(Check):
         if context.capabilities.forward_only:
             return
         found = gradient_disagreement(instance, weights, inputs,
-                                      case.tensor(*output.shape, stream=61), dtype, causal=False,
-                                      **options)
+                                      case.tensor(*output.shape, stream=61), dtype,
+                                      **{"causal": False, **options})
         if found is not None:
             name, seen = found
             raise Violation(f"with {words}, {gradient_words(name, seen)}",
