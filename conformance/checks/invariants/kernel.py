@@ -67,18 +67,19 @@ BLOCKS = dict(batch=1, q_len=3, kv_len=37)
 
 
 class Kernel(Check):
-    """Causal with fewer queries than keys, at its alignment; an explicit scale is applied."""
+    """A kernel's own arguments do what FlashAttention's do."""
 
     name = "kernel"
-    title = "a kernel's arguments: causal with fewer queries than keys; an explicit softmax scale"
+    title = ("a kernel's arguments: causal with fewer queries than keys, softmax_scale, "
+             "window_size, softcap, alibi_slopes, the lse it returns")
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         kernel = capabilities.kernel
         if kernel is None:
             return "not a kernel function"
-        if kernel == KernelArguments():
+        if replace(kernel, varlen=False) == KernelArguments():
             return ("takes no argument it checks (causal=True, a softmax scale, a window, a "
-                    "softcap, a log-sum-exp returned)")
+                    "softcap, ALiBi slopes, a log-sum-exp returned)")
         if not capabilities.weights:
             return "needs canonical weight access to build the reference"
         return None
