@@ -11,3 +11,9 @@ from __future__ import annotations
 
 class ConformanceError(Exception):
     """An error of the suite's, for a user: what went wrong, in one line."""
+
+
+class SuiteError(ConformanceError):
+    """The suite itself failed while checking (its own defect, not the implementation's): no
+    verdict where it happened. Raised where a front end must not report it as a failure of the
+    implementation (pytest); please report it."""

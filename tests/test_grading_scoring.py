@@ -214,3 +214,12 @@ def test_example_expected_grades_are_consistent_with_the_rubric():
     for row in rows:
         assert float(row["total"]) == pytest.approx(sum(float(row[k]) for k in keys))
     assert rows[0]["id"] == "Points Possible" and float(rows[0]["total"]) == rubric.max_points
+
+
+def test_a_suite_error_is_never_charged_to_the_student(rubric):
+    graded = score(rubric, outcome({**ALL_PASS, "head_split": Status.SUITE_ERROR},
+                                   {"gate": P, "causal": P}))
+    item = graded.item("MHA.head_split")
+    assert item.state is State.NOT_EVALUATED and item.points == 0
+    assert item.checks[0].why.startswith("the grader's own error")
+    assert graded.status is RunStatus.PARTLY_EVALUATED  # a person looks at it

@@ -37,7 +37,7 @@ from conformance.loading.registry import ResolveError, check_form, is_located, o
 from conformance.model import expectations
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.declarations import DeclarationError, Declarations, parse_init
-from conformance.model.results import CheckResult
+from conformance.model.results import CheckResult, Status
 from conformance.run.isolated import BadInput, Interfaces, Isolated, Target
 from conformance.run.many import check_many
 from conformance.worker.local import CALL_SECONDS
@@ -261,6 +261,8 @@ def _check(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         else:
             args.json.write_text(text)
+    if any(r.status is Status.SUITE_ERROR for r in results):
+        return EXIT_USAGE  # the suite's own error: no verdict, as for bad input (exit 2)
     return EXIT_FAILED if any(r.is_failure for r in results) else EXIT_OK
 
 

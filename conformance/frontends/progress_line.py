@@ -55,7 +55,8 @@ class ProgressLine:
         words = [f"{counts[Status.PASSED]} passed"]
         words += [f"{counts[s]} {label}" for s, label in (
             (Status.FAILED, "failed"), (Status.WARNED, "warning(s)"),
-            (Status.EXPECTED_FAILURE, "expected failure(s)"), (Status.SKIPPED, "skipped"))
+            (Status.EXPECTED_FAILURE, "expected failure(s)"), (Status.SKIPPED, "skipped"),
+            (Status.SUITE_ERROR, "suite error(s)"))
             if counts[s]]
         self._clear()
         self.stream.write(f"{implementation}: {', '.join(words)} in {seconds:.1f} s\n")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from conformance.errors import SuiteError
 from conformance.frontends.interface_language import Interface, spoken_result
 from conformance.frontends.pytest_options import (
     BENCHMARK_MODULE,
@@ -263,3 +264,5 @@ def enforce(result: CheckResult, reproduce: Reproduction | None = None,
         pytest.xfail(f"{result.reason} ({'; '.join(result.details[-1:])})")
     if result.status is Status.FAILED:
         pytest.fail(failure_block(result, reproduce), pytrace=False)
+    if result.status is Status.SUITE_ERROR:  # not the implementation's: pytest's error, not a fail
+        raise SuiteError(failure_block(result, reproduce))

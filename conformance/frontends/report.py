@@ -21,6 +21,7 @@ LABELS = {
     Status.WARNED: "WARN",
     Status.SKIPPED: "SKIP",
     Status.EXPECTED_FAILURE: "XFAIL",
+    Status.SUITE_ERROR: "ERROR",
 }
 
 
@@ -111,7 +112,8 @@ a pytest invocation): a line, or None where it can't."""
 def failure_block(result: CheckResult, reproduce: Reproduction | None = None) -> str:
     """A failure, expected failure or warning with its evidence: what went wrong, the likely bug,
     the falsifying example (hypothesis-shrunk) and how to replay it, the numbers seen."""
-    label = {Status.FAILED: "FAIL ", Status.WARNED: "WARN "}.get(result.status, "XFAIL")
+    label = {Status.FAILED: "FAIL ", Status.WARNED: "WARN ",
+             Status.SUITE_ERROR: "ERROR"}.get(result.status, "XFAIL")
     lines = [f"{label} {result.implementation} · {result.check} [{result.device}]",
              wrap(result.reason, 2)]
     if result.hint:
@@ -134,6 +136,12 @@ def summary(results: Sequence[CheckResult], seconds: float) -> str:
             f"{counts[Status.EXPECTED_FAILURE]} expected failure(s) in {seconds:.1f} s")
     verdict = ("OK: no unexpected failure" if not counts[Status.FAILED]
                else f"FAILED: {counts[Status.FAILED]} unexpected failure(s)")
+    if counts[Status.SUITE_ERROR]:
+        text += f", {counts[Status.SUITE_ERROR]} suite error(s)"
+        verdict = (f"SUITE ERROR: the suite itself failed in {counts[Status.SUITE_ERROR]} "
+                   "check(s), no verdict there; please report it (the lines above say where)"
+                   + ("" if not counts[Status.FAILED] else
+                      f"; and {counts[Status.FAILED]} unexpected failure(s)"))
     if counts[Status.WARNED] and not counts[Status.FAILED]:
         verdict += (f" ({counts[Status.WARNED]} warning(s): findings beyond the contract's "
                     "normal range, in assumed dtypes or about an intent inference can't know; "
@@ -166,7 +174,7 @@ def render_text(results: Sequence[CheckResult], *, checks: Sequence[str], profil
     observations = _observations(results, devices)
     if observations:
         parts += ["", "Observed:", *observations]
-    shown = (Status.EXPECTED_FAILURE, Status.WARNED, Status.FAILED)
+    shown = (Status.EXPECTED_FAILURE, Status.WARNED, Status.FAILED, Status.SUITE_ERROR)
     failures = [r for r in results if r.status in shown]
     for result in sorted(failures, key=lambda r: shown.index(r.status)):
         parts += ["", failure_block(result, reproduce)]
@@ -192,5 +200,6 @@ def render_json(results: Sequence[CheckResult], *,
                             for name, (declares, notes) in interfaces.items()],
         "results": [r.to_dict() for r in results],
         "summary": {**counts, "seconds": round(seconds, 3),
-                    "ok": counts[Status.FAILED.value] == 0},
+                    "ok": counts[Status.FAILED.value] == 0
+                    and counts[Status.SUITE_ERROR.value] == 0},
     }

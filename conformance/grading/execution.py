@@ -187,6 +187,8 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
                                  reason=f"{status.value}: {error}")
                 outcome.status, outcome.message = status, f"{check}: {error}"
             outcome.results.append(result)
+            if result.status is Status.SUITE_ERROR:  # the grader's, not the student's: a look
+                outcome.status, outcome.message = RunStatus.GRADER_ERROR, f"{check}: {result.reason}"
             if fresh and str(getattr(fresh[-1][1].status, "value", "")) == "restart limit":
                 break  # no worker will start again: the other checks can't run
             broken = interface.broken_return(target, result) if check == GATE.name else None

@@ -10,13 +10,18 @@ class Status(str, Enum):
     """A verdict. FAILED: attention's contract is violated on inputs in the normal range of the
     dtype in use (or the implementation crashes there). WARNED: a robustness finding beyond that
     range (float16 overflow at activations far outside normal ones, a platform kernel defect),
-    with the same evidence; it fails a run only under ``strict``."""
+    with the same evidence; it fails a run only under ``strict``. SUITE_ERROR: the suite's own
+    exception, never the implementation's verdict."""
 
     PASSED = "passed"
     FAILED = "failed"
     WARNED = "warning"
     SKIPPED = "skipped"
     EXPECTED_FAILURE = "expected-failure"
+    SUITE_ERROR = "suite-error"
+    """The suite itself raised while checking (its own defect): no verdict on the
+    implementation. ``check`` exits 2, pytest reports an error, grading asks for a human look;
+    every front end asks for it to be reported."""
 
 
 @dataclass

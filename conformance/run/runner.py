@@ -44,6 +44,10 @@ class Progress(Protocol):
                  seconds: float) -> None: ...
 
 
+SUITE_ERROR_WORDS = ("the suite itself failed in this check, no verdict on the implementation; "
+                     "please report it with these lines")
+"""How a suite error opens: whose the error is, and what to do with it."""
+
 BLOCKED = "blocked: the gate failed"
 """Why a check after a failed gate did not run. The gate's own reason is said once, by the gate
 (repeated per check it buried the report: 23 copies of one sentence)."""
@@ -216,9 +220,8 @@ def _verdict(check: Check, context: CheckContext, implementation: str, device: s
         return _finding(Status.FAILED, failure.error, failure.case, implementation, check.name,
                         device)
     except Exception as error:  # a defect in the suite itself: report it loudly, keep going
-        return CheckResult(implementation, check.name, device, Status.FAILED,
-                           reason=f"the check itself crashed ({type(error).__name__}: {error}); "
-                                  "please report this",
+        return CheckResult(implementation, check.name, device, Status.SUITE_ERROR,
+                           reason=f"{SUITE_ERROR_WORDS} ({type(error).__name__}: {error})",
                            details=traceback.format_exc().splitlines()[-6:])
     if context.warnings:
         error, case = context.warnings[0]
