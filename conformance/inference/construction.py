@@ -18,6 +18,7 @@ from conformance.inference.weight_roles import WeightOutcome
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.spec import Config
 from conformance.model.weights import WeightLayout
+from conformance.subject.output_shape import output_problem
 
 
 def constructor_roles(cls: type, declared: Declarations, label: str) -> ConstructorRoles:
@@ -187,6 +188,12 @@ def output_form(plan: Plan, config: Config, notes: list[str], returns: str | Non
         notes.append("forward returns a tuple: its first element is taken as the output"
                      + (" (declared)" if returns == "tuple" else
                         " (declare --returns tensor if it must return one tensor)"))
+    # Before anything reads it: an output that is no attention output is said as what it is.
+    problem = output_problem(first, (config.batch, config.q_len, config.d_model),
+                             heads=config.num_heads if plan.roles.heads else None,
+                             kv_len=config.kv_len)
+    if problem is not None:
+        raise InferenceError(str(problem))
     roles = plan.roles
     if (roles.output and isinstance(first, torch.Tensor)
             and first.shape[-1] == config.num_heads * config.d_model and config.num_heads > 1):

@@ -101,6 +101,7 @@ class Runner:
             if outcome.blocked:
                 result.status = Status.FAILED
                 result.reason = outcome.blocking
+                result.hint = outcome.hint
                 result.details = ["every other check is blocked"]
             result.observations = [
                 *(f"refuses {dtype}, which nobody declared ({problem}): checked without it"

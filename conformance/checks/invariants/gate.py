@@ -27,6 +27,7 @@ from conformance.generation.constraints import Constraint, discover
 from conformance.generation.strategies import fixed_features, shared_masks
 from conformance.model.spec import Capabilities
 from conformance.subject.boundary import ImplementationError
+from conformance.subject.output_shape import output_problem
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -47,6 +48,8 @@ class GateOutcome:
 
     effective: Capabilities
     blocking: str | None = None
+    hint: str | None = None
+    """What the basic call's output looks like, where it is a recognisable malformed one."""
     broken: dict[str, str] = field(default_factory=dict)
     precision: Precision | None = None
     """What float64 runs compute at, where float64 is declared and works."""
@@ -83,6 +86,20 @@ def base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) ->
     if case.kept is not None and shared_masks(caps):
         case = replace(case, kept=(min(case.kept),) * case.batch, shared_mask=True)
     return case
+
+
+def looks_like(context: CheckContext, case: Case) -> str | None:
+    """What the basic call's output looks like where it is a recognisable malformed output (the
+    per-head output, the weights, a transposed or pooled one; see
+    :mod:`conformance.subject.output_shape`), else None."""
+    try:
+        inputs = case.inputs(context.capabilities.call)
+        output = context.build(case).forward(inputs)
+    except ImplementationError:
+        return None
+    problem = output_problem(output, tuple(inputs.query.shape), heads=case.num_heads,
+                             width=case.d_model, kv_len=inputs.key.shape[1])
+    return problem.looks_like if problem is not None else None
 
 
 def try_call(context: CheckContext, case: Case) -> str | None:
@@ -157,6 +174,7 @@ class Gate:
             problem = try_call(context, base_case(caps, first, device, batch=3, q_len=3, kv_len=3))
         if problem is not None:
             outcome.blocking = f"basic call ({dtype_name(first)}, no mask): {problem}"
+            outcome.hint = looks_like(context, base_case(caps, first, device))
             return outcome
 
         broken = outcome.broken
@@ -226,6 +244,9 @@ class Gate:
             instance = context.subject.instantiate(case.config, 0)
             inputs = case.inputs(caps.call)
             output = instance.forward(inputs)
+            problem = output_problem(output, tuple(inputs.query.shape), heads=heads)
+            if problem is not None and problem.looks_like is not None:
+                return True  # a malformed output, not a limit: the basic call reports it
             if tuple(output.shape[:2]) != tuple(inputs.query.shape[:2]):
                 return False
             if caps.weights:

@@ -19,6 +19,7 @@ from conformance.model.weights import HeadWeights
 from conformance.numerics.reference import plain_attention, reference_attention
 from conformance.numerics.tolerance import Agreement, agreement, logit_rounding
 from conformance.subject.boundary import Inputs
+from conformance.subject.output_shape import output_problem
 
 REVEALING_LENGTH = 5
 """Keys of the case a mask mistake is looked for again when the failing case can't show one."""
@@ -41,11 +42,13 @@ def revealing(capabilities: Capabilities, case: Case) -> Case | None:
 
 
 def expect_output(output: torch.Tensor, case: Case, inputs: Inputs) -> None:
-    """Raise Violation unless ``output`` is (B, Lq, d_model) in the case's dtype and device."""
-    expected = (inputs.query.shape[0], inputs.query.shape[1], case.d_model)
-    if tuple(output.shape) != expected:
-        raise Violation(f"output has shape {tuple(output.shape)}, expected {expected} "
-                        "(batch, q_len, d_model)")
+    """Raise Violation unless ``output`` is (B, Lq, d_model) in the case's dtype and device
+    (a recognisable malformed output, per-head or pooled, named as such: see
+    :mod:`conformance.subject.output_shape`)."""
+    problem = output_problem(output, tuple(inputs.query.shape), heads=case.num_heads,
+                             width=case.d_model, kv_len=inputs.key.shape[1])
+    if problem is not None:
+        raise Violation(problem.reason, hint=problem.looks_like)
     if output.dtype != inputs.query.dtype:
         raise Violation(f"output dtype is {output.dtype}, inputs are {inputs.query.dtype}")
     if output.device.type != torch.device(case.device).type:

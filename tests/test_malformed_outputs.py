@@ -1,0 +1,45 @@
+"""A forward returning no attention output gets one plain line naming what it returned and what
+to do (inference, the command line), the likely bug in a check's failure (declared
+implementations), and never an internal error of the suite."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance import Capabilities, Implementation, Status, check
+from conformance.frontends.cli import main
+from conformance.inference import InferenceError, infer
+from tests.fixtures import malformed_outputs
+
+WORDS = {
+    "PerHead": "that looks like the per-head output (batch, heads, length, head_dim)",
+    "Weights": "that looks like the attention weights (batch, heads, q_len, kv_len)",
+    "Transposed": "that looks like the output transposed to (length, batch, width)",
+    "Pooled": "that looks pooled over the tokens (batch, width)",
+    "IntOut": "output dtype is torch.int64, not floating point",
+    "Scalar": "a 0-dim tensor (a scalar)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(WORDS))
+def test_inference_names_what_was_returned(name):
+    with pytest.raises(InferenceError) as error:
+        infer(getattr(malformed_outputs, name))
+    assert WORDS[name] in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_command_line_says_it_in_one_line_and_exits_2(capsys):
+    code = main(["check", "tests.fixtures.malformed_outputs:PerHead"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "merge the heads and apply the output projection" in err
+
+
+def test_a_declared_implementation_fails_the_gate_with_the_likely_bug():
+    declared = Implementation("declared-per-head",
+                              lambda c: malformed_outputs.PerHead(c.d_model, c.num_heads),
+                              Capabilities(call="self"))
+    (gate,) = check(declared, devices=["cpu"], checks=["gate"])
+    assert gate.status is Status.FAILED
+    assert gate.reason.startswith("basic call (float32, no mask): output has shape")
+    assert gate.hint is not None and "per-head output" in gate.hint
