@@ -28,6 +28,24 @@ def test_inference_names_what_was_returned(name):
     assert WORDS[name] in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize(("name", "words"), [
+    ("PropertyForward", "PropertyForward.forward is a property, not a method"),
+    ("numpy_kernel", "numpy_kernel returned a ndarray for inputs (2, 3, 5, 8): a kernel returns"),
+    ("wrong_layout_kernel", "returned shape (2, 5, 3, 8) for inputs (2, 3, 5, 8): a kernel "
+                            "returns its output as a tensor of its query's shape and layout"),
+])
+def test_forms_that_are_not_attention_are_one_line(capsys, name, words):
+    code = main(["check", f"tests.fixtures.malformed_outputs:{name}"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1 and words in err, err
+
+
+def test_an_output_that_is_the_input_fails_the_gate_saying_so():
+    (gate,) = check(malformed_outputs.Identity, devices=["cpu"], checks=["gate"])
+    assert gate.status is Status.FAILED
+    assert "the output is the input unchanged: no attention is computed" in gate.reason
+
+
 def test_the_command_line_says_it_in_one_line_and_exits_2(capsys):
     code = main(["check", "tests.fixtures.malformed_outputs:PerHead"])
     out, err = capsys.readouterr()

@@ -78,13 +78,15 @@ def dtype_probe(function) -> tuple[tuple[torch.dtype, ...], dict[torch.dtype, st
         q, k, v = (torch.randn(PROBE_SHAPE, generator=generator).to(dtype) for _ in range(3))
         try:
             with torch.no_grad():
-                out = call_output(function(q, k, v))
+                result = function(q, k, v)
         except Exception as error:  # the function's own refusal, whatever it raises
             refused[dtype] = refusal(error)
             continue
+        out = call_output(result)
         if out is None or tuple(out.shape) != PROBE_SHAPE:
-            refused[dtype] = ("returned " + (f"shape {tuple(out.shape)}" if out is not None else
-                                             type(out).__name__) + f" for inputs {PROBE_SHAPE}")
+            shown = (f"shape {tuple(out.shape)}" if out is not None else
+                     f"a {type(result).__name__}")
+            refused[dtype] = f"{RETURNED}{shown} for inputs {PROBE_SHAPE}"
             continue
         runs.append(dtype)
     return tuple(runs), refused
@@ -144,16 +146,26 @@ def _refusals(refused: dict[torch.dtype, str]) -> str:
     return "".join(f"; refuses {_names(dtypes)} ({why})" for why, dtypes in reasons.values())
 
 
+RETURNED = "returned "
+"""How a refusal by a wrong return (not an exception) opens."""
+
+
 def _nowhere(label: str, refused: dict[torch.dtype, str]) -> InferenceError:
-    """The one line for a function that runs in no dtype on this machine's CPU."""
+    """The one line for a function that runs in no dtype on this machine's CPU: a wrong return
+    (in float32, or the first dtype tried) said as such (it runs; what it returns is no
+    attention output), else the refusal."""
     first = next(iter(refused.values()))
+    main = refused.get(torch.float32, first)
+    if main.startswith(RETURNED):
+        return InferenceError(
+            f"{label} {main}: a kernel returns its output as a tensor of its query's shape and "
+            "layout (or an (out, lse) pair)")
     where = ("and no CUDA device is here: a kernel that runs on CUDA only can't be checked on "
              "this machine" if not torch.cuda.is_available() else
              "a kernel that runs on CUDA only is not inferred yet: declare it with "
              "conformance.implementation(...)")
     return InferenceError(f"{label} runs nowhere here: on cpu it raises in every dtype "
-                          f"({_names(refused)}; float32: {refused.get(torch.float32, first)}), "
-                          f"{where}")
+                          f"({_names(refused)}; float32: {main}), {where}")
 
 
 def forward_only(function, dtype: torch.dtype) -> str | None:

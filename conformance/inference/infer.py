@@ -7,6 +7,7 @@ name), and stating what it inferred in the notes."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 
 from torch import nn
@@ -46,6 +47,11 @@ def infer(cls: type, *, name: str | None = None,
         raise InferenceError(f"{getattr(cls, '__name__', cls)!r} is not an nn.Module class: "
                              "declare it with conformance.implementation(...)")
     label = name or cls.__name__
+    forward = inspect.getattr_static(cls, "forward", None)
+    if not callable(forward) and not isinstance(forward, (staticmethod, classmethod)):
+        kind = "a property" if isinstance(forward, property) else type(forward).__name__
+        raise InferenceError(f"{label}.forward is {kind}, not a method: define it as "
+                             "def forward(self, x, ...)")
     roles = constructor_roles(cls, declared, label)
     convention = forward_convention(cls, declared, label)
     init = dict(declared.init or ())

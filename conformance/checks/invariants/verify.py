@@ -49,6 +49,10 @@ def expect_output(output: torch.Tensor, case: Case, inputs: Inputs) -> None:
                              width=case.d_model, kv_len=inputs.key.shape[1])
     if problem is not None:
         raise Violation(problem.reason, hint=problem.looks_like)
+    if output.shape == inputs.query.shape and torch.equal(output, inputs.query):
+        raise Violation("the output is the input unchanged: no attention is computed",
+                        hint="does forward return its input (x, or query) instead of the "
+                             "attention output?")
     if output.dtype != inputs.query.dtype:
         raise Violation(f"output dtype is {output.dtype}, inputs are {inputs.query.dtype}")
     if output.device.type != torch.device(case.device).type:
