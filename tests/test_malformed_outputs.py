@@ -40,6 +40,22 @@ def test_forms_that_are_not_attention_are_one_line(capsys, name, words):
     assert code == 2 and out == "" and err.count("\n") == 1 and words in err, err
 
 
+@pytest.mark.parametrize(("name", "form"), [("ArgsForward", "forward(x)"),
+                                            ("KwargsForward", "forward(x=...)")])
+def test_a_variadic_forward_is_called_as_the_form_that_works(name, form):
+    inferred = infer(getattr(malformed_outputs, name))
+    assert any(note.startswith(f"forward takes *args/**kwargs: called as {form}")
+               for note in inferred.notes)
+    results = check(inferred.implementation, devices=["cpu"], checks=["gate", "reference"])
+    assert {r.status for r in results} == {Status.PASSED}
+
+
+def test_a_variadic_forward_no_form_works_for_says_what_each_did():
+    with pytest.raises(InferenceError, match=r"no call form gives attention's output \(forward"
+                       r"\(x\) returned output has shape \(2, 2, 5, 4\)"):
+        infer(malformed_outputs.ArgsNothingWorks)
+
+
 def test_an_output_that_is_the_input_fails_the_gate_saying_so():
     (gate,) = check(malformed_outputs.Identity, devices=["cpu"], checks=["gate"])
     assert gate.status is Status.FAILED

@@ -14,6 +14,7 @@ from conformance.inference.found import CapabilitiesFound
 from conformance.inference.plan import InferenceError, Plan, first_call
 from conformance.inference.probing import probe_case, sequence_first
 from conformance.inference.roles import ConstructorRoles, read_roles
+from conformance.inference.variadic_call import variadic
 from conformance.inference.weight_roles import WeightOutcome
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.spec import Config
@@ -46,7 +47,7 @@ def constructor_roles(cls: type, declared: Declarations, label: str) -> Construc
 
 def forward_convention(cls: type, declared: Declarations, label: str) -> ForwardConvention:
     convention = read_forward(cls.forward)
-    if not convention.inputs and not declared.call:
+    if not convention.inputs and not declared.call and not variadic(cls.forward):
         raise InferenceError(f"{label}: forward takes no input tensor (none of x; q, k, v; query, "
                              "key, value): declare the call with --call self or --call qkv")
     if declared.call:

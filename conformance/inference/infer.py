@@ -31,6 +31,7 @@ from conformance.inference.plan import InferenceError, Inferred, Plan
 from conformance.inference.position import alibi_counting, encoding_inside, position_input
 from conformance.inference.state import plain_state, position_state
 from conformance.inference.trial import fill_by_trial
+from conformance.inference.variadic_call import settle_by_trial
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.spec import Config
 from conformance.subject.in_process import InProcessSubject
@@ -57,16 +58,20 @@ def infer(cls: type, *, name: str | None = None,
     init = dict(declared.init or ())
     if declared.causal in ("always", "never") and roles.causal and roles.causal not in init:
         init[roles.causal] = declared.causal == "always"  # declared causal: built causal
-    plan, filled = fill_by_trial(Plan(cls, roles, convention, init=tuple(init.items()),
-                                      positional=positional_arguments(roles, declared, label)),
-                                 label)
+    plan = Plan(cls, roles, convention, init=tuple(init.items()),
+                positional=positional_arguments(roles, declared, label))
+    called = []
+    if not convention.inputs:  # *args / **kwargs, nothing named: how to call it, by trial
+        convention, note = settle_by_trial(plan, label)
+        plan, called = replace(plan, convention=convention), [note]
+    plan, filled = fill_by_trial(plan, label)
     settled: list[str] = []
     settle_call(plan, label, settled)
     notes = [plan.convention.describe() + ("; cross-attention assumed from its separate q, k, v"
                                            if plan.convention.call == "qkv" else ""),
              plan.roles.describe() + ("" if plan.roles.heads
                                       else "; single head (no head-count argument)"),
-             *settled, *filled]
+             *called, *settled, *filled]
     if plan.positional:
         notes.append(f"constructed positionally: {cls.__name__}({', '.join(plan.positional)}) "
                      "(declared)")
