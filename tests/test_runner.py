@@ -73,7 +73,7 @@ def test_non_tensor_and_wrong_shape_outputs_fail_the_gate_with_what_was_seen():
     gate = by_check(conformance.check(user_impls.returns_tuple, checks=["gate"]))["gate"]
     assert "returned tuple, not a tensor" in gate.reason
     gate = by_check(conformance.check(user_impls.wrong_shape, checks=["gate"]))["gate"]
-    assert "output has shape (2, 1, 8), expected (2, 5, 8)" in gate.reason
+    assert "output has shape (2, 1, 8) for input (2, 5, 8), expected (2, 5, 8)" in gate.reason
 
 
 def test_a_broken_declared_feature_is_reported_once_by_its_owner_and_dropped():

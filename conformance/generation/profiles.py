@@ -8,6 +8,8 @@ test and, for ``thorough`` without a seed, on chance.
 
 from __future__ import annotations
 
+import contextlib
+
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 
 PROFILE_NAMES = ("quick", "thorough")
@@ -72,3 +74,21 @@ def profile_settings(name: str, *, seed: int | None = None,
     if verbosity is not None:
         chosen = settings(chosen, verbosity=Verbosity[verbosity])
     return chosen
+
+
+@contextlib.contextmanager
+def inside_a_users_search():
+    """Where the suite runs inside a user's own hypothesis test (``conformance.check`` called in
+    an ``@given`` test), hypothesis' nested-``@given`` health check would fail each check's
+    search as an error of the suite's: it is suppressed for the suite's own searches (their
+    cost is the suite's, bounded by its profile). Hypothesis offers this through its settings
+    context, which moved between its versions: without it, nothing changes."""
+    try:
+        from hypothesis._settings import local_settings
+    except ImportError:  # pragma: no cover - another hypothesis: its own behaviour
+        yield
+        return
+    current = settings.default
+    with local_settings(settings(current, suppress_health_check=(
+            *current.suppress_health_check, HealthCheck.nested_given))):
+        yield

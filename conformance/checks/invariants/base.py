@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import torch
-from hypothesis import HealthCheck, example, given, reject, settings
+from hypothesis import example, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky, Unsatisfiable, UnsatisfiedAssumption
@@ -31,6 +30,7 @@ from conformance.checks.invariants.violation import (
 from conformance.checks.invariants.violation import reports_earlier_call as _repeated
 from conformance.checks.mask_mistakes import output_mistake
 from conformance.generation.cases import Case
+from conformance.generation.profiles import inside_a_users_search
 from conformance.generation.search_source import strategies_only
 from conformance.model.spec import Capabilities, Config
 from conformance.numerics.platform_defects import PLATFORM_NOTE, matmul_spreads_nan
@@ -44,24 +44,6 @@ class FirstCall(NamedTuple):
     inputs: Inputs
     output: torch.Tensor
     rows: torch.Tensor
-
-
-@contextlib.contextmanager
-def _inside_a_users_search():
-    """Where the suite runs inside a user's own hypothesis test (``conformance.check`` called in
-    an ``@given`` test), hypothesis' nested-``@given`` health check would fail each check's
-    search as an error of the suite's: it is suppressed for the suite's own searches (their
-    cost is the suite's, bounded by its profile). Hypothesis offers this through its settings
-    context, which moved between its versions: without it, nothing changes."""
-    try:
-        from hypothesis._settings import local_settings
-    except ImportError:  # pragma: no cover - another hypothesis: its own behaviour
-        yield
-        return
-    current = settings.default
-    with local_settings(settings(current, suppress_health_check=(
-            *current.suppress_health_check, HealthCheck.nested_given))):
-        yield
 
 
 @dataclass
@@ -250,7 +232,7 @@ class CheckContext:
             if note:
                 self.observe(note)
 
-        with _inside_a_users_search():
+        with inside_a_users_search():
             test = given(strategy)(property_holds)
         for case in examples:
             test = example(case)(test)
