@@ -64,11 +64,16 @@ def paged(k: torch.Tensor, page: int, tokens: int) -> tuple[tuple[torch.Tensor, 
     return (k.new_zeros(shape), k.new_zeros(shape)), table
 
 
+def paged_slots(table: torch.Tensor, page: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where the first ``length`` tokens of each element live in pages of ``page`` tokens: an
+    index (blocks (B, length), offsets (length,)) into caches (blocks, page, H, D)."""
+    positions = torch.arange(length, device=table.device)
+    return table[:, positions // page].long(), positions % page
+
+
 def read_paged(cache: torch.Tensor, table: torch.Tensor, length: int) -> torch.Tensor:
     """The first ``length`` tokens of each element of a paged ``cache``: (B, length, H, D)."""
-    page = cache.shape[1]
-    positions = torch.arange(length, device=cache.device)
-    return cache[table[:, positions // page].long(), positions % page]
+    return cache[paged_slots(table, cache.shape[1], length)]
 
 
 class CacheKernelModule(CoreFunctionModule):
@@ -80,31 +85,26 @@ class CacheKernelModule(CoreFunctionModule):
     page: int | None = None
 
     def forward(self, query, key, value, kv_cache: KernelCache | None = None, **options):
-        q, k, v = self.heads(query, key, value)
-        if self.layout == "blhd":
-            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        given = q.dtype
-        if self.compute_dtype is not None:
-            q, k, v = (t.to(self.compute_dtype) for t in (q, k, v))
+        q, k, v, given = self.per_head(query, key, value)
         axis = 1 if self.layout == "blhd" else 2
         cache = kv_cache if kv_cache is not None else KernelCache()
         needed = cache.length + k.shape[axis]
-        if cache.caches is None or cache.caches[0].dtype != k.dtype or self._full(cache, needed):
+        if (cache.caches is None or cache.caches[0].dtype != k.dtype
+                or self._capacity(cache, axis) < needed):
             self._grow(cache, k, v, axis, max(CAPACITY, 2 * needed), kv_cache is not None)
         held = torch.full((q.shape[0],), cache.length, dtype=torch.int32, device=q.device)
         paging = {} if cache.block_table is None else {"block_table": cache.block_table}
         out = call_output(self.function(q, *cache.caches, k=k, v=v, cache_seqlens=held,
-                                        **paging, **options)).to(given)
+                                        **paging, **options))
         cache.length += k.shape[axis]
-        if self.layout == "blhd":
-            out = out.transpose(1, 2)
-        return self.merge(out)
+        return self.merged(out, given)
 
-    def _full(self, cache: KernelCache, needed: int) -> bool:
+    @staticmethod
+    def _capacity(cache: KernelCache, axis: int) -> int:
+        """The tokens each element's caches hold room for."""
         if cache.block_table is not None:
-            return cache.block_table.shape[1] * cache.caches[0].shape[1] < needed
-        axis = 1 if self.layout == "blhd" else 2
-        return cache.caches[0].shape[axis] < needed
+            return cache.block_table.shape[1] * cache.caches[0].shape[1]
+        return cache.caches[0].shape[axis]
 
     def _grow(self, cache: KernelCache, k: torch.Tensor, v: torch.Tensor, axis: int,
               tokens: int, paging: bool) -> None:
@@ -119,9 +119,7 @@ class CacheKernelModule(CoreFunctionModule):
         if self.page is not None and paging:
             cache.caches, cache.block_table = paged(k, self.page, tokens)
             if held is not None:
-                positions = torch.arange(cache.length, device=k.device)
-                slots = (cache.block_table[:, positions // self.page].long(),
-                         positions % self.page)
+                slots = paged_slots(cache.block_table, self.page, cache.length)
                 for new, old in zip(cache.caches, held, strict=True):
                     new[slots] = old.to(new.dtype)
             return

@@ -27,7 +27,12 @@ from conformance.generation.cases import dtype_name
 from conformance.inference.cache_function import cache_function_class, is_cache_kernel, page_size
 from conformance.inference.function_wrapper import core_function_class
 from conformance.inference.infer import infer
-from conformance.inference.kernel_arguments import call_output, kernel_arguments, refusal
+from conformance.inference.kernel_arguments import (
+    call_output,
+    kernel_arguments,
+    per_head,
+    refusal,
+)
 from conformance.inference.plan import ALL_DTYPES, InferenceError, Inferred
 from conformance.inference.varlen_function import dense_view, is_varlen
 from conformance.model.declarations import DeclarationError, Declarations
@@ -48,12 +53,7 @@ def takes_grouped(function, layout: str, dtype: torch.dtype) -> bool:
     it runs and returns the queries' shape. Which query head reads which key/value head is
     ``kv_groups``' to check."""
     generator = torch.Generator().manual_seed(17)
-
-    def tensor(heads: int) -> torch.Tensor:
-        shape = (2, heads, 5, 8) if layout == "bhld" else (2, 5, heads, 8)
-        return torch.randn(shape, generator=generator).to(dtype)
-
-    q, k, v = tensor(4), tensor(2), tensor(2)
+    q, k, v = (per_head(layout, 5, generator, dtype, heads=heads, batch=2) for heads in (4, 2, 2))
     try:
         with torch.no_grad():
             out = call_output(function(q, k, v))

@@ -48,10 +48,27 @@ class CoreFunctionModule(HeadProjections):
     """Set only while inference probes a function that refuses float32: the per-head tensors
     are handed to it in this dtype and its output cast back."""
 
-    def forward(self, query, key, value, *args, **options):
+    def per_head(self, query, key, value) -> tuple[torch.Tensor, ...]:
+        """q, k, v projected and split into heads in the function's layout (and dtype, while
+        inference probes: see ``compute_dtype``), with the dtype they came in."""
         q, k, v = self.heads(query, key, value)
         if self.layout == "blhd":
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        given = q.dtype
+        if self.compute_dtype is not None:
+            q, k, v = (t.to(self.compute_dtype) for t in (q, k, v))
+        return q, k, v, given
+
+    def merged(self, out: torch.Tensor, given: torch.dtype) -> torch.Tensor:
+        """The function's output (in its layout) back in ``given``, heads merged, projected."""
+        if self.compute_dtype is not None:
+            out = out.to(given)
+        if self.layout == "blhd":
+            out = out.transpose(1, 2)
+        return self.merge(out)
+
+    def forward(self, query, key, value, *args, **options):
+        q, k, v, given = self.per_head(query, key, value)
         if self.dropout_argument and self.dropout_argument not in options:
             # The configured rate in train mode, none in eval (a kernel takes it per call).
             options[self.dropout_argument] = self.dropout if self.training else 0.0
@@ -64,18 +81,10 @@ class CoreFunctionModule(HeadProjections):
             lse = self.function(q, k, v, *args, **options, **({keyword: True} if keyword else {}))
             lse = lse[1].float()
             return (lse.squeeze(-1) if lse.dim() == 4 else lse).transpose(1, 2)
-        given = q.dtype
-        if self.compute_dtype is not None:
-            q, k, v = (t.to(self.compute_dtype) for t in (q, k, v))
         out = self.function(q, k, v, *args, **options)
         if isinstance(out, tuple) and out and isinstance(out[0], torch.Tensor):
             out = out[0]  # the (out, lse) return form
-        if self.compute_dtype is not None:
-            out = out.to(given)
-        out = _StridedCotangent.apply(out)
-        if self.layout == "blhd":
-            out = out.transpose(1, 2)
-        return self.merge(out)
+        return self.merged(_StridedCotangent.apply(out), given)
 
 
 def core_function_class(function, layout: str = "bhld",

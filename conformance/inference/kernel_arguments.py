@@ -48,10 +48,11 @@ def refusal(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0][:120] if lines else ''}".rstrip(": ")
 
 
-def _per_head(layout: str, length: int, generator: torch.Generator,
-              dtype: torch.dtype) -> torch.Tensor:
-    """One of q, k, v for batch 1, 2 heads of 8, ``length`` tokens, in ``layout``."""
-    shape = (1, 2, length, 8) if layout == "bhld" else (1, length, 2, 8)
+def per_head(layout: str, length: int, generator: torch.Generator, dtype: torch.dtype, *,
+             heads: int = 2, batch: int = 1) -> torch.Tensor:
+    """One of q, k, v for a probe: ``batch`` elements, ``heads`` heads of 8, ``length``
+    tokens, in ``layout``, standard normal in ``dtype``."""
+    shape = (batch, heads, length, 8) if layout == "bhld" else (batch, length, heads, 8)
     return torch.randn(shape, generator=generator).to(dtype)
 
 
@@ -63,7 +64,7 @@ def causal_alignment(function, layout: str, argument: str,
     was seen, in words."""
     generator = torch.Generator().manual_seed(11)
     axis = 2 if layout == "bhld" else 1
-    q, k, v = (_per_head(layout, n, generator, dtype) for n in (3, 5, 5))
+    q, k, v = (per_head(layout, n, generator, dtype) for n in (3, 5, 5))
     seen = []
     try:
         with torch.no_grad():
@@ -95,7 +96,7 @@ def lse_argument(function, layout: str, names: list[str],
     """The keyword that makes ``function`` return ``(out, lse)`` ("" where every call does),
     by behaviour: the second element is a tensor of shape (batch, heads, q_len); with a note."""
     generator = torch.Generator().manual_seed(13)
-    q, k, v = (_per_head(layout, n, generator, dtype) for n in (3, 4, 4))
+    q, k, v = (per_head(layout, n, generator, dtype) for n in (3, 4, 4))
     expected = (1, 2, 3)
     for keyword in ("", *(n for n in LSE_ARGUMENTS if n in names)):
         try:
@@ -128,7 +129,7 @@ another form (a window as one int) raises, and the argument is not read as Flash
 def _refuses(function, layout: str, dtype: torch.dtype, name: str, value: object) -> str | None:
     """Why ``function(..., name=value)`` raises on a small case, or None where it runs."""
     generator = torch.Generator().manual_seed(19)
-    q, k, v = (_per_head(layout, 4, generator, dtype) for _ in range(3))
+    q, k, v = (per_head(layout, 4, generator, dtype) for _ in range(3))
     try:
         with torch.no_grad():
             function(q, k, v, **{name: value})
@@ -142,7 +143,7 @@ def _not_a_scale(function, layout: str, dtype: torch.dtype, name: str) -> str | 
     softmax(0.5 q k^T) v (float64, from the same tensors); None where it is (or where it
     changes nothing: an ignored scale is the kernel check's to fail)."""
     generator = torch.Generator().manual_seed(23)
-    q, k, v = (_per_head(layout, 4, generator, dtype) for _ in range(3))
+    q, k, v = (per_head(layout, 4, generator, dtype) for _ in range(3))
     heads = (lambda t: t) if layout == "bhld" else (lambda t: t.transpose(1, 2))
     with torch.no_grad():
         default = call_output(function(q, k, v)).double()

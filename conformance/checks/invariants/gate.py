@@ -49,7 +49,7 @@ class GateOutcome:
     effective: Capabilities
     blocking: str | None = None
     hint: str | None = None
-    """What the basic call's output looks like, where it is a recognisable malformed one."""
+    """The likely bug the basic call's failure shows (a recognisable malformed output)."""
     broken: dict[str, str] = field(default_factory=dict)
     precision: Precision | None = None
     """What float64 runs compute at, where float64 is declared and works."""
@@ -88,29 +88,25 @@ def base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) ->
     return case
 
 
-def looks_like(context: CheckContext, case: Case) -> str | None:
-    """What the basic call's output looks like where it is a recognisable malformed output (the
-    per-head output, the weights, a transposed or pooled one; see
-    :mod:`conformance.subject.output_shape`), else None."""
-    try:
-        inputs = case.inputs(context.capabilities.call)
-        output = context.build(case).forward(inputs)
-    except ImplementationError:
-        return None
-    problem = output_problem(output, tuple(inputs.query.shape), heads=case.num_heads,
-                             width=case.d_model, kv_len=inputs.key.shape[1])
-    return problem.looks_like if problem is not None else None
-
-
-def try_call(context: CheckContext, case: Case) -> str | None:
-    """Build and call once; the problem in words, or None."""
+def call_problem(context: CheckContext, case: Case) -> tuple[str, str | None] | None:
+    """Build and call once; None where that works, else the problem in words and what the
+    output looks like where it is a recognisable malformed one (the per-head output, the
+    weights, a transposed or pooled one; see :mod:`conformance.subject.output_shape`)."""
     try:
         instance = context.build(case)
         inputs = case.inputs(context.capabilities.call)
         expect_output(instance.forward(inputs), case, inputs)
-    except (ImplementationError, Violation) as error:
-        return str(error)
+    except ImplementationError as error:
+        return str(error), None
+    except Violation as violation:
+        return str(violation), violation.hint
     return None
+
+
+def try_call(context: CheckContext, case: Case) -> str | None:
+    """Build and call once; the problem in words, or None."""
+    problem = call_problem(context, case)
+    return None if problem is None else problem[0]
 
 
 def _weights_problem(context: CheckContext, case: Case) -> str | None:
@@ -169,12 +165,13 @@ class Gate:
                 caps = replace(caps, shapes=outcome.constraint.pairs)
                 outcome.effective = caps
                 context = replace(context, capabilities=caps)
-        problem = try_call(context, base_case(caps, first, device))
-        if problem is None:
-            problem = try_call(context, base_case(caps, first, device, batch=3, q_len=3, kv_len=3))
-        if problem is not None:
+        found = call_problem(context, base_case(caps, first, device))
+        if found is None:
+            found = call_problem(context, base_case(caps, first, device, batch=3, q_len=3,
+                                                    kv_len=3))
+        if found is not None:
+            problem, outcome.hint = found
             outcome.blocking = f"basic call ({dtype_name(first)}, no mask): {problem}"
-            outcome.hint = looks_like(context, base_case(caps, first, device))
             return outcome
 
         broken = outcome.broken
