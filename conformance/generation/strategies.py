@@ -125,6 +125,21 @@ def _head_dims(caps: Capabilities, num_heads: int, low: int,
     return _sampled(tuple(within or options))
 
 
+WIDE_DTYPES = (torch.float32, torch.float64)
+
+
+def wide_dtypes(caps: Capabilities) -> tuple[torch.dtype, ...]:
+    """The float32/float64 it runs in (empty where it runs in half precision only)."""
+    return tuple(d for d in caps.dtypes if d in WIDE_DTYPES)
+
+
+def wide_or_own_dtypes(caps: Capabilities) -> tuple[torch.dtype, ...] | None:
+    """The dtypes a check that means exact-ish arithmetic explores: float32/float64 where it
+    runs in either, else (None) its own dtypes: a kernel that runs in half precision only is
+    checked in half precision rather than not at all."""
+    return wide_dtypes(caps) or None
+
+
 @st.composite
 def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
           causal: bool = False, cross: bool = True, min_heads: int = 1, min_len: int = 1,

@@ -25,7 +25,7 @@ from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import expect_finite_rows, fmt
 from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
-from conformance.generation.strategies import cases
+from conformance.generation.strategies import cases, wide_or_own_dtypes
 from conformance.model.spec import Capabilities
 from conformance.numerics.tolerance import abs_error, only_rows, reordering_tolerance, worst_index
 from conformance.subject.boundary import ImplementationError, Inputs
@@ -80,9 +80,8 @@ class Dropout(Check):
         # Float32 and float64 where it runs in either: the mean of many draws is a statement
         # about exact arithmetic. A kernel that runs in half precision only, in its own: its
         # rounding (eps |o|, 1e-3 to 4e-3) is far below the draws' standard error (~1e-2).
-        wide = tuple(d for d in caps.dtypes if d in (torch.float32, torch.float64))
         strategy = cases(caps, context.device, masks=masks, max_len=12,
-                         dtypes=wide or None).map(
+                         dtypes=wide_or_own_dtypes(caps)).map(
             lambda case: replace(case, dropout=self._rate(context)))
         context.explore(strategy, lambda case: self.eval_mode(context, case))
         context.explore(strategy, lambda case: self.unbiased(context, case), max_examples=4)

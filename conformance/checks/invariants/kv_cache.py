@@ -27,7 +27,7 @@ from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt, reference_applies
 from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
-from conformance.generation.strategies import cases
+from conformance.generation.strategies import cases, wide_or_own_dtypes
 from conformance.model.spec import Capabilities
 from conformance.numerics.reference import reference_attention
 from conformance.numerics.tolerance import abs_error, reordering_tolerance, worst_index
@@ -72,10 +72,8 @@ class KVCacheDecoding(Check):
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
-        # float32/float64 where it runs in either; a half-precision-only kernel in its own.
-        wide = tuple(d for d in caps.dtypes if d in (torch.float32, torch.float64))
         strategy = cases(caps, context.device, causal=True, min_len=2, max_len=MAX_LEN,
-                         dtypes=wide or None)
+                         dtypes=wide_or_own_dtypes(caps))
         context.explore(strategy, lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:

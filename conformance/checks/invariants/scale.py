@@ -24,11 +24,9 @@ from conformance.checks.invariants.verify import fmt, position_skip_reason
 from conformance.checks.invariants.violation import Violation
 from conformance.checks.probes import probe
 from conformance.generation.cases import Case
-from conformance.generation.strategies import cases
+from conformance.generation.strategies import WIDE_DTYPES, cases, wide_or_own_dtypes
 from conformance.model.spec import Capabilities
 from conformance.numerics.tolerance import eps
-
-WIDE = (torch.float32, torch.float64)
 
 RESIDUAL = 0.05
 """Largest log-weight residual of a softmax of scaled dot products in float32/float64; a softmax
@@ -82,9 +80,8 @@ class Scale(Check):
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
         # Sizes where the recognisable scales are all different from each other.
-        wide = tuple(d for d in caps.dtypes if d in WIDE)
         strategy = cases(caps, context.device, probe=True, min_heads=2, min_len=2,
-                         dtypes=wide or None).filter(
+                         dtypes=wide_or_own_dtypes(caps)).filter(
             lambda c: c.head_dim >= 2 and c.head_dim != c.num_heads)
         context.explore(strategy, lambda case: self.verify(context, case))
 
@@ -93,7 +90,7 @@ class Scale(Check):
                          causal=case.causal, encoding=context.capabilities.encoding)
         rows = context.rows(case)
         dtype = case.config.dtype
-        smallest = 0.0 if dtype in WIDE else torch.finfo(dtype).tiny
+        smallest = 0.0 if dtype in WIDE_DTYPES else torch.finfo(dtype).tiny
         fitted, residual = fit_scale(measured.attention, measured.logits, rows, measured.bias,
                                      smallest)
         if math.isnan(fitted) and residual == 0.0:

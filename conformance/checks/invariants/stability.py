@@ -31,7 +31,7 @@ from conformance.checks.invariants.verify import (
 from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS
-from conformance.generation.strategies import cases
+from conformance.generation.strategies import cases, wide_dtypes
 from conformance.model.forms import PositionEncoding
 from conformance.model.spec import Capabilities
 from conformance.model.weights import HeadWeights
@@ -93,7 +93,7 @@ class Stability(Check):
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
         masks = "kept" if caps.mask is not None else "none"
-        wide = tuple(d for d in caps.dtypes if d in (torch.float32, torch.float64))
+        wide = wide_dtypes(caps)
         if wide:
             context.explore(cases(caps, context.device, masks=masks, min_len=2, dtypes=wide),
                             lambda case: self.large_and_shifted(context, case))
