@@ -4,7 +4,8 @@ the suite, in bounded time.
 
 The malformations are the mistakes of issue 27's collection: the output permuted, reduced or
 cast; the return wrapped in a tuple, dict, list or generator, or None; forward raising at its
-k-th call; NaN or inf at some rows; the input modified in place; printing. The suite runs inside
+k-th call; NaN or inf at some rows; the input modified in place; printing; sleeping in every
+call (each check then cut short by its time budget, saying so). The suite runs inside
 the fuzzer's own ``@given``, as inside a user's hypothesis test: that is no error of the suite's
 either.
 """
@@ -36,7 +37,11 @@ MALFORMATIONS = st.one_of(
     st.tuples(st.just("nan_rows"), st.sampled_from([float("nan"), float("inf")])),
     st.tuples(st.just("in_place"), st.just(None)),
     st.tuples(st.just("prints"), st.just(None)),
+    st.tuples(st.just("sleeps"), st.sampled_from([0.01, 0.05])),
 )
+
+BUDGET = 2.0
+"""Each check's time budget here: a sleeping module's checks are cut short at it (a warning)."""
 
 
 def malformed(kind: str, parameter: object) -> type:
@@ -49,6 +54,8 @@ def malformed(kind: str, parameter: object) -> type:
             type(self).calls += 1
             if kind == "raise_at" and type(self).calls >= parameter:
                 raise RuntimeError(f"failed at call {type(self).calls}")
+            if kind == "sleeps":
+                time.sleep(parameter)
             if kind == "in_place":
                 x.mul_(1.0)  # writes its input (a no-op in value, a write all the same)
             out = self.merged(x)
@@ -77,7 +84,7 @@ def test_every_malformed_module_gets_a_plain_verdict_never_a_suite_error(malform
     kind, parameter = malformation
     start = time.perf_counter()
     try:
-        results = check(malformed(kind, parameter), devices=["cpu"],
+        results = check(malformed(kind, parameter), devices=["cpu"], time_budget=BUDGET,
                         checks=["gate", "contract", "reference", "batch_independence"])
     except ConformanceError as error:  # bad input: one plain line naming its problem
         assert "\n" not in str(error) and str(error), (kind, parameter)
@@ -85,4 +92,6 @@ def test_every_malformed_module_gets_a_plain_verdict_never_a_suite_error(malform
     assert not [r for r in results if r.status is Status.SUITE_ERROR], (kind, parameter)
     assert all(r.reason for r in results if r.status is Status.FAILED), (kind, parameter)
     assert not [r for r in results if "Traceback" in (r.reason or "")], (kind, parameter)
+    # Within its budget: no example starts after it, and the minimum's few calls are seconds.
+    assert all(r.seconds < BUDGET + 10 for r in results if r.check != "gate"), (kind, parameter)
     assert time.perf_counter() - start < 120, (kind, parameter)

@@ -93,7 +93,9 @@ def test_the_progress_line_and_a_final_line_per_implementation(run):
     assert "\x1b[K[" in done.stderr and "implementations checked · " in done.stderr
 
 
-def test_quiet_when_not_a_terminal():
+def test_a_line_per_check_when_not_a_terminal():
+    """In a CI log or a pipe, no line rewritten in place, but a line per finished check, so a
+    slow run shows it is alive, and one per implementation."""
     class Stream:
         written = ""
 
@@ -109,9 +111,13 @@ def test_quiet_when_not_a_terminal():
     line = ProgressLine(Stream(), total=2)
     line.check("attention", "padding")
     line.example()
-    line.finished("attention", [CheckResult("attention", "padding", "cpu", Status.PASSED)], 1.0)
+    result = CheckResult("attention", "padding", "cpu", Status.PASSED, seconds=0.25)
+    line.checked(result)
+    line.finished("attention", [result], 1.0)
     line.close()
-    assert Stream.written == ""
+    assert "\r" not in Stream.written and "\x1b" not in Stream.written
+    assert Stream.written.splitlines() == ["attention · padding: passed (0.2 s)",
+                                           "attention: 1 passed in 1.0 s"]
 
 
 def test_a_hung_call_ends_a_pytest_test_with_the_evidence():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conformance import Status, check
-from conformance.checks.invariants import base
+from conformance.checks.invariants import platform
 from conformance.implementations.mutants.textbook import TextbookAttention, declare
 from conformance.numerics.platform_defects import PLATFORM_NOTE
 
@@ -41,7 +41,7 @@ follows element 0's last in the flattened rows, so the spread reaches it."""
 @pytest.mark.parametrize("present", [True, False], ids=["defect-present", "defect-absent"])
 def test_a_spread_nan_is_the_platforms_only_where_the_probe_finds_the_defect(monkeypatch,
                                                                               present):
-    monkeypatch.setattr(base, "matmul_spreads_nan", lambda dtype, device="cpu": present)
+    monkeypatch.setattr(platform, "matmul_spreads_nan", lambda dtype, device="cpu": present)
     (result,) = check(IMPLEMENTATION, devices=["cpu"], checks=["fully_masked"], replay=REPLAY)
     if present:
         assert result.status is Status.WARNED

@@ -27,6 +27,11 @@ QK_GAIN = 1.5
 weight underflows to zero."""
 
 
+class ProbeUnfit(ValueError):
+    """The attention-matrix probe cannot measure this case (too many keys for the head width):
+    the case is no example for a check that measures the matrix."""
+
+
 def probe_unfit_reason(weights: HeadWeights, kv_len: int) -> str | None:
     """Why the probe can't measure this shape, or None when it can."""
     if weights.value_dim < kv_len:
@@ -97,7 +102,7 @@ def probe(instance: Instance, case: Case, call: str, *, keep: torch.Tensor | Non
     kv_len = case.kv_len
     reason = probe_unfit_reason(original, kv_len)
     if reason is not None:
-        raise ValueError(f"probe does not fit: {reason}")
+        raise ProbeUnfit(f"probe does not fit: {reason}")
     generator = torch.Generator().manual_seed(case.seed + 7919)
     weights = _probe_weights(original, kv_len, generator, gain)
     instance.write_weights(weights)

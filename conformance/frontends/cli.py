@@ -82,9 +82,13 @@ def _parser() -> argparse.ArgumentParser:
                        help="time limit of one call (build, forward, backward) in an isolated "
                             "implementation, at the largest generated sizes; larger cases get "
                             "proportionally more (default %(default)g)")
+    check.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                       help="time each check may search for: when it runs out the check says "
+                            "how many examples ran, a warning (default: 1.2 s per example of the "
+                            "profile, 30 s for quick; 0: no limit)")
     check.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                       help="the live progress line and a line per implementation (default: "
-                            "on a terminal only)")
+                       help="the live progress line on a terminal, a line per check elsewhere, "
+                            "and a line per implementation (default: on)")
     check.add_argument("--strict", action="store_true",
                        help="warnings (robustness findings beyond the normal range of the dtype, "
                             "e.g. float16 overflow at extreme activations) fail the run too")
@@ -233,13 +237,15 @@ def _check(args: argparse.Namespace) -> int:
             targets.append((spec, Isolated(failures, warnings, args.call_timeout)))
         else:
             targets += resolved_targets([spec] if spec else [], (failures, warnings), declared)
-    progress = ProgressLine(live=args.progress, final=args.progress, total=len(targets))
+    progress = ProgressLine(live=args.progress, final=args.progress,
+                            lines=False if args.progress is False else None, total=len(targets))
     interfaces: Interfaces = {}
     try:
         results = check_many(targets, profile=args.profile, devices=devices, checks=checks,
                              seed=args.seed, jobs=args.jobs or os.cpu_count() or 1,
                              declared=declared, strict=args.strict, progress=progress,
-                             interfaces=interfaces, replay=replay)
+                             interfaces=interfaces, replay=replay,
+                             time_budget=args.time_budget)
     except BadInput as error:
         raise UsageError(str(error)) from error
     finally:

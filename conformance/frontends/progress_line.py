@@ -2,7 +2,7 @@
 how many examples, how long; and a final line per implementation.
 
 On a terminal the line is rewritten in place (stderr), a few times a second at most; elsewhere
-(CI logs) nothing is written unless asked for, and then only the final lines.
+(CI logs, a pipe) a line per finished check instead, so a slow run shows it is alive.
 """
 
 from __future__ import annotations
@@ -18,15 +18,17 @@ REDRAW_SECONDS = 0.2
 
 
 class ProgressLine:
-    """Progress of a check run. ``live``: rewrite one line in place (a terminal); ``final``: a
-    line per finished implementation."""
+    """Progress of a check run. ``live``: rewrite one line in place (default: on a terminal);
+    ``final``: a line per finished implementation (default: everywhere); ``lines``: a line per
+    finished check (default: where the line is not live)."""
 
     def __init__(self, stream: TextIO | None = None, *, live: bool | None = None,
-                 final: bool | None = None, total: int = 0) -> None:
+                 final: bool | None = None, lines: bool | None = None, total: int = 0) -> None:
         self.stream = stream or sys.stderr
         tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.live = tty if live is None else live
-        self.final = tty if final is None else final
+        self.final = True if final is None else final
+        self.lines = (not self.live) if lines is None else lines
         self.total = total
         self.done = 0
         self.start = time.monotonic()
@@ -44,6 +46,15 @@ class ProgressLine:
         """One more example tried."""
         self._examples += 1
         self._draw()
+
+    def checked(self, result: CheckResult) -> None:
+        """A check is done: its line, where lines are written."""
+        if not self.lines:
+            return
+        self._clear()
+        self.stream.write(f"{result.implementation} · {result.check}: {result.status.value} "
+                          f"({result.seconds:.1f} s)\n")
+        self.stream.flush()
 
     def finished(self, implementation: str, results: Sequence[CheckResult],
                  seconds: float) -> None:

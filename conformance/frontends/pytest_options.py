@@ -45,13 +45,15 @@ def profile(config: pytest.Config) -> str:
 
 def runner_options(config: pytest.Config) -> dict[str, object]:
     """How this run's checks search, from pytest's and hypothesis' options: the profile, a seed
-    (``--hypothesis-seed``), hypothesis' verbosity, strictness, and a case to replay (its text)."""
+    (``--hypothesis-seed``), hypothesis' verbosity, strictness, a case to replay (its text) and
+    each check's time budget."""
     seed = config.getoption("hypothesis_seed", default=None)
     return {"profile": profile(config),
             "seed": int(seed) if isinstance(seed, str) and seed.isdigit() else seed,
             "verbosity": config.getoption("hypothesis_verbosity", default=None),
             "strict": config.getoption("attention_strict"),
-            "replay": config.getoption("attention_replay")}
+            "replay": config.getoption("attention_replay"),
+            "time_budget": config.getoption("attention_time_budget")}
 
 
 def current_config() -> pytest.Config | None:

@@ -50,6 +50,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "--attention-call-timeout, a crash fails with its status")
     group.addoption("--attention-call-timeout", type=float, default=None, metavar="SECONDS",
                     help="time limit of one call in an isolated implementation (default 10)")
+    group.addoption("--attention-time-budget", type=float, default=None, metavar="SECONDS",
+                    help="time each check may search for; a check cut short warns, saying how "
+                         "many examples ran (default: the profile's, 30 s for quick; 0: none)")
     group.addoption("--attention-strict", action="store_true",
                     help="warnings (robustness findings beyond the normal range) fail the test")
     group.addoption("--attention-xfails", default=None, metavar="FILE",

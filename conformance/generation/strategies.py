@@ -239,9 +239,19 @@ def shared_masks(caps: Capabilities) -> bool:
     return any(f.layout is MaskLayout.SHARED for f in formats)
 
 
-def distinct_sizes(case: Case) -> bool:
-    """Batch, lengths, heads and head_dim pairwise distinct: no shape coincidence hides a mix-up."""
-    sizes = [case.batch, case.q_len, case.num_heads, case.head_dim]
+def distinct_sizes(case: Case, *, heads_apart: bool = True) -> bool:
+    """Batch, lengths, heads and head_dim pairwise distinct: no shape coincidence hides a mix-up
+    (heads and head_dim only where ``heads_apart``: see :func:`heads_apart`)."""
+    sizes = [case.batch, case.q_len, case.num_heads]
+    if heads_apart:
+        sizes.append(case.head_dim)
     if case.kv_len != case.q_len:
         sizes.append(case.kv_len)
-    return len(set(sizes)) == len(sizes)
+    return len(set(sizes)) == len(sizes) and (heads_apart or case.head_dim not in sizes[:2])
+
+
+def heads_apart(caps: Capabilities) -> bool:
+    """Whether the implementation builds for some head count other than its head width: a
+    module fixed at 4 heads of 4 builds for no other, and a check that asks for the two apart
+    would find no case at all."""
+    return caps.shapes is None or any(heads != dim for heads, dim in caps.shapes)

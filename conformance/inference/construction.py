@@ -10,6 +10,7 @@ import torch
 
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, describe, discover
 from conformance.inference.convention import ForwardConvention, mask_family, read_forward
+from conformance.inference.fixed_sizes import needs_no_arguments, width_constraint
 from conformance.inference.found import CapabilitiesFound
 from conformance.inference.plan import InferenceError, Plan, first_call
 from conformance.inference.probing import probe_case, sequence_first
@@ -36,7 +37,7 @@ def constructor_roles(cls: type, declared: Declarations, label: str) -> Construc
             if argument in roles.unknown:
                 roles.unknown.remove(argument)
             setattr(roles, role, argument)
-    if roles.width is None:
+    if roles.width is None and (roles.unknown or not needs_no_arguments(cls)):
         unknown = f" ({', '.join(roles.unknown)} unknown)" if roles.unknown else ""
         raise InferenceError(f"{label}: no constructor argument names the model width (d_model, "
                              f"hidden_dim, embed_dim, ...){unknown}: name the width/head-count/"
@@ -83,7 +84,11 @@ def positional_arguments(roles: ConstructorRoles, declared: Declarations, label:
 def build_constraint(plan: Plan, label: str, notes: list[str]) -> Constraint | None:
     """The configurations it builds and runs for; where the forward runs for none (a basic call
     that always fails: the gate's to report), those it builds for."""
-    heads = None if plan.roles.heads else 1
+    if plan.fixed_width is not None:
+        constraint = width_constraint(plan)
+        notes.append(f"{constraint.describe()} (probed)")
+        return constraint
+    heads = plan.head_count()
     try:
         constraint = discover(plan.builds, heads=heads)
     except ValueError:
@@ -114,7 +119,7 @@ def layout_constraint(plan: Plan, layout: WeightLayout | None,
     """The configurations where the weight layout also reads the module, heads of the right
     width: a layout that changes form at some head count (x-transformers has no output
     projection at one head) limits them as a constructor that refuses them would."""
-    if layout is None:
+    if layout is None or plan.fixed_width is not None:
         return constraint
     allowed = set(constraint.pairs) if constraint else None
 
@@ -130,7 +135,7 @@ def layout_constraint(plan: Plan, layout: WeightLayout | None,
         return tuple(weights.w_q.shape[:2]) == (heads, head_dim)
 
     try:
-        found = discover(reads, heads=None if plan.roles.heads else 1)
+        found = discover(reads, heads=plan.head_count())
     except ValueError:
         return constraint  # nowhere: the gate reports the weights as broken
     if found is None or (constraint is not None and found.pairs == constraint.pairs):
@@ -149,7 +154,8 @@ def encoding_constraint(plan: Plan, outcome: WeightOutcome, constraint: Constrai
     widths = outcome.unexplained_widths
     if not widths:
         return constraint
-    grid = [(h, d) for h in (HEAD_COUNTS if plan.roles.heads else (1,)) for d in HEAD_DIMS]
+    grid = [(h, d) for h in (HEAD_COUNTS if plan.roles.heads else (plan.fixed_heads,))
+            for d in HEAD_DIMS]
     allowed = {p for p in (constraint.pairs if constraint else grid) if p[1] not in widths}
     if not allowed:
         return constraint
@@ -164,7 +170,7 @@ def encoding_constraint(plan: Plan, outcome: WeightOutcome, constraint: Constrai
 def probe_pair(plan: Plan, constraint: Constraint | None) -> tuple[int, int]:
     """The probes' (num_heads, head_dim): 2 heads of 4 (1 of 4 single-head), or the buildable
     pair nearest to it."""
-    preferred = (2 if plan.roles.heads else 1, 4)
+    preferred = (2 if plan.roles.heads else plan.fixed_heads, 4)
     if constraint is None or preferred in constraint.pairs:
         return preferred
     return min(constraint.pairs, key=lambda p: (abs(p[0] - preferred[0]) + abs(p[1] - 4), p))

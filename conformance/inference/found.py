@@ -31,3 +31,13 @@ class CapabilitiesFound:
         """The fields the steps set (with ``changes`` over them), as Plan.implementation takes
         them."""
         return {**{name: getattr(self.caps, name) for name in self._names}, **changes}
+
+    def fork(self) -> CapabilitiesFound:
+        """A copy a tentative step may set things on, adopted only if the step holds."""
+        copy = CapabilitiesFound()
+        copy.caps, copy._names = self.caps, dict(self._names)
+        return copy
+
+    def adopt(self, other: CapabilitiesFound) -> None:
+        """What ``other`` (a fork of this one) has found, as this one's."""
+        self.caps, self._names = other.caps, dict(other._names)

@@ -25,6 +25,7 @@ from conformance.inference.construction import (
     sequence_order,
 )
 from conformance.inference.features import cache_form, mask_form, packed_form, window_form
+from conformance.inference.fixed_sizes import fixed_width, hidden_heads
 from conformance.inference.found import CapabilitiesFound
 from conformance.inference.packed_call import settle_call
 from conformance.inference.plan import InferenceError, Inferred, Plan
@@ -49,6 +50,9 @@ def infer(cls: type, *, name: str | None = None,
                              "declare it with conformance.implementation(...)")
     label = name or cls.__name__
     forward = inspect.getattr_static(cls, "forward", None)
+    if forward is nn.Module.forward:
+        raise InferenceError(f"{label} defines no forward method (nn.Module's own only raises "
+                             "NotImplementedError): define def forward(self, x, ...)")
     if not callable(forward) and not isinstance(forward, (staticmethod, classmethod)):
         kind = "a property" if isinstance(forward, property) else type(forward).__name__
         raise InferenceError(f"{label}.forward is {kind}, not a method: define it as "
@@ -61,6 +65,10 @@ def infer(cls: type, *, name: str | None = None,
     plan = Plan(cls, roles, convention, init=tuple(init.items()),
                 positional=positional_arguments(roles, declared, label))
     called = []
+    if roles.width is None:  # a constructor that needs no arguments: built with none
+        plan.fixed_width = fixed_width(plan, label)
+        called.append(f"constructor takes no width argument: built with no arguments, it "
+                      f"takes inputs {plan.fixed_width} wide (found by trial)")
     if not convention.inputs:  # *args / **kwargs, nothing named: how to call it, by trial
         convention, note = settle_by_trial(plan, label)
         plan, called = replace(plan, convention=convention), [note]
@@ -70,7 +78,8 @@ def infer(cls: type, *, name: str | None = None,
     notes = [plan.convention.describe() + ("; cross-attention assumed from its separate q, k, v"
                                            if plan.convention.call == "qkv" else ""),
              plan.roles.describe() + ("" if plan.roles.heads
-                                      else "; single head (no head-count argument)"),
+                                      else "; single head (no head-count argument), unless "
+                                           "its weights show more"),
              *called, *settled, *filled]
     if plan.positional:
         notes.append(f"constructed positionally: {cls.__name__}({', '.join(plan.positional)}) "
@@ -105,7 +114,20 @@ def infer(cls: type, *, name: str | None = None,
     causality(plan, declared, capabilities, build, heads, head_dim, notes)
     plain_state(plan, capabilities, build, heads, head_dim, label)
     position_state(plan, capabilities, build, heads, head_dim, notes)
-    layout, outcome = find_weights(plan, declared, label, constraint, notes, capabilities)
+    weight_notes: list[str] = []
+    layout, outcome = find_weights(plan, declared, label, constraint, weight_notes, capabilities)
+    if not plan.roles.heads and layout is not None and not outcome.reproduced \
+            and not declared.weights:
+        found = hidden_heads(plan, declared, label, constraint, capabilities)
+        if found is not None:
+            heads_found, constraint, layout, outcome, weight_notes = found
+            weight_notes.insert(0, f"{heads_found} heads, fixed by the module: its output is "
+                                   f"reproduced with {heads_found} heads, not one (found by "
+                                   "behaviour)")
+            heads, head_dim = probe_pair(plan, constraint)
+            config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim,
+                            num_heads=heads)
+    notes += weight_notes
     constraint = layout_constraint(plan, layout, constraint, notes)
     constraint = encoding_constraint(plan, outcome, constraint, capabilities, notes)
     capabilities.set(shapes=constraint.pairs if constraint else None)

@@ -117,6 +117,15 @@ class Plan:
     window_offset: int = 0
     """The window argument is the window in keys plus this (-1 where it counts the keys before
     the row)."""
+    fixed_heads: int = 1
+    """The head count of a module no argument gives one: 1 until its weights say otherwise
+    (see :mod:`conformance.inference.fixed_sizes`)."""
+    fixed_width: int | None = None
+    """The width of a module built with no arguments (no constructor argument sets one)."""
+
+    def head_count(self) -> int | None:
+        """The head count every configuration has, None where an argument sets it."""
+        return None if self.roles.heads else self.fixed_heads
 
     def arguments(self, config: Config) -> dict[str, object]:
         roles, kwargs = self.roles, {}
@@ -177,7 +186,7 @@ class Plan:
         return True
 
     def implementation(self, name: str, **capabilities: object) -> Implementation:
-        declared = dict(call=self.convention.call, heads=None if self.roles.heads else 1,
+        declared = dict(call=self.convention.call, heads=self.head_count(),
                         max_len=CONTEXT_LENGTH if self.roles.context else None,
                         max_batch=MAX_BATCH_SIZE if self.roles.max_batch else None,
                         cross_attention=self.convention.call == "qkv", dtypes=ALL_DTYPES,

@@ -105,6 +105,9 @@ def _as_implementations(obj: object, origin: str,
             return [infer(obj, name=origin, declared=declared).implementation]
         except InferenceError as error:
             raise ResolveError(str(error)) from error
+    if isinstance(obj, type):
+        raise ResolveError(f"{origin} is a class but not a torch.nn.Module: an attention layer "
+                           "subclasses torch.nn.Module (and calls super().__init__() first)")
     if callable(obj) and not isinstance(obj, torch.nn.Module):  # a core attention function
         from conformance.inference import InferenceError, infer_function
 

@@ -58,7 +58,8 @@ def _check_in_worker(spec: str, what: _Resolved | Isolated,
                      declared: Declarations | None, profile: str, seed: int | None,
                      strict: bool, devices: Sequence[str] | None,
                      checks: Sequence[str] | None,
-                     replay: Case | None = None) -> tuple[list[CheckResult], Interfaces]:
+                     replay: Case | None = None,
+                     time_budget: float | None = None) -> tuple[list[CheckResult], Interfaces]:
     """One target's verdicts (and interfaces), in a spawned process: an in-process one is
     resolved again there by its IMPL (expected failures and declarations travel along: they may
     come from files or flags the process never saw)."""
@@ -68,7 +69,8 @@ def _check_in_worker(spec: str, what: _Resolved | Isolated,
         what = replace(impl, expected_failures=what.expected_failures,
                        expected_warnings=what.expected_warnings)
     interfaces: Interfaces = {}
-    results = _results(Runner(profile, seed, strict=strict, replay=replay), spec, what,
+    runner = Runner(profile, seed, strict=strict, replay=replay, time_budget=time_budget)
+    results = _results(runner, spec, what,
                        declared, devices, checks, interfaces)
     return results, interfaces
 
@@ -79,7 +81,8 @@ def check_many(targets: Sequence[Target], *, profile: str = "quick",
                declared: Declarations | None = None, strict: bool = False,
                progress: Progress | None = None,
                interfaces: Interfaces | None = None,
-               replay: Case | None = None) -> list[CheckResult]:
+               replay: Case | None = None,
+               time_budget: float | None = None) -> list[CheckResult]:
     """Verdicts for several implementations, ``jobs`` at a time; results in input order.
 
     ``targets`` pairs each implementation with the IMPL string (and ``declared``, the
@@ -87,12 +90,14 @@ def check_many(targets: Sequence[Target], *, profile: str = "quick",
     :class:`Isolated` target's implementations run in worker processes of their own. The
     verdicts don't depend on ``jobs``. ``strict`` promotes warnings to failures. ``interfaces``,
     when given, receives what each implementation declares and what was inferred. ``replay``
-    runs the checks on that one case instead of a search (see :class:`Runner`). Raises
+    runs the checks on that one case instead of a search (see :class:`Runner`);
+    ``time_budget`` is each check's, in seconds (default: the profile's; 0: none). Raises
     :class:`BadInput` when an isolated implementation is not checkable.
     """
     interfaces = interfaces if interfaces is not None else {}
     if jobs <= 1 or len(targets) <= 1:
-        runner = Runner(profile, seed, strict=strict, progress=progress, replay=replay)
+        runner = Runner(profile, seed, strict=strict, progress=progress, replay=replay,
+                        time_budget=time_budget)
         return [result for spec, what in targets
                 for result in _results(runner, spec, what, declared, devices, checks,
                                        interfaces)]
@@ -100,7 +105,7 @@ def check_many(targets: Sequence[Target], *, profile: str = "quick",
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context) as pool:
         futures = [pool.submit(_check_in_worker, spec, _travelling(what), declared, profile,
-                               seed, strict, devices, checks, replay)
+                               seed, strict, devices, checks, replay, time_budget)
                    for spec, what in targets]
         results: list[CheckResult] = []
         start = time.perf_counter()
@@ -118,7 +123,8 @@ def check_many(targets: Sequence[Target], *, profile: str = "quick",
 def check(target: object, *, profile: str = "quick", devices: Sequence[str] | None = None,
           checks: Iterable[str] | None = None, seed: int | None = None, strict: bool = False,
           declare: Mapping[str, object] | None = None,
-          replay: Case | str | None = None) -> list[CheckResult]:
+          replay: Case | str | None = None,
+          time_budget: float | None = None) -> list[CheckResult]:
     """Run the catalogue on an implementation; one result per (implementation, check, device).
 
     ``target`` is what the command line takes: an ``nn.Module`` class (inferred), an instance
@@ -130,6 +136,8 @@ def check(target: object, *, profile: str = "quick", devices: Sequence[str] | No
     Expected failures declared by the implementation come back as ``expected-failure``;
     robustness findings as ``warning``, or as failures with ``strict=True``. ``replay`` runs the
     checks on that one falsifying example (a ``Case`` or its text, as a report prints it).
+    ``time_budget`` bounds each check, in seconds (default: the profile's, 30 s for ``quick``;
+    0: none): a check it cuts short is a warning saying how many examples ran.
     """
     from conformance.model.declarations import from_mapping
 
@@ -138,7 +146,7 @@ def check(target: object, *, profile: str = "quick", devices: Sequence[str] | No
     if problem:
         raise ValueError(problem)
     case = Case.parse(replay) if isinstance(replay, str) else replay
-    runner = Runner(profile, seed, strict=strict, replay=case)
+    runner = Runner(profile, seed, strict=strict, replay=case, time_budget=time_budget)
     if isinstance(target, Subject):
         return runner.run(target, devices=devices, checks=names)
     stated = from_mapping(dict(declare or {}), "check(declare=...)") if declare else None

@@ -17,6 +17,7 @@ import torch
 
 from conformance.checks.catalogue import GATE, by_name
 from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.budget import Budget, budget_seconds
 from conformance.checks.invariants.gate import GateOutcome
 from conformance.checks.invariants.limits import Limits
 from conformance.checks.invariants.violation import CheckFailed, Violation
@@ -39,6 +40,8 @@ class Progress(Protocol):
     def check(self, implementation: str, check: str) -> None: ...
 
     def example(self) -> None: ...
+
+    def checked(self, result: CheckResult) -> None: ...
 
     def finished(self, implementation: str, results: Sequence[CheckResult],
                  seconds: float) -> None: ...
@@ -66,13 +69,21 @@ class Runner:
     """Runs checks with one profile, remembering each (implementation, device) gate.
 
     ``strict`` promotes warnings (robustness findings beyond the normal range) to failures.
+    ``time_budget``: each check's budget in seconds (see
+    :mod:`conformance.checks.invariants.budget`; default: the profile's, 0: none).
     """
 
     def __init__(self, profile: str = "quick", seed: int | None = None, *,
                  strict: bool = False, progress: Progress | None = None,
-                 verbosity: str | None = None, replay: Case | None = None) -> None:
+                 verbosity: str | None = None, replay: Case | None = None,
+                 time_budget: float | None = None) -> None:
         self.profile = profile
         self.settings = profile_settings(profile, seed=seed, verbosity=verbosity)
+        if time_budget is not None and time_budget < 0:
+            raise ValueError(f"a time budget is a number of seconds >= 0 (0: none), not "
+                             f"{time_budget:g}")
+        self.time_budget = (budget_seconds(self.settings.max_examples) if time_budget is None
+                            else time_budget or None)
         self.seed = seed
         self.strict = strict
         self.progress = progress
@@ -123,7 +134,10 @@ class Runner:
         if self.progress is not None:
             self.progress.check(subject.name, name)
         with one_thread():
-            return self._run_check(subject, name, device)
+            result = self._run_check(subject, name, device)
+        if self.progress is not None:
+            self.progress.checked(result)
+        return result
 
     def _run_check(self, subject: Subject, name: str, device: str) -> CheckResult:
         if device not in available_devices():
@@ -147,11 +161,11 @@ class Runner:
         context.limits = self._limits.setdefault((subject.name, device), Limits())
         if outcome.precision is not None and outcome.precision.judged_as != torch.float64:
             context.precision = {torch.float64: outcome.precision.judged_as}
-        start = time.perf_counter()
+        context.budget = Budget(self.time_budget)
         subject.begin_check(name)
         result = _verdict(check, context, subject.name, device)
-        result.seconds = time.perf_counter() - start
-        return self._expectations(subject, result)
+        result.seconds = context.budget.elapsed()
+        return _budgeted(self._expectations(subject, result), context.budget)
 
     def run(self, subject: Subject, *, devices: Sequence[str] | None = None,
             checks: Iterable[str] | None = None) -> list[CheckResult]:
@@ -224,6 +238,11 @@ def _verdict(check: Check, context: CheckContext, implementation: str, device: s
         return CheckResult(implementation, check.name, device, Status.SUITE_ERROR,
                            reason=f"{SUITE_ERROR_WORDS} ({type(error).__name__}: {error})",
                            details=traceback.format_exc().splitlines()[-6:])
+    if context.unfit and len(context.unfit) == context.searches and not context.warnings:
+        return CheckResult(implementation, check.name, device, Status.SKIPPED,
+                           reason=context.unfit[0], observations=list(context.observations))
+    context.observations += [f"part of the check did not run: {words}"
+                             for words in dict.fromkeys(context.unfit)]
     if context.warnings:
         error, case = context.warnings[0]
         result = _finding(Status.WARNED, error, case, implementation, check.name, device)
@@ -233,6 +252,26 @@ def _verdict(check: Check, context: CheckContext, implementation: str, device: s
         return result
     return CheckResult(implementation, check.name, device, Status.PASSED,
                        observations=list(context.observations))
+
+
+def _budgeted(result: CheckResult, budget: Budget) -> CheckResult:
+    """``result`` with what its time budget cut short: a pass on part of the search is a
+    warning saying how much ran (never a silent pass); applied after the expectations and
+    ``strict``, as it is about the run's time, not the implementation's behaviour."""
+    if budget.unshrunk and result.counterexample:
+        result.details.append("the time budget ran out while this case was being shrunk: it is "
+                              "the first failing case found, not the smallest")
+    shortfall = budget.shortfall()
+    if shortfall is None:
+        return result
+    if result.status is Status.PASSED:
+        result.status = Status.WARNED
+        result.reason = f"cut short: {shortfall}; the property held on each of them"
+        result.hint = ("a slow implementation: give the check a larger time budget (or none) "
+                       "for the whole search")
+    elif result.status is not Status.SKIPPED:
+        result.details.append(f"cut short: {shortfall}")
+    return result
 
 
 def _finding(status: Status, error: BaseException, case, implementation: str, check: str,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -13,6 +13,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky, Unsatisfiable, UnsatisfiedAssumption
 
+from conformance.checks.invariants.budget import Budget, BudgetSpent
 from conformance.checks.invariants.limits import REFUSED, Limits, limit_key
 from conformance.checks.invariants.verify import (
     expect_finite_rows,
@@ -29,11 +30,11 @@ from conformance.checks.invariants.violation import (
 )
 from conformance.checks.invariants.violation import reports_earlier_call as _repeated
 from conformance.checks.mask_mistakes import output_mistake
+from conformance.checks.probes import ProbeUnfit
 from conformance.generation.cases import Case
 from conformance.generation.profiles import inside_a_users_search
 from conformance.generation.search_source import strategies_only
 from conformance.model.spec import Capabilities, Config
-from conformance.numerics.platform_defects import PLATFORM_NOTE, matmul_spreads_nan
 from conformance.subject.boundary import ImplementationError, Inputs, Instance, Subject
 
 
@@ -73,6 +74,12 @@ class CheckContext:
     """Configurations re-probed after a call raised inside a check (see
     :mod:`conformance.checks.invariants.limits`), shared by the checks of one implementation on
     one device, so each is probed once."""
+    unfit: list[str] = field(default_factory=list)
+    """Searches of this check that found no case at all among the configurations the
+    implementation builds for (see ``explore``); where every search did, the check is skipped."""
+    searches: int = 0
+    budget: Budget = field(default_factory=lambda: Budget(None))
+    """The check's time budget (see :mod:`conformance.checks.invariants.budget`)."""
     _refused_keys: list[Config] = field(default_factory=list, repr=False)
 
     def rows(self, case: Case) -> torch.Tensor:
@@ -116,8 +123,8 @@ class CheckContext:
         exploration, a Violation raised with ``severity="warn"`` is recorded without stopping
         the search, so a warning never hides a failure; it is shrunk afterwards.
         """
-        first_warning: dict[str, Case] = {}
-        verify = self._within_limits(verify)
+        first_warning: dict[str, Finding] = {}
+        verify = self._within_budget(self._within_limits(verify))
 
         def fail_tier(case: Case) -> str | None:
             try:
@@ -125,7 +132,7 @@ class CheckContext:
             except (Violation, ImplementationError) as error:
                 if _repeated(error) or self._severity(error, case) != "warn":
                     raise
-                first_warning.setdefault("case", case)
+                first_warning.setdefault("found", Finding(self._as_warning(error, case), case))
                 return None
 
         def warn_tier(case: Case) -> str | None:
@@ -148,11 +155,22 @@ class CheckContext:
         if finding is not None:
             raise CheckFailed(finding.error, finding.case) from finding.error
         if first_warning:
-            # Search again, letting the warning raise, so hypothesis shrinks it.
-            finding = self._search(strategy, warn_tier, (first_warning["case"], *examples),
-                                   max_examples)
+            # Search again, letting the warning raise, so hypothesis shrinks it (where the
+            # budget stops that search, the warning as first found).
+            found = first_warning["found"]
+            finding = self._search(strategy, warn_tier, (found.case, *examples), max_examples)
             if finding is not None:
                 self.warnings.append(finding)
+            elif self.budget.cut:
+                self.warnings.append(found)
+
+    def _within_budget(self, verify: Callable[[Case], str | None]
+                       ) -> Callable[[Case], str | None]:
+        """``verify``, started only while the check's budget allows (else BudgetSpent)."""
+        def within(case: Case) -> str | None:
+            self.budget.allow()
+            return verify(case)
+        return within
 
     def _within_limits(self, verify: Callable[[Case], str | None]
                        ) -> Callable[[Case], str | None]:
@@ -169,6 +187,8 @@ class CheckContext:
                 raise UnsatisfiedAssumption()
             try:
                 return verify(case)
+            except ProbeUnfit as unfit:
+                raise UnsatisfiedAssumption() from unfit  # no case for a measurement
             except ImplementationError as error:
                 if error.fatal or _repeated(error) or not self.limits.probe(
                         case, call, self.capabilities.max_len):
@@ -209,6 +229,8 @@ class CheckContext:
                 examples: Sequence[Case], max_examples: int | None) -> Finding | None:
         """Hypothesis over ``strategy``: None when ``verify`` holds throughout, else the error
         and the shrunk case."""
+        self.budget.search()
+        self.searches += 1
         if self.replay is not None:
             return self._replayed(verify)
         last: dict[str, Case] = {}
@@ -245,10 +267,22 @@ class CheckContext:
         try:
             with strategies_only():
                 test()
+        except BudgetSpent:
+            # A failure found before the budget ran out (its shrinking cut short) stands, as
+            # first found; otherwise the search ends with what it ran.
+            if "finding" in first:
+                self.budget.unshrunk = True
+                return first["finding"]
+            self.budget.stopped(len(examples) + chosen.max_examples)
+            return None
         except (Violation, ImplementationError) as error:
             # Hypothesis replays the minimal example last, so `last` holds the shrunk case.
             return Finding(error, last.get("case"))
         except Unsatisfiable:
+            if not self.limits.refused():
+                # No case at all: none this search needs fits what the module builds for.
+                self.unfit.append(self._unfit_words())
+                return None
             # Every case was rejected: each at a configuration the implementation refuses.
             return Finding(Violation(
                 "every case this check generated is at a configuration the implementation "
@@ -266,6 +300,14 @@ class CheckContext:
             raise
         return None
 
+    def _unfit_words(self) -> str:
+        shapes = self.capabilities.shapes
+        built = ("" if shapes is None else " (" + ", ".join(
+            f"{heads} head(s) of {head_dim}" for heads, head_dim in shapes[:4])
+            + (", ..." if len(shapes) > 4 else "") + ")")
+        return (f"no case it needs fits the configurations the implementation builds for"
+                f"{built}")
+
     def _replayed(self, verify: Callable[[Case], str | None]) -> Finding | None:
         """``verify`` on the replayed case alone: None when the property holds there."""
         if self.on_example is not None:
@@ -279,33 +321,6 @@ class CheckContext:
         if note:
             self.observe(note)
         return None
-
-    def platform_or(self, case: Case, violation: Violation,
-                    recheck: Callable[[Case], object]) -> Violation:
-        """``violation`` as a warning when the platform's own kernel explains it, else unchanged.
-
-        It does when the case runs in a half-precision dtype whose matmul, on this machine,
-        carries a NaN row into its neighbour (see :mod:`conformance.numerics.platform_defects`),
-        the output had a NaN to carry, and ``recheck`` (the same property) passes on the same case in float32.
-        """
-        dtype = case.config.dtype
-        if (dtype not in (torch.float16, torch.bfloat16)
-                or not matmul_spreads_nan(dtype, torch.device(case.device).type)
-                or torch.float32 not in self.capabilities.dtypes):
-            return violation
-        try:
-            output = self.build(case).forward(case.inputs(self.capabilities.call))
-            if not bool(torch.isnan(output).any()):
-                return violation  # no NaN for the kernel to carry: not its doing
-            recheck(replace(case, dtype="float32"))
-        except (Violation, ImplementationError):
-            return violation
-        return Violation(
-            f"{PLATFORM_NOTE}, in {case.dtype} only: {violation.summary}; the same case in "
-            "float32 is clean", details=violation.details, severity="warn",
-            hint=f"NaN rows (fully masked rows under the nan policy, or a bug's NaN) reach other "
-                 f"rows through torch's {case.dtype} matmul, which on this CPU carries a NaN row "
-                 f"into its neighbour (a kernel defect); finite outputs avoid it")
 
     # Helpers shared by the invariants: building, calling, validating.
 

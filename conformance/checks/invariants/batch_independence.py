@@ -12,10 +12,11 @@ import torch
 
 from conformance.checks.diagnosis import BATCH_HEADS_MIXED, batch_heads_mixed, matches
 from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.platform import platform_or
 from conformance.checks.invariants.verify import fmt, reference_applies
 from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
-from conformance.generation.strategies import cases, distinct_sizes
+from conformance.generation.strategies import cases, distinct_sizes, heads_apart
 from conformance.numerics.tolerance import abs_error, only_rows, reordering_tolerance, worst_index
 from conformance.subject.boundary import Inputs
 
@@ -48,14 +49,15 @@ class BatchIndependence(Check):
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
         strategy = cases(caps, context.device, min_batch=2,
-                         masks="auto").filter(distinct_sizes)
+                         masks="auto").filter(
+            lambda case: distinct_sizes(case, heads_apart=heads_apart(caps)))
         context.explore(strategy, lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:
         try:
             self._independent(context, case)
         except Violation as violation:
-            raise context.platform_or(case, violation,
+            raise platform_or(context, case, violation,
                                       lambda other: self._independent(context, other)) \
                 from violation
 

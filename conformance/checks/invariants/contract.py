@@ -87,6 +87,7 @@ class Contract(Check):
                          "memory: use reshape()") from error
             diff = only_rows(abs_error(other, output, nan_equal=True), rows)
             if float(diff.max()) > tolerance:
+                _same_twice(context, instance, inputs, case, output, rows, tolerance)
                 b, row, feature = worst_index(diff)
                 raise Violation(
                     f"non-contiguous inputs ({label}) change output row {row} of batch {b} by "
@@ -102,3 +103,19 @@ class Contract(Check):
                 f"forward printed {len(printed)} characters to stdout",
                 hint="debugging prints left in forward: they slow every call and flood logs",
                 severity="warn")
+
+
+def _same_twice(context: CheckContext, instance, inputs: Inputs, case: Case,
+                output: torch.Tensor, rows: torch.Tensor, tolerance: float) -> None:
+    """Raise Violation where the very inputs, called again, give another output: then what
+    changed the output is not the memory layout (and no layout hint fits)."""
+    again = context.run(instance, inputs, case)
+    diff = only_rows(abs_error(again, output, nan_equal=True), rows)
+    if float(diff.max()) > tolerance:
+        b, row, feature = worst_index(diff)
+        raise Violation(
+            f"the same inputs called twice give outputs differing at row {row} of batch {b} by "
+            f"{fmt(float(diff[b, row, feature]))} (allowed {fmt(tolerance)}): the output is not "
+            "a function of the inputs in eval mode",
+            hint="randomness in eval mode (noise, dropout not switched off by eval()), or state "
+                 "kept between calls (a counter, a cache)?")

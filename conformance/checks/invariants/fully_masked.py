@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.platform import platform_or
 from conformance.checks.invariants.verify import (
     agree_with_reference,
     expect_finite_rows,
@@ -98,7 +99,7 @@ class FullyMasked(Check):
             return self._holds(context, case)
         except Violation as violation:
             # A NaN row carried by a defective half-precision matmul, forward or backward.
-            raise context.platform_or(case, violation,
+            raise platform_or(context, case, violation,
                                       lambda other: self._holds(context, other)) from violation
 
     def _holds(self, context: CheckContext, case: Case) -> str:
@@ -130,7 +131,7 @@ class FullyMasked(Check):
             try:
                 self._clean_gradients(gradients, clean, empty)
             except Violation as violation:
-                raise context.platform_or(case, violation,
+                raise platform_or(context, case, violation,
                                           lambda other: self._recheck_gradients(context, other)) \
                     from violation
             notes = [name for name, gradient in gradients.items()

@@ -15,11 +15,16 @@ judged with.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import torch
 
 from conformance.checks.invariants.base import CheckContext
-from conformance.checks.invariants.verify import expect_output, reference_applies
+from conformance.checks.invariants.verify import (
+    expect_finite_rows,
+    expect_output,
+    reference_applies,
+)
 from conformance.checks.invariants.violation import Violation
 from conformance.checks.precision import Precision, classify, reference_gap, rounding_noise
 from conformance.generation.cases import Case, dtype_name
@@ -88,25 +93,40 @@ def base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) ->
     return case
 
 
-def call_problem(context: CheckContext, case: Case) -> tuple[str, str | None] | None:
-    """Build and call once; None where that works, else the problem in words and what the
-    output looks like where it is a recognisable malformed one (the per-head output, the
-    weights, a transposed or pooled one; see :mod:`conformance.subject.output_shape`)."""
+class CallProblem(NamedTuple):
+    """Why one call did not give attention's output: the words; what the output looks like,
+    where it is a recognisable malformed one; whether the call raised (the implementation
+    refused it) rather than returning something wrong."""
+
+    words: str
+    looks_like: str | None
+    raised: bool
+
+
+def call_problem(context: CheckContext, case: Case, *,
+                 finite: bool = False) -> CallProblem | None:
+    """Build and call once; None where that works, else the problem (a malformed output, the
+    per-head output or the weights, named as such: see
+    :mod:`conformance.subject.output_shape`). ``finite``: every row with a key to attend to
+    must be finite, as it is in any attention on finite inputs."""
     try:
         instance = context.build(case)
         inputs = case.inputs(context.capabilities.call)
-        expect_output(instance.forward(inputs), case, inputs)
+        output = instance.forward(inputs)
+        expect_output(output, case, inputs)
+        if finite:
+            expect_finite_rows(output, context.rows(case))
     except ImplementationError as error:
-        return str(error), None
+        return CallProblem(str(error), None, raised=True)
     except Violation as violation:
-        return str(violation), violation.hint
+        return CallProblem(str(violation), violation.hint, raised=False)
     return None
 
 
 def try_call(context: CheckContext, case: Case) -> str | None:
     """Build and call once; the problem in words, or None."""
     problem = call_problem(context, case)
-    return None if problem is None else problem[0]
+    return None if problem is None else problem.words
 
 
 def _weights_problem(context: CheckContext, case: Case) -> str | None:
@@ -165,13 +185,13 @@ class Gate:
                 caps = replace(caps, shapes=outcome.constraint.pairs)
                 outcome.effective = caps
                 context = replace(context, capabilities=caps)
-        found = call_problem(context, base_case(caps, first, device))
+        found = call_problem(context, base_case(caps, first, device), finite=True)
         if found is None:
             found = call_problem(context, base_case(caps, first, device, batch=3, q_len=3,
-                                                    kv_len=3))
+                                                    kv_len=3), finite=True)
         if found is not None:
-            problem, outcome.hint = found
-            outcome.blocking = f"basic call ({dtype_name(first)}, no mask): {problem}"
+            outcome.hint = found.looks_like
+            outcome.blocking = f"basic call ({dtype_name(first)}, no mask): {found.words}"
             return outcome
 
         broken = outcome.broken
@@ -217,16 +237,18 @@ class Gate:
     def _refused(context: CheckContext) -> dict[str, str]:
         """The probed dtypes (nobody declared them) whose basic call raises where another
         dtype's runs: ``{dtype: why}``, the dtypes it refuses. Where none runs, none is refused:
-        the basic call's failure is then the gate's."""
+        the basic call's failure is then the gate's. A call that returns (the wrong dtype, a
+        wrong shape) is no refusal: the implementation accepted those inputs."""
         caps = context.capabilities
         if not caps.probed_dtypes:
             return {}
-        problems = {dtype: try_call(context, base_case(caps, dtype, context.device))
+        problems = {dtype: call_problem(context, base_case(caps, dtype, context.device))
                     for dtype in caps.dtypes if dtype in caps.probed_dtypes}
-        if all(problem is not None for problem in problems.values()):
+        refused = {dtype_name(dtype): problem.words for dtype, problem in problems.items()
+                   if problem is not None and problem.raised}
+        if len(refused) == len(problems):
             return {}
-        return {dtype_name(dtype): problem for dtype, problem in problems.items()
-                if problem is not None}
+        return refused
 
     @staticmethod
     def _builds(context: CheckContext, heads: int, head_dim: int) -> bool:

@@ -24,7 +24,12 @@ from conformance.checks.invariants.verify import fmt, position_skip_reason
 from conformance.checks.invariants.violation import Violation
 from conformance.checks.probes import probe
 from conformance.generation.cases import Case
-from conformance.generation.strategies import WIDE_DTYPES, cases, wide_or_own_dtypes
+from conformance.generation.strategies import (
+    WIDE_DTYPES,
+    cases,
+    heads_apart,
+    wide_or_own_dtypes,
+)
 from conformance.model.spec import Capabilities
 from conformance.numerics.tolerance import eps
 
@@ -79,10 +84,12 @@ class Scale(Check):
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
-        # Sizes where the recognisable scales are all different from each other.
+        # Sizes where the recognisable scales are all different from each other (where the
+        # module builds for any such).
+        apart = heads_apart(caps)
         strategy = cases(caps, context.device, probe=True, min_heads=2, min_len=2,
                          dtypes=wide_or_own_dtypes(caps)).filter(
-            lambda c: c.head_dim >= 2 and c.head_dim != c.num_heads)
+            lambda c: c.head_dim >= 2 and (c.head_dim != c.num_heads or not apart))
         context.explore(strategy, lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:

@@ -50,13 +50,18 @@ def expect_output(output: torch.Tensor, case: Case, inputs: Inputs) -> None:
     if problem is not None:
         raise Violation(problem.reason, hint=problem.looks_like)
     # Compared as plain tensors: a subclass's own equality may say anything.
+    # Only where attention can't give it: over one key (or a window of one), attention
+    # without projections returns its input exactly.
     plain = output.as_subclass(torch.Tensor)
-    if plain.shape == inputs.query.shape and torch.equal(plain, inputs.query):
+    if (inputs.key.shape[1] > 1 and case.window != 1 and plain.shape == inputs.query.shape
+            and torch.equal(plain, inputs.query)):
         raise Violation("the output is the input unchanged: no attention is computed",
                         hint="does forward return its input (x, or query) instead of the "
                              "attention output?")
     if output.dtype != inputs.query.dtype:
-        raise Violation(f"output dtype is {output.dtype}, inputs are {inputs.query.dtype}")
+        raise Violation(f"output dtype is {output.dtype}, inputs are {inputs.query.dtype}",
+                        hint="is the output cast on the way out (.double(), .float()), or "
+                             "computed in a dtype of its own? return it in the inputs' dtype")
     if output.device.type != torch.device(case.device).type:
         raise Violation(f"output is on {output.device}, inputs are on {case.device}")
 
