@@ -57,3 +57,18 @@ def test_the_real_probe_answers_on_this_cpu():
 
     assert matmul_spreads_nan(torch.bfloat16) in (True, False)
     assert matmul_spreads_nan(torch.float32) is False
+
+
+@pytest.mark.parametrize("faked", ["present", "absent"])
+def test_the_environment_fakes_the_probe_for_a_whole_run(monkeypatch, faked):
+    """``ATTENTION_CONFORMANCE_PLATFORM_DEFECT`` fakes the probe in every process of a run (the
+    command line's, pytest's spawned ones), so ``make test`` can be run on both sides."""
+    from conformance.numerics import platform_defects
+
+    monkeypatch.setenv(platform_defects.OVERRIDE, faked)
+    platform_defects.matmul_spreads_nan.cache_clear()
+    try:
+        assert platform_defects.matmul_spreads_nan(torch.bfloat16) is (faked == "present")
+        assert platform_defects.matmul_spreads_nan(torch.float32) is False
+    finally:
+        platform_defects.matmul_spreads_nan.cache_clear()

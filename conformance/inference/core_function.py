@@ -273,7 +273,7 @@ def infer_function(function, *, name: str | None = None,
     # The wrapper's constructor, forward and projections are the suite's own: nothing to say,
     # and inference's dtype note is replaced by what the probe found.
     notes = (note, dtypes, *(n for n in inferred.notes[2:]
-                             if not n.startswith(("weights from inner.", "dtypes ",
+                             if not n.startswith(("weights from ", "dtypes ",
                                                   "float16 and bfloat16 assumed",
                                                   "key/value heads = num_kv_heads"))),
              *found)

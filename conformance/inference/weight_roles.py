@@ -30,7 +30,7 @@ from conformance.inference.weight_search import (
 from conformance.inference.weight_trace import trace
 from conformance.model.forms import PositionEncoding, Rotary
 from conformance.model.layouts import ParameterProjections, RelabelledHeads
-from conformance.model.weights import WeightLayout, WeightLayoutError
+from conformance.model.weights import WeightLayout, WeightLayoutError, user_path
 from conformance.numerics.reference import reference_attention
 from conformance.subject.boundary import ImplementationError, Inputs
 from conformance.subject.in_process import ModuleInstance
@@ -129,7 +129,7 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
         # the checks then judge by.
         threshold = REPRODUCED_FLOAT32
     if found.layout is None:
-        called = ", ".join(dict.fromkeys(s.path.removeprefix("inner.")
+        called = ", ".join(dict.fromkeys(user_path(s.path)
                                          for s in found_trace.sources)) or "none"
         notes.append(f"no assignment of its parameters to q, k, v (and an output projection) "
                      f"fits: called layers with a 2-D weight: {called}; the checks that need "
@@ -188,7 +188,7 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
     outcome.kv_heads = _kv_heads(build, found.layout, kv_argument, heads, head_dim, kv,
                                  None if single_head else pairs, notes)
     skipped = _skipped_output(found_trace, found.layout, root, heads)
-    name = skipped.removeprefix("inner.") if skipped else None
+    name = user_path(skipped) if skipped else None
     if skipped is not None and output_applied:
         outcome.layout = _with_output(found.layout, skipped)
         notes.append(f"{name} is read as the output projection (declared: the layer applies "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from conformance.model.weights import HeadWeights, WeightLayout, WeightLayoutError
+from conformance.model.weights import HeadWeights, WeightLayout, WeightLayoutError, user_path
 
 
 def submodule(module: nn.Module, path: str) -> nn.Module:
@@ -157,7 +157,8 @@ class SeparateProjections(WeightLayout):
 
     def describe(self) -> str:
         names = [self.q, self.k, self.v] + ([self.o] if self.o else [])
-        return "weights from " + "/".join(names) + ("" if self.o else ", no output projection")
+        return ("weights from " + "/".join(map(user_path, names))
+                + ("" if self.o else ", no output projection"))
 
 
 @dataclass(frozen=True)
@@ -182,8 +183,8 @@ class FusedProjection(WeightLayout):
             write_output(submodule(module, self.o), weights, self.o)
 
     def describe(self) -> str:
-        return f"fused q/k/v weights from {self.qkv}" + (
-            f", output projection {self.o}" if self.o else ", no output projection")
+        return f"fused q/k/v weights from {user_path(self.qkv)}" + (
+            f", output projection {user_path(self.o)}" if self.o else ", no output projection")
 
 
 @dataclass(frozen=True)
@@ -225,8 +226,9 @@ class PerHeadModules(WeightLayout):
             write_output(submodule(module, self.o), weights, self.o)
 
     def describe(self) -> str:
-        return (f"per-head weights from {self.heads}[h].{self.q}/{self.k}/{self.v}"
-                + (f", output projection {self.o}" if self.o else ", heads concatenated"))
+        return (f"per-head weights from {user_path(self.heads)}[h].{self.q}/{self.k}/{self.v}"
+                + (f", output projection {user_path(self.o)}" if self.o
+                   else ", heads concatenated"))
 
 
 @dataclass(frozen=True)
@@ -258,5 +260,5 @@ class PackedInProjection(WeightLayout):
         write_output(mha.out_proj, weights, "out_proj")
 
     def describe(self) -> str:
-        prefix = f"{self.path}." if self.path else ""
+        prefix = f"{user_path(self.path)}." if user_path(self.path) else ""
         return f"weights from {prefix}in_proj_weight/{prefix}out_proj"

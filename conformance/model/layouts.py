@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from conformance.model.declared_layouts import copy_into, linear_parts, read_output, submodule, write_output
-from conformance.model.weights import HeadWeights, WeightLayout, WeightLayoutError
+from conformance.model.weights import HeadWeights, WeightLayout, WeightLayoutError, user_path
 
 Arrangement = Literal["stacked", "per_head", "per_group"]
 
@@ -170,9 +170,10 @@ class ArrangedProjection(WeightLayout):
 
     def describe(self) -> str:
         words = ARRANGEMENT_WORDS[self.arrangement].replace("[q; k; v]", f"[{'; '.join(self.order)}]")
-        fused = (f"q from {self.q}, k and v fused in {self.qkv} ({words.replace('q_h; ', '')})"
-                 if self.q else f"q, k, v fused in {self.qkv} ({words})")
-        return "weights: " + fused + (f", output projection {self.o}" if self.o
+        qkv = user_path(self.qkv)
+        fused = (f"q from {user_path(self.q)}, k and v fused in {qkv} "
+                 f"({words.replace('q_h; ', '')})" if self.q else f"q, k, v fused in {qkv} ({words})")
+        return "weights: " + fused + (f", output projection {user_path(self.o)}" if self.o
                                       else ", no output projection")
 
 
@@ -270,7 +271,7 @@ class ParameterProjections(WeightLayout):
 
     def describe(self) -> str:
         names = [self.q[0], self.k[0], self.v[0]] + ([self.o[0]] if self.o else [])
-        return ("weights from the parameters " + "/".join(names)
+        return ("weights from the parameters " + "/".join(map(user_path, names))
                 + ("" if self.o else ", no output projection"))
 
 

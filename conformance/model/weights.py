@@ -28,6 +28,16 @@ from torch import nn
 
 from conformance.errors import ConformanceError
 
+WRAPPER = "inner"
+"""The attribute under which the suite's wrapper of an inferred class or kernel (and the bundled
+wrappers of library layers) holds the module under test: the paths the suite reads begin with
+it, and the user's own paths are what follows."""
+
+
+def user_path(path: str | None) -> str:
+    """``path`` as the user's module names it: without the wrapper's leading ``inner.``."""
+    return "" if path is None else path.removeprefix(WRAPPER + ".")
+
 
 class WeightLayoutError(ConformanceError):
     """The module's parameters don't match the declared layout."""

@@ -26,6 +26,7 @@ from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.spec import Capabilities
+from conformance.model.weights import user_path
 from conformance.numerics.tolerance import abs_error, only_rows, unchanged_tolerance, worst_index
 from conformance.subject.boundary import Inputs, Instance
 
@@ -134,7 +135,8 @@ class Autograd(Check):
         unused = set(gradients.unused)
         if unused:
             context.observe("parameters of submodules the forward never calls (not part of "
-                            "attention, no gradient expected): " + ", ".join(sorted(unused)))
+                            "attention, no gradient expected): "
+                            + ", ".join(sorted(map(user_path, unused))))
         for name, gradient in gradients.parameters.items():
             if gradient is None and name in unused:
                 continue
@@ -145,9 +147,10 @@ class Autograd(Check):
                 # it runs only where that was not measured otherwise.
                 runs = "" if hint and hint.endswith(NEVER_APPLIED) else (
                     ", though its submodule runs in the forward")
-                raise Violation(f"parameter {name} receives no gradient{runs}", hint=hint)
+                raise Violation(f"parameter {user_path(name)} receives no gradient{runs}",
+                                hint=hint)
             if not bool(torch.isfinite(gradient).all()):
-                raise Violation(f"the gradient of parameter {name} is not finite")
+                raise Violation(f"the gradient of parameter {user_path(name)} is not finite")
         for name, gradient in gradients.inputs.items():
             if not bool(torch.isfinite(gradient).all()):
                 raise Violation(f"the gradient with respect to input {name} is not finite")

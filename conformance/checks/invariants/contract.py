@@ -2,10 +2,10 @@
 
 Property: every declared feature works (the mask, kv_len != q_len, optional causality, weight
 access, float64); for every generated case forward returns a tensor of shape (B, Lq, d_model) in
-the input's dtype and on its device, leaves its inputs unmodified, gives the same output for
-non-contiguous inputs (a transposed memory layout, a slice of a wider tensor) as for contiguous
-ones, and works at length 1. Printing to stdout in forward is a warning (it breaks no promise of
-attention, but slows every call and floods logs).
+the input's dtype and on its device, finite in every row with a key to attend to; it leaves its
+inputs unmodified, gives the same output for non-contiguous inputs (a transposed memory layout, a
+slice of a wider tensor) as for contiguous ones, and works at length 1. Printing to stdout in
+forward is a warning (it breaks no promise of attention, but slows every call and floods logs).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.gate import LOW_PRECISION, base_case
-from conformance.checks.invariants.verify import fmt
+from conformance.checks.invariants.verify import expect_finite_rows, fmt
 from conformance.checks.invariants.violation import CheckFailed, Violation
 from conformance.generation.cases import Case, dtype_name
 from conformance.generation.strategies import cases
@@ -74,8 +74,13 @@ class Contract(Check):
                 hint="an in-place op (mul_, masked_fill_, +=) on an argument: use the "
                      "out-of-place form")
 
-        tolerance = reordering_tolerance(context.judged(case.config.dtype), output)
         rows = context.rows(case)  # fully masked rows are the fully_masked check's
+        try:
+            expect_finite_rows(output, rows)
+        except Violation as violation:
+            violation.hint = context.hint(lambda: context.mask_mistake(case))
+            raise
+        tolerance = reordering_tolerance(context.judged(case.config.dtype), output)
         for label, layout in (("transposed memory layout", _transposed_layout),
                               ("slice of a wider tensor", _slice_of_wider)):
             try:

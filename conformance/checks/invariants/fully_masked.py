@@ -35,6 +35,7 @@ from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.spec import Capabilities
+from conformance.model.weights import user_path
 from conformance.numerics.tolerance import abs_error, eps, only_rows, unchanged_tolerance, worst_index
 
 POLICY_WORDS = {"zeros": "zeros", "nan": "NaN", "uniform": "uniform over all keys"}
@@ -194,7 +195,7 @@ class FullyMasked(Check):
             if gradient is not None and not bool(torch.isfinite(gradient).all()):
                 raise Violation(
                     f"rows with every key masked give finite output, but the gradient of "
-                    f"parameter {name} is not finite: a batch with a fully masked row (element(s) "
+                    f"parameter {user_path(name)} is not finite: a batch with a fully masked row (element(s) "
                     f"{empty}) trains into NaN", hint=hint)
 
     @staticmethod
