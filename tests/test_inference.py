@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from conformance import Config, Status
+from conformance import check as check_target
 from conformance.implementations import bundled, expected_results, expected_warnings
 from conformance.implementations import seed000_multihead_self_attention as seed000
 from conformance.implementations.mutants import MUTANT_MODULES
 from conformance.implementations.mutants.mask_inverted import MaskInverted
 from conformance.inference import Declarations, InferenceError, infer
-from conformance.loading.registry import resolve
+from conformance.loading.registry import implementations_of, resolve
 from conformance.numerics.platform_defects import PLATFORM_NOTE
 from conformance.run.many import check_many
 from tests.selection import wanted
@@ -200,9 +201,23 @@ def test_core_function_tier_checks_a_plain_function():
     assert core_functions.attention.__name__ == "attention"  # the wrapper leaves it untouched
 
 
-def test_an_instance_is_checked_through_its_class():
-    import tests.fixtures.user_styles as styles
+def test_an_instance_is_checked_as_it_is():
+    """Its own width, head count, key/value heads and weights, found from what it computes; the
+    checks build deep copies, never the class, and the instance is left as it was."""
+    from conformance.implementations.modern import LlamaAttention
 
-    styles.an_instance = styles.FusedQKV(16, 4)
-    (impl,) = resolve("tests.fixtures.user_styles:an_instance")
-    assert impl.notes[0].startswith("an instance of FusedQKV: checked through its class")
+    instance = LlamaAttention(64, 8, num_kv_heads=2)
+    before = {name: p.detach().clone() for name, p in instance.state_dict().items()}
+    (impl,) = implementations_of(instance)
+    notes = " ".join(impl.notes)
+    assert "an instance, checked as it is" in notes and "64 wide" in notes
+    assert "8 heads, fixed by the module" in notes
+    assert "2 key/value head(s)" in notes
+    assert impl.capabilities.heads == 8 and impl.capabilities.shapes == ((8, 8),)
+    assert impl.capabilities.configured == ()  # never rebuilt: no constructor setting varies
+    built = impl.factory(Config(batch=1, q_len=2, kv_len=2, d_model=64, num_heads=8))
+    assert built.inner is not instance
+    assert torch.equal(built.inner.q_proj.weight, instance.q_proj.weight)
+    results = check_target(instance, devices=["cpu"], checks=["gate", "reference", "kv_groups"])
+    assert {r.status for r in results} == {Status.PASSED}, results
+    assert all(torch.equal(before[n], p) for n, p in instance.state_dict().items())

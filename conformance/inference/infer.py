@@ -30,6 +30,7 @@ from conformance.inference.found import CapabilitiesFound
 from conformance.inference.packed_call import settle_call
 from conformance.inference.plan import InferenceError, Inferred, Plan
 from conformance.inference.position import alibi_counting, encoding_inside, position_input
+from conformance.inference.roles import ConstructorRoles
 from conformance.inference.state import plain_state, position_state
 from conformance.inference.trial import fill_by_trial
 from conformance.inference.variadic_call import settle_by_trial
@@ -38,10 +39,13 @@ from conformance.model.spec import Config
 from conformance.subject.in_process import InProcessSubject
 
 
-def infer(cls: type, *, name: str | None = None,
-          declared: Declarations | None = None) -> Inferred:
+def infer(cls: type, *, name: str | None = None, declared: Declarations | None = None,
+          instance: nn.Module | None = None) -> Inferred:
     """Declaration for an ``nn.Module`` subclass: what ``declared`` says, the rest inferred.
 
+    With ``instance`` (of ``cls``), that instance is checked as it is: every build is a deep
+    copy of it, so its configuration (width, heads, key/value heads, ...) and its weights are
+    the ones checked, found from what it computes as for a module that fixes its own sizes.
     Raises InferenceError naming what can't be inferred and the flag that declares it.
     """
     declared = declared or Declarations()
@@ -57,18 +61,22 @@ def infer(cls: type, *, name: str | None = None,
         kind = "a property" if isinstance(forward, property) else type(forward).__name__
         raise InferenceError(f"{label}.forward is {kind}, not a method: define it as "
                              "def forward(self, x, ...)")
-    roles = constructor_roles(cls, declared, label)
+    roles = ConstructorRoles() if instance is not None else constructor_roles(cls, declared,
+                                                                                label)
     convention = forward_convention(cls, declared, label)
     init = dict(declared.init or ())
     if declared.causal in ("always", "never") and roles.causal and roles.causal not in init:
         init[roles.causal] = declared.causal == "always"  # declared causal: built causal
     plan = Plan(cls, roles, convention, init=tuple(init.items()),
-                positional=positional_arguments(roles, declared, label))
+                positional=positional_arguments(roles, declared, label), instance=instance)
     called = []
-    if roles.width is None:  # a constructor that needs no arguments: built with none
+    if roles.width is None:  # an instance, or a constructor that needs no arguments
         plan.fixed_width = fixed_width(plan, label)
-        called.append(f"constructor takes no width argument: built with no arguments, it "
-                      f"takes inputs {plan.fixed_width} wide (found by trial)")
+        called.append(
+            f"an instance, checked as it is (deep copies of it: never rebuilt, never changed): "
+            f"it takes inputs {plan.fixed_width} wide (found by trial)" if instance is not None
+            else f"constructor takes no width argument: built with no arguments, it takes "
+                 f"inputs {plan.fixed_width} wide (found by trial)")
     if not convention.inputs:  # *args / **kwargs, nothing named: how to call it, by trial
         convention, note = settle_by_trial(plan, label)
         plan, called = replace(plan, convention=convention), [note]
@@ -116,8 +124,7 @@ def infer(cls: type, *, name: str | None = None,
     position_state(plan, capabilities, build, heads, head_dim, notes)
     weight_notes: list[str] = []
     layout, outcome = find_weights(plan, declared, label, constraint, weight_notes, capabilities)
-    if not plan.roles.heads and layout is not None and not outcome.reproduced \
-            and not declared.weights:
+    if not plan.roles.heads and not outcome.reproduced and not declared.weights:
         found = hidden_heads(plan, declared, label, constraint, capabilities)
         if found is not None:
             heads_found, constraint, layout, outcome, weight_notes = found

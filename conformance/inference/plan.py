@@ -4,6 +4,7 @@ hands back (:class:`Inferred`): the class wrapped to take the suite's canonical 
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 from dataclasses import dataclass
 
@@ -121,7 +122,11 @@ class Plan:
     """The head count of a module no argument gives one: 1 until its weights say otherwise
     (see :mod:`conformance.inference.fixed_sizes`)."""
     fixed_width: int | None = None
-    """The width of a module built with no arguments (no constructor argument sets one)."""
+    """The width of a module built with no arguments (no constructor argument sets one), or of
+    the instance checked as it is."""
+    instance: nn.Module | None = None
+    """An instance checked as it is: every build is a deep copy of it (its configuration and
+    weights), never a new one, and the instance itself is never changed."""
 
     def head_count(self) -> int | None:
         """The head count every configuration has, None where an argument sets it."""
@@ -158,6 +163,8 @@ class Plan:
 
     def instantiate(self, config: Config) -> nn.Module:
         """The class itself, built for ``config`` as declared (by keyword, or positionally)."""
+        if self.instance is not None:
+            return copy.deepcopy(self.instance)
         kwargs = self.arguments(config)
         args = [kwargs.pop(name) for name in self.positional]
         return self.cls(*args, **kwargs)

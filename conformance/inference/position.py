@@ -54,7 +54,9 @@ def encoding_inside(plan: Plan, declared: Declarations, capabilities: Capabiliti
         notes.append(text)
         # A RoPE the reference models by a rule (not a table measured per width) can be built
         # with another theta or share, and followed.
-        by_rule = kind == "rotary" and not reproduced.rotary.table
+        # Not an instance checked as it is: it is never rebuilt, so nothing of it can vary.
+        by_rule = (kind == "rotary" and not reproduced.rotary.table
+                   and plan.instance is None)
         configured = tuple((setting, name) for setting, name in zip(
             (Setting.ROPE_THETA, Setting.ROTARY_FRACTION), setting_arguments(plan.cls),
             strict=True) if name is not None) if by_rule else ()

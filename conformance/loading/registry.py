@@ -11,7 +11,6 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -115,17 +114,13 @@ def _as_implementations(obj: object, origin: str,
             return [infer_function(obj, name=origin, declared=declared).implementation]
         except (InferenceError, ValueError, TypeError) as error:
             raise ResolveError(str(error)) from error
-    if isinstance(obj, torch.nn.Module):  # an instance: checked through its class
+    if isinstance(obj, torch.nn.Module):  # an instance: checked as it is
         from conformance.inference import InferenceError, infer
 
         try:
-            inferred = infer(type(obj), name=origin, declared=declared).implementation
+            return [infer(type(obj), name=origin, declared=declared, instance=obj).implementation]
         except InferenceError as error:
-            raise ResolveError(f"{origin} is an instance, checked through its class: {error}") \
-                from error
-        note = (f"an instance of {type(obj).__name__}: checked through its class, built at the "
-                "generated sizes (the instance's own weights and sizes are not used)")
-        return [replace(inferred, notes=(note, *inferred.notes))]
+            raise ResolveError(f"{origin} is an instance, checked as it is: {error}") from error
     if callable(obj):
         raise ResolveError(
             f"{origin} is {getattr(obj, '__name__', type(obj).__name__)}, which has no "
