@@ -84,6 +84,12 @@ def test_bench_command_prints_table_json_and_plot(tmp_path, capsys):
     measured = [p for p in data["points"] if p["median_ms"] is not None]
     assert {p["implementation"] for p in measured} == {"textbook", "seed003-MultiHeadAttention"}
     assert all(p["ratio_to_sdpa"] > 0 and p["peak_mb"] >= 0 for p in measured)
+    # Settings in their own types; whether each point (and SDPA beside it) ran causal.
+    settings = data["settings"]
+    assert settings["batch"] == 2 and settings["rounds"] == 3 and settings["budget"] == 20.0
+    assert settings["lengths"] == [16, 32, 64] and settings["backward"] is False
+    causal = {p["implementation"]: p["causal"] for p in data["points"]}
+    assert causal == {"textbook": False, "seed003-MultiHeadAttention": True}
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -37,6 +37,9 @@ class BenchPoint:
     peak_mb: float | None = None
     sdpa_peak_mb: float | None = None
     skipped: str | None = None
+    causal: bool = False
+    """Both ran causal: the implementation always is, so the SDPA baseline ran with
+    ``is_causal=True`` too (the same work on both sides)."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,14 +77,15 @@ def bench(implementations: Sequence[Implementation], baseline: Implementation, *
         spent = 0.0
         last = 0.0
         previous: BenchPoint | None = None
+        causal = impl.capabilities.causal == "always"
         for length in lengths:
             if impl.capabilities.max_len is not None and length > impl.capabilities.max_len:
                 points.append(BenchPoint(impl.name, length, skipped=f"beyond its max_len "
-                                         f"{impl.capabilities.max_len}"))
+                                         f"{impl.capabilities.max_len}", causal=causal))
                 continue
             if previous is not None and spent + predicted_cost(previous, last, rounds) > budget:
                 points.append(BenchPoint(impl.name, length, skipped=f"over the {budget:g} s "
-                                         "budget"))
+                                         "budget", causal=causal))
                 continue
             _progress(f"bench {impl.name}: length {length}")
             start = time.perf_counter()
@@ -129,11 +133,13 @@ def _measure(impl: Implementation, baseline: Implementation, length: int, batch:
         timings = time_interleaved(calls, device=device, rounds=rounds)
         memory = {name: peak_memory(call, device) for name, call in calls.items()}
     except (ImplementationError, RuntimeError) as error:
-        return BenchPoint(impl.name, length, skipped=f"failed: {str(error).splitlines()[0]}")
+        return BenchPoint(impl.name, length, skipped=f"failed: {str(error).splitlines()[0]}",
+                          causal=case.causal)
     ours, sdpa = timings["impl"], timings["sdpa"]
     return BenchPoint(
         impl.name, length, median_ms=ours.median * 1e3, q1_ms=ours.q1 * 1e3, q3_ms=ours.q3 * 1e3,
         sdpa_median_ms=sdpa.median * 1e3, sdpa_q1_ms=sdpa.q1 * 1e3, sdpa_q3_ms=sdpa.q3 * 1e3,
         ratio_to_sdpa=ours.median / sdpa.median,
         gflops=attention_flops(case.config, backward=backward) / ours.median / 1e9,
-        peak_mb=memory["impl"] / 2**20, sdpa_peak_mb=memory["sdpa"] / 2**20)
+        peak_mb=memory["impl"] / 2**20, sdpa_peak_mb=memory["sdpa"] / 2**20,
+        causal=case.causal)

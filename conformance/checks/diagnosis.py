@@ -40,7 +40,7 @@ def scale_candidates(head_dim: int, num_heads: int) -> dict[str, float]:
     return {words: s for words, s in candidates.items() if not math.isclose(s, correct)}
 
 
-def _scale_groups(head_dim: int, num_heads: int) -> list[tuple[str, float]]:
+def scale_groups(head_dim: int, num_heads: int) -> list[tuple[str, float]]:
     """The recognisable scales, those equal at this size in words together (the output can't
     tell them apart), the first named last."""
     groups: list[tuple[list[str], float]] = []
@@ -108,9 +108,11 @@ def batch_heads_mixed(weights: HeadWeights, inputs: Inputs, *, causal: bool,
                       batch_first=False)
 
 
-def matches(output: torch.Tensor, variant: torch.Tensor, rows: torch.Tensor | None) -> bool:
-    """Whether ``output`` reproduces a known mistake's float64 ``variant`` (within MATCH)."""
-    return _matches(output, variant, rows)
+def reproduces(output: torch.Tensor, variant: torch.Tensor, correct: torch.Tensor,
+               rows: torch.Tensor | None) -> bool:
+    """Whether ``output`` reproduces a known mistake's float64 ``variant`` (within MATCH) on a
+    case where the mistake and the ``correct`` computation differ (see :func:`_told_apart`)."""
+    return _matches(output, variant, rows) and not _matches(correct, variant, rows)
 
 
 def repeat_words(weights: HeadWeights) -> str:
@@ -122,11 +124,24 @@ def form_hint(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, cau
               rows: torch.Tensor | None = None, window: int | None = None,
               encoding: PositionEncoding | None = None) -> str | None:
     """The likely bug in a modern form (grouped key/value heads paired by repeat, a window one key
-    off, RoPE's frequencies or pairing) when ``output`` matches it: for checks whose own hint is
-    about something else."""
-    for words, variant in _form_variants(weights, inputs, causal=causal, window=window,
-                                         encoding=encoding):
-        if _matches(output, variant(), rows):
+    off, RoPE's frequencies or pairing) when ``output`` matches it, and it differs from the
+    correct computation on this case: for checks whose own hint is about something else."""
+    correct = reference_attention(weights, inputs.query, inputs.key, inputs.value,
+                                  keep=inputs.keep, causal=causal, window=window,
+                                  encoding=encoding, start=inputs.position).output
+    return _told_apart(output, correct, _form_variants(weights, inputs, causal=causal,
+                                                       window=window, encoding=encoding), rows)
+
+
+def _told_apart(output: torch.Tensor, correct: torch.Tensor,
+                variants: list[tuple[str, Callable[[], torch.Tensor]]],
+                rows: torch.Tensor | None) -> str | None:
+    """The words of the first variant ``output`` reproduces that this case tells apart from
+    the correct computation: where a bug computes what the correct code computes (a head split
+    without transpose at one head, repeat and repeat_interleave with one key/value head), the
+    case is no evidence of it, and naming it would be a guess."""
+    for words, compute in variants:
+        if reproduces(output, compute(), correct, rows):
             return words
     return None
 
@@ -211,7 +226,7 @@ def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causa
 
     variants: list[tuple[str, Callable[[], torch.Tensor]]] = [
         (f"matches the reference at scale {words}", lambda s=s: ref(scale=s))
-        for words, s in _scale_groups(weights.head_dim, weights.num_heads)
+        for words, s in scale_groups(weights.head_dim, weights.num_heads)
     ]
     variants.append(("rows sum to 1 along the query axis: softmax over the wrong dimension?",
                      lambda: ref(softmax_over="queries")))
@@ -234,8 +249,8 @@ def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causa
                                                                   window=window,
                                                                   encoding=encoding)))
     variants += _form_variants(weights, inputs, causal=causal, window=window, encoding=encoding)
-    for words, compute in variants:
-        if _matches(output, compute(), rows):
-            return words
+    words = _told_apart(output, ref(), variants, rows)
+    if words is not None:
+        return words
     return output_mistake(output, weights, inputs, causal=causal, rows=rows, window=window,
                           encoding=encoding)

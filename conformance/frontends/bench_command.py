@@ -68,8 +68,7 @@ def run_bench(args: argparse.Namespace) -> int:
                           "Compare ratios measured in one run, rerun on an idle machine or with "
                           "more --rounds."), file=sys.stderr)
     if args.json:
-        settings = {k: str(v) for k, v in vars(args).items() if k not in ("json", "plot")}
-        payload = to_json(points, settings)
+        payload = to_json(points, _settings(args, lengths=lengths))
         payload["noise"] = doubts
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
     if args.plot:
@@ -94,8 +93,22 @@ def _bench_decode(args: argparse.Namespace, implementations: list[Implementation
                           device=args.device, rounds=args.rounds)
     print(decode_table(points, heading))
     if args.json:
-        settings = {k: str(v) for k, v in vars(args).items() if k not in ("json", "plot")}
-        args.json.write_text(json.dumps({"settings": settings,
+        args.json.write_text(json.dumps({"settings": _settings(args, contexts=contexts),
                                          "points": [p.to_dict() for p in points]}, indent=2)
                              + "\n")
     return EXIT_OK
+
+
+def _settings(args: argparse.Namespace, **parsed: object) -> dict[str, object]:
+    """The run's settings as JSON values of their own types (``"batch": 2``, ``"backward":
+    false``, ``"lengths": [32, 64]``), ``parsed`` over the raw command-line strings."""
+    def plain(value: object) -> object:
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, (list, tuple)):
+            return [plain(item) for item in value]
+        return str(value)  # a path, a dtype name's object: its text
+
+    settings = {k: plain(v) for k, v in vars(args).items() if k not in ("json", "plot")}
+    settings.update({k: plain(v) for k, v in parsed.items()})
+    return settings

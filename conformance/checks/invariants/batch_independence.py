@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from conformance.checks.diagnosis import BATCH_HEADS_MIXED, batch_heads_mixed, matches
+from conformance.checks.diagnosis import BATCH_HEADS_MIXED, batch_heads_mixed, reproduces
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.platform import platform_or
 from conformance.checks.invariants.verify import fmt, reference_applies
 from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases, distinct_sizes, heads_apart
+from conformance.numerics.reference import reference_attention
 from conformance.numerics.tolerance import abs_error, only_rows, reordering_tolerance, worst_index
 from conformance.subject.boundary import Inputs
 
@@ -97,10 +98,14 @@ class BatchIndependence(Check):
         other elements' outputs all moved by one common factor about one common point (a
         reduction over the whole batch, as a norm or mean without dim= gives); else None."""
         if reference_applies(context.capabilities):
-            variant = batch_heads_mixed(instance.read_weights(), inputs, causal=case.causal,
-                                        window=case.window,
-                                        encoding=context.capabilities.encoding)
-            if matches(output, variant, context.rows(case)):
+            weights, encoding = instance.read_weights(), context.capabilities.encoding
+            variant = batch_heads_mixed(weights, inputs, causal=case.causal, window=case.window,
+                                        encoding=encoding)
+            correct = reference_attention(weights, inputs.query, inputs.key, inputs.value,
+                                          keep=inputs.keep, causal=case.causal,
+                                          window=case.window, encoding=encoding,
+                                          start=inputs.position).output
+            if reproduces(output, variant, correct, context.rows(case)):
                 return BATCH_HEADS_MIXED
         # One common factor about one common point per feature (the output projection's bias
         # is not scaled): a[., f] = s b[., f] + t[f], s the same for every feature.

@@ -91,7 +91,7 @@ class KVGroups(Check):
             return
         tiled = [h for h in range(weights.num_heads) if h % weights.num_kv_heads == g]
         hint = None
-        if sorted(changed) == tiled:
+        if sorted(changed) == tiled and tiled != expected:  # else no evidence of tiling
             hint = ("key/value heads expanded with repeat (tiling: query head h reads key/value "
                     f"head h mod {weights.num_kv_heads}) instead of repeat_interleave (h // "
                     f"{group}, HuggingFace's repeat_kv, SDPA's enable_gqa)")

@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from conformance.checks.diagnosis import scale_candidates
+from conformance.checks.diagnosis import scale_groups
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.row_stochastic import QUERY_AXIS, over_queries
 from conformance.checks.invariants.verify import fmt, position_skip_reason
@@ -113,7 +113,7 @@ class Scale(Check):
         if abs(fitted - expected) <= tolerance * expected:
             return
         hint = None
-        for words, candidate in scale_candidates(case.head_dim, case.num_heads).items():
+        for words, candidate in scale_groups(case.head_dim, case.num_heads):
             if abs(fitted - candidate) <= tolerance * candidate:
                 hint = f"matches scale {words}"
         raise Violation(f"the fitted logit scale is {fmt(fitted)}, expected 1/sqrt(head_dim) = "
