@@ -27,7 +27,8 @@ UNIT = {
 }
 INTEGRATION = {
     "test_behaviour_inference", "test_bench", "test_causal_hints", "test_cli",
-    "test_declaration_parity", "test_declarations", "test_grading_execution", "test_grading_printed_output",
+    "test_declaration_parity", "test_declarations", "test_grading_execution",
+    "test_grading_environment", "test_grading_printed_output",
     "test_homework_styles_are_correct", "test_library_caches_are_correct",
     "test_library_others_are_correct", "test_library_transformers_are_correct", "test_modern",
     "test_modern_styles_are_correct", "test_pytest_plugin", "test_real_layer_causes", "test_runner",

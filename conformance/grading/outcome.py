@@ -22,6 +22,9 @@ class RunStatus(str, Enum):
     IMPORT_ERROR = LoadProblem.IMPORT_ERROR.value
     NOT_FOUND = LoadProblem.NOT_FOUND.value
     INTERFACE_MISMATCH = LoadProblem.INTERFACE_MISMATCH.value
+    MISSING_PACKAGE = LoadProblem.MISSING_PACKAGE.value
+    """It needs a package the grading environment lacks: the teacher's to install, and no
+    grade is given until then (never a 0 for the student)."""
     TIMEOUT = "timeout"
     CRASHED = "crashed"
     OUT_OF_MEMORY = "out of memory"
@@ -36,11 +39,16 @@ class RunStatus(str, Enum):
 
 NEEDS_A_LOOK = frozenset({RunStatus.CRASHED, RunStatus.TIMEOUT, RunStatus.INTERFACE_MISMATCH,
                           RunStatus.OUT_OF_MEMORY, RunStatus.IMPORT_ERROR, RunStatus.UNREADABLE,
-                          RunStatus.GRADER_ERROR, RunStatus.PARTLY_EVALUATED})
+                          RunStatus.GRADER_ERROR, RunStatus.PARTLY_EVALUATED,
+                          RunStatus.MISSING_PACKAGE})
 """Statuses a human should look at: the grade may say more about the grader than the student."""
 
+WITHHELD = frozenset({RunStatus.GRADER_ERROR, RunStatus.MISSING_PACKAGE})
+"""Statuses where the grader or its environment, not the submission, stopped the grading: no
+grade is given (an empty total, not a 0) until the teacher has fixed it and regraded."""
+
 # When targets end differently, the submission's status is the most serious one.
-_SERIOUSNESS = [RunStatus.GRADER_ERROR, RunStatus.UNREADABLE, RunStatus.NO_CODE,
+_SERIOUSNESS = [RunStatus.GRADER_ERROR, RunStatus.MISSING_PACKAGE, RunStatus.UNREADABLE, RunStatus.NO_CODE,
                 RunStatus.NO_SUBMISSION, RunStatus.CRASHED, RunStatus.OUT_OF_MEMORY,
                 RunStatus.TIMEOUT, RunStatus.SYNTAX_ERROR, RunStatus.IMPORT_ERROR,
                 RunStatus.INTERFACE_MISMATCH, RunStatus.NOT_FOUND, RunStatus.PARTLY_EVALUATED,

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conformance.grading import feedback
-from conformance.grading.outcome import RunStatus
+from conformance.grading.outcome import WITHHELD, RunStatus
 from conformance.grading.rubric import Rubric
 from conformance.grading.scoring import State
 from conformance.grading.store import versions
@@ -55,10 +55,14 @@ def grades_rows(rubric: Rubric, students: list[Student], *, with_email: bool) ->
     rows = [header, possible]
     for student in students:
         unevaluated = dict.fromkeys(key for key, _ in student.score.unevaluated)
+        # Withheld (the grader's or its environment's doing): no grade, never a 0.
+        withheld = student.status in WITHHELD
         rows.append([student.id, student.name, *([student.email] if with_email else []),
                      "yes" if student.late else "",
-                     *(number(student.score.item(key).points) for key in keys),
-                     number(student.score.total), f"{student.score.percent:.1f}",
+                     *("" if withheld else number(student.score.item(key).points)
+                       for key in keys),
+                     "" if withheld else number(student.score.total),
+                     "" if withheld else f"{student.score.percent:.1f}",
                      student.status.value, " ".join(unevaluated), student.submission_hash])
     return rows
 
@@ -79,7 +83,8 @@ def write_classroom_csv(path: Path, rubric: Rubric, students: list[Student]) -> 
     for student in students:
         github = student.id if student.layout == "github-classroom" else ""
         rows.append([rubric.name, "", "", github, student.roster_identifier or student.id,
-                     student.repository or "", "", "", number(student.score.total),
+                     student.repository or "", "", "",
+                     "" if student.status in WITHHELD else number(student.score.total),
                      number(student.score.max_points)])
     _write_csv(path, rows)
 

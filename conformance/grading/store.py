@@ -3,14 +3,17 @@
 One JSON file per student, ``OUT/results/{id}.json``, written atomically (a temporary file,
 then a rename) as soon as that student is done. A stored result is reused when it was made
 from the same staged files (submission hash), the same execution-relevant rubric
-(:meth:`Rubric.execution_key`: targets, interfaces, checks, profile, seed, limits) and the same
-versions of the suite, torch and hypothesis. Points, groups, visibility and the due date are
-not part of the key: they are applied afresh every time, so changing them rescores without
-rerunning anything.
+(:meth:`Rubric.execution_key`: targets, interfaces, checks, profile, seed, limits), the same
+versions of the suite, torch and hypothesis, and the same installed packages (a digest of their
+names and versions: installing the package a submission lacked regrades it). Points, groups,
+visibility and the due date are not part of the key: they are applied afresh every time, so
+changing them rescores without rerunning anything.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import platform
@@ -31,10 +34,23 @@ def versions() -> dict[str, str]:
     from conformance._version import __version__
 
     return {"attention-conformance": __version__, "torch": torch.__version__,
-            "hypothesis": hypothesis.__version__, "python": platform.python_version()}
+            "hypothesis": hypothesis.__version__, "python": platform.python_version(),
+            "environment": environment()}
 
 
-KEYED_VERSIONS = ("attention-conformance", "torch", "hypothesis")
+@functools.cache  # 0.4 s to read; a run installs nothing while it grades
+def environment() -> str:
+    """A digest of every package installed in this Python (names and versions): a submission
+    may import any of them, so installing one (the package a submission was missing) or
+    changing one's version makes every stored result stale."""
+    from importlib.metadata import distributions
+
+    installed = sorted({f"{(d.metadata['Name'] or '').lower()}=={d.version}"
+                        for d in distributions()})
+    return hashlib.sha256("\n".join(installed).encode()).hexdigest()[:16]
+
+
+KEYED_VERSIONS = ("attention-conformance", "torch", "hypothesis", "environment")
 
 
 @dataclass

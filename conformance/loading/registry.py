@@ -40,6 +40,35 @@ class ResolveError(ConformanceError):
     """An IMPL argument that names nothing checkable; the message is one line for the user."""
 
 
+class MissingPackage(ResolveError):
+    """The code imports a package this environment does not have (not one of its own modules):
+    the environment's problem, to be installed, not the code's."""
+
+    def __init__(self, message: str, package: str) -> None:
+        super().__init__(message)
+        self.package = package
+
+
+def _missing_package(error: BaseException, folders: list[Path]) -> str | None:
+    """The top-level package ``error`` says is missing, where it is no module of the code's own
+    (no ``NAME.py`` or ``NAME/`` in ``folders``, where the code's own modules live)."""
+    if not isinstance(error, ModuleNotFoundError) or not error.name:
+        return None
+    top = error.name.partition(".")[0]
+    if any((folder / f"{top}.py").exists() or (folder / top).is_dir() for folder in folders):
+        return None  # its own module (or a broken part of it): the code's import error
+    return top
+
+
+def _import_failed(error: Exception, what: str, folders: list[Path]) -> ResolveError:
+    """The one-line ResolveError for an import of ``what`` that raised ``error``."""
+    package = _missing_package(error, folders)
+    if package is not None:
+        return MissingPackage(f"{what} needs package {package!r}, which is not installed here "
+                              f"(pip install {package})", package)
+    return ResolveError(f"importing {what} raised {type(error).__name__}: {error}")
+
+
 def register(impl: Implementation) -> Implementation:
     """Add ``impl`` to the registry under its name; a different object under a taken name fails."""
     existing = _registry.get(impl.name)
@@ -172,7 +201,7 @@ def _load_file(path_text: str) -> object:
     except SyntaxError as error:
         raise ResolveError(f"syntax error in {path_text}, line {error.lineno}: {error.msg}") from error
     except Exception as error:
-        raise ResolveError(f"importing {path_text} raised {type(error).__name__}: {error}") from error
+        raise _import_failed(error, path_text, [path.resolve().parent]) from error
     return module
 
 
@@ -187,9 +216,13 @@ def _load_module(name: str) -> object:
             f"syntax error in module {name} ({error.filename}, line {error.lineno}): {error.msg}"
         ) from error
     except ImportError as error:
-        raise ResolveError(f"cannot import module {name}: {error}") from error
+        missing = getattr(error, "name", None) or ""
+        if (_missing_package(error, [Path.cwd()]) is None
+                or missing.partition(".")[0] == name.partition(".")[0]):  # the module itself
+            raise ResolveError(f"cannot import module {name}: {error}") from error
+        raise _import_failed(error, f"module {name}", [Path.cwd()]) from error
     except Exception as error:
-        raise ResolveError(f"importing module {name} raised {type(error).__name__}: {error}") from error
+        raise _import_failed(error, f"module {name}", [Path.cwd()]) from error
 
 
 def resolve(spec: str, declared: Declarations | None = None) -> list[Implementation]:

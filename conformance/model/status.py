@@ -19,6 +19,9 @@ class LoadProblem(str, Enum):
     IMPORT_ERROR = "import error"
     NOT_FOUND = "not found"
     INTERFACE_MISMATCH = "interface mismatch"
+    MISSING_PACKAGE = "missing package"
+    """It imports a third-party package this environment lacks: the environment's to fix
+    (install it), not the code's fault."""
 
 
 def is_load_problem(status: object) -> bool:

@@ -29,6 +29,8 @@ class WorkerStatus(str, Enum):
     """The named file, module or attribute does not exist."""
     INTERFACE_MISMATCH = LoadProblem.INTERFACE_MISMATCH.value
     """It exists but is not checkable: not an attention module, or its interface can't be inferred."""
+    MISSING_PACKAGE = LoadProblem.MISSING_PACKAGE.value
+    """It imports a third-party package the environment lacks (not a module of its own)."""
     TIMEOUT = "timeout"
     """A request, the start-up or the worker's lifetime ran past its wall-clock limit."""
     CRASHED = "crashed"

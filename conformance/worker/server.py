@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from conformance.inference import DeclarationError, InferenceError
-from conformance.loading.registry import ResolveError, load_code, resolve
+from conformance.loading.registry import MissingPackage, ResolveError, load_code, resolve
 from conformance.model.spec import Config, Implementation
 from conformance.subject.boundary import CapabilityError, ImplementationError
 from conformance.subject.in_process import ModuleInstance
@@ -123,6 +123,8 @@ def defined_names(scratch: Path, spec: str) -> tuple[str, ...]:
 def _load_status(error: ResolveError, spec: str) -> WorkerStatus:
     """Which load failure a ResolveError from ``registry.resolve`` is, from its cause."""
     cause = error.__cause__
+    if isinstance(error, MissingPackage):
+        return WorkerStatus.MISSING_PACKAGE
     if isinstance(cause, SyntaxError):
         return WorkerStatus.SYNTAX_ERROR
     if isinstance(cause, ModuleNotFoundError) and cause.name and \
