@@ -187,13 +187,18 @@ def test_the_self_test_tells_caught_mutants_from_uncovered_ones(mini):
     _, rubric_path = mini
     rubric = load(rubric_path)
     wanted = {"mutant-scale-missing", "mutant-mask-inverted", "mutant-bool-mask-inverted",
-              "mutant-causal-shows-next-token"}
+              "mutant-causal-shows-next-token", "mutant-dropout-on-logits",
+              "mutant-output-projection-skipped"}
     mutants = [m for m in selftest.bundled_mutants() if m.name in wanted]
     result = selftest.run(rubric, jobs=2, mutants=mutants)
     verdicts = {row.mutant.name: row.verdict for row in result.rows}
     # The causal mutant has no causal target to be graded against.
+    # A dropout bug can't occur in a class with no dropout, nor a second mask format's in one
+    # that takes one format: no student could make them.
     assert verdicts == {"mutant-scale-missing": "caught", "mutant-mask-inverted": "caught",
-                        "mutant-bool-mask-inverted": "not covered"}
+                        "mutant-output-projection-skipped": "not covered",
+                        "mutant-bool-mask-inverted": "not applicable",
+                        "mutant-dropout-on-logits": "not applicable"}
     assert result.ok and result.reference_problems == []
     text = selftest.render(result)
     assert "reference solution: 3 / 3 (full marks)" in text
@@ -202,7 +207,9 @@ def test_the_self_test_tells_caught_mutants_from_uncovered_ones(mini):
     assert variant.description.startswith("the reference with its attributes renamed (")
     assert "q_proj -> layer" in variant.description and variant.problems == []
     assert result.warnings == []
-    assert "indistinguishable from a correct solution: mutant-bool-mask-inverted" in text
+    listed = [line for line in text.splitlines() if "indistinguishable from" in line]
+    assert len(listed) == 1 and "mutant-output-projection-skipped" in listed[0]
+    assert "2 of them bugs of a feature the assignment's classes do not have" in text
     assert text.endswith("OK: the reference gets full marks and every graded bug costs its points")
 
 

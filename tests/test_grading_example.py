@@ -96,6 +96,22 @@ def test_students_read_rubric_language_their_own_files_and_measured_hints(graded
             assert words not in pages[student], (student, words)
 
 
+def test_a_mask_mistake_is_charged_once_where_padding_judges_it(graded):
+    """Dijkstra reads the mask inverted, Johnson ignores it: each loses padding's 2 points and
+    nothing else; the checks that require padding ran without the mask and say so."""
+    _, result = graded
+    students = {s.id: s for s in result.students}
+    for student in ("2001", "2002"):
+        score = students[student].score
+        assert score.item("MultiHeadAttention.padding").points == 0
+        for key in ("row_stochastic", "head_split", "numerics", "autograd"):
+            item = score.item(f"MultiHeadAttention.{key}")
+            assert item.points == item.max_points, (student, key)
+        (target,) = [t for t in students[student].outcome.targets
+                     if t.target == "MultiHeadAttention"]
+        assert any("run without mask" in note for note in target.result("head_split").observations)
+
+
 def test_a_hostile_submission_hurts_only_itself(graded):
     _, result = graded
     by_id = {s.id: s for s in result.students}

@@ -24,10 +24,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
-from conformance.checks.catalogue import GATE
+from conformance.checks.catalogue import GATE, by_name
 from conformance.grading import interface
 from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome, overall_status
-from conformance.grading.rubric import Rubric, RubricLimits, Target
+from conformance.grading.rubric import Rubric, RubricLimits, Target, prerequisites
 from conformance.grading.targets import Location, locate, near_misses, scan
 from conformance.model.declarations import Declarations
 from conformance.model.results import Status
@@ -173,7 +173,8 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
             deadline.start_check()
             seen = len(subject.incidents)
             try:
-                result = runner.run_check(subject, check, "cpu")
+                result = runner.run_check(subject, check, "cpu",
+                                          without=_judged_elsewhere(target, check, outcome))
             except WorkerError as error:  # the worker can't be restarted any more
                 outcome.status, outcome.message = _status(error.status), str(error)
                 break
@@ -220,6 +221,18 @@ def _other_forms(directory: Path, spec: str, target: Target, limits: WorkerLimit
             printed.append(str(error.output or ""))
             return interface.broken_form(form, class_name, str(error)), _joined(printed)
     return None, _joined(printed)
+
+
+def _judged_elsewhere(target: Target, check: str, outcome: TargetOutcome) -> set[str]:
+    """The features a failed prerequisite of ``check`` judges (``padding``: the mask): the
+    check runs without them, so the one mistake is charged once, where it is judged, and the
+    check is scored on the rest of its property."""
+    features: set[str] = set()
+    for prerequisite in prerequisites(target, check):
+        result = outcome.result(prerequisite)
+        if result is not None and result.status is Status.FAILED:
+            features.update(by_name(prerequisite).judges)
+    return features
 
 
 def _joined(printed: list[str]) -> str:

@@ -14,8 +14,10 @@ trusted path of :mod:`conformance.grading.execution`.
 Verdicts: ``caught``; ``NOT CAUGHT`` (the rubric grades the check but the mutant keeps its
 points: the profile or the checks are too weak); ``caught elsewhere`` (no item for the check,
 but the mutant loses points on others); ``not covered`` (no item for the check and full marks
-elsewhere: indistinguishable from a correct solution). The self-test fails on a reference short
-of full marks or on any ``NOT CAUGHT``.
+elsewhere: indistinguishable from a correct solution); ``not applicable`` (the same, for a bug
+of a feature the assignment's class does not have, ALiBi in an assignment without it: its check
+does not apply to the reference's interface, so no student can make it). The self-test fails on
+a reference short of full marks or on any ``NOT CAUGHT``.
 
 It also grades a correct solution written another way (:mod:`conformance.grading.variants`:
 the reference with its attributes renamed) and warns when an item is then not evaluated or
@@ -30,6 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from conformance.checks.catalogue import by_name
+from conformance.errors import ConformanceError
 from conformance.grading import variants
 from conformance.grading.discovery import Source, Submission
 from conformance.grading.execution import run_registered, run_submission
@@ -37,6 +41,8 @@ from conformance.grading.outcome import RunStatus, SubmissionOutcome
 from conformance.grading.rubric import Rubric, Target
 from conformance.grading.scoring import State, SubmissionScore, score
 from conformance.grading.staging import stage
+from conformance.loading.registry import resolve
+from conformance.model.spec import Capabilities
 from conformance.worker import SandboxKind
 
 
@@ -59,6 +65,9 @@ class MutantRow:
     lost: float
     item_points: float
     verdict: str
+    outside: str | None = None
+    """Why the mutant's bug can't occur in this target (its check does not apply to the
+    reference's interface: "declares no ALiBi position bias"), where it can't."""
 
 
 @dataclass
@@ -91,7 +100,8 @@ class SelfTest:
     @property
     def indistinguishable(self) -> list[MutantRow]:
         return [row for row in self.rows
-                if row.verdict == "not covered" and row.score >= row.max_points]
+                if row.verdict == "not covered" and row.score >= row.max_points
+                and row.outside is None]
 
     @property
     def not_run(self) -> list[MutantRow]:
@@ -170,6 +180,30 @@ def _row(rubric: Rubric, target: Target, mutant: Mutant, sandbox: SandboxKind) -
                      item.item.key if item else None, lost, item_points, verdict)
 
 
+def reference_capabilities(rubric: Rubric, target: Target) -> Capabilities | None:
+    """What the reference solution's class for ``target`` can do, as the rubric's interface
+    declares it and inference finds the rest (the instructor's code: trusted, loaded here);
+    None where it can't be read so."""
+    if rubric.reference is None or not rubric.reference.is_file():
+        return None
+    try:
+        found = resolve(f"{rubric.reference}::{target.name}", target.declarations)
+    except ConformanceError:
+        return None
+    return found[0].capabilities if len(found) == 1 else None
+
+
+def _applicable(row: MutantRow, capabilities: Capabilities | None) -> MutantRow:
+    """``row``, marked as outside the assignment where its bug's check does not apply to the
+    target's class (a bug of ALiBi, a KV cache or RoPE in an assignment that has none)."""
+    if capabilities is None or row.verdict != "not covered":
+        return row
+    outside = by_name(row.mutant.catches).skip_reason(capabilities)
+    if outside is None:
+        return row
+    return replace(row, verdict="not applicable", outside=outside)
+
+
 def run(rubric: Rubric, *, jobs: int = 1, mutants: list[Mutant] | None = None,
         on_done: Callable[[str], None] | None = None,
         sandbox: SandboxKind = "filesystem") -> SelfTest:
@@ -185,10 +219,12 @@ def run(rubric: Rubric, *, jobs: int = 1, mutants: list[Mutant] | None = None,
     pairs = [(target, mutant) for mutant in (mutants if mutants is not None
                                              else bundled_mutants())
              for target in rubric.targets if mutant.causal == target.causal]
+    interfaces = {target.name: reference_capabilities(rubric, target)
+                  for target in rubric.targets}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = [pool.submit(_row, rubric, target, mutant, sandbox) for target, mutant in pairs]
         for future in futures:
-            result.rows.append(future.result())
+            result.rows.append(_applicable(future.result(), interfaces[future.result().target]))
             if on_done:
                 row = result.rows[-1]
                 on_done(f"{row.mutant.name} as {row.target}: {row.verdict}")
@@ -219,10 +255,12 @@ def render(result: SelfTest) -> str:
     caught = sum(row.verdict == "caught" for row in result.rows)
     covered = sum(row.item is not None for row in result.rows)
     elsewhere = sum(row.verdict == "caught elsewhere" for row in result.rows)
+    outside = sum(row.outside is not None for row in result.rows)
     lines.append("")
     lines.append(f"{caught} of {covered} mutants whose bug the rubric grades lose those points; "
                  f"{len(result.rows) - covered} mutant(s) whose bug it does not grade, "
-                 f"{elsewhere} of them losing points on other items")
+                 f"{elsewhere} of them losing points on other items, {outside} of them bugs of "
+                 "a feature the assignment's classes do not have (not applicable)")
     for variant in result.variants:
         lines.append(f"{variant.description}: {variant.score.total:g} / "
                      f"{variant.score.max_points:g}" + ("" if variant.problems else

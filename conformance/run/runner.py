@@ -11,6 +11,7 @@ import contextlib
 import time
 import traceback
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import torch
@@ -28,7 +29,7 @@ from conformance.generation.strategies import available_devices
 from conformance.loading.registry import resolve
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.results import CheckResult, Status
-from conformance.model.spec import Implementation
+from conformance.model.spec import Capabilities, Implementation
 from conformance.subject.boundary import Subject
 from conformance.subject.in_process import InProcessSubject
 
@@ -129,17 +130,23 @@ class Runner:
             self._gates[key] = (self._expectations(subject, result), outcome)
         return self._gates[key]
 
-    def run_check(self, subject: Subject, name: str, device: str) -> CheckResult:
-        """One check's verdict on one device (the gate's, when ``name`` is "gate")."""
+    def run_check(self, subject: Subject, name: str, device: str, *,
+                  without: Iterable[str] = ()) -> CheckResult:
+        """One check's verdict on one device (the gate's, when ``name`` is "gate").
+
+        ``without``: features to leave out of this check's cases (``mask``), as where the
+        check that judges them failed and its failure is reported there, once (grading's
+        ``requires``); the result says so."""
         if self.progress is not None:
             self.progress.check(subject.name, name)
         with one_thread():
-            result = self._run_check(subject, name, device)
+            result = self._run_check(subject, name, device, frozenset(without))
         if self.progress is not None:
             self.progress.checked(result)
         return result
 
-    def _run_check(self, subject: Subject, name: str, device: str) -> CheckResult:
+    def _run_check(self, subject: Subject, name: str, device: str,
+                   without: frozenset[str] = frozenset()) -> CheckResult:
         if device not in available_devices():
             return CheckResult(subject.name, name, device, Status.SKIPPED,
                                reason=f"{device} is not available on this machine")
@@ -150,13 +157,14 @@ class Runner:
         if outcome.blocked:
             return CheckResult(subject.name, name, device, Status.SKIPPED,
                                reason=BLOCKED)
-        skip = check.device_skip_reason(device) or check.skip_reason(outcome.effective)
+        effective = _without(outcome.effective, without)
+        skip = check.device_skip_reason(device) or check.skip_reason(effective)
         reports_broken = any(feature in outcome.broken for feature in check.owns)
         if skip is not None and not reports_broken:
             if check.skip_reason(subject.capabilities) is None:
                 skip = f"{skip} (the declared feature failed at the gate; see contract)"
             return CheckResult(subject.name, name, device, Status.SKIPPED, reason=skip)
-        context = self._context(subject, outcome.effective, device, self.replay)
+        context = self._context(subject, effective, device, self.replay)
         context.broken = dict(outcome.broken)
         context.limits = self._limits.setdefault((subject.name, device), Limits())
         if outcome.precision is not None and outcome.precision.judged_as != torch.float64:
@@ -165,6 +173,10 @@ class Runner:
         subject.begin_check(name)
         result = _verdict(check, context, subject.name, device)
         result.seconds = context.budget.elapsed()
+        if effective is not outcome.effective:
+            result.observations.append(
+                "run without " + ", ".join(sorted(without)) + ": the check that judges "
+                + ("it" if len(without) == 1 else "them") + " failed, and says so once")
         return _budgeted(self._expectations(subject, result), context.budget)
 
     def run(self, subject: Subject, *, devices: Sequence[str] | None = None,
@@ -252,6 +264,13 @@ def _verdict(check: Check, context: CheckContext, implementation: str, device: s
         return result
     return CheckResult(implementation, check.name, device, Status.PASSED,
                        observations=list(context.observations))
+
+
+def _without(capabilities: Capabilities, features: frozenset[str]) -> Capabilities:
+    """``capabilities`` with ``features`` left out (the same object where nothing is)."""
+    if "mask" in features and (capabilities.mask is not None or capabilities.mask_formats):
+        return replace(capabilities, mask=None, mask_formats=())
+    return capabilities
 
 
 def _budgeted(result: CheckResult, budget: Budget) -> CheckResult:

@@ -386,6 +386,10 @@ class Check(ABC):
     title: str
     owns: tuple[str, ...] = ()
     """Declared features this check reports when the gate saw them break (see GateOutcome)."""
+    judges: tuple[str, ...] = ()
+    """Features whose behaviour this check is the judge of (``padding``: the mask): where it
+    failed, a check that requires it can run without them (see Runner.run_check's
+    ``without``), so one mistake is charged once."""
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         """Why this check does not apply to an implementation declaring ``capabilities``."""

@@ -57,6 +57,7 @@ class Padding(Check):
 
     name = "padding"
     title = "masked keys have no influence and attention weight 0"
+    judges = ("mask",)
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if capabilities.mask is None and not capabilities.mask_problem:
