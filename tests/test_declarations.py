@@ -33,7 +33,7 @@ def test_declared_items_are_not_probed_and_say_so():
         mask="keep_bool:broadcast", causal="never", weights="w_q,w_k,w_v,w_o")).notes
     assert "mask: bool mask, True = attend, shape (B, 1, 1, Lk) (declared)" in notes
     assert "causal: never (declared)" in notes
-    assert "weights from inner.w_q/inner.w_k/inner.w_v/inner.w_o (declared)" in notes
+    assert "weights from w_q/w_k/w_v/w_o (declared)" in notes  # the user's own names
 
 
 def test_pyproject_table_declares_for_an_impl(tmp_path, monkeypatch, capsys):

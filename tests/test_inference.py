@@ -120,9 +120,11 @@ def test_inference_alone_finds_what_the_registration_finds(inferred_findings, na
 def test_the_report_opens_with_what_was_inferred():
     notes = infer(seed000.MultiHeadAttention).notes
     assert notes[0] == "self-attention forward(X, attention_mask)"
-    assert any(note.startswith("weights: inner.q_proj/inner.k_proj/inner.v_proj/inner.out_proj "
+    # The user's own attribute paths: nothing of the suite's wrapper (its ``inner``).
+    assert any(note.startswith("weights: q_proj/k_proj/v_proj/out_proj "
                                "(found by behaviour: the float64 reference from these weights "
                                "reproduces its output") for note in notes)
+    assert not any("inner." in note for note in notes)
     assert any(note.startswith("attention_mask: int mask, 0 = masked, shape (B, 1, 1, Lk) "
                                "(probed; to state it: --mask keep_int:broadcast@attention_mask)")
                for note in notes)
@@ -166,7 +168,7 @@ def test_torch_multihead_attention_through_inference_alone():
                                "output") for note in notes)
     assert any(note.startswith("key_padding_mask: bool mask, True = ignore, shape (B, Lk) "
                                "(probed") for note in notes)
-    assert any(note.startswith("weights: inner.in_proj_weight/inner.out_proj (found by "
+    assert any(note.startswith("weights: in_proj_weight/out_proj (found by "
                                "behaviour") for note in notes)
 
 

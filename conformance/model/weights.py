@@ -36,7 +36,9 @@ it, and the user's own paths are what follows."""
 
 def user_path(path: str | None) -> str:
     """``path`` as the user's module names it: without the wrapper's leading ``inner.``."""
-    return "" if path is None else path.removeprefix(WRAPPER + ".")
+    if path is None or path == WRAPPER:
+        return ""
+    return path.removeprefix(WRAPPER + ".")
 
 
 class WeightLayoutError(ConformanceError):
