@@ -64,7 +64,15 @@ def test_the_class_report_flags_what_needs_a_human(graded):
                          ("1008", "timeout"), ("1009", "unreadable")]:
         assert f"| {student} | {why}" in look, look
     bugs = report.split("## Most common likely bugs")[1].split("##")[0]
-    assert "did you divide by sqrt(hidden_dim) instead of sqrt(head_dim)? | 1: 1003 |" in bugs
+    assert "did you divide by sqrt(hidden_dim) instead of sqrt(head_dim)? | scale | 1: 1003 |" \
+        in bugs
+    # One mistake seen by two checks is one row, with both checks.
+    assert "is W_o skipped? | head_split, reference | 1: bliskov |" in bugs
+    # A failure that names no bug is said as a symptom, its numbers masked.
+    symptoms = [line for line in bugs.splitlines() if "(none named) symptom:" in line]
+    assert symptoms and not any(re.search(r"\d\.\d", line.split("|")[1]) for line in symptoms)
+    per_item = report.split("## Per item")[1].split("##")[0]
+    assert "-0%" not in per_item
 
 
 CLI = re.compile(r"(?<![\w-])--[a-z]|\bdeclare\b|attention-conformance|conformance\.implementation")

@@ -228,7 +228,7 @@ def test_class_report_finds_common_bugs_and_who_needs_a_look(rubric, students, t
     assert (tmp_path / "class_report.png").stat().st_size > 10_000
     report = (tmp_path / "class_report.md").read_text()
     assert "![scores and per-item results](class_report.png)" in report
-    assert "| padding | output is independent of the kept keys: is the mask inverted? | 2: 1002, 1003 |" \
+    assert "| output is independent of the kept keys: is the mask inverted? | padding | 2: 1002, 1003 |" \
         in report
     html = (tmp_path / "class_report.html").read_text()
     assert '<img src="class_report.png"' in html
@@ -253,7 +253,8 @@ def test_outputs_are_a_function_of_the_rows_alone(rubric, students, tmp_path):
     assert "printed/1002.txt" in (tmp_path / "a" / "class_report.md").read_text()
     for name in ("feedback.md", "feedback.html", "results.json"):
         assert "shadow" not in (tmp_path / "a" / "students" / "1002" / name).read_text()
-    assert set(run["versions"]) == {"attention-conformance", "torch", "hypothesis", "python"}
+    assert set(run["versions"]) == {"attention-conformance", "torch", "hypothesis", "python",
+                                    "environment"}
 
 
 def test_the_store_round_trips_and_writes_atomically(rubric, students, tmp_path):

@@ -5,8 +5,10 @@ histogram of the scores and, per rubric item, the share of submissions that pass
 could not be evaluated (matplotlib, Agg canvas, no pyplot state; skipped with a note when
 matplotlib is not installed: ``pip install -e .[plot]``).
 
-"Likely bugs" groups the failed checks of every student by check and by the hint the suite
-gave (numbers masked, so "sqrt(6)" and "sqrt(8)" count as one), else by the reason's wording.
+"Likely bugs" counts each student's mistake once: the failed checks that name the same likely
+bug (numbers masked, so "sqrt(6)" and "sqrt(8)" count as one) are one row with the checks it
+failed in, a student's unnamed failures beside exactly one named bug are its knock-ons, and
+failures that name no bug are symptoms, grouped by their reason with its numbers masked.
 "Needs a human look": crashes, timeouts, running out of memory, import errors, interface
 mismatches, unreadable files, grader errors, a failed gate, a class found only through an
 import, classes not found where a near-miss name exists, and items that could not be evaluated
@@ -29,6 +31,7 @@ from conformance.grading.feedback import Block, render_html, render_markdown
 from conformance.grading.outcome import NEEDS_A_LOOK, RunStatus
 from conformance.grading.rubric import Rubric
 from conformance.grading.scoring import State
+from conformance.model.check_names import CHECK_NAMES
 from conformance.model.results import Status
 
 if TYPE_CHECKING:
@@ -37,28 +40,63 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Bug:
-    check: str
+    """One mistake, and the students who made it: ``named`` where the suite named a likely bug
+    (``text``: its most common wording), else a symptom (``text``: the failure's reason, numbers
+    masked); ``checks``: every check it failed in."""
+
+    checks: tuple[str, ...]
     text: str
     students: tuple[str, ...]
+    named: bool = True
+
+    @property
+    def check(self) -> str:
+        """The first check it failed in (catalogue order)."""
+        return self.checks[0]
+
+
+def _masked(text: str) -> str:
+    return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "#", text)
 
 
 def likely_bugs(students: list[Student]) -> list[Bug]:
-    """Failed checks grouped by check and likely bug, most students first."""
-    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
-    wording: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    """The class's mistakes, most students first, each counted once per student.
+
+    A student's failed checks that name the same likely bug (numbers masked: "sqrt(6)" and
+    "sqrt(8)" are one) are one mistake; where a student has exactly one named bug, their failures
+    that name none are taken as its knock-ons (the same mistake seen by other checks). Failures
+    that name no bug are grouped by their reason, numbers masked, as symptoms."""
+    groups: dict[tuple[bool, str], dict[str, set[str]]] = defaultdict(dict)
+    wording: dict[tuple[bool, str], Counter] = defaultdict(Counter)
     for student in students:
+        named: dict[str, set[str]] = defaultdict(set)
+        symptoms: dict[str, set[str]] = defaultdict(set)
         for item in student.score.items:
             for check in item.checks:
                 if check.state is not State.FAILED or check.result is None:
                     continue
-                text = check.result.hint or check.result.reason
-                key = (check.check, re.sub(r"\d+(\.\d+)?", "#", text))
-                if student.id not in groups[key]:
-                    groups[key].append(student.id)
-                wording[key][text] += 1
-    bugs = [Bug(check, wording[(check, masked)].most_common(1)[0][0], tuple(ids))
-            for (check, masked), ids in groups.items()]
-    return sorted(bugs, key=lambda bug: (-len(bug.students), bug.check, bug.text))
+                result = check.result
+                if result.hint:
+                    named[_masked(result.hint)].add(check.check)
+                    wording[(True, _masked(result.hint))][result.hint] += 1
+                else:
+                    symptoms[_masked(result.reason)].add(check.check)
+        if len(named) == 1:  # one bug named: the unnamed failures are its knock-ons
+            (only,) = named.values()
+            for checks in symptoms.values():
+                only.update(checks)
+            symptoms.clear()
+        for is_named, found in ((True, named), (False, symptoms)):
+            for masked, checks in found.items():
+                groups[(is_named, masked)].setdefault(student.id, set()).update(checks)
+    order = {name: index for index, name in enumerate(CHECK_NAMES)}
+    bugs = []
+    for (is_named, masked), by_student in groups.items():
+        checks = sorted(set().union(*by_student.values()), key=lambda c: order.get(c, len(order)))
+        text = wording[(True, masked)].most_common(1)[0][0] if is_named else masked
+        bugs.append(Bug(tuple(checks), text, tuple(by_student), named=is_named))
+    return sorted(bugs, key=lambda bug: (-len(bug.students), not bug.named, bug.checks,
+                                         bug.text))
 
 
 def needs_a_look(students: list[Student]) -> list[tuple[str, str]]:
@@ -110,7 +148,8 @@ def _item_rates(rubric: Rubric, students: list[Student]) -> list[tuple[str, floa
         n = max(len(states), 1)
         passed = sum(state is State.PASSED for state in states) / n
         skipped = sum(state is State.NOT_EVALUATED for state in states) / n
-        rates.append((item.key, passed, 1 - passed - skipped, skipped))
+        failed = sum(state in (State.FAILED, State.PARTIAL) for state in states) / n
+        rates.append((item.key, passed, failed, skipped))
     return rates
 
 
@@ -180,10 +219,11 @@ def document(rubric: Rubric, students: list[Student], image: str | None) -> list
     bugs = likely_bugs(students)
     blocks.append(Block("h2", "Most common likely bugs"))
     if bugs:
-        rows = [["Check", "Likely bug", "Students"]]
+        rows = [["Likely bug", "Failed checks", "Students"]]
         for bug in bugs[:12]:
             shown = ", ".join(bug.students[:8]) + (" ..." if len(bug.students) > 8 else "")
-            rows.append([bug.check, bug.text, f"{len(bug.students)}: {shown}"])
+            text = bug.text if bug.named else f"(none named) symptom: {bug.text}"
+            rows.append([text, ", ".join(bug.checks), f"{len(bug.students)}: {shown}"])
         blocks.append(Block("table", rows=rows))
         if len(bugs) > 12:
             blocks.append(Block("p", f"... and {len(bugs) - 12} more, each in fewer or as many "
