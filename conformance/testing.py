@@ -32,7 +32,7 @@ from conformance.generation.cases import Case
 from conformance.inference import DeclarationError
 from conformance.loading.registry import ResolveError, implementations_of
 from conformance.model.check_names import CHECK_NAMES, unknown_checks
-from conformance.model.declarations import from_mapping
+from conformance.model.declaration_sources import from_mapping
 from conformance.model.expectations import apply
 from conformance.run.runner import Runner
 from conformance.subject.boundary import Subject

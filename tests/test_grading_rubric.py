@@ -105,7 +105,7 @@ def test_points_and_visibility_do_not_change_the_execution_key(tmp_path):
       'checks = ["autograd", "padding"]'), "check padding is scored twice"),
     (('class = "MultiHeadAttention"', 'class = "Multi Head"'), "class 'Multi Head'"),
     (('width-arg = "d_model"', 'width-arg = "d_model", returns = "array"'),
-     "interface returns 'array': use tensor"),
+     "interface: returns 'array': use tensor, tuple"),
     (('width-arg = "d_model"', 'width-arg = "d_model", constructor = ["by name"]'),
      "interface constructor ['by name']: use \"keyword\", \"positional\""),
 ])

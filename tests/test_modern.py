@@ -151,7 +151,7 @@ def test_declarations_of_the_modern_forms_read_and_refuse_in_one_line():
 
 
 def test_the_modern_declarations_have_their_toml_spellings():
-    from conformance.model.declarations import from_mapping
+    from conformance.model.declaration_sources import from_mapping
 
     declared = from_mapping({"kv-heads-arg": "n_kv", "window-arg": "window_size:left",
                              "kv-cache": "returned@past", "packed": "mask",

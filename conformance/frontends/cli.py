@@ -36,7 +36,9 @@ from conformance.generation.strategies import available_devices
 from conformance.loading.registry import ResolveError, check_form, is_located, origin, registered
 from conformance.model import expectations
 from conformance.model.check_names import CHECK_NAMES
-from conformance.model.declarations import DeclarationError, Declarations, parse_init
+from conformance.model.declaration_sources import parse_init
+from conformance.model.declaration_specs import SPECS, DeclarationSpec, Form
+from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.results import CheckResult, Status
 from conformance.run.isolated import BadInput, Interfaces, Isolated, Target
 from conformance.run.many import check_many
@@ -98,75 +100,8 @@ def _parser() -> argparse.ArgumentParser:
     declare = check.add_argument_group(
         "declarations", "override what is inferred for undeclared classes (also in pyproject.toml: "
         "[tool.attention-conformance.declare.\"IMPL\"])")
-    declare.add_argument("--call", choices=("self", "qkv"), help="f(x, mask) or f(q, k, v, mask)")
-    declare.add_argument("--mask", metavar="KIND:LAYOUT[@ARG]",
-                         help="e.g. keep_int:broadcast, ignore_bool:key_padding, "
-                              "additive:per_head@attn_bias (@ARG: the forward keyword)")
-    declare.add_argument("--causal", choices=("never", "always", "optional"))
-    declare.add_argument("--width-arg", metavar="NAME", help="constructor argument for the width")
-    declare.add_argument("--heads-arg", metavar="NAME", help="constructor argument for the heads")
-    declare.add_argument("--head-dim-arg", metavar="NAME",
-                         help="constructor argument for each head's width (head_size, d_k, ...)")
-    declare.add_argument("--sequence-first", action="store_const", const="true",
-                         help="forward takes (length, batch, width) inputs")
-    declare.add_argument("--batch-first", action="store_const", const="true",
-                         help="forward takes (batch, length, width) inputs (never read "
-                              "sequence-first)")
-    declare.add_argument("--constructor", choices=("keyword", "positional"),
-                         help="build it with keywords (default) or Class(width, heads) by "
-                              "position")
-    declare.add_argument("--returns", choices=("tensor", "tuple"),
-                         help="forward returns one tensor (a tuple is then a contract failure), "
-                              "or a tuple whose first element is the output")
-    declare.add_argument("--layout", choices=("bhld", "blhd"),
-                         help="a core function's q, k, v axes: (batch, heads, length, dim) or "
-                              "(batch, length, heads, dim) (FlashAttention's)")
-    declare.add_argument("--causal-alignment", choices=("bottom-right", "top-left"),
-                         help="a kernel's causal diagonal with fewer queries than keys: query i "
-                              "sees keys <= i + kv_len - q_len (bottom-right, FlashAttention >= "
-                              "2.1) or <= i (top-left); measured where not declared")
-    declare.add_argument("--kv-grouping", choices=("interleaved", "tiled"),
-                         help="grouped-query heads: query head h reads key/value head h // G "
-                              "(interleaved, HuggingFace's) or h mod Hkv (tiled)")
-    declare.add_argument("--padded-queries", choices=("zero", "self", "any"),
-                         help="what it outputs at a padded query position (self-attention): "
-                              "zero, attention to itself alone, or as any row; unjudged unless "
-                              "declared")
-    declare.add_argument("--output-projection", choices=("applied",),
-                         help="the layer applies an output projection: a layer shaped like one "
-                              "that the forward never calls is checked as it (a skipped "
-                              "projection then fails reference)")
-    declare.add_argument("--rope", metavar="PAIRING[:THETA[:FRACTION]]",
-                         help="RoPE as meant: half or interleaved pairs, theta, rotated "
-                              "fraction, e.g. half:10000:0.25")
-    declare.add_argument("--dtypes", metavar="D,D,...",
-                         help="the dtypes it supports, e.g. float32,float64 (default: those two, "
-                              "and float16/bfloat16 assumed: findings there are warnings)")
-    declare.add_argument("--weights", metavar="SPEC",
-                         help="q,k,v[,o] submodule names, fused:qkv[,o], packed[:path] or none")
-    declare.add_argument("--init", action="append", metavar="NAME=VALUE",
-                         help="a constructor keyword, e.g. causal=True (repeatable)")
-    declare.add_argument("--mask-format", action="append", dest="mask_formats",
-                         metavar="KIND:LAYOUT", help="another mask format it accepts (repeatable)")
-    declare.add_argument("--kv-heads-arg", metavar="NAME",
-                         help="constructor argument for the key/value heads (grouped-query)")
-    declare.add_argument("--window-arg", metavar="NAME[:keys|left]",
-                         help="constructor argument for a causal sliding window: keys = the keys "
-                              "a row sees, itself included (HuggingFace's sliding_window); left "
-                              "= the keys before it (FlashAttention's window_size)")
-    declare.add_argument("--positions", metavar="NAME[:ids|vector|start]",
-                         help="forward argument for the tokens' positions: (B, L) ids, an (L,) "
-                              "vector, or the first position as an int")
-    declare.add_argument("--position-encoding", choices=("rotary", "alibi", "none"),
-                         help="the position encoding inside (overrides what names suggest)")
-    declare.add_argument("--alibi", choices=("standard", "measured"),
-                         help="ALiBi slopes: the paper's (standard), or any positive ones")
-    declare.add_argument("--kv-cache", metavar="STYLE@ARG[=module:Class]",
-                         help="returned@past_key_value, buffers@start_pos, "
-                              "object@cache=mypkg.cache:KVCache, or none")
-    declare.add_argument("--packed", metavar="FORM[@ARG]",
-                         help="cu_seqlens@ARG (tokens (1, T, D)), cu_seqlens_flat@ARG (tokens "
-                              "(T, D)), or mask (a block-diagonal mask)")
+    for spec in SPECS:
+        declare.add_argument(spec.flag, dest=spec.name, help=spec.help, **_argument_form(spec))
     check.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
 
     commands.add_parser("list", help="list the registered implementations")
@@ -202,6 +137,16 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--plot", type=Path, metavar="FILE.png",
                        help="draw time and memory against length, log-log")
     return parser
+
+
+def _argument_form(spec: DeclarationSpec) -> dict[str, object]:
+    """argparse's keywords for how ``spec`` is written on the command line."""
+    if spec.form is Form.SWITCH:
+        return {"action": "store_const", "const": "true"}
+    if spec.choices:
+        return {"choices": spec.choices}
+    metavar = spec.grammar if " " not in spec.grammar else "SPEC"
+    return {"metavar": metavar, **({"action": "append"} if spec.form is Form.REPEATED else {})}
 
 
 def _unavailable(devices: Sequence[str]) -> list[str]:

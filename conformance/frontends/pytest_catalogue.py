@@ -30,7 +30,8 @@ from conformance.generation.cases import Case
 from conformance.generation.strategies import available_devices, fixed_features
 from conformance.loading.registry import ResolveError, is_located, registered, resolve
 from conformance.model import expectations
-from conformance.model.declarations import DeclarationError, Declarations, from_mapping
+from conformance.model.declaration_sources import from_mapping
+from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.results import CheckResult, Status
 from conformance.run.runner import Runner
 from conformance.subject.boundary import Subject

@@ -64,7 +64,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="a declaration for the classes named by --attention-impl, as the "
                          "command line's flags spell it: e.g. kv-grouping=tiled, "
                          "mask=ignore_bool:key_padding@key_padding_mask, returns=tensor "
-                         "(repeatable; init and mask-format accumulate)")
+                         "(repeatable; init and mask-format accumulate; every NAME: the "
+                         "docs' Declarations page)")
 
 
 

@@ -14,7 +14,8 @@ from conformance._compat import tomllib
 from conformance.generation.profiles import PROFILE_NAMES
 from conformance.grading.rubric import GATE, VISIBILITIES, Item, Rubric, RubricError, RubricLimits, Target
 from conformance.model.check_names import CHECK_NAMES
-from conformance.model.declarations import DeclarationError, from_mapping
+from conformance.model.declaration_sources import from_mapping
+from conformance.model.declarations import DeclarationError
 
 _TOP = {"assignment", "limits", "targets"}
 _ASSIGNMENT = {"name", "title", "due", "reference", "profile", "seed", "strict",
@@ -182,23 +183,10 @@ def _target(raw: object, index: int, where: str) -> Target:
     try:
         declared = {**interface, "constructor": forms[0]} if "constructor" in interface \
             else dict(interface)
+        # Every value checked against the table of declarations as it is read.
         declarations = from_mapping(declared, f"{here}: interface")
-        declarations.mask_convention("mask")
-        declarations.alternative_masks("mask")
-        if declarations.weights:
-            declarations.weight_layout("inner")
     except DeclarationError as error:
-        text = str(error)
-        raise RubricError(text if text.startswith(where) else f"{here}: interface: {text}") \
-            from None
-    if declarations.causal not in (None, "never", "always", "optional"):
-        raise RubricError(f"{here}: interface causal {declarations.causal!r}: use never, always "
-                          "or optional")
-    if declarations.call not in (None, "self", "qkv"):
-        raise RubricError(f"{here}: interface call {declarations.call!r}: use self or qkv")
-    if declarations.returns not in (None, "tensor", "tuple"):
-        raise RubricError(f"{here}: interface returns {declarations.returns!r}: use tensor (forward "
-                          "returns one tensor, nothing else) or tuple")
+        raise RubricError(str(error)) from None
     raw_items = raw.get("items")
     if not isinstance(raw_items, list) or not raw_items:
         raise RubricError(f"{here}: no [[targets.items]]: give the checks and their points")

@@ -231,7 +231,8 @@ def resolve(spec: str, declared: Declarations | None = None) -> list[Implementat
     An undeclared ``nn.Module`` class is inferred; ``declared`` (over what the current
     directory's ``pyproject.toml`` declares for ``spec``) overrides inference item by item.
     """
-    from conformance.model.declarations import DeclarationError, from_pyproject, merged
+    from conformance.model.declaration_sources import from_pyproject
+    from conformance.model.declarations import DeclarationError, merged
 
     try:
         declared = merged(from_pyproject(spec), declared or Declarations())
@@ -289,7 +290,8 @@ def implementations_of(target: object, declared: Declarations | None = None,
     class) or a core attention function. ``declared`` overrides inference item by item, over
     what the nearest ``pyproject.toml`` declares for the object (as ``package.module:Name``, its
     file ``path.py::Name``, or ``Name``). Raises ResolveError with a one-line reason."""
-    from conformance.model.declarations import DeclarationError, from_pyproject, spellings
+    from conformance.model.declaration_sources import from_pyproject, spellings
+    from conformance.model.declarations import DeclarationError
 
     if isinstance(target, str):
         return resolve(target, declared)

@@ -1,70 +1,19 @@
 """Declarations that override inference, item by item: CLI flags, ``[tool.attention-conformance]``
-in the user's ``pyproject.toml``, or the Python API.
+in the user's ``pyproject.toml``, a rubric's ``interface``, or the Python API.
 
-Spellings (the same in flags and TOML):
-
-- ``call``: ``self`` or ``qkv``
-- ``mask``: ``KIND:LAYOUT`` with KIND ``keep_int | keep_bool | ignore_bool | additive`` and
-  LAYOUT ``key_padding | broadcast | per_query | per_head``, e.g. ``keep_int:broadcast``
-- ``causal``: ``never``, ``always``, or ``optional`` (through ``forward``'s causal argument)
-- ``mask`` may name the keyword it is passed as: ``KIND:LAYOUT@ARGUMENT``, e.g.
-  ``additive:per_head@attn_bias`` (KIND also ``keep_int32``, ``keep_float``, ``additive_min``;
-  LAYOUT also ``per_query_broadcast``, ``shared``)
-- ``width-arg``, ``heads-arg``, ``head-dim-arg``: the constructor arguments for the model width,
-  the head count and each head's width
-- ``weights``: ``q,k,v[,o]`` submodule names, ``fused:qkv[,o]``, ``packed[:path]``, or ``none``
-- ``init``: constructor keywords, ``NAME=VALUE`` (flags, repeatable) or a table (TOML), e.g.
-  ``causal=True``; values are Python literals
-- ``mask-formats``: other mask formats it accepts, ``KIND:LAYOUT`` (repeatable / a list)
-- ``sequence-first``: ``true`` when forward takes (length, batch, width) inputs
-- ``dtypes``: the dtypes it supports, e.g. ``float32,float64`` (without it, float16 and
-  bfloat16 are assumed too, and what breaks there is a warning)
-- ``kv-heads-arg``: the constructor argument for the key/value heads (grouped-query attention)
-- ``window-arg``: the constructor argument for a causal sliding window, ``NAME[:keys|left]``:
-  ``keys`` when it counts the keys a row sees, itself included (HuggingFace's
-  ``sliding_window``), ``left`` when it counts the keys before the row (FlashAttention's
-  ``window_size=(left, 0)``)
-- ``positions``: the forward argument for token positions, ``NAME[:ids|vector|start]``
-  ((B, L) int64, (L,) int64, or the first position as an int)
-- ``position-encoding``: ``rotary``, ``alibi`` or ``none`` (what names suggested, overridden)
-- ``alibi``: ``standard`` (the paper's slopes are promised) or ``measured`` (any positive slopes)
-- ``constructor``: ``keyword`` (the default: ``Class(d_model=..., num_heads=...)``) or
-  ``positional`` (``Class(d_model, num_heads)``: the width, then the head count, by position)
-- ``kv-cache``: ``STYLE@ARG[=module:Class]`` with STYLE ``returned`` (past in, present in the
-  output tuple), ``buffers`` (ARG is the start position into buffers the module keeps) or
-  ``object`` (a cache object built by ``module:Class()`` and updated in place); ``none``
-- ``packed``: ``cu_seqlens@ARG`` (tokens (1, T, D)), ``cu_seqlens_flat@ARG`` (tokens (T, D)),
-  or ``mask`` (a block-diagonal mask through the mask argument)
-- ``batch-first``: ``true`` when forward takes (batch, length, width) inputs (the opposite of
-  ``sequence-first``; a module that mixes batch elements then fails instead of being read
-  sequence-first)
-- ``returns``: ``tensor`` (forward returns one tensor; a tuple is a contract failure) or
-  ``tuple`` (its first element is the output)
-- ``layout``: ``bhld`` or ``blhd``, the axes of a core function's q, k, v and output
-- ``causal-alignment``: ``bottom-right`` or ``top-left``, where a kernel's ``causal=True`` puts
-  the diagonal with fewer queries than keys (measured where not declared; a declared one is
-  the kernel's contract, which ``kernel`` holds it to)
-- ``kv-grouping``: ``interleaved`` (query head h reads key/value head h // G: HuggingFace's
-  ``repeat_kv``, SDPA's ``enable_gqa``) or ``tiled`` (h mod Hkv: ``repeat``)
-- ``padded-queries``: what a self-attention module outputs at a padded query position:
-  ``zero``, ``self`` (it attends to itself alone), or ``any`` (as every other row);
-  unspecified (not judged) unless declared
-- ``rope``: ``PAIRING[:THETA[:FRACTION]]``, RoPE as the module is meant to apply it, e.g.
-  ``half:10000`` or ``interleaved:500000:0.5``
+:class:`Declarations` holds what was declared, as written; its methods parse each item (one
+line of DeclarationError where it does not parse). What each declaration means and how its value
+is spelled is said once, in :mod:`conformance.model.declaration_specs` (the table the command
+line, pytest, the TOML readers and the docs are made from); reading them from where users write
+them is :mod:`conformance.model.declaration_sources`.
 """
 
 from __future__ import annotations
 
-import ast
-import contextlib
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from pathlib import Path
 
 import torch
 
-from conformance._compat import tomllib
 from conformance.errors import ConformanceError
 from conformance.model.declared_layouts import FusedProjection, PackedInProjection, SeparateProjections
 from conformance.model.forms import (
@@ -289,81 +238,3 @@ def merged(base: Declarations, override: Declarations) -> Declarations:
     """``override``'s declared items over ``base``'s."""
     return Declarations(**{f.name: getattr(override, f.name) if getattr(override, f.name)
                            is not None else getattr(base, f.name) for f in fields(Declarations)})
-
-
-def from_mapping(values: dict, origin: str) -> Declarations:
-    """Declarations from a TOML table or parsed flags (dashes or underscores)."""
-    known = {f.name for f in fields(Declarations)}
-    items = {key.replace("-", "_"): value for key, value in values.items()}
-    unknown = sorted(set(items) - known)
-    if unknown:
-        raise DeclarationError(f"{origin}: unknown declaration(s) {unknown}; known: "
-                               f"{', '.join(sorted(k.replace('_', '-') for k in known))}")
-    values = {}
-    for key, value in items.items():
-        if key == "init":
-            pairs = value.items() if isinstance(value, dict) else (
-                parse_init(item) for item in value)
-            values[key] = tuple(pairs)
-        elif key == "mask_formats":
-            values[key] = tuple([value] if isinstance(value, str) else value)
-        elif key == "dtypes" and not isinstance(value, str):
-            values[key] = ",".join(value)
-        else:
-            values[key] = str(value)
-    return Declarations(**values)
-
-
-def parse_init(item: str) -> tuple[str, object]:
-    """``NAME=VALUE`` with VALUE a Python literal (a bare word stays a string)."""
-    name, equals, text = item.partition("=")
-    if not equals or not name.isidentifier():
-        raise DeclarationError(f"init {item!r}: use NAME=VALUE, e.g. causal=True")
-    try:
-        return name, ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return name, text
-
-
-def pyproject(directory: Path | None = None) -> Path | None:
-    """The nearest ``pyproject.toml`` in ``directory`` (default: the current one) or above it."""
-    start = (directory or Path.cwd()).resolve()
-    for folder in (start, *start.parents):
-        if (folder / "pyproject.toml").is_file():
-            return folder / "pyproject.toml"
-    return None
-
-
-def from_pyproject(spec: str | Sequence[str], directory: Path | None = None) -> Declarations:
-    """``[tool.attention-conformance.declare."IMPL"]`` from the nearest ``pyproject.toml`` (see
-    :func:`pyproject`); ``spec`` may be several spellings of one implementation, the first
-    declared one is used."""
-    path = pyproject(directory)
-    if path is None:
-        return Declarations()
-    with path.open("rb") as handle:
-        try:
-            table = tomllib.load(handle).get("tool", {}).get("attention-conformance", {})
-        except tomllib.TOMLDecodeError as error:
-            raise DeclarationError(f"{path} is not valid TOML: {error}") from None
-    tables = table.get("declare", {})
-    for name in [spec] if isinstance(spec, str) else spec:
-        declared = tables.get(name)
-        if declared:
-            return from_mapping(declared,
-                                f"{path}: [tool.attention-conformance.declare.\"{name}\"]")
-    return Declarations()
-
-
-def spellings(obj: object, directory: Path | None = None) -> list[str]:
-    """How ``pyproject.toml`` may name a class or function: ``package.module:Name``, the file
-    relative to the ``pyproject.toml`` (``src/attention.py::Name``), or ``Name`` alone."""
-    name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
-    module = getattr(obj, "__module__", None) or type(obj).__module__
-    found = [f"{module}:{name}"]
-    source = getattr(sys.modules.get(module), "__file__", None)
-    path = pyproject(directory)
-    if source and path is not None:
-        with contextlib.suppress(ValueError):
-            found.append(f"{Path(source).resolve().relative_to(path.parent).as_posix()}::{name}")
-    return [*found, name]

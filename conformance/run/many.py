@@ -139,7 +139,7 @@ def check(target: object, *, profile: str = "quick", devices: Sequence[str] | No
     ``time_budget`` bounds each check, in seconds (default: the profile's, 30 s for ``quick``;
     0: none): a check it cuts short is a warning saying how many examples ran.
     """
-    from conformance.model.declarations import from_mapping
+    from conformance.model.declaration_sources import from_mapping
 
     names = list(checks) if checks is not None else None
     problem = unknown_checks(names or [])

@@ -1,0 +1,193 @@
+"""Every declaration, said once: its name, the grammar of its value, its help, and how it is read.
+
+The command line's flags, pytest's ``--attention-declare``, the validation of a
+``pyproject.toml`` table and of a rubric's ``interface``, and the reference table in the docs
+(``docs/declarations.md``, written by ``python -m conformance.model.declaration_specs``) are all
+made from :data:`SPECS`. A new declaration is one entry here and one field of
+:class:`~conformance.model.declarations.Declarations` (a test holds the two to each other).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from enum import Enum
+
+from conformance.model.declarations import DeclarationError, Declarations
+
+
+class Form(str, Enum):
+    """How a declaration's value is written on a command line."""
+
+    VALUE = "value"
+    """``--name VALUE``."""
+    SWITCH = "switch"
+    """``--name`` alone (``true`` in TOML)."""
+    REPEATED = "repeated"
+    """``--name VALUE`` again for each value (a list in TOML)."""
+
+
+@dataclass(frozen=True)
+class DeclarationSpec:
+    """One declaration: ``name`` (the Declarations field), the ``grammar`` of its value, its
+    ``help``, its ``choices`` where it is one of a few words, how it is written (``form``),
+    the flag where it is not ``--name`` with dashes, and ``read``, which parses it from
+    Declarations (raising DeclarationError with one line) where more than a choice is checked."""
+
+    name: str
+    grammar: str
+    help: str
+    choices: tuple[str, ...] = ()
+    form: Form = Form.VALUE
+    flag_name: str | None = None
+    read: Callable[[Declarations], object] | None = None
+
+    @property
+    def key(self) -> str:
+        """How TOML and ``--attention-declare`` spell it: ``width-arg``."""
+        return self.name.replace("_", "-")
+
+    @property
+    def flag(self) -> str:
+        return self.flag_name or f"--{self.key}"
+
+    def check(self, declarations: Declarations) -> None:
+        """Raise DeclarationError where the declared value does not parse."""
+        if getattr(declarations, self.name) is None:
+            return
+        if self.choices:
+            declarations.choice(self.name, self.choices)
+        if self.read is not None:
+            self.read(declarations)
+
+
+SPECS: tuple[DeclarationSpec, ...] = (
+    DeclarationSpec("call", "self | qkv", "f(x, mask) or f(q, k, v, mask)", ("self", "qkv")),
+    DeclarationSpec("mask", "KIND:LAYOUT[+causal][@ARG]",
+                    "the padding mask: KIND keep_int, keep_int32, keep_bool, keep_float, "
+                    "ignore_bool, additive (-inf), additive_min; LAYOUT key_padding (B, Lk), "
+                    "broadcast (B, 1, 1, Lk), per_query (B, Lq, Lk), per_query_broadcast, "
+                    "per_head (B, H, Lq, Lk), shared (Lq, Lk); @ARG: the forward keyword, e.g. "
+                    "additive:per_head@attn_bias",
+                    read=lambda d: (d.mask_convention("mask"), d.mask_argument)),
+    DeclarationSpec("causal", "never | always | optional",
+                    "whether it masks the future (optional: through forward's causal argument)",
+                    ("never", "always", "optional")),
+    DeclarationSpec("width_arg", "NAME", "the constructor argument for the model width"),
+    DeclarationSpec("heads_arg", "NAME", "the constructor argument for the head count"),
+    DeclarationSpec("head_dim_arg", "NAME",
+                    "the constructor argument for each head's width (head_size, d_k, ...)"),
+    DeclarationSpec("sequence_first", "true", "forward takes (length, batch, width) inputs",
+                    form=Form.SWITCH, read=lambda d: d.declares_sequence_first()),
+    DeclarationSpec("batch_first", "true",
+                    "forward takes (batch, length, width) inputs (never read sequence-first)",
+                    form=Form.SWITCH, read=lambda d: d.declares_sequence_first()),
+    DeclarationSpec("constructor", "keyword | positional",
+                    "built with keywords (default) or Class(width, heads) by position",
+                    ("keyword", "positional")),
+    DeclarationSpec("returns", "tensor | tuple",
+                    "forward returns one tensor (a tuple is then a contract failure), or a tuple "
+                    "whose first element is the output", ("tensor", "tuple")),
+    DeclarationSpec("layout", "bhld | blhd",
+                    "a core function's q, k, v axes: (batch, heads, length, dim) or (batch, "
+                    "length, heads, dim) (FlashAttention's)", ("bhld", "blhd")),
+    DeclarationSpec("causal_alignment", "bottom-right | top-left",
+                    "a kernel's causal diagonal with fewer queries than keys: query i sees keys "
+                    "<= i + kv_len - q_len (bottom-right, FlashAttention >= 2.1) or <= i "
+                    "(top-left); measured where not declared", ("bottom-right", "top-left")),
+    DeclarationSpec("kv_grouping", "interleaved | tiled",
+                    "grouped-query heads: query head h reads key/value head h // G "
+                    "(interleaved, HuggingFace's) or h mod Hkv (tiled)", ("interleaved", "tiled")),
+    DeclarationSpec("padded_queries", "zero | self | any",
+                    "what it outputs at a padded query position (self-attention): zero, "
+                    "attention to itself alone, or as any row; unjudged unless declared",
+                    ("zero", "self", "any")),
+    DeclarationSpec("output_projection", "applied",
+                    "the layer applies an output projection: a layer shaped like one that the "
+                    "forward never calls is checked as it (a skipped projection then fails "
+                    "reference)", ("applied",)),
+    DeclarationSpec("rope", "PAIRING[:THETA[:FRACTION]]",
+                    "RoPE as meant: half or interleaved pairs, theta, rotated fraction, e.g. "
+                    "half:10000:0.25", read=lambda d: d.rotary()),
+    DeclarationSpec("dtypes", "D,D,...",
+                    "the dtypes it supports, e.g. float32,float64 (default: those two, and "
+                    "float16/bfloat16 assumed: findings there are warnings)",
+                    read=lambda d: d.dtype_list()),
+    DeclarationSpec("weights", "q,k,v[,o] | fused:qkv[,o] | packed[:path] | none",
+                    "where its projections are: submodule names, one fused projection, "
+                    "nn.MultiheadAttention's packed in_proj, or none",
+                    read=lambda d: d.weight_layout("inner")),
+    DeclarationSpec("init", "NAME=VALUE", "a constructor keyword, e.g. causal=True (repeatable; "
+                    "a table in TOML)", form=Form.REPEATED),
+    DeclarationSpec("mask_formats", "KIND:LAYOUT",
+                    "another mask format it accepts (repeatable; a list in TOML)",
+                    form=Form.REPEATED, flag_name="--mask-format",
+                    read=lambda d: d.alternative_masks("mask")),
+    DeclarationSpec("kv_heads_arg", "NAME",
+                    "the constructor argument for the key/value heads (grouped-query)"),
+    DeclarationSpec("window_arg", "NAME[:keys|left]",
+                    "the constructor argument for a causal sliding window: keys = the keys a row "
+                    "sees, itself included (HuggingFace's sliding_window); left = the keys "
+                    "before it (FlashAttention's window_size)", read=lambda d: d.window()),
+    DeclarationSpec("positions", "NAME[:ids|vector|start]",
+                    "the forward argument for the tokens' positions: (B, L) ids, an (L,) "
+                    "vector, or the first position as an int", read=lambda d: d.position_argument()),
+    DeclarationSpec("position_encoding", "rotary | alibi | none",
+                    "the position encoding inside (overrides what names suggest)",
+                    ("rotary", "alibi", "none")),
+    DeclarationSpec("alibi", "standard | measured",
+                    "ALiBi slopes: the paper's (standard), or any positive ones",
+                    ("standard", "measured")),
+    DeclarationSpec("kv_cache", "STYLE@ARG[=module:Class] | none",
+                    "its KV cache: returned@past_key_value, buffers@start_pos, "
+                    "object@cache=mypkg.cache:KVCache, or none", read=lambda d: d.cache()),
+    DeclarationSpec("packed", "FORM[@ARG]",
+                    "packed sequences: cu_seqlens@ARG (tokens (1, T, D)), cu_seqlens_flat@ARG "
+                    "(tokens (T, D)), or mask (a block-diagonal mask)",
+                    read=lambda d: d.packing()),
+)
+"""Every declaration, in the order the command line's help lists them."""
+
+BY_NAME = {spec.name: spec for spec in SPECS}
+
+
+def validate(declarations: Declarations) -> Declarations:
+    """``declarations`` where every declared value parses; else DeclarationError, one line."""
+    for spec in SPECS:
+        spec.check(declarations)
+    return declarations
+
+
+def unspecified() -> list[str]:
+    """Declarations fields with no spec, or specs with no field (a test keeps this empty)."""
+    names = {f.name for f in fields(Declarations)}
+    return sorted(names ^ set(BY_NAME))
+
+
+def reference_table() -> str:
+    """The docs' reference table of every declaration (``docs/declarations.md``)."""
+    lines = ["# Declarations", "",
+             "What a declaration overrides of inference, item by item. The same names everywhere:",
+             "`--FLAG` on the command line, `--attention-declare NAME=VALUE` in pytest,",
+             "`[tool.attention-conformance.declare.\"IMPL\"]` in `pyproject.toml`, a rubric's",
+             "`interface = {...}`, and `declare={...}` in Python. This page is generated from",
+             "`conformance/model/declaration_specs.py` (`python -m",
+             "conformance.model.declaration_specs > docs/declarations.md`); a test keeps it so.",
+             "", "| name (TOML, pytest) | flag | value | what it declares |",
+             "| --- | --- | --- | --- |"]
+    for spec in SPECS:
+        flag = spec.flag + ("" if spec.form is Form.SWITCH else f" {spec.grammar.split(' ')[0]}")
+        value = spec.grammar.replace("|", "\\|")
+        lines.append(f"| `{spec.key}` | `{flag}` | `{value}` | {spec.help} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:  # pragma: no cover - writes the docs page
+    print(reference_table(), end="")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+
+
+__all__ = ["BY_NAME", "SPECS", "DeclarationError", "DeclarationSpec", "Form", "validate"]
