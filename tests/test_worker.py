@@ -267,7 +267,8 @@ wrong = Implementation("wrong", lambda c: MultiHeadAttention(c.d_model, c.num_he
 """)
     cases = {
         "broken.py::Attention": (WorkerStatus.SYNTAX_ERROR, "syntax error in broken.py"),
-        "needs.py::Attention": (WorkerStatus.IMPORT_ERROR, "No module named 'numpyy_not_installed'"),
+        "needs.py::Attention": (WorkerStatus.MISSING_PACKAGE,
+                                "needs package 'numpyy_not_installed', which is not installed here"),
         "raises.py::helper": (WorkerStatus.IMPORT_ERROR, "RuntimeError: no"),
         "plain.py::VALUE": (WorkerStatus.INTERFACE_MISMATCH, "not an nn.Module"),
         "attention.py::MultiHeadAttentoin": (WorkerStatus.NOT_FOUND, "has no attribute"),

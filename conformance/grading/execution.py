@@ -230,8 +230,8 @@ def _judged_elsewhere(target: Target, check: str, outcome: TargetOutcome) -> set
     features: set[str] = set()
     for prerequisite in prerequisites(target, check):
         result = outcome.result(prerequisite)
-        if result is not None and result.status is Status.FAILED:
-            features.update(by_name(prerequisite).judges)
+        if prerequisite != GATE.name and result is not None and result.status is Status.FAILED:
+            features.update(by_name(prerequisite).judges)  # (the gate judges no feature)
     return features
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Flaky, Unsatisfiable, UnsatisfiedAssumption
 
 from conformance.checks.invariants.budget import Budget, BudgetSpent
-from conformance.checks.invariants.limits import REFUSED, Limits, limit_key
+from conformance.checks.invariants.limits import REFUSED, Limits, limit_key, unfit_words
 from conformance.checks.invariants.verify import (
     expect_finite_rows,
     expect_output,
@@ -281,7 +281,7 @@ class CheckContext:
         except Unsatisfiable:
             if not self.limits.refused():
                 # No case at all: none this search needs fits what the module builds for.
-                self.unfit.append(self._unfit_words())
+                self.unfit.append(unfit_words(self.capabilities.shapes))
                 return None
             # Every case was rejected: each at a configuration the implementation refuses.
             return Finding(Violation(
@@ -299,14 +299,6 @@ class CheckContext:
                 return first["finding"]
             raise
         return None
-
-    def _unfit_words(self) -> str:
-        shapes = self.capabilities.shapes
-        built = ("" if shapes is None else " (" + ", ".join(
-            f"{heads} head(s) of {head_dim}" for heads, head_dim in shapes[:4])
-            + (", ..." if len(shapes) > 4 else "") + ")")
-        return (f"no case it needs fits the configurations the implementation builds for"
-                f"{built}")
 
     def _replayed(self, verify: Callable[[Case], str | None]) -> Finding | None:
         """``verify`` on the replayed case alone: None when the property holds there."""

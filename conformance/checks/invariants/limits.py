@@ -35,6 +35,15 @@ def configuration_words(config: Config) -> str:
     return f"{config.num_heads} head(s) of {config.head_dim}{kv}{window} in {dtype_name(config.dtype)}"
 
 
+def unfit_words(shapes: tuple[tuple[int, int], ...] | None) -> str:
+    """Why a search found no case at all: none it needs fits the (num_heads, head_dim) pairs
+    the implementation builds for."""
+    built = ("" if shapes is None else " (" + ", ".join(
+        f"{heads} head(s) of {head_dim}" for heads, head_dim in shapes[:4])
+        + (", ..." if len(shapes) > 4 else "") + ")")
+    return f"no case it needs fits the configurations the implementation builds for{built}"
+
+
 @dataclass
 class Limits:
     """The configurations re-probed for one implementation on one device: the error every call
