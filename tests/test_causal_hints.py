@@ -27,8 +27,8 @@ from conformance.implementations.mutants import (
 from conformance.implementations.mutants.textbook import TextbookAttention, declare
 from conformance.run.many import check_many
 
-CAUSAL_WORDS = (mask_mistakes.HIDES_CURRENT, mask_mistakes.SHOWS_NEXT,
-                mask_mistakes.IGNORES_CAUSAL, mask_mistakes.REPLACES_CAUSAL,
+CAUSAL_WORDS = (mask_mistakes.Mistake.HIDES_CURRENT.words, mask_mistakes.Mistake.SHOWS_NEXT.words,
+                mask_mistakes.Mistake.IGNORES_CAUSAL.words, mask_mistakes.Mistake.REPLACES_CAUSAL.words,
                 "the padding mask undoes the causal masking")
 
 
@@ -85,8 +85,8 @@ def test_a_correct_causal_mask_is_never_blamed_for_another_bug(module, weights):
 @pytest.mark.parametrize("call", ["qkv", "self"])
 @pytest.mark.parametrize("weights", [True, False], ids=["weights", "no-weights"])
 @pytest.mark.parametrize("module,words", [
-    (causal_hides_current_token, mask_mistakes.HIDES_CURRENT),
-    (causal_shows_next_token, mask_mistakes.SHOWS_NEXT),
+    (causal_hides_current_token, mask_mistakes.Mistake.HIDES_CURRENT.words),
+    (causal_shows_next_token, mask_mistakes.Mistake.SHOWS_NEXT.words),
 ], ids=["hides-current", "shows-next"])
 def test_a_causal_mask_off_by_one_is_named(module, words, weights, call):
     result = _causal_result(_causal(module, weights=weights, call=call))

@@ -196,14 +196,14 @@ HINT_KINDS = [
     ("stored and never read", {"rope"}), ("change something other than RoPE", {"rope"}),
     ("ALiBi bias added with the wrong sign", {"alibi"}),
     ("slopes in reverse head order", {"alibi"}),
-    (mask_mistakes.INVERTED, {"mask_inverted"}), ("reads its mask inverted", {"mask_inverted"}),
-    (mask_mistakes.AFTER_SOFTMAX, {"mask_after_softmax"}),
-    (mask_mistakes.HIDES_CURRENT, {"causal_hides"}),
-    (mask_mistakes.SHOWS_NEXT, {"causal_shows"}),
-    (mask_mistakes.IGNORES_CAUSAL, {"causal_dropped"}),
-    (mask_mistakes.REPLACES_CAUSAL, {"causal_dropped"}),
+    (mask_mistakes.Mistake.INVERTED.words, {"mask_inverted"}), ("reads its mask inverted", {"mask_inverted"}),
+    (mask_mistakes.Mistake.AFTER_SOFTMAX.words, {"mask_after_softmax"}),
+    (mask_mistakes.Mistake.HIDES_CURRENT.words, {"causal_hides"}),
+    (mask_mistakes.Mistake.SHOWS_NEXT.words, {"causal_shows"}),
+    (mask_mistakes.Mistake.IGNORES_CAUSAL.words, {"causal_dropped"}),
+    (mask_mistakes.Mistake.REPLACES_CAUSAL.words, {"causal_dropped"}),
     ("the padding mask undoes the causal masking", {"causal_dropped"}),
-    (mask_mistakes.CAUSAL_UNDECLARED, {"causal_undeclared"}),
+    (mask_mistakes.Mistake.CAUSAL_UNDECLARED.words, {"causal_undeclared"}),
     ("exp taken without subtracting the row", {"overflow"}),
     ("the masking value overflows float16", {"fill_value"}),
     ("error that grows with the number of keys", {"precision"}),
@@ -255,12 +255,12 @@ def test_the_bugs_a_mutant_is_made_of_are_named_where_they_are_caught(results):
     def hint(name: str, check: str) -> str:
         return results[name][check].hint or ""
 
-    assert hint("mutant-mask-inverted", "padding").startswith(mask_mistakes.INVERTED)
+    assert hint("mutant-mask-inverted", "padding").startswith(mask_mistakes.Mistake.INVERTED.words)
     assert "inverted" in hint("mutant-bool-mask-inverted", "mask_formats")
-    assert hint("mutant-mask-after-softmax", "padding").startswith(mask_mistakes.AFTER_SOFTMAX)
-    assert hint("mutant-causal-hides-current-token", "causal") == mask_mistakes.HIDES_CURRENT
-    assert hint("mutant-causal-shows-next-token", "causal") == mask_mistakes.SHOWS_NEXT
+    assert hint("mutant-mask-after-softmax", "padding").startswith(mask_mistakes.Mistake.AFTER_SOFTMAX.words)
+    assert hint("mutant-causal-hides-current-token", "causal") == mask_mistakes.Mistake.HIDES_CURRENT.words
+    assert hint("mutant-causal-shows-next-token", "causal") == mask_mistakes.Mistake.SHOWS_NEXT.words
     # Where a mask mistake surfaces in other checks, it is named there too.
     for check in ("reference", "head_split", "row_stochastic"):
-        assert hint("mutant-mask-inverted", check) == mask_mistakes.INVERTED, check
-        assert hint("mutant-mask-after-softmax", check) == mask_mistakes.AFTER_SOFTMAX, check
+        assert hint("mutant-mask-inverted", check) == mask_mistakes.Mistake.INVERTED.words, check
+        assert hint("mutant-mask-after-softmax", check) == mask_mistakes.Mistake.AFTER_SOFTMAX.words, check

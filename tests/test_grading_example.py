@@ -96,11 +96,12 @@ def test_students_read_rubric_language_their_own_files_and_measured_hints(graded
              for s in result.students}
     # Dijkstra reads the mask inverted: named as such where padding fails.
     padding = pages["2002"].split("### padding mask")[1].split("###")[0]
-    assert f"Likely bug: {mask_mistakes.INVERTED}" in padding
+    assert f"Likely bug: {mask_mistakes.Mistake.INVERTED.words}" in padding
     # Scrambled heads and a query-axis softmax break causality, the causal mask is right:
     # no causal-mask mistake is named.
     for student in ("mhamilton", "torvalds"):
-        for words in (mask_mistakes.HIDES_CURRENT, mask_mistakes.SHOWS_NEXT, "triu"):
+        for words in (mask_mistakes.Mistake.HIDES_CURRENT.words,
+                      mask_mistakes.Mistake.SHOWS_NEXT.words, "triu"):
             assert words not in pages[student], (student, words)
 
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import torch
 
-from conformance.checks.mask_mistakes import output_mistake
+from conformance.checks.mask_mistakes import named, output_mistake
 from conformance.model.forms import PositionEncoding, Rotary
 from conformance.model.weights import HeadWeights
 from conformance.numerics.position_encoding import encode
@@ -252,5 +252,5 @@ def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causa
     words = _told_apart(output, ref(), variants, rows)
     if words is not None:
         return words
-    return output_mistake(output, weights, inputs, causal=causal, rows=rows, window=window,
-                          encoding=encoding)
+    return named(output_mistake(output, weights, inputs, causal=causal, rows=rows,
+                                window=window, encoding=encoding))

@@ -15,6 +15,7 @@ evidence for one of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 import torch
 
@@ -28,27 +29,40 @@ MATCH = 1e-3
 """Relative closeness that counts as "reproduces this mistake" (as in :mod:`conformance.checks.diagnosis`):
 the mistake is computed in float64, the module is not."""
 
-INVERTED = "the mask is read inverted: kept keys are masked and masked ones kept"
-AFTER_SOFTMAX = ("masked weights are zeroed after the softmax: kept weights no longer sum to 1 "
-                 "(mask the logits before the softmax)")
-HIDES_CURRENT = ("the causal mask hides the current token: row t sees only positions before t, "
-                 "and the first row sees nothing (triu(diagonal=0) where diagonal=1 is meant)")
-SHOWS_NEXT = ("the causal mask lets each row see the next position too (triu diagonal off by "
-              "one: diagonal=2 where diagonal=1 is meant)")
-IGNORES_CAUSAL = "the causal mask is not applied: rows see later positions"
-REPLACES_CAUSAL = ("a given padding mask replaces the causal mask instead of being combined "
-                   "with it: with a padding mask, rows see later positions")
-CAUSAL_UNDECLARED = ("a causal mask is applied, though the module is not meant to be causal: "
-                     "each row sees only itself and earlier positions")
+class Mistake(Enum):
+    """A recognisable mask mistake; its value is what it is, in words, for a reader."""
+
+    INVERTED = "the mask is read inverted: kept keys are masked and masked ones kept"
+    AFTER_SOFTMAX = ("masked weights are zeroed after the softmax: kept weights no longer sum "
+                     "to 1 (mask the logits before the softmax)")
+    HIDES_CURRENT = ("the causal mask hides the current token: row t sees only positions "
+                     "before t, and the first row sees nothing (triu(diagonal=0) where "
+                     "diagonal=1 is meant)")
+    SHOWS_NEXT = ("the causal mask lets each row see the next position too (triu diagonal off "
+                  "by one: diagonal=2 where diagonal=1 is meant)")
+    IGNORES_CAUSAL = "the causal mask is not applied: rows see later positions"
+    REPLACES_CAUSAL = ("a given padding mask replaces the causal mask instead of being combined "
+                       "with it: with a padding mask, rows see later positions")
+    CAUSAL_UNDECLARED = ("a causal mask is applied, though the module is not meant to be "
+                         "causal: each row sees only itself and earlier positions")
+
+    @property
+    def words(self) -> str:
+        return self.value
+
+
+def named(mistake: Mistake | None) -> str | None:
+    """``mistake`` in words, for a hint (None for none)."""
+    return None if mistake is None else mistake.words
 
 
 @dataclass(frozen=True)
 class MaskMistake:
-    """A wrong mask: ``allowed`` (B, 1, Lq, Lk) bool, the keys each row's softmax runs over;
-    ``zeroed_after`` (B, Lk) bool, the keys whose weights survive after the softmax (None: all);
-    ``words``, what the mistake is, for a reader."""
+    """A wrong mask: ``kind``, which mistake; ``allowed`` (B, 1, Lq, Lk) bool, the keys each
+    row's softmax runs over; ``zeroed_after`` (B, Lk) bool, the keys whose weights survive after
+    the softmax (None: all)."""
 
-    words: str
+    kind: Mistake
     allowed: torch.Tensor
     zeroed_after: torch.Tensor | None = None
 
@@ -68,22 +82,21 @@ def mask_mistakes(batch: int, q_len: int, kv_len: int, keep: torch.Tensor | None
     rows = torch.arange(q_len)[:, None]
     cols = torch.arange(kv_len)[None, :]
     if keep is not None:
-        mistakes.append(MaskMistake(INVERTED, allowed_keys(batch, q_len, kv_len, ~keep, causal,
-                                                           window=window)))
-        mistakes.append(MaskMistake(AFTER_SOFTMAX, allowed_keys(batch, q_len, kv_len, None,
-                                                                causal, window=window),
-                                    zeroed_after=keep))
+        mistakes.append(MaskMistake(Mistake.INVERTED, allowed_keys(
+            batch, q_len, kv_len, ~keep, causal, window=window)))
+        mistakes.append(MaskMistake(Mistake.AFTER_SOFTMAX, allowed_keys(
+            batch, q_len, kv_len, None, causal, window=window), zeroed_after=keep))
     if causal:
         true = allowed_keys(batch, q_len, kv_len, keep, True, window=window)
-        mistakes.append(MaskMistake(HIDES_CURRENT, true & (cols < rows)))
+        mistakes.append(MaskMistake(Mistake.HIDES_CURRENT, true & (cols < rows)))
         ahead = allowed_keys(batch, q_len, kv_len, keep, False) & (cols <= rows + 1)
         if window is not None:
             ahead = ahead & (rows - cols < window)
-        mistakes.append(MaskMistake(SHOWS_NEXT, ahead))
-        mistakes.append(MaskMistake(IGNORES_CAUSAL, allowed_keys(batch, q_len, kv_len, keep,
-                                                                 False)))
+        mistakes.append(MaskMistake(Mistake.SHOWS_NEXT, ahead))
+        mistakes.append(MaskMistake(Mistake.IGNORES_CAUSAL, allowed_keys(
+            batch, q_len, kv_len, keep, False)))
     elif q_len == kv_len and q_len > 1:
-        mistakes.append(MaskMistake(CAUSAL_UNDECLARED,
+        mistakes.append(MaskMistake(Mistake.CAUSAL_UNDECLARED,
                                     allowed_keys(batch, q_len, kv_len, keep, True)))
     return mistakes
 
@@ -116,22 +129,22 @@ def _close(actual: torch.Tensor, expected: torch.Tensor, rows: torch.Tensor) -> 
 def output_mistake(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causal: bool,
                    rows: torch.Tensor | None = None, window: int | None = None,
                    encoding: PositionEncoding | None = None,
-                   only: tuple[str, ...] | None = None) -> str | None:
-    """The mask mistake ``output`` (B, Lq, D) reproduces, in words, or None (none does, or
+                   only: tuple[Mistake, ...] | None = None) -> Mistake | None:
+    """The mask mistake ``output`` (B, Lq, D) reproduces, or None (none does, or
     several do: then this example can't tell which).
 
     Reproduces: on the rows in ``rows`` (default all) where the mistaken mask leaves a key,
     ``output`` matches the float64 reference computed from ``weights`` with that mask, and on
     one of them at least the mistake's reference differs from the correct one. ``only``
-    restricts the mistakes tried to those words.
+    restricts the mistakes tried to those.
     """
-    found: list[str] = []
+    found: list[Mistake] = []
     batch, q_len, kv_len = inputs.query.shape[0], inputs.query.shape[1], inputs.key.shape[1]
     keep = None if inputs.keep is None else inputs.keep.cpu()
     correct_mask = allowed_keys(batch, q_len, kv_len, keep, causal, window=window)
     correct = None
     for mistake in mask_mistakes(batch, q_len, kv_len, keep, causal=causal, window=window):
-        if only is not None and mistake.words not in only:
+        if only is not None and mistake.kind not in only:
             continue
         compared, differs = _evidence_rows(mistake, correct_mask, rows)
         if not bool(differs.any()):
@@ -149,14 +162,14 @@ def output_mistake(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *
         correct = reference() if correct is None else correct
         if _close(correct, expected, differs):
             continue  # on these rows the mistake gives the correct output: no evidence
-        found.append(mistake.words)
+        found.append(mistake.kind)
     return found[0] if len(found) == 1 else None
 
 
 def weights_mistake(attention: torch.Tensor, keep: torch.Tensor | None, *, causal: bool,
                     tolerance: float, rows: torch.Tensor | None = None,
                     window: int | None = None, logits: torch.Tensor | None = None,
-                    only: tuple[str, ...] | None = None) -> str | None:
+                    only: tuple[Mistake, ...] | None = None) -> Mistake | None:
     """The mask mistake a measured attention matrix ``attention`` (B, H, Lq, Lk) shows, or None
     (none does, or several do).
 
@@ -172,9 +185,9 @@ def weights_mistake(attention: torch.Tensor, keep: torch.Tensor | None, *, causa
     keep = None if keep is None else keep.cpu()
     correct = allowed_keys(batch, q_len, kv_len, keep, causal, window=window)
     attention = attention.detach().to(torch.float64).cpu()
-    found: list[str] = []
+    found: list[Mistake] = []
     for mistake in mask_mistakes(batch, q_len, kv_len, keep, causal=causal, window=window):
-        if only is not None and mistake.words not in only:
+        if only is not None and mistake.kind not in only:
             continue
         compared, differs = _evidence_rows(mistake, correct, rows)
         if not bool(differs.any()):
@@ -204,5 +217,5 @@ def weights_mistake(attention: torch.Tensor, keep: torch.Tensor | None, *, causa
                 expected = expected * mistake.zeroed_after.to(expected)[:, None, None, :]
             if float((expected[selected] - chosen).abs().max()) > tolerance:
                 continue
-        found.append(mistake.words)
+        found.append(mistake.kind)
     return found[0] if len(found) == 1 else None

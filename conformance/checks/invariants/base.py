@@ -29,7 +29,7 @@ from conformance.checks.invariants.violation import (
     as_warning,
 )
 from conformance.checks.invariants.violation import reports_earlier_call as _repeated
-from conformance.checks.mask_mistakes import output_mistake
+from conformance.checks.mask_mistakes import Mistake, output_mistake
 from conformance.checks.probes import ProbeUnfit
 from conformance.generation.cases import Case
 from conformance.generation.profiles import inside_a_users_search
@@ -346,11 +346,12 @@ class CheckContext:
         except Exception:  # any failure of the measurement means "no hint" (see above)
             return None
 
-    def mask_mistake(self, case: Case, *, only: tuple[str, ...] | None = None) -> str | None:
+    def mask_mistake(self, case: Case, *,
+                     only: tuple[Mistake, ...] | None = None) -> Mistake | None:
         """The mask mistake (see :mod:`conformance.checks.mask_mistakes`) the module's output
         reproduces on ``case`` or, where that case shows none, on its :func:`revealing` case;
         None without weight access, with a position encoding the reference does not model, or
-        when a measurement fails. ``only`` restricts the mistakes tried to those words."""
+        when a measurement fails. ``only`` restricts the mistakes tried to those."""
         if not reference_applies(self.capabilities):
             return None
         for tried in (case, revealing(self.capabilities, case)):
@@ -360,14 +361,14 @@ class CheckContext:
                 instance = self.build(tried)
                 inputs = tried.inputs(self.capabilities.call)
                 output = self.run(instance, inputs, tried)
-                words = output_mistake(output, instance.read_weights(), inputs,
+                found = output_mistake(output, instance.read_weights(), inputs,
                                        causal=tried.causal, rows=self.rows(tried),
                                        window=tried.window, encoding=self.capabilities.encoding,
                                        only=only)
             except (Violation, ImplementationError):
                 return None
-            if words is not None:
-                return words
+            if found is not None:
+                return found
         return None
 
 

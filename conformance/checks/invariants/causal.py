@@ -19,14 +19,7 @@ import torch
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import expect_finite_rows, fmt, reference_applies
 from conformance.checks.invariants.violation import Violation
-from conformance.checks.mask_mistakes import (
-    HIDES_CURRENT,
-    IGNORES_CAUSAL,
-    REPLACES_CAUSAL,
-    SHOWS_NEXT,
-    mask_mistakes,
-    weights_mistake,
-)
+from conformance.checks.mask_mistakes import Mistake, mask_mistakes, weights_mistake
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
@@ -65,7 +58,7 @@ def _dependence(context: CheckContext, instance: Instance, inputs: Inputs, case:
     return seen
 
 
-CAUSAL_MISTAKES = (HIDES_CURRENT, SHOWS_NEXT, IGNORES_CAUSAL)
+CAUSAL_MISTAKES = (Mistake.HIDES_CURRENT, Mistake.SHOWS_NEXT, Mistake.IGNORES_CAUSAL)
 
 PATTERN_LENGTHS = (5, 7)
 """Lengths of the unmasked cases a causal mistake's pattern must also show without weight
@@ -73,7 +66,7 @@ access: a pattern of which rows each position changes is coarse, and a scrambled
 fit one mask's pattern at one size."""
 
 
-def _pattern(context: CheckContext, case: Case) -> tuple[set[str], set[str]] | None:
+def _pattern(context: CheckContext, case: Case) -> tuple[set[Mistake], set[Mistake]] | None:
     """Which causal-mask mistakes ``case`` can tell from the correct mask, and which of those
     the module's pattern fits (which output rows each position's inputs change is exactly the
     pattern that mask gives); None when it can't be measured."""
@@ -91,7 +84,7 @@ def _pattern(context: CheckContext, case: Case) -> tuple[set[str], set[str]] | N
     told, fits = set(), set()
     for mistake in mask_mistakes(case.batch, case.q_len, case.kv_len, keep, causal=True,
                                  window=case.window):
-        if mistake.words not in CAUSAL_MISTAKES:
+        if mistake.kind not in CAUSAL_MISTAKES:
             continue
         visible = mistake.visible()[:, 0]
         expected = visible
@@ -103,13 +96,13 @@ def _pattern(context: CheckContext, case: Case) -> tuple[set[str], set[str]] | N
         compared = visible.any(dim=-1) & rows.cpu()
         if not bool((compared & (visible != correct).any(dim=-1)).any()):
             continue
-        told.add(mistake.words)
+        told.add(mistake.kind)
         if bool((seen == expected)[compared].all()):
-            fits.add(mistake.words)
+            fits.add(mistake.kind)
     return told, fits
 
 
-def _pattern_mistake(context: CheckContext, case: Case) -> str | None:
+def _pattern_mistake(context: CheckContext, case: Case) -> Mistake | None:
     """The causal-mask mistake whose pattern the module shows without weight access: on
     ``case`` where it tells the mistakes apart, and on unmasked cases of PATTERN_LENGTHS
     positions; named only when exactly one mistake fits everywhere it was told apart, and it
@@ -125,9 +118,9 @@ def _pattern_mistake(context: CheckContext, case: Case) -> str | None:
             continue
         told, fits = measured
         consistent &= fits | (set(CAUSAL_MISTAKES) - told)
-        for words in fits:
-            shown[words] += 1
-    named = [words for words in consistent if shown[words] >= 2]
+        for mistake in fits:
+            shown[mistake] += 1
+    named = [mistake for mistake in consistent if shown[mistake] >= 2]
     return named[0] if len(named) == 1 and len(consistent) == 1 else None
 
 
@@ -205,17 +198,18 @@ class Causal(Check):
         padding mask replacing it; one that is causal without the padding mask and not with it
         is said to be so."""
         caps = context.capabilities
-        words = None
+        found = None
         if attention is not None:
             tolerance = 4 * eps(context.judged(case.config.dtype))
-            words = weights_mistake(attention, None, causal=True, tolerance=tolerance,
+            found = weights_mistake(attention, None, causal=True, tolerance=tolerance,
                                     window=case.window, logits=torch.zeros_like(attention),
                                     only=CAUSAL_MISTAKES)
-        if words is None and reference_applies(caps):
-            words = context.mask_mistake(case, only=CAUSAL_MISTAKES)
-        elif words is None and not caps.positional:
-            words = _pattern_mistake(context, case)
-        if words not in (None, IGNORES_CAUSAL) or inputs.keep is None:
+        if found is None and reference_applies(caps):
+            found = context.mask_mistake(case, only=CAUSAL_MISTAKES)
+        elif found is None and not caps.positional:
+            found = _pattern_mistake(context, case)
+        words = None if found is None else found.words
+        if found not in (None, Mistake.IGNORES_CAUSAL) or inputs.keep is None:
             return words
         try:
             causal_without = self._causal_without_mask(context, context.build(case), inputs,
@@ -224,8 +218,8 @@ class Causal(Check):
             return words
         if not causal_without:
             return words
-        if words == IGNORES_CAUSAL:
-            return f"{REPLACES_CAUSAL} (it is causal without a mask, not with one)"
+        if found is Mistake.IGNORES_CAUSAL:
+            return f"{Mistake.REPLACES_CAUSAL.words} (it is causal without a mask, not with one)"
         return ("the module is causal without a mask, not with the padding mask given: the "
                 "padding mask undoes the causal masking")
 

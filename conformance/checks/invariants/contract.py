@@ -19,6 +19,7 @@ from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.gate import LOW_PRECISION, base_case
 from conformance.checks.invariants.verify import expect_finite_rows, fmt
 from conformance.checks.invariants.violation import CheckFailed, Violation
+from conformance.checks.mask_mistakes import named
 from conformance.generation.cases import Case, dtype_name
 from conformance.generation.strategies import cases
 from conformance.numerics.tolerance import abs_error, only_rows, reordering_tolerance, worst_index
@@ -80,7 +81,7 @@ class Contract(Check):
             try:
                 expect_finite_rows(output, rows)
             except Violation as violation:
-                violation.hint = context.hint(lambda: context.mask_mistake(case))
+                violation.hint = context.hint(lambda: named(context.mask_mistake(case)))
                 raise
         tolerance = reordering_tolerance(context.judged(case.config.dtype), output)
         for label, layout in (("transposed memory layout", _transposed_layout),

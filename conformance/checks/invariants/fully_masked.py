@@ -31,6 +31,7 @@ from conformance.checks.invariants.verify import (
     reference_applies,
 )
 from conformance.checks.invariants.violation import Violation
+from conformance.checks.mask_mistakes import named
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
@@ -78,7 +79,7 @@ class FullyMasked(Check):
         try:
             expect_finite_rows(output, rows)
         except Violation as violation:
-            violation.hint = context.hint(lambda: context.mask_mistake(case))
+            violation.hint = context.hint(lambda: named(context.mask_mistake(case)))
             raise
         control_keep = inputs.keep.clone()
         control_keep[empty] = True

@@ -19,6 +19,7 @@ from conformance.checks.diagnosis import explain
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import expect_finite_rows, fmt, position_skip_reason
 from conformance.checks.invariants.violation import Violation
+from conformance.checks.mask_mistakes import named
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.forms import PositionEncoding
@@ -85,7 +86,7 @@ class HeadSplit(Check):
         try:
             expect_finite_rows(output, rows)
         except Violation as violation:
-            violation.hint = context.hint(lambda: context.mask_mistake(case))
+            violation.hint = context.hint(lambda: named(context.mask_mistake(case)))
             raise
         encoding = context.capabilities.encoding
         expected = concatenated_heads(weights, inputs, causal=case.causal, window=case.window,
@@ -108,7 +109,7 @@ class HeadSplit(Check):
                 hint=context.hint(lambda: explain(output, weights, inputs, causal=case.causal,
                                                   rows=rows, window=case.window,
                                                   encoding=encoding)
-                                  or context.mask_mistake(case)))
+                                  or named(context.mask_mistake(case))))
 
         order = _relabelling(case.num_heads, weights.group, case.seed)
         if order == list(range(case.num_heads)):

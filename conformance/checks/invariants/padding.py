@@ -23,7 +23,7 @@ import torch
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import expect_finite_rows, fmt, reference_applies
 from conformance.checks.invariants.violation import CheckFailed, Violation
-from conformance.checks.mask_mistakes import AFTER_SOFTMAX, INVERTED, weights_mistake
+from conformance.checks.mask_mistakes import Mistake, named, weights_mistake
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
@@ -101,7 +101,7 @@ class Padding(Check):
         try:
             expect_finite_rows(before, rows)
         except Violation as violation:
-            violation.hint = context.hint(lambda: context.mask_mistake(case))
+            violation.hint = context.hint(lambda: named(context.mask_mistake(case)))
             raise
         changed = case.replace_positions(inputs, ~keep, stream=11, scale=NOISE_SCALE)
         after = context.run(instance, changed, case)
@@ -128,7 +128,8 @@ class Padding(Check):
         failure)."""
         caps = context.capabilities
         if reference_applies(caps):
-            return context.mask_mistake(case, only=(INVERTED, AFTER_SOFTMAX))
+            return named(context.mask_mistake(case, only=(Mistake.INVERTED,
+                                                          Mistake.AFTER_SOFTMAX)))
         if inputs.is_self or caps.positional:
             return None  # x is queries and keys at once: kept keys can't be changed alone
         try:
@@ -138,7 +139,8 @@ class Padding(Check):
             return None
         tolerance = unchanged_tolerance(context.judged(output.dtype), output)
         if float(only_rows(abs_error(kept_changed, output), rows).max()) <= tolerance:
-            return f"{INVERTED} (the output does not depend on the kept keys at all)"
+            return (f"{Mistake.INVERTED.words} (the output does not depend on the kept keys "
+                    "at all)")
         return None
 
     def padded_queries(self, context: CheckContext, case: Case) -> None:
@@ -204,9 +206,9 @@ class Padding(Check):
             # Not a leak: the kept keys' weights are lost too.
             hint = context.hint(lambda: self._overflow(context, case, instance))
         else:
-            hint = context.hint(lambda: weights_mistake(
+            hint = context.hint(lambda: named(weights_mistake(
                 attention, keep, causal=False, tolerance=eps(context.judged(case.config.dtype)),
-                rows=context.rows(case), only=(INVERTED,)))
+                rows=context.rows(case), only=(Mistake.INVERTED,))))
         raise Violation(
             f"batch {b}, head {h}, row {row} gives masked key {key} attention weight "
             f"{fmt(float(attention[b, h, row, key]))}, not 0",

@@ -13,7 +13,7 @@ import torch
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Violation
-from conformance.checks.mask_mistakes import CAUSAL_UNDECLARED
+from conformance.checks.mask_mistakes import Mistake, named
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.spec import Capabilities
@@ -53,7 +53,8 @@ class Permutation(Check):
 
         def hint() -> str | None:
             """A causal mask applied where none is declared, where the output shows it."""
-            return context.hint(lambda: context.mask_mistake(case, only=(CAUSAL_UNDECLARED,)))
+            return context.hint(lambda: named(context.mask_mistake(
+                case, only=(Mistake.CAUSAL_UNDECLARED,))))
 
         if inputs.is_self:
             order = _moving(case.q_len, case.seed)

@@ -25,6 +25,7 @@ from conformance.checks.invariants.verify import (
     position_skip_reason,
 )
 from conformance.checks.invariants.violation import Violation
+from conformance.checks.mask_mistakes import named
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.forms import PositionEncoding
@@ -115,7 +116,7 @@ class ReferenceAgreement(Check):
         try:
             expect_finite_rows(output, rows)
         except Violation as violation:
-            violation.hint = context.hint(lambda: context.mask_mistake(case))
+            violation.hint = context.hint(lambda: named(context.mask_mistake(case)))
             raise
         dtype = context.judged(case.config.dtype)
         encoding = context.capabilities.encoding
@@ -132,7 +133,7 @@ class ReferenceAgreement(Check):
                 hint=context.hint(lambda: explain(output, weights, inputs, causal=case.causal,
                                                   rows=rows, window=case.window,
                                                   encoding=encoding)
-                                  or context.mask_mistake(case)))
+                                  or named(context.mask_mistake(case))))
         if not bool(case.attendable_rows().all()) or context.capabilities.forward_only:
             return  # a fully masked row's gradient is the fully_masked check's business
         # Only the rows attention specifies count (not a padded query's).

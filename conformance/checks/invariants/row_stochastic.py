@@ -14,6 +14,7 @@ import torch
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Violation
+from conformance.checks.mask_mistakes import named
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
@@ -91,4 +92,4 @@ class RowStochastic(Check):
         the module's output reproduces (see CheckContext.mask_mistake); else None."""
         if over_queries(measured, tolerance):
             return QUERY_AXIS
-        return context.mask_mistake(case)
+        return named(context.mask_mistake(case))
