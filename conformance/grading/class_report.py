@@ -27,7 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conformance.grading.feedback import Block, render_html, render_markdown
+from conformance.grading.document import (
+    Block,
+    Facts,
+    Heading,
+    Image,
+    Paragraph,
+    Table,
+    render_html,
+    render_markdown,
+)
 from conformance.grading.outcome import NEEDS_A_LOOK, RunStatus
 from conformance.grading.rubric import Rubric
 from conformance.grading.scoring import State
@@ -195,7 +204,7 @@ def plot(path: Path, rubric: Rubric, students: list[Student]) -> bool:
 def document(rubric: Rubric, students: list[Student], image: str | None) -> list[Block]:
     submitted = [s for s in students if s.record is not None]
     percents = [s.score.percent for s in submitted]
-    blocks = [Block("h1", f"Class report: {rubric.title}")]
+    blocks = [Heading(1, f"Class report: {rubric.title}")]
     statuses = Counter(s.status.value for s in students)
     meta = [["Students", str(len(students))], ["Submissions", str(len(submitted))],
             ["Statuses", ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items()))],
@@ -204,48 +213,48 @@ def document(rubric: Rubric, students: list[Student], image: str | None) -> list
         meta += [["Mean score", f"{statistics.fmean(percents):.1f}%"],
                  ["Median score", f"{statistics.median(percents):.1f}%"],
                  ["Range", f"{min(percents):.1f}% to {max(percents):.1f}%"]]
-    blocks.append(Block("meta", rows=meta))
+    blocks.append(Facts(meta))
     if image:
-        blocks.append(Block("image", text=image, tone="scores and per-item results"))
+        blocks.append(Image(image, "scores and per-item results"))
     else:
-        blocks.append(Block("p", "No chart: matplotlib is not installed (pip install -e "
+        blocks.append(Paragraph("No chart: matplotlib is not installed (pip install -e "
                                  ".[plot])."))
     rows = [["Item", "Points", "Passed", "Failed or partial", "Not evaluated"]]
     for (key, passed, failed, skipped), item in zip(_item_rates(rubric, students), rubric.items,
                                                     strict=True):
         rows.append([key, f"{item.max_points:g}", f"{passed:.0%}", f"{failed:.0%}",
                      f"{skipped:.0%}"])
-    blocks += [Block("h2", "Per item"), Block("table", rows=rows)]
+    blocks += [Heading(2, "Per item"), Table(rows)]
     bugs = likely_bugs(students)
-    blocks.append(Block("h2", "Most common likely bugs"))
+    blocks.append(Heading(2, "Most common likely bugs"))
     if bugs:
         rows = [["Likely bug", "Failed checks", "Students"]]
         for bug in bugs[:12]:
             shown = ", ".join(bug.students[:8]) + (" ..." if len(bug.students) > 8 else "")
             text = bug.text if bug.named else f"(none named) symptom: {bug.text}"
             rows.append([text, ", ".join(bug.checks), f"{len(bug.students)}: {shown}"])
-        blocks.append(Block("table", rows=rows))
+        blocks.append(Table(rows))
         if len(bugs) > 12:
-            blocks.append(Block("p", f"... and {len(bugs) - 12} more, each in fewer or as many "
+            blocks.append(Paragraph(f"... and {len(bugs) - 12} more, each in fewer or as many "
                                      "students (every failure is in the students' feedback)."))
     else:
-        blocks.append(Block("p", "No check failed."))
+        blocks.append(Paragraph("No check failed."))
     look = needs_a_look(students)
-    blocks.append(Block("h2", "Needs a human look"))
+    blocks.append(Heading(2, "Needs a human look"))
     if look:
-        blocks.append(Block("table", rows=[["Student", "Why"], *[[i, why] for i, why in look]]))
+        blocks.append(Table([["Student", "Why"], *[[i, why] for i, why in look]]))
     else:
-        blocks.append(Block("p", "Nothing: every submission ran and was graded normally."))
+        blocks.append(Paragraph("Nothing: every submission ran and was graded normally."))
     printed = printed_output(students)
     if printed:
-        blocks.append(Block("h2", "Printed output (for you only: never in a student's feedback)"))
-        blocks.append(Block("p", "What each submission printed while it was graded: its "
+        blocks.append(Heading(2, "Printed output (for you only: never in a student's feedback)"))
+        blocks.append(Paragraph("What each submission printed while it was graded: its "
                                  "beginning and end are kept in printed/ID.txt, the rest was "
                                  "dropped (printing never stops the grading)."))
         rows = [["Student", "Printed", "Kept in"]]
         rows += [[student, f"{total} bytes", f"printed/{student}.txt"]
                  for student, total in printed]
-        blocks.append(Block("table", rows=rows))
+        blocks.append(Table(rows))
     return blocks
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conformance.grading import feedback
+from conformance.grading.document import md_escape
 from conformance.grading.outcome import WITHHELD, RunStatus
 from conformance.grading.rubric import Rubric
 from conformance.grading.scoring import State
@@ -123,10 +124,10 @@ def _target_test(target_score, index: int, files: tuple[str, ...] = ()) -> dict:
         lines.append("Close names in your code: " + ", ".join(outcome.near_misses))
     if outcome.interface:
         lines.append("How your class was called:\n" + "\n".join(
-            f"- {feedback.md_escape(for_student(n, files))}" for n in outcome.interface))
+            f"- {md_escape(for_student(n, files))}" for n in outcome.interface))
     return {"name": f"{name}: found and loaded", "number": f"{index}.0",
             "status": "passed" if outcome.status is RunStatus.GRADED else "failed",
-            "output": feedback.md_escape(lines[0]) + "\n\n" + "\n\n".join(lines[1:]),
+            "output": md_escape(lines[0]) + "\n\n" + "\n\n".join(lines[1:]),
             "output_format": "md", "visibility": "visible"}
 
 
@@ -156,7 +157,7 @@ def gradescope_results(rubric: Rubric, student: Student) -> dict:
         summary += f" ({for_student(outcome.message, files)})"
     payload = {
         "score": student.score.total,
-        "output": feedback.md_escape(summary),
+        "output": md_escape(summary),
         "output_format": "md",
         "test_output_format": "md",
         "visibility": "visible",
