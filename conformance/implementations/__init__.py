@@ -25,7 +25,10 @@ def expected_warnings() -> dict[str, dict[str, str]]:
 
 def bundled() -> list[Implementation]:
     """Every bundled implementation, with its expected failures from ``expected_results.toml``."""
-    from conformance.implementations import modern, reference_sdpa, reference_torch_mha, seeds
+    import conformance.implementations.modern as modern
+    import conformance.implementations.reference_sdpa as reference_sdpa
+    import conformance.implementations.reference_torch_mha as reference_torch_mha
+    import conformance.implementations.seeds as seeds
     from conformance.implementations.mutants import MUTANT_MODULES, textbook
 
     declared = [

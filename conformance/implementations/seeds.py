@@ -18,13 +18,11 @@ from conformance import (
     PerHeadModules,
     SeparateProjections,
 )
-from conformance.implementations import (
-    seed000_multihead_self_attention as seed000,
-    seed001_self_attention_steps as seed001,
-    seed002_multihead_attention_qkv as seed002,
-    seed003_causal_multihead_attention as seed003,
-    seed004_multihead_attention_q_length as seed004,
-)
+import conformance.implementations.seed000_multihead_self_attention as seed000
+import conformance.implementations.seed001_self_attention_steps as seed001
+import conformance.implementations.seed002_multihead_attention_qkv as seed002
+import conformance.implementations.seed003_causal_multihead_attention as seed003
+import conformance.implementations.seed004_multihead_attention_q_length as seed004
 
 BLOCK_SIZE = 32
 """Seed 003's causal buffer size: the longest sequence its modules accept."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
+import conformance.inference.weight_roles as weight_roles
 from conformance.generation.cases import dtype_name
 from conformance.generation.constraints import Constraint
-from conformance.inference import weight_roles
 from conformance.inference.found import CapabilitiesFound
 from conformance.inference.plan import InferenceError, Plan
 from conformance.inference.probing import is_causal, probe_case

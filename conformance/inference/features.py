@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conformance.inference import kv_cache, packing, window
+import conformance.inference.kv_cache as kv_cache
+import conformance.inference.packing as packing
+import conformance.inference.window as window
 from conformance.inference.found import CapabilitiesFound
 from conformance.inference.plan import WIDE_WINDOW, InferenceError, Plan
 from conformance.inference.probing import BOOLEAN_POLARITY, infer_mask, probe_case

@@ -29,7 +29,8 @@ from typing import Any, NoReturn
 
 import torch
 
-from conformance.worker import codec, warm_start
+import conformance.worker.codec as codec
+import conformance.worker.warm_start as warm_start
 from conformance.worker.errors import WorkerError, WorkerStartError, WorkerStatus, how_it_ended
 from conformance.worker.limits import Limits
 from conformance.worker.protocol import Ready

@@ -46,8 +46,9 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
+import conformance.worker.confine as confine
+import conformance.worker.warm_start as warm_start
 from conformance.errors import ConformanceError
-from conformance.worker import confine, warm_start
 from conformance.worker.limits import TORCH_ADDRESS_SPACE, Limits
 
 SandboxKind = Literal["auto", "filesystem", "bwrap", "landlock", "unshare", "none"]

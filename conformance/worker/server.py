@@ -27,12 +27,15 @@ from typing import Any
 
 import torch
 
-from conformance.inference import DeclarationError, InferenceError
+import conformance.worker.codec as codec
+import conformance.worker.confine as confine
+import conformance.worker.reachable as reachable
+from conformance.inference.plan import InferenceError
 from conformance.loading.registry import MissingPackage, ResolveError, load_code, resolve
+from conformance.model.declarations import DeclarationError
 from conformance.model.spec import Config, Implementation
 from conformance.subject.boundary import CapabilityError, ImplementationError
 from conformance.subject.in_process import ModuleInstance
-from conformance.worker import codec, confine, reachable
 from conformance.worker.errors import WorkerStatus
 from conformance.worker.pristine import Pristine
 from conformance.worker.protocol import (

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+import conformance.worker.codec as codec
 from conformance.model.declarations import Declarations
 from conformance.model.spec import Config
 from conformance.subject import first_backward
@@ -36,7 +37,6 @@ from conformance.subject.boundary import (
     Instance,
     Subject,
 )
-from conformance.worker import codec
 from conformance.worker.errors import LoadError, WorkerError, WorkerStartError, WorkerStatus
 from conformance.worker.instance import IsolatedInstance
 from conformance.worker.limits import Limits

@@ -34,8 +34,9 @@ import traceback
 
 import torch
 
+import conformance.worker.server as server
+import conformance.worker.supervisor as supervisor
 from conformance.subject import first_backward
-from conformance.worker import server, supervisor
 
 MAX_FDS = 8
 CLONE_NEWNS = 0x00020000
