@@ -200,6 +200,10 @@ def test_tiled_grouping_warns_bare_and_fails_when_interleaved_is_declared():
                                                                         "reference"])}
     assert results["kv_groups"].status is Status.WARNED
     assert "h mod Hkv (tiled" in results["kv_groups"].reason
+    # What to declare is data, not a flag in the text: each front end says it its own way.
+    assert "--" not in (results["kv_groups"].hint or "")
+    assert {(o.declaration, o.value) for o in results["kv_groups"].remedy.options} == {
+        ("kv_grouping", "interleaved"), ("kv_grouping", "tiled")}
     assert results["reference"].status is Status.PASSED
     declared = infer(TiledGroups, declared=Declarations(kv_grouping="interleaved")).implementation
     (result,) = check(declared, devices=["cpu"], checks=["kv_groups"])

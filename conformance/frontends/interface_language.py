@@ -13,27 +13,23 @@ import re
 from dataclasses import replace
 from typing import Literal
 
+from conformance.model.declaration_specs import BY_NAME, SPECS, Form
+from conformance.model.remedies import Remedy
 from conformance.model.results import CheckResult
 
 Interface = Literal["cli", "pytest", "python"]
 
-DECLARATIONS = (
-    "call", "mask", "causal", "width-arg", "heads-arg", "head-dim-arg", "sequence-first",
-    "batch-first", "returns", "layout", "causal-alignment", "kv-grouping", "padded-queries",
-    "output-projection", "rope", "dtypes", "weights", "init", "mask-format", "kv-heads-arg", "window-arg",
-    "positions", "position-encoding", "alibi", "kv-cache", "packed", "constructor",
-)
-"""The command line's declaration flags (``attention-conformance check --help``)."""
+DECLARATIONS = tuple(spec.flag.removeprefix("--") for spec in SPECS)
+"""The command line's declaration flags (the table of declarations)."""
 
-_SWITCHES = {"sequence-first", "batch-first"}
+_SWITCHES = {spec.flag.removeprefix("--") for spec in SPECS if spec.form is Form.SWITCH}
 """Declarations given without a value (true when present)."""
 
-_TOML_NAMES = {"mask-format": "mask-formats"}
+_TOML_NAMES = {spec.flag.removeprefix("--"): spec.key for spec in SPECS
+               if spec.flag != f"--{spec.key}"}
 """Where the TOML and API spelling of a declaration differs from its flag."""
 
-_CHOICES = {"self", "qkv", "never", "always", "optional", "tensor", "tuple", "bhld", "blhd",
-            "interleaved", "tiled", "zero", "any", "bottom-right", "top-left", "applied",
-            "rotary", "alibi", "none", "standard", "measured", "keyword", "positional", "true", "half"}
+_CHOICES = {choice for spec in SPECS for choice in spec.choices} | {"true", "none", "half"}
 """Declaration values that are plain words (the others hold a ``:``, ``,``, ``=``, ``@``, a dot
 or a digit): what tells ``--causal always`` from ``--dtypes to make them part``."""
 
@@ -76,3 +72,20 @@ def spoken_result(result: CheckResult, interface: Interface) -> CheckResult:
                    hint=spoken(result.hint, interface),
                    details=[spoken(detail, interface) or "" for detail in result.details],
                    observations=[spoken(note, interface) or "" for note in result.observations])
+
+
+def remedy_words(remedy: Remedy, interface: Interface) -> str:
+    """``remedy`` as ``interface`` says a declaration: ``--kv-grouping tiled`` (the command
+    line), ``--attention-declare kv-grouping=tiled`` (pytest), ``declare={"kv-grouping":
+    "tiled"}`` (a test file), each with what it means."""
+    said = []
+    for option in remedy.options:
+        spec = BY_NAME[option.declaration]
+        if interface == "cli":
+            written = spec.flag if spec.form is Form.SWITCH else f"{spec.flag} {option.value}"
+        elif interface == "pytest":
+            written = f"--attention-declare {spec.key}={option.value}"
+        else:
+            written = f'declare={{"{spec.key}": "{option.value}"}}'
+        said.append(f"{written} to {option.means}")
+    return "declare " + ", or ".join(said)

@@ -256,7 +256,7 @@ def enforce(result: CheckResult, reproduce: Reproduction | None = None,
     (pytest's options, or a test file's ``declare=``)."""
     result = spoken_result(result, interface)
     if result.status is Status.WARNED:
-        warnings.warn(AttentionConformanceWarning(failure_block(result, reproduce)),
+        warnings.warn(AttentionConformanceWarning(failure_block(result, reproduce, interface)),
                       stacklevel=2)
         return
     if result.status is Status.SKIPPED:
@@ -264,6 +264,6 @@ def enforce(result: CheckResult, reproduce: Reproduction | None = None,
     if result.status is Status.EXPECTED_FAILURE:
         pytest.xfail(f"{result.reason} ({'; '.join(result.details[-1:])})")
     if result.status is Status.FAILED:
-        pytest.fail(failure_block(result, reproduce), pytrace=False)
+        pytest.fail(failure_block(result, reproduce, interface), pytrace=False)
     if result.status is Status.SUITE_ERROR:  # not the implementation's: pytest's error, not a fail
-        raise SuiteError(failure_block(result, reproduce))
+        raise SuiteError(failure_block(result, reproduce, interface))

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
+from conformance.frontends.interface_language import Interface, remedy_words
 from conformance.model.results import CheckResult, Status
 
 LABELS = {
@@ -109,15 +110,19 @@ Reproduction = Callable[[CheckResult], "str | None"]
 a pytest invocation): a line, or None where it can't."""
 
 
-def failure_block(result: CheckResult, reproduce: Reproduction | None = None) -> str:
+def failure_block(result: CheckResult, reproduce: Reproduction | None = None,
+                  interface: Interface = "cli") -> str:
     """A failure, expected failure or warning with its evidence: what went wrong, the likely bug,
-    the falsifying example (hypothesis-shrunk) and how to replay it, the numbers seen."""
+    what to declare where behaviour can't settle it (said for ``interface``), the falsifying
+    example (hypothesis-shrunk) and how to replay it, the numbers seen."""
     label = {Status.FAILED: "FAIL ", Status.WARNED: "WARN ",
              Status.SUITE_ERROR: "ERROR"}.get(result.status, "XFAIL")
     lines = [f"{label} {result.implementation} · {result.check} [{result.device}]",
              wrap(result.reason, 2)]
     if result.hint:
         lines.append(wrap(f"likely bug: {result.hint}", 2))
+    if result.remedy is not None:
+        lines.append(wrap(remedy_words(result.remedy, interface), 2))
     if result.counterexample:
         lines += falsifying_example(result)
         command = reproduce(result) if reproduce is not None else None

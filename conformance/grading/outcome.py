@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from conformance.model.remedies import Remedy
 from conformance.model.results import CheckResult, Status
 from conformance.model.status import LoadProblem
 
@@ -170,11 +171,13 @@ def result_from_dict(data: dict) -> CheckResult:
     """
     fields = dict(data)
     raw = fields.pop("status")
+    if fields.get("remedy") is not None:
+        fields["remedy"] = Remedy.from_dict(fields["remedy"])
     try:
         status = Status(raw)
     except ValueError:
         status = Status.FAILED
         fields["reason"] = f"[{raw}] {fields.get('reason', '')}".strip()
     known = {"implementation", "check", "device", "reason", "counterexample", "details", "hint",
-             "observations", "seconds"}
+             "observations", "seconds", "remedy"}
     return CheckResult(status=status, **{k: v for k, v in fields.items() if k in known})

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
+from conformance.model.remedies import Remedy
+
 
 class Status(str, Enum):
     """A verdict. FAILED: attention's contract is violated on inputs in the normal range of the
@@ -34,6 +36,8 @@ class CheckResult:
         details: further lines of evidence: numbers seen and where.
         hint: the likely bug in words, where the failure matches a known signature.
         observations: behaviour worth reporting even on a pass (e.g. fully masked rows).
+        remedy: what the user can declare to settle it, where behaviour can't (each front end
+            says it in its own words).
     """
 
     implementation: str
@@ -46,6 +50,7 @@ class CheckResult:
     hint: str | None = None
     observations: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    remedy: Remedy | None = None
 
     @property
     def is_failure(self) -> bool:

@@ -303,6 +303,7 @@ def _finding(status: Status, error: BaseException, case, implementation: str, ch
     if isinstance(error, Violation):
         result.details = list(error.details)
         result.hint = error.hint
+        result.remedy = error.remedy
     else:
         result.reason = f"the implementation failed: {result.reason}"
     return result

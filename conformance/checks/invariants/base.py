@@ -34,6 +34,7 @@ from conformance.checks.probes import ProbeUnfit
 from conformance.generation.cases import Case
 from conformance.generation.profiles import inside_a_users_search
 from conformance.generation.search_source import strategies_only
+from conformance.model.remedies import Remedy
 from conformance.model.spec import Capabilities, Config
 from conformance.subject.boundary import ImplementationError, Inputs, Instance, Subject
 
@@ -99,11 +100,12 @@ class CheckContext:
         """The dtype whose tolerances judge a run in ``dtype``."""
         return self.precision.get(dtype, dtype)
 
-    def doubt(self, words: str | None, hint: str) -> None:
+    def doubt(self, words: str | None, hint: str, remedy: Remedy | None = None) -> None:
         """Record ``words`` (what inference could not settle, where it is set) as a warning with
-        no case: an intent behaviour can't tell, and ``hint`` says how to declare it."""
+        no case: an intent behaviour can't tell; ``hint`` says why, ``remedy`` what to declare."""
         if words:
-            self.warnings.append(Finding(Violation(words, severity="warn", hint=hint), None))
+            self.warnings.append(Finding(Violation(words, severity="warn", hint=hint,
+                                                   remedy=remedy), None))
 
     def observe(self, note: str) -> None:
         if note not in self.observations:

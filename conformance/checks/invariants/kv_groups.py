@@ -21,6 +21,7 @@ from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
+from conformance.model.remedies import Option, Remedy
 from conformance.model.spec import Capabilities
 from conformance.numerics.tolerance import abs_error, only_rows, reordering_tolerance, unchanged_tolerance
 
@@ -53,8 +54,9 @@ class KVGroups(Check):
                         lambda case: self.verify(context, case))
         context.doubt(caps.kv_doubt,
                       "inference can't know which convention was meant: it checked the module in "
-                      "its own (tiled); declare --kv-grouping interleaved to hold it to "
-                      "HuggingFace's, or --kv-grouping tiled to accept it")
+                      "its own (tiled)",
+                      Remedy((Option("kv_grouping", "interleaved", "hold it to HuggingFace's"),
+                              Option("kv_grouping", "tiled", "accept it"))))
 
     def verify(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)

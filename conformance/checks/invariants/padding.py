@@ -27,6 +27,7 @@ from conformance.checks.mask_mistakes import Mistake, named, weights_mistake
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
+from conformance.model.remedies import Option, Remedy
 from conformance.model.spec import Capabilities
 from conformance.numerics.tolerance import (
     abs_error,
@@ -43,9 +44,10 @@ NOISE_SCALE = 10.0
 shows up far above rounding."""
 
 
-UNRESOLVED_HINT = ("if the module reads its mask another way, declare it: --mask KIND:LAYOUT@ARGUMENT "
-                   "(e.g. keep_bool:per_query@attn_mask); if it is meant to read it as tried, the "
-                   "mask is not applied as it should be")
+UNRESOLVED_HINT = ("if it is meant to read its mask as tried, the mask is not applied as it "
+                   "should be; if it reads it another way, that can be declared")
+UNRESOLVED_REMEDY = Remedy((Option("mask", "KIND:LAYOUT@ARGUMENT",
+                                   "the way it reads its mask, e.g. keep_bool:per_query@attn_mask"),))
 
 
 def _positions(row: torch.Tensor) -> list[int]:
@@ -67,7 +69,8 @@ class Padding(Check):
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
         if caps.mask is None:
-            raise CheckFailed(Violation(caps.mask_problem, hint=UNRESOLVED_HINT), None)
+            raise CheckFailed(Violation(caps.mask_problem, hint=UNRESOLVED_HINT,
+                                        remedy=UNRESOLVED_REMEDY), None)
         try:
             context.explore(cases(caps, context.device, masks="partly_masked"),
                             lambda case: self.no_influence(context, case))

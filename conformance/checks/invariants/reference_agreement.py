@@ -29,6 +29,7 @@ from conformance.checks.mask_mistakes import named
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.forms import PositionEncoding
+from conformance.model.remedies import Option, Remedy
 from conformance.model.spec import Capabilities
 from conformance.model.weights import HeadWeights
 from conformance.numerics.reference import reference_attention
@@ -100,12 +101,17 @@ class ReferenceAgreement(Check):
                               masks="auto"),
                         lambda case: self.verify(context, case))
         context.doubt(caps.weights_doubt,
-                      "behaviour can't tell a skipped projection from a spare layer: declare the "
-                      "weights to have it checked as meant")
+                      "behaviour can't tell a skipped projection from a spare layer",
+                      Remedy((Option("weights", "q,k,v,o", "check that layer as the output "
+                                                           "projection it was meant to be"),
+                              Option("output_projection", "applied", "the same, by role"))))
         context.doubt(caps.variant_doubt,
                       "behaviour can't tell which variant was meant: it checked the module "
-                      "against the encoding it applies; declare the encoding (--rope, "
-                      "--alibi standard) to hold it to the published one")
+                      "against the encoding it applies",
+                      Remedy((Option("rope", "PAIRING[:THETA[:FRACTION]]",
+                                     "hold its RoPE to the one meant"),
+                              Option("alibi", "standard", "hold its ALiBi to the paper's "
+                                                          "slopes"))))
         context.doubt(caps.encoding_doubt,
                       "RoPE is defined on pairs of dimensions: a width where the module's "
                       "rotation is none of them is outside what it can be held to")

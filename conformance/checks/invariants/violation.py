@@ -10,6 +10,7 @@ from typing import Literal, NamedTuple
 
 from conformance.errors import ConformanceError
 from conformance.generation.cases import Case
+from conformance.model.remedies import Remedy
 
 Severity = Literal["fail", "warn"]
 """``fail``: attention's contract is violated on inputs in the normal range of the dtype in use.
@@ -23,12 +24,13 @@ class Violation(ConformanceError, AssertionError):
     """
 
     def __init__(self, summary: str, *, details: Sequence[str] = (), hint: str | None = None,
-                 severity: Severity = "fail"):
+                 severity: Severity = "fail", remedy: Remedy | None = None):
         super().__init__(summary)
         self.summary = summary
         self.details = list(details)
         self.hint = hint
         self.severity = severity
+        self.remedy = remedy
 
 
 def reports_earlier_call(error: BaseException | None) -> bool:
@@ -45,7 +47,8 @@ def reports_earlier_call(error: BaseException | None) -> bool:
 def as_warning(error: BaseException) -> Violation:
     """``error`` (a Violation, or the implementation's own error) as a warning Violation."""
     if isinstance(error, Violation):
-        return Violation(error.summary, details=error.details, hint=error.hint, severity="warn")
+        return Violation(error.summary, details=error.details, hint=error.hint, severity="warn",
+                         remedy=error.remedy)
     summary = str(error).splitlines()[0] if str(error) else repr(error)
     return Violation(f"the implementation failed: {summary}", severity="warn")
 
