@@ -220,25 +220,18 @@ class WorkerProcess:
             self.output += chunk[:room]
 
     def _status_line(self, deadline: float) -> dict[str, Any] | None:
-        """The supervisor's next JSON line, or None at EOF or the deadline."""
-        while b"\n" not in self._status_buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
+        """The supervisor's next JSON line, or None at EOF or the deadline (what the worker
+        prints is pumped meanwhile)."""
+        def receive(left: float) -> bytes | None:
             try:
-                chunk = os.read(self._status_fd, 4096)
+                return os.read(self._status_fd, 4096) or None
             except BlockingIOError:
                 select.select([self._status_fd], [], [], min(left, 0.05))
                 self._pump()
-                continue
-            if not chunk:
-                return None
-            self._status_buffer += chunk
-        line, _, self._status_buffer = self._status_buffer.partition(b"\n")
-        try:
-            return json.loads(line)
-        except ValueError:
-            return None
+                return b""
+
+        found, self._status_buffer = warm_start.json_line(self._status_buffer, receive, deadline)
+        return found
 
     # Failing.
 

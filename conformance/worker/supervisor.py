@@ -29,9 +29,23 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Iterator
 
 PR_SET_CHILD_SUBREAPER = 36
 DUP_BASE = 64
+
+
+def reaped() -> Iterator[tuple[int, int, resource.struct_rusage]]:
+    """Every exited child, collected without waiting: (pid, wait status, resource usage). The
+    one reaper of the worker's processes (the supervisor's and the zygote's)."""
+    while True:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, status, usage
 
 
 def _set_subreaper() -> bool:
@@ -123,13 +137,7 @@ class Supervisor:
 
     def _reap(self) -> None:
         """Collect every exited child (orphans re-parented here included)."""
-        while True:
-            try:
-                pid, status, usage = os.wait4(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, status, usage in reaped():
             if pid == self.child:
                 self.status, self.usage = status, usage
 

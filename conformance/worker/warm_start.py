@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 START_SECONDS = 60.0
@@ -68,6 +69,27 @@ def base_environment() -> dict[str, str]:
         env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
     return env
 
+
+
+def json_line(buffer: bytes, receive: Callable[[float], bytes | None],
+              deadline: float) -> tuple[dict[str, Any] | None, bytes]:
+    """The next JSON line of a stream and what is left of ``buffer``: ``receive(seconds_left)``
+    brings more bytes (``b""``: nothing yet, None: the stream ended). None for the line at the
+    end of the stream, at the ``deadline``, or where the line is not JSON. The one reader of the
+    workers' JSON lines (the supervisor's status, the zygote's answers)."""
+    while b"\n" not in buffer:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None, buffer
+        chunk = receive(left)
+        if chunk is None:
+            return None, buffer
+        buffer += chunk
+    line, _, buffer = buffer.partition(b"\n")
+    try:
+        return json.loads(line), buffer
+    except ValueError:
+        return None, buffer
 
 class ForkedSupervisor:
     """A forked supervisor, seen as :class:`subprocess.Popen` sees a started one: ``stdin`` (the
@@ -157,22 +179,16 @@ class Zygote:
             return answer.get("pid")
 
     def _line(self, deadline: float) -> dict[str, Any] | None:
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.channel], [], [], left)[0]:
+        def receive(left: float) -> bytes | None:
+            if not select.select([self.channel], [], [], left)[0]:
                 return None
             try:
-                chunk = self.channel.recv(1 << 16)
+                return self.channel.recv(1 << 16) or None
             except OSError:
                 return None
-            if not chunk:
-                return None
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        try:
-            return json.loads(line)
-        except ValueError:
-            return None
+
+        found, self._buffer = json_line(self._buffer, receive, deadline)
+        return found
 
     def close(self) -> None:
         """Stop the zygote: nothing of it needs an orderly end (what it forked lives on its

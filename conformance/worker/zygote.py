@@ -153,13 +153,8 @@ def _can_unshare(fresh_proc: bool) -> bool:
 
 
 def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    for _ in supervisor.reaped():
+        pass
 
 
 def serve(channel: socket.socket) -> None:
