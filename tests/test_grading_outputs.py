@@ -270,6 +270,13 @@ def test_the_store_round_trips_and_writes_atomically(rubric, students, tmp_path)
     assert store.current("1002", "hash-1002", rubric.execution_key()) is not None
     assert store.current("1002", "other-hash", rubric.execution_key()) is None
     assert store.current("1002", "hash-1002", "other-key") is None
+    # A package the environment lacked is tried again on every run, whatever the digest says.
+    status = record.outcome.status
+    record.outcome.status = RunStatus.MISSING_PACKAGE
+    store.save(record)
+    assert store.current("1002", "hash-1002", rubric.execution_key()) is None
+    record.outcome.status = status
+    store.save(record)
     assert [p.name for p in (tmp_path / "results").iterdir()] == ["1002.json"]  # no temporaries
     (tmp_path / "results" / "1003.json").write_text("{half a fi")
     assert store.load("1003") is None

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.grading.outcome import SubmissionOutcome
+from conformance.grading.outcome import RunStatus, SubmissionOutcome
 
 FORMAT = 1
 
@@ -112,6 +112,10 @@ class Store:
         if record is None or record.submission_hash != submission_hash \
                 or record.execution_key != execution_key:
             return None
+        if record.outcome.status is RunStatus.MISSING_PACKAGE:
+            return None  # the environment's problem: tried again, whatever the digest says
+        # (a package may become importable without its name or version changing: installed
+        # where the sandboxed worker can read it)
         now = versions()
         if any(record.versions.get(k) != now[k] for k in KEYED_VERSIONS):
             return None
