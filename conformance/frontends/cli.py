@@ -37,7 +37,7 @@ from conformance.loading.registry import ResolveError, check_form, is_located, o
 from conformance.model import expectations
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.declaration_sources import parse_init
-from conformance.model.declaration_specs import SPECS, DeclarationSpec, Form
+from conformance.model.declaration_specs import SPECS, DeclarationSpec, Form, validate
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.results import CheckResult, Status
 from conformance.run.isolated import BadInput, Interfaces, Isolated, Target
@@ -159,12 +159,14 @@ def _unavailable(devices: Sequence[str]) -> list[str]:
 def _check(args: argparse.Namespace) -> int:
     try:
         init = tuple(parse_init(item) for item in args.init) if args.init else None
+        # Checked against the table as every other reader checks it: a bad value is one line
+        # now, whatever is checked (a registered implementation never reads its declarations).
+        declared = validate(Declarations(**{
+            **{f.name: getattr(args, f.name) for f in fields(Declarations)},
+            "init": init,
+            "mask_formats": tuple(args.mask_formats) if args.mask_formats else None}))
     except DeclarationError as error:
         raise UsageError(str(error)) from error
-    declared = Declarations(**{
-        **{f.name: getattr(args, f.name) for f in fields(Declarations)},
-        "init": init,
-        "mask_formats": tuple(args.mask_formats) if args.mask_formats else None})
     devices = args.devices or available_devices()
     checks = args.checks or list(CHECK_NAMES)
     replay = _replay(args.replay, args.checks)
