@@ -224,9 +224,10 @@ def run(rubric: Rubric, *, jobs: int = 1, mutants: list[Mutant] | None = None,
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = [pool.submit(_row, rubric, target, mutant, sandbox) for target, mutant in pairs]
         for future in futures:
-            result.rows.append(_applicable(future.result(), interfaces[future.result().target]))
+            row = future.result()
+            row = _applicable(row, interfaces[row.target])
+            result.rows.append(row)
             if on_done:
-                row = result.rows[-1]
                 on_done(f"{row.mutant.name} as {row.target}: {row.verdict}")
     return result
 

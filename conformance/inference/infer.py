@@ -79,7 +79,8 @@ def infer(cls: type, *, name: str | None = None, declared: Declarations | None =
                  f"inputs {plan.fixed_width} wide (found by trial)")
     if not convention.inputs:  # *args / **kwargs, nothing named: how to call it, by trial
         convention, note = settle_by_trial(plan, label)
-        plan, called = replace(plan, convention=convention), [note]
+        plan = replace(plan, convention=convention)
+        called.append(note)
     plan, filled = fill_by_trial(plan, label)
     settled: list[str] = []
     settle_call(plan, label, settled)
