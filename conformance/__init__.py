@@ -24,8 +24,7 @@ from conformance._version import __version__
 # `import conformance` (and the pytest plugin, which pytest loads in every run of an environment
 # the suite is installed in) costs nothing until something is used.
 _EXPORTS = {
-    "conformance.inference.core_function": ("infer_function",),
-    "conformance.inference.infer": ("infer",),
+    "conformance.frontends.python_api": ("check", "check_many", "infer", "infer_function"),
     "conformance.inference.plan": ("Inferred",),
     "conformance.loading.registry": ("ResolveError", "implementation", "register", "registered",
                                      "resolve"),
@@ -39,7 +38,6 @@ _EXPORTS = {
     "conformance.model.declared_layouts": ("FusedProjection", "PackedInProjection",
                                            "PerHeadModules", "SeparateProjections"),
     "conformance.model.weights": ("HeadWeights", "WeightLayout"),
-    "conformance.run.many": ("check", "check_many"),
     "conformance.run.runner": ("Runner",),
     "conformance.subject.boundary": ("ImplementationError", "Inputs", "Instance", "Subject"),
 }
@@ -71,6 +69,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    # The public functions are frontends.python_api's wrappers of these (the same signatures;
+    # the root may not import the front ends, whose layer is above the bundled implementations
+    # that import the root).
     from conformance.inference.core_function import infer_function
     from conformance.inference.infer import infer
     from conformance.inference.plan import Inferred

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from conformance.frontends.interface_language import error_words
 from conformance.frontends.pytest_catalogue import enforce, reproduction
 from conformance.frontends.pytest_options import current_config, pasteable_id
 from conformance.generation.cases import Case
@@ -108,7 +109,8 @@ def parametrize_with_checks(*targets: object, profile: str | None = None,
         implementations = [impl for target in targets
                            for impl in implementations_of(target, stated)]
     except (DeclarationError, ResolveError) as error:
-        raise pytest.UsageError(f"attention-conformance: {error}") from error
+        raise pytest.UsageError(
+            f"attention-conformance: {error_words(error, 'python')}") from error
     implementations = apply(implementations, expected_failures or {})
     params = [
         pytest.param(AttentionCheck(InProcessSubject(impl), name, device, profile, strict),

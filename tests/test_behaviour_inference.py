@@ -14,6 +14,7 @@ from conformance import Status, check
 from conformance.inference import Declarations, infer, infer_function
 from conformance.model.forms import AlibiBias, PositionEncoding, Rotary
 from conformance.model.layouts import ArrangedProjection, RelabelledHeads, role_rows
+from conformance.model.remedies import texts
 from conformance.numerics.position_encoding import encode, head_slopes, standard_slopes
 
 
@@ -162,8 +163,8 @@ def blhd_attention(q, k, v, causal=False, softmax_scale=None):
 
 
 def _note(inferred, start: str) -> str:
-    found = [note for note in inferred.notes if note.startswith(start)]
-    assert found, (start, inferred.notes)
+    found = [note for note in texts(inferred.notes) if note.startswith(start)]
+    assert found, (start, texts(inferred.notes))
     return found[0]
 
 
@@ -216,7 +217,7 @@ def test_rope_in_the_forward_is_measured_and_its_constraint_found():
     inferred = infer(RotaryInForward, declared=Declarations(dtypes="float32,float64"))
     caps = inferred.implementation.capabilities
     assert caps.encoding == PositionEncoding(rotary=Rotary("interleaved", 500000.0))
-    assert any("builds and runs only with an even head_dim" in n for n in inferred.notes)
+    assert any("builds and runs only with an even head_dim" in n for n in texts(inferred.notes))
     results = check(inferred.implementation, devices=["cpu"],
                     checks=["reference", "head_split", "scale", "stability"])
     assert {r.status for r in results} == {Status.PASSED}
@@ -244,14 +245,14 @@ def test_a_padding_mask_that_drops_causality_is_assumed_and_caught():
     from conformance.implementations.mutants.mask_drops_causality import MaskDropsCausality
 
     caps = infer(MaskDropsCausality).implementation.capabilities
-    assert caps.mask.layout.value == "key_padding" and "no longer causal" in caps.mask_assumed
+    assert caps.mask.layout.value == "key_padding" and "no longer causal" in caps.doubts.mask_assumed
 
 
 def test_the_only_convention_that_runs_leaks_and_padding_shows_it():
     from conformance.implementations.mutants.mask_on_query_axis import MaskOnQueryAxis
 
     impl = infer(MaskOnQueryAxis).implementation
-    assert "masked keys leak" in impl.capabilities.mask_assumed
+    assert "masked keys leak" in impl.capabilities.doubts.mask_assumed
     (result,) = check(impl, devices=["cpu"], checks=["padding"])
     assert result.status is Status.FAILED
     assert result.reason.startswith("changing key/value inputs at masked positions changed")
@@ -272,7 +273,7 @@ def test_padded_queries_are_unjudged_unless_declared():
 
 def test_a_kernel_in_flash_attention_layout_is_probed_and_passes():
     inferred = infer_function(blhd_attention)
-    assert inferred.notes[0].startswith("core function over (batch, length, heads, head_dim) "
+    assert texts(inferred.notes)[0].startswith("core function over (batch, length, heads, head_dim) "
                                         "(probed")
     results = check(inferred.implementation, devices=["cpu"],
                     checks=["head_split", "reference", "causal", "batch_independence"])
@@ -303,7 +304,7 @@ def test_batch_first_declared_is_never_read_sequence_first():
             return self.attn(x, x, x, need_weights=False)[0]
 
     assert "inputs are (length, batch, width) (probed" in " ".join(
-        infer(SequenceFirstMHA).notes)
+        texts(infer(SequenceFirstMHA).notes))
     declared = infer(SequenceFirstMHA, declared=Declarations(batch_first="true"))
     (result,) = check(declared.implementation, devices=["cpu"], checks=["batch_independence"])
     assert result.status is Status.FAILED

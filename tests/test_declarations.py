@@ -7,17 +7,21 @@ import torch
 
 from conformance.frontends.cli import main
 from conformance.inference import Declarations, InferenceError, infer
+from conformance.inference.plan import CALL_REMEDY, SIZES_REMEDY
 from conformance.loading.registry import ResolveError, resolve
+from conformance.model.remedies import remedy_of, texts
 from tests.fixtures.user_styles import EinsumAttention
 
 SPEC = "tests.fixtures.user_styles:OddlyNamed"
 
 
-def test_an_ambiguous_constructor_names_the_flag_to_add(capsys):
-    with pytest.raises(ResolveError, match="--width-arg / --heads-arg"):
+def test_an_ambiguous_constructor_names_the_declaration_to_add(capsys):
+    with pytest.raises(ResolveError, match="no constructor argument names the model width") as caught:
         resolve(SPEC)
+    assert remedy_of(caught.value) == SIZES_REMEDY
+    assert "--width-arg" not in str(caught.value)  # the command line's words are the CLI's
     assert main(["check", SPEC, "--check", "gate"]) == 2
-    assert "--width-arg" in capsys.readouterr().err
+    assert "declare --width-arg NAME to name the model width's argument" in capsys.readouterr().err
 
 
 def test_flags_fill_what_inference_cannot(capsys):
@@ -29,8 +33,8 @@ def test_flags_fill_what_inference_cannot(capsys):
 
 
 def test_declared_items_are_not_probed_and_say_so():
-    notes = infer(EinsumAttention, declared=Declarations(
-        mask="keep_bool:broadcast", causal="never", weights="w_q,w_k,w_v,w_o")).notes
+    notes = texts(infer(EinsumAttention, declared=Declarations(
+        mask="keep_bool:broadcast", causal="never", weights="w_q,w_k,w_v,w_o")).notes)
     assert "mask: bool mask, True = attend, shape (B, 1, 1, Lk) (declared)" in notes
     assert "causal: never (declared)" in notes
     assert "weights from w_q/w_k/w_v/w_o (declared)" in notes  # the user's own names
@@ -42,7 +46,7 @@ def test_pyproject_table_declares_for_an_impl(tmp_path, monkeypatch, capsys):
         'width-arg = "model_width"\nheads-arg = "n_attn"\nmask = "keep_int:broadcast"\n')
     monkeypatch.chdir(tmp_path)
     (impl,) = resolve(SPEC)
-    assert "mask: int mask, 0 = masked, shape (B, 1, 1, Lk) (declared)" in impl.notes
+    assert "mask: int mask, 0 = masked, shape (B, 1, 1, Lk) (declared)" in texts(impl.notes)
     (tmp_path / "pyproject.toml").write_text(
         f'[tool.attention-conformance.declare."{SPEC}"]\nwidth = "model_width"\n')
     with pytest.raises(ResolveError, match="unknown declaration"):
@@ -70,5 +74,6 @@ def test_a_forward_of_no_known_shape_is_one_line(capsys):
         def forward(self):
             return None
 
-    with pytest.raises(InferenceError, match=r"forward takes no input tensor.*--call"):
+    with pytest.raises(InferenceError, match=r"forward takes no input tensor") as caught:
         infer(NoInputs)
+    assert caught.value.remedy == CALL_REMEDY

@@ -1,6 +1,7 @@
-"""What a student reads is in rubric language: no command-line advice, none of the grader's
-paths, their own file names and lines kept. Rules one by one, then the feedback and the
-Gradescope results.json of a submission whose results carry such text."""
+"""What a student reads is in rubric language: no declaration to make (a remedy is data beside
+a message, never rendered for a student), none of the grader's paths, their own file names and
+lines kept. Rules one by one, then the feedback and the Gradescope results.json of a submission
+whose results carry remedies and grader paths."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from conformance.checks.invariants.padding import UNRESOLVED_HINT, UNRESOLVED_REMEDY
 from conformance.grading import feedback, outputs
 from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome
 from conformance.grading.rubric_file import load
@@ -19,6 +21,7 @@ from conformance.grading.scoring import score
 from conformance.grading.store import Record
 from conformance.grading.student import Student
 from conformance.grading.student_text import SUITE, for_student, hint_for_student
+from conformance.model.remedies import Remedy
 from conformance.model.results import CheckResult, Status
 
 PACKAGES = sysconfig.get_paths()["purelib"]
@@ -29,40 +32,10 @@ OUT = "/home/teacher/course/grading"
 CLI = re.compile(r"(?<![\w-])--[a-z]|\bdeclare\b|attention-conformance|conformance\.implementation")
 
 
-@pytest.mark.parametrize("text,shown", [
-    ("float16 and bfloat16 assumed (an nn.Module can be cast to them, nobody declared them): "
-     "what breaks there is a warning; declare --dtypes to make them part of its contract",
-     "float16 and bfloat16 assumed (an nn.Module can be cast to them, nobody declared them): "
-     "what breaks there is a warning"),
-    ("attention_mask: int mask, 0 = masked, shape (B, 1, 1, Lk) (probed; to state it: --mask "
-     "keep_int:broadcast@attention_mask)",
-     "attention_mask: int mask, 0 = masked, shape (B, 1, 1, Lk) (probed)"),
-    ("not causal (probed: rows see later positions; if it is meant to be, declare --causal "
-     "always)", "not causal (probed: rows see later positions)"),
-    ("no assignment of its parameters fits; the checks that need weights are skipped (declare "
-     "them with --weights q,k,v[,o])",
-     "no assignment of its parameters fits; the checks that need weights are skipped"),
-    ("the constructor names no width (d_model, embed_dim, ...): add --width-arg NAME",
-     "the constructor names no width (d_model, embed_dim, ...)"),
-    ("attention.ipynb (as attention.py): 7 statement(s) were not run (use --run-all-cells to "
-     "run them)", "attention.ipynb (as attention.py): 7 statement(s) were not run"),
-    ("if the module reads its mask another way, declare it: --mask KIND:LAYOUT@ARGUMENT (e.g. "
-     "keep_bool:per_query@attn_mask); if it is meant to read it as tried, the mask is not "
-     "applied as it should be",
-     "if it is meant to read it as tried, the mask is not applied as it should be"),
-    # Nothing to drop: unchanged, "declared" included.
-    ("causal: never (declared)", "causal: never (declared)"),
-    ("matches the reference at scale 1/sqrt(d_model) = 1/sqrt(4): did you divide by "
-     "sqrt(hidden_dim) instead of sqrt(head_dim)?",
-     "matches the reference at scale 1/sqrt(d_model) = 1/sqrt(4): did you divide by "
-     "sqrt(hidden_dim) instead of sqrt(head_dim)?"),
-])
-def test_command_line_advice_is_dropped_and_the_rest_kept(text, shown):
-    assert for_student(text) == shown
-
-
-def test_a_hint_that_is_only_advice_is_no_hint():
-    assert hint_for_student("declare --kv-grouping tiled to accept it") is None
+def test_a_message_without_paths_is_shown_as_it_is():
+    text = ("matches the reference at scale 1/sqrt(d_model) = 1/sqrt(4): did you divide by "
+            "sqrt(hidden_dim) instead of sqrt(head_dim)?")
+    assert for_student(text) == text
     assert hint_for_student(None) is None
 
 
@@ -136,14 +109,14 @@ def graded(tmp_path):
     results = [
         CheckResult("MHA", "gate", "cpu", Status.PASSED),
         CheckResult("MHA", "padding", "cpu", Status.FAILED,
-                    reason="no mask convention makes masked keys invisible; declare it: --mask "
-                           "KIND:LAYOUT@ARGUMENT",
-                    hint="if the module reads its mask another way, declare it: --mask "
-                         "KIND:LAYOUT@ARGUMENT; if it is meant to read it as tried, the mask is "
-                         "not applied as it should be"),
+                    reason="no mask convention makes masked keys invisible",
+                    hint=UNRESOLVED_HINT + "; if it is meant to read it as tried, the mask is "
+                                           "not applied as it should be",
+                    remedy=UNRESOLVED_REMEDY),
         CheckResult("MHA", "kv_groups", "cpu", Status.WARNED,
                     reason="query head h reads key/value head h mod Hkv (tiled)",
-                    hint="declare --kv-grouping interleaved to hold it to HuggingFace's"),
+                    hint="inference can't know which pairing was meant",
+                    remedy=Remedy.to("kv_grouping", "interleaved", "hold it to HuggingFace's")),
         CheckResult("MHA", "autograd", "cpu", Status.FAILED,
                     reason=f"backward raised RuntimeError: boom ({OUT}/staged/1001/attention.py"
                            ":41)",
@@ -153,14 +126,12 @@ def graded(tmp_path):
     target = TargetOutcome("MHA", RunStatus.GRADED, "found in attention.py", "MHA",
                            "attention.py",
                            interface=["self-attention forward(x, mask)",
-                                      "float16 assumed: what breaks there is a warning; declare "
-                                      "--dtypes to make them part of its contract",
-                                      "weights: q, k, v (probed; to state it: --weights q,k,v)"],
+                                      "float16 assumed: what breaks there is a warning",
+                                      "weights: q, k, v (probed)"],
                            results=results)
     outcome = SubmissionOutcome(RunStatus.GRADED, "", [target], isolation="worker")
     record = Record("1001", "", "canvas", False, None, "hash", rubric.execution_key(),
-                    ["attention.py"], ["attention.ipynb: 3 statement(s) not run (use "
-                                       "--run-all-cells to run them)"], outcome, {})
+                    ["attention.py"], ["attention.ipynb: 3 statement(s) not run"], outcome, {})
     student = Student("1001", "", "", "canvas", False, None, "", record, score(rubric, outcome))
     return rubric, student
 
@@ -181,5 +152,6 @@ def test_feedback_and_results_json_carry_no_command_line_advice_and_no_grader_pa
         assert "the mask is not applied as it should be" in text, name
     page = texts["feedback.md"]
     assert "(probed)" in page and "float16 assumed: what breaks there is a warning" in page
-    # A hint that was nothing but advice is not shown at all.
-    assert "Worth knowing" not in page
+    # The hint is shown, the remedy beside it never is.
+    assert "Worth knowing: inference can't know which pairing was meant" in page
+    assert "HuggingFace" not in page and "keep_bool:per_query" not in page

@@ -16,6 +16,7 @@ from conformance.implementations.mutants import MUTANT_MODULES
 from conformance.implementations.mutants.mask_inverted import MaskInverted
 from conformance.inference import Declarations, InferenceError, infer
 from conformance.loading.registry import implementations_of, resolve
+from conformance.model.remedies import Note, Remedy, texts
 from conformance.numerics.platform_defects import PLATFORM_NOTE
 from conformance.run.many import check_many
 from tests.selection import wanted
@@ -102,9 +103,9 @@ def test_inference_alone_finds_what_the_registration_finds(inferred_findings, na
     caps = impl.capabilities
     for check in registered - failed:
         explained = ((check in warned and caps.assumed_dtypes)
-                     or caps.mask_problem is not None or caps.mask_doubt is not None
+                     or caps.doubts.mask_problem is not None or caps.doubts.mask_polarity is not None
                      or (check in (*COMPARED_WITH_REFERENCE, "autograd")
-                         and "reference" in warned and caps.weights_doubt is not None)
+                         and "reference" in warned and caps.doubts.weights is not None)
                      or (check in COMPARED_WITH_REFERENCE
                          and caps.positional is not None and caps.encoding is None))
         assert explained, (CHECKED[name], check)
@@ -119,17 +120,17 @@ def test_inference_alone_finds_what_the_registration_finds(inferred_findings, na
 
 def test_the_report_opens_with_what_was_inferred():
     notes = infer(seed000.MultiHeadAttention).notes
-    assert notes[0] == "self-attention forward(X, attention_mask)"
+    assert notes[0].text == "self-attention forward(X, attention_mask)"
     # The user's own attribute paths: nothing of the suite's wrapper (its ``inner``).
-    assert any(note.startswith("weights: q_proj/k_proj/v_proj/out_proj "
-                               "(found by behaviour: the float64 reference from these weights "
-                               "reproduces its output") for note in notes)
-    assert not any("inner." in note for note in notes)
-    assert any(note.startswith("attention_mask: int mask, 0 = masked, shape (B, 1, 1, Lk) "
-                               "(probed; to state it: --mask keep_int:broadcast@attention_mask)")
-               for note in notes)
-    assert any(note.startswith("not causal (probed: rows see later positions; if it is meant to "
-                               "be, declare --causal always") for note in notes)
+    assert any(note.text.startswith("weights: q_proj/k_proj/v_proj/out_proj "
+                                    "(found by behaviour: the float64 reference from these "
+                                    "weights reproduces its output") for note in notes)
+    assert not any("inner." in note.text for note in notes)
+    # What would state each otherwise is data beside the words, said by each front end.
+    assert Note("attention_mask: int mask, 0 = masked, shape (B, 1, 1, Lk) (probed)",
+                Remedy.to("mask", "keep_int:broadcast@attention_mask", "state it")) in notes
+    assert Note("not causal (probed: rows see later positions)",
+                Remedy.to("causal", "always", "say it is meant to be")) in notes
 
 
 def test_a_mask_whose_name_settles_its_polarity_read_the_other_way_is_a_warning():
@@ -139,10 +140,10 @@ def test_a_mask_whose_name_settles_its_polarity_read_the_other_way_is_a_warning(
     spec = "tests.fixtures.user_impls:InvertedAttentionMask"
     (impl,) = resolve(spec)
     assert impl.capabilities.mask.kind.value == "ignore_bool"
-    assert impl.capabilities.mask_problem is None
+    assert impl.capabilities.doubts.mask_problem is None
     assert ("the opposite of what a mask named 'attention_mask' strongly means (1/True = "
-            "attend)") in impl.capabilities.mask_doubt
-    assert "if not, the mask is inverted" in impl.capabilities.mask_doubt
+            "attend)") in impl.capabilities.doubts.mask_polarity.text
+    assert "or the mask is inverted" in impl.capabilities.doubts.mask_polarity.text
     (result,) = check_many([(spec, impl)], devices=["cpu"], checks=["padding"])
     assert result.status is Status.WARNED
     declared = Declarations(mask="keep_int:key_padding@attention_mask")
@@ -155,15 +156,16 @@ def test_a_mask_whose_name_settles_its_polarity_read_the_other_way_is_a_warning(
 def test_a_mask_named_mask_read_the_other_way_is_accepted_and_doubted():
     impl = infer(MaskInverted).implementation
     assert impl.capabilities.mask.kind.value == "ignore_bool"
-    assert "the opposite of what a mask named 'mask' usually means" in impl.capabilities.mask_doubt
-    assert "--mask ignore_bool:" in impl.capabilities.mask_doubt
+    polarity = impl.capabilities.doubts.mask_polarity
+    assert "the opposite of what a mask named 'mask' usually means" in polarity.text
+    assert polarity.remedy.options[0].value.startswith("ignore_bool:")
     (result,) = check_many([("conformance.implementations.mutants.mask_inverted:MaskInverted", impl)],
                            devices=["cpu"], checks=["padding"])
     assert result.status is Status.WARNED
 
 
 def test_torch_multihead_attention_through_inference_alone():
-    notes = infer(torch.nn.MultiheadAttention).notes
+    notes = texts(infer(torch.nn.MultiheadAttention).notes)
     assert any(note.startswith("forward returns a tuple: its first element is taken as the "
                                "output") for note in notes)
     assert any(note.startswith("key_padding_mask: bool mask, True = ignore, shape (B, Lk) "
@@ -189,10 +191,10 @@ def test_core_function_tier_checks_a_plain_function():
     from tests.fixtures import core_functions
 
     (good,) = resolve("tests.fixtures.core_functions:attention")
-    assert good.notes[0].startswith("core function over (batch, heads, length, head_dim)")
-    assert "causal when is_causal=True" in good.notes
+    assert texts(good.notes)[0].startswith("core function over (batch, heads, length, head_dim)")
+    assert "causal when is_causal=True" in texts(good.notes)
     assert any(n.startswith("mask: bool mask, True = attend, shape (B, 1, 1, Lk)")
-               for n in good.notes)
+               for n in texts(good.notes))
     (bad,) = resolve("tests.fixtures.core_functions:attention_softmax_over_queries")
     targets = [("tests.fixtures.core_functions:attention", good),
                ("tests.fixtures.core_functions:attention_softmax_over_queries", bad)]
@@ -211,7 +213,7 @@ def test_an_instance_is_checked_as_it_is():
     instance = LlamaAttention(64, 8, num_kv_heads=2)
     before = {name: p.detach().clone() for name, p in instance.state_dict().items()}
     (impl,) = implementations_of(instance)
-    notes = " ".join(impl.notes)
+    notes = " ".join(texts(impl.notes))
     assert "an instance, checked as it is" in notes and "64 wide" in notes
     assert "8 heads, fixed by the module" in notes
     assert "2 key/value head(s)" in notes

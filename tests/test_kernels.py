@@ -22,6 +22,7 @@ from conformance.frontends.cli import main
 from conformance.implementations import kernels
 from conformance.implementations.kernel_mutants import KERNEL_MUTANT_MODULES
 from conformance.inference import Declarations, InferenceError, infer_function
+from conformance.model.remedies import texts
 from conformance.run.runner import BLOCKED
 from tests.fixtures import kernel_refusals
 
@@ -241,7 +242,7 @@ def test_a_half_only_kernel_is_checked_in_half_precision_and_passes():
     caps = inferred.implementation.capabilities
     assert caps.dtypes == (torch.float16, torch.bfloat16) and caps.assumed_dtypes == ()
     assert any(note.startswith("runs in float16, bfloat16 on cpu (probed") and
-               "refuses float32" in note for note in inferred.notes)
+               "refuses float32" in note for note in texts(inferred.notes))
     results = check(inferred.implementation, devices=["cpu"])
     failed = [(r.check, r.reason) for r in results if r.status is not Status.SKIPPED
               and r.status is not Status.PASSED]
@@ -290,7 +291,7 @@ def test_the_jacobian_bug_fails_reference_in_each_half_dtype(dtype):
 def test_what_a_kernel_refuses_is_stated_not_failed():
     inferred = infer_function(kernel_refusals.float32_only_attention)
     assert inferred.implementation.capabilities.dtypes == (torch.float32,)
-    (note,) = [n for n in inferred.notes if n.startswith("runs in")]
+    (note,) = [n for n in texts(inferred.notes) if n.startswith("runs in")]
     assert "refuses float64, float16, bfloat16 (TypeError: expected float32" in note
     results = check(inferred.implementation, devices=["cpu"], checks=["gate", "contract"])
     assert {r.status for r in results} == {Status.PASSED}
@@ -301,8 +302,8 @@ def test_a_declared_alignment_is_the_kernels_contract():
 
     (measured,) = check(causal_top_left.KERNEL, devices=["cpu"], checks=["kernel"])
     assert measured.status is Status.PASSED  # top-left, stated: intent nobody declared
-    notes = infer_function(causal_top_left.KERNEL,
-                           declared=Declarations(causal_alignment="bottom-right")).notes
+    notes = texts(infer_function(causal_top_left.KERNEL,
+                           declared=Declarations(causal_alignment="bottom-right")).notes)
     assert ("causal aligned bottom-right (declared; measured top-left: kernel holds it to the "
             "declaration)") in notes
 
@@ -324,7 +325,7 @@ def test_an_argument_of_another_form_is_stated_and_not_checked(name, words):
     from tests.fixtures import kernel_variants
 
     function = getattr(kernel_variants, name)
-    assert any(note.startswith(words) for note in infer_function(function).notes)
+    assert any(note.startswith(words) for note in texts(infer_function(function).notes))
     (result,) = check(function, devices=["cpu"], checks=["kernel"])
     assert result.status is not Status.FAILED
 
@@ -334,7 +335,7 @@ def test_a_forward_only_kernel_is_stated_and_its_gradients_not_asked_for(name):
     from tests.fixtures import kernel_variants
 
     function = getattr(kernel_variants, name)
-    assert any(note.startswith("forward only: ") for note in infer_function(function).notes)
+    assert any(note.startswith("forward only: ") for note in texts(infer_function(function).notes))
     results = {r.check: r for r in check(function, devices=["cpu"])}
     assert not [c for c, r in results.items() if r.status is Status.FAILED]
     assert results["autograd"].reason == "forward only (probed): no backward to check"
@@ -345,7 +346,7 @@ def test_a_backward_that_crashes_is_a_bug_not_a_refusal():
     from tests.fixtures import kernel_variants
 
     function = kernel_variants.crashing_backward_attention
-    assert not any(note.startswith("forward only") for note in infer_function(function).notes)
+    assert not any(note.startswith("forward only") for note in texts(infer_function(function).notes))
     (result,) = check(function, devices=["cpu"], checks=["reference"])
     assert result.status is Status.FAILED and "shape mismatch in dK" in result.reason
 
@@ -373,8 +374,8 @@ def test_a_blocked_gate_is_said_once(capsys):
 def test_causal_alignment_is_measured_and_stated():
     from tests.fixtures import core_functions
 
-    bottom_right = infer_function(kernels.flash_layout_half_attention).notes
-    top_left = infer_function(core_functions.flash_layout_attention).notes
+    bottom_right = texts(infer_function(kernels.flash_layout_half_attention).notes)
+    top_left = texts(infer_function(core_functions.flash_layout_attention).notes)
     assert any(n.startswith("causal aligned bottom-right (probed") for n in bottom_right)
     assert any(n.startswith("causal aligned top-left (probed") for n in top_left)
 
@@ -382,7 +383,7 @@ def test_causal_alignment_is_measured_and_stated():
 def test_shape_limits_are_probed_stated_and_generated_within():
     inferred = infer_function(kernel_refusals.multiple_of_8_attention)
     assert ("builds and runs only with head_dim a multiple of 8: generating those configurations "
-            "(probed)") in inferred.notes
+            "(probed)") in texts(inferred.notes)
     results = check(inferred.implementation, devices=["cpu"],
                     checks=["gate", "reference", "causal", "kernel"])
     assert {r.status for r in results} == {Status.PASSED}

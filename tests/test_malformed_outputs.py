@@ -9,6 +9,7 @@ import pytest
 from conformance import Capabilities, Implementation, Status, check
 from conformance.frontends.cli import main
 from conformance.inference import InferenceError, infer
+from conformance.model.remedies import texts
 from tests.fixtures import malformed_outputs
 
 WORDS = {
@@ -45,7 +46,7 @@ def test_forms_that_are_not_attention_are_one_line(capsys, name, words):
 def test_a_variadic_forward_is_called_as_the_form_that_works(name, form):
     inferred = infer(getattr(malformed_outputs, name))
     assert any(note.startswith(f"forward takes *args/**kwargs: called as {form}")
-               for note in inferred.notes)
+               for note in texts(inferred.notes))
     results = check(inferred.implementation, devices=["cpu"], checks=["gate", "reference"])
     assert {r.status for r in results} == {Status.PASSED}
 

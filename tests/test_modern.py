@@ -17,6 +17,7 @@ from conformance.inference import Declarations, InferenceError, infer
 from conformance.model.declarations import DeclarationError
 from conformance.model.declared_layouts import FusedProjection, SeparateProjections
 from conformance.model.forms import MaskConvention, MaskKind, MaskLayout
+from conformance.model.remedies import texts
 from conformance.model.spec import Config
 from conformance.model.weights import HeadWeights
 from conformance.numerics.reference import allowed_keys, reference_attention
@@ -181,13 +182,13 @@ def test_a_fixed_key_value_head_count_is_read_from_the_projections():
     inferred = infer(FixedGroups)
     assert inferred.implementation.capabilities.kv_heads == 2
     assert any(note.startswith("2 key/value head(s) at every head count (read from the "
-                               "projections") for note in inferred.notes)
+                               "projections") for note in texts(inferred.notes))
     flagged = infer(FixedGroups, declared=Declarations(kv_heads_arg="groups_of_kv"))
     assert flagged.implementation.capabilities.kv_heads == "config"
 
 
 def test_a_declared_cache_style_that_does_not_work_is_said_not_guessed():
-    notes = infer(LlamaAttention, declared=Declarations(kv_cache="buffers@past_key_value")).notes
+    notes = texts(infer(LlamaAttention, declared=Declarations(kv_cache="buffers@past_key_value")).notes)
     assert any("a prefill through the cache as buffers it keeps" in note and
                "the KV cache is not checked" in note for note in notes)
     with pytest.raises(InferenceError, match="kv-cache"):

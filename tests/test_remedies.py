@@ -3,10 +3,19 @@ end says in its own words and a student never sees; it survives the results' JSO
 
 from __future__ import annotations
 
-from conformance.frontends.interface_language import remedy_words
+import pytest
+
+from conformance.frontends.interface_language import (
+    declaration_words,
+    error_words,
+    note_words,
+    remedy_words,
+)
 from conformance.frontends.report import failure_block
 from conformance.grading.outcome import result_from_dict
-from conformance.model.remedies import Option, Remedy
+from conformance.inference.plan import CALL_REMEDY, InferenceError
+from conformance.loading.registry import ResolveError
+from conformance.model.remedies import Note, Option, Remedy
 from conformance.model.results import CheckResult, Status
 
 REMEDY = Remedy((Option("kv_grouping", "interleaved", "hold it to HuggingFace's"),
@@ -14,13 +23,44 @@ REMEDY = Remedy((Option("kv_grouping", "interleaved", "hold it to HuggingFace's"
                  Option("sequence_first", "true", "read it sequence-first")))
 
 
-def test_each_interface_says_it_in_its_own_words():
-    assert remedy_words(REMEDY, "cli") == (
-        "declare --kv-grouping interleaved to hold it to HuggingFace's, or --kv-grouping tiled "
-        "to accept it, or --sequence-first to read it sequence-first")
-    assert remedy_words(REMEDY, "pytest").startswith(
-        "declare --attention-declare kv-grouping=interleaved to hold it to HuggingFace's")
-    assert 'declare={"kv-grouping": "tiled"} to accept it' in remedy_words(REMEDY, "python")
+@pytest.mark.parametrize("interface,expected", [
+    ("cli", "declare --kv-grouping tiled to accept it, or --kv-grouping interleaved to hold it "
+            "to HuggingFace's"),
+    ("pytest", "add --attention-declare kv-grouping=tiled to accept it, or --attention-declare "
+               "kv-grouping=interleaved to hold it to HuggingFace's"),
+    ("python", 'pass declare={"kv-grouping": "tiled"} to accept it, or declare={"kv-grouping": '
+               '"interleaved"} to hold it to HuggingFace\'s'),
+])
+def test_a_remedy_is_said_in_each_front_ends_words(interface, expected):
+    remedy = Remedy((Option("kv_grouping", "tiled", "accept it"),
+                     Option("kv_grouping", "interleaved", "hold it to HuggingFace's")))
+    assert remedy_words(remedy, interface) == expected
+
+
+def test_a_switch_and_a_value_left_to_the_user():
+    assert declaration_words("sequence_first", "true", "cli") == "--sequence-first"
+    assert declaration_words("sequence_first", "true", "pytest") == (
+        "--attention-declare sequence-first=true")
+    assert declaration_words("mask_formats", "additive:broadcast", "cli") == (
+        "--mask-format additive:broadcast")
+    assert declaration_words("mask_formats", "additive:broadcast", "python") == (
+        'declare={"mask-formats": "additive:broadcast"}')
+    assert declaration_words("causal", None, "cli") == "--causal never|always|optional"
+
+
+def test_a_note_and_an_error_carry_their_remedy_to_the_words():
+    note = Note("not causal (probed)", Remedy.to("causal", "always", "say it is meant to be"))
+    assert note_words(note, "cli") == ("not causal (probed); declare --causal always to say it "
+                                       "is meant to be")
+    assert note_words(Note("plain"), "pytest") == "plain"
+    cause = InferenceError("M: forward takes no input tensor", CALL_REMEDY)
+    try:
+        raise ResolveError("m.py::M: M: forward takes no input tensor") from cause
+    except ResolveError as error:
+        words = error_words(error, "pytest")
+    assert words == ("m.py::M: M: forward takes no input tensor: add --attention-declare "
+                     "call=self to call it as f(x[, mask]), or --attention-declare call=qkv to "
+                     "call it as f(q, k, v[, mask])")
 
 
 def test_a_failure_block_says_the_remedy_for_its_interface():

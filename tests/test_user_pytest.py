@@ -113,7 +113,8 @@ def test_one_front_door_for_classes_instances_functions_and_declarations(tmp_pat
     assert "PASSED test_front.py::test_attention[PlainAttention-padding]" in bare.stdout
     assert "PASSED test_front.py::test_attention[attention-padding]" in bare.stdout
     assert "PASSED test_front.py::test_attention[InvertedAttentionMask-padding]" in bare.stdout
-    assert 'declare={"mask": "ignore_bool:key_padding@attention_mask"}; if not, the' in bare.stdout
+    assert ('pass declare={"mask": "ignore_bool:key_padding@attention_mask"} to hold it'
+            in bare.stdout)
     # Its advice speaks the test file's language: declare=..., not a command-line flag.
     assert 'declare={"mask":' in bare.stdout and " --mask " not in bare.stdout
     (tmp_path / "pyproject.toml").write_text(

@@ -29,6 +29,7 @@ from worker_support import (
 
 from conformance import Config, Runner, resolve
 from conformance.inference import Declarations
+from conformance.model.remedies import texts
 from conformance.subject.boundary import ImplementationError, Inputs
 from conformance.subject.in_process import InProcessSubject
 from conformance.worker import (
@@ -178,7 +179,7 @@ def test_a_package_over_several_files_gets_the_in_process_verdicts(monkeypatch):
                          declared=declared) as subject:
         assert subject.name == "attention:MultiHeadAttention"
         assert subject.defined_names == ("MultiHeadAttention",)
-        assert any("(declared)" in note for note in subject.notes)  # declarations crossed
+        assert any("(declared)" in note for note in texts(subject.notes))  # declarations crossed
         isolated = Runner("quick").run(subject, devices=["cpu"], checks=checks)
         protections = set(subject.protections)
     monkeypatch.syspath_prepend(str(PACKAGE))
@@ -484,7 +485,7 @@ def test_an_accelerator_the_worker_cannot_reach_is_skipped_with_the_reason(monke
         skipped = by_device["cuda", check]
         assert skipped.status.value == "skipped"
         assert skipped.reason.startswith("the isolated worker can't use cuda yet")
-        assert "--no-isolate" in skipped.reason
+        assert "in process (not isolated)" in skipped.reason
 
 
 def test_a_worker_that_cannot_start_is_this_machines_problem_in_one_line(monkeypatch):

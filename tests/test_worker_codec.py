@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from conformance import Capabilities, Config, Declarations, MaskConvention, MaskKind, MaskLayout
+from conformance.model.remedies import Note, Remedy
 from conformance.model.weights import HeadWeights
 from conformance.subject.boundary import Gradients, Inputs
 from conformance.worker import CodecError, decode, encode
@@ -45,7 +46,9 @@ def test_capabilities_config_and_declarations_round_trip():
     declared = Declarations(mask="keep_int:broadcast", init=(("causal", True), ("bias", None)),
                             mask_formats=("additive:per_head",))
     assert roundtrip(declared, Declarations) == declared
-    reply = LoadReply((Declaration("x", caps, "weights from q/k/v", ("inferred",), {"scale": "no"}),),
+    reply = LoadReply((Declaration("x", caps, "weights from q/k/v",
+                                   (Note("inferred", Remedy.to("causal", "always", "say so")),),
+                                   {"scale": "no"}),),
                       ("MultiHeadAttention",))
     assert roundtrip(reply, LoadReply) == reply
 

@@ -13,7 +13,7 @@ from conformance.checks.mask_mistakes import named, output_mistake
 from conformance.model.forms import PositionEncoding, Rotary
 from conformance.model.weights import HeadWeights
 from conformance.numerics.position_encoding import encode
-from conformance.numerics.reference import allowed_keys, reference_attention
+from conformance.numerics.reference import allowed_keys, attention_output, reference_attention
 from conformance.numerics.tolerance import abs_error, only_rows
 from conformance.subject.boundary import Inputs
 
@@ -209,6 +209,20 @@ def tiled_groups(weights: HeadWeights) -> HeadWeights:
     return replace(weights, **expanded_by_repeat)
 
 
+def _softmax_over_queries(weights: HeadWeights, inputs: Inputs, causal: bool,
+                          window: int | None, encoding: PositionEncoding | None) -> torch.Tensor:
+    """The output of attention whose softmax runs down each key's column (over the queries)
+    instead of along each row: the reference's own scores and values, normalised the wrong
+    way (a row with no allowed key keeps weight 0)."""
+    result = reference_attention(weights, inputs.query, inputs.key, inputs.value,
+                                 keep=inputs.keep, causal=causal, window=window,
+                                 encoding=encoding, start=inputs.position)
+    empty = torch.isinf(result.scores).all(dim=-1, keepdim=True)
+    attention = torch.softmax(result.scores.masked_fill(empty, 0.0), dim=-2).masked_fill(empty,
+                                                                                          0.0)
+    return attention_output(attention, result.values, weights)
+
+
 def _matches(output: torch.Tensor, variant: torch.Tensor, rows: torch.Tensor | None) -> bool:
     scale = max(1.0, float(variant.abs().max()))
     return float(only_rows(abs_error(output, variant), rows).max()) <= MATCH * scale
@@ -229,7 +243,7 @@ def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causa
         for words, s in scale_groups(weights.head_dim, weights.num_heads)
     ]
     variants.append(("rows sum to 1 along the query axis: softmax over the wrong dimension?",
-                     lambda: ref(softmax_over="queries")))
+                     lambda: _softmax_over_queries(weights, inputs, causal, window, encoding)))
     if weights.w_o is not None:
         variants.append(("matches the reference without its output projection: is W_o skipped?",
                          lambda: ref(replace(weights, w_o=None, b_o=None))))

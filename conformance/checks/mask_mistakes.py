@@ -21,7 +21,7 @@ import torch
 
 from conformance.model.forms import PositionEncoding
 from conformance.model.weights import HeadWeights
-from conformance.numerics.reference import allowed_keys, reference_attention
+from conformance.numerics.reference import allowed_keys, attention_output, reference_attention
 from conformance.numerics.tolerance import abs_error, only_rows
 from conformance.subject.boundary import Inputs
 
@@ -151,10 +151,16 @@ def output_mistake(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *
             continue
 
         def reference(allowed=None, zeroed_after=None) -> torch.Tensor:
-            return reference_attention(weights, inputs.query, inputs.key, inputs.value,
-                                       keep=keep, causal=causal, window=window,
-                                       encoding=encoding, start=inputs.position,
-                                       allowed=allowed, zeroed_after=zeroed_after).output
+            result = reference_attention(weights, inputs.query, inputs.key, inputs.value,
+                                         keep=keep, causal=causal, window=window,
+                                         encoding=encoding, start=inputs.position,
+                                         allowed=allowed)
+            if zeroed_after is None:
+                return result.output
+            # A mask applied after the softmax: the weights of the masked keys dropped, the
+            # rest not renormalised.
+            kept = result.attention * zeroed_after.to(result.attention)[:, None, None, :]
+            return attention_output(kept, result.values, weights)
 
         expected = reference(mistake.allowed, mistake.zeroed_after)
         if not _close(output, expected, compared):

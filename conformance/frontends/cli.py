@@ -28,6 +28,7 @@ from conformance.frontends.command_targets import (
     UsageError,
     resolved_targets,
 )
+from conformance.frontends.interface_language import error_words
 from conformance.frontends.progress_line import ProgressLine
 from conformance.frontends.report import render_json, render_text
 from conformance.generation.cases import Case
@@ -166,7 +167,7 @@ def _check(args: argparse.Namespace) -> int:
             "init": init,
             "mask_formats": tuple(args.mask_formats) if args.mask_formats else None}))
     except DeclarationError as error:
-        raise UsageError(str(error)) from error
+        raise UsageError(error_words(error, "cli")) from error
     devices = args.devices or available_devices()
     checks = args.checks or list(CHECK_NAMES)
     replay = _replay(args.replay, args.checks)
@@ -179,7 +180,7 @@ def _check(args: argparse.Namespace) -> int:
             try:
                 check_form(spec)
             except ResolveError as error:
-                raise UsageError(str(error)) from error
+                raise UsageError(error_words(error, "cli")) from error
         if spec is not None and isolate and is_located(spec):
             targets.append((spec, Isolated(failures, warnings, args.call_timeout)))
         else:
@@ -194,7 +195,7 @@ def _check(args: argparse.Namespace) -> int:
                              interfaces=interfaces, replay=replay,
                              time_budget=args.time_budget)
     except BadInput as error:
-        raise UsageError(str(error)) from error
+        raise UsageError(error_words(error, "cli")) from error
     finally:
         progress.close()
     seconds = time.perf_counter() - start
@@ -253,7 +254,7 @@ def _expected(path: Path | None) -> tuple[dict, dict]:
     try:
         return expectations.load_all(path)
     except expectations.ExpectationsError as error:
-        raise UsageError(str(error)) from error
+        raise UsageError(error_words(error, "cli")) from error
 
 
 def _list() -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from conformance.errors import ConformanceError
+from conformance.frontends.interface_language import error_words
 from conformance.loading.registry import ResolveError, registered, resolve
 from conformance.model import expectations
 from conformance.model.declarations import Declarations
@@ -33,12 +34,12 @@ def resolved_targets(specs: Sequence[str], expected: tuple[dict, dict] = ({}, {}
                            expectations.apply([impl for _, impl in targets], *expected),
                            strict=True))
     except ResolveError as error:
-        raise UsageError(str(error)) from error
+        raise UsageError(error_words(error, "cli")) from error
     if not targets:
         raise UsageError("no implementation to check: name one, or register one")
     try:
         for _, impl in targets:
             preflight(InProcessSubject(impl))
     except BadInput as error:
-        raise UsageError(str(error)) from error
+        raise UsageError(error_words(error, "cli")) from error
     return targets

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conformance.errors import SuiteError
-from conformance.frontends.interface_language import Interface, spoken_result
+from conformance.frontends.interface_language import Interface, error_words
 from conformance.frontends.pytest_options import (
     BENCHMARK_MODULE,
     CATALOGUE_MODULE,
@@ -70,7 +70,8 @@ def _subjects(config: pytest.Config) -> list[Subject]:
                 subjects += found
                 specs_of.update({subject.name: spec or subject.name for subject in found})
         except (ResolveError, expectations.ExpectationsError, DeclarationError) as error:
-            raise pytest.UsageError(f"attention-conformance: {error}") from error
+            raise pytest.UsageError(
+                f"attention-conformance: {error_words(error, 'pytest')}") from error
         config.stash[_SUBJECTS] = subjects
         config.stash[_SPECS] = specs_of
     return config.stash[_SUBJECTS]
@@ -105,7 +106,8 @@ def _isolated(config: pytest.Config, spec: str, expected: tuple[dict, dict],
     try:
         subjects = open_all(spec, declared, call_seconds=seconds)
     except (LoadError, WorkerStartError) as error:
-        raise pytest.UsageError(f"attention-conformance: {spec}: {error}") from error
+        raise pytest.UsageError(
+            f"attention-conformance: {spec}: {error_words(error, 'pytest')}") from error
     failures, warnings = expected
     for subject in subjects:
         config.add_cleanup(subject.close)
@@ -252,9 +254,8 @@ def enforce(result: CheckResult, reproduce: Reproduction | None = None,
             interface: Interface = "pytest") -> None:
     """Turn a verdict into the pytest outcome: pass, skip, xfail, a warning (the test passes and
     pytest's warnings summary shows the evidence) or a failure that explains itself (and says
-    how to replay its falsifying example: ``reproduce``), its advice spoken for ``interface``
-    (pytest's options, or a test file's ``declare=``)."""
-    result = spoken_result(result, interface)
+    how to replay its falsifying example: ``reproduce``), what to declare said for
+    ``interface`` (pytest's options, or a test file's ``declare=``)."""
     if result.status is Status.WARNED:
         warnings.warn(AttentionConformanceWarning(failure_block(result, reproduce, interface)),
                       stacklevel=2)

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from conformance.frontends.interface_language import Interface, remedy_words
+from conformance.frontends.interface_language import Interface, notes_words, remedy_words
+from conformance.model.remedies import Note
 from conformance.model.results import CheckResult, Status
 
 LABELS = {
@@ -154,19 +155,20 @@ def summary(results: Sequence[CheckResult], seconds: float) -> str:
     return f"{wrap(text)}\n{wrap(verdict)}"
 
 
-def inferred(notes: Mapping[str, Sequence[str]]) -> list[str]:
-    """What was inferred about each implementation, before any verdict."""
+def inferred(notes: Mapping[str, Sequence[Note]], interface: Interface = "cli") -> list[str]:
+    """What was inferred about each implementation, before any verdict, each with what would
+    state it otherwise (said for ``interface``)."""
     lines = []
     for name, said in notes.items():
         if said:
             lines.append(f"  {name}:")
-            lines += [wrap(f"- {note}", 4, 2) for note in said]
+            lines += [wrap(f"- {line}", 4, 2) for line in notes_words(said, interface)]
     return ["Interface (inferred; items marked declared were given):", *lines] if lines else []
 
 
 def render_text(results: Sequence[CheckResult], *, checks: Sequence[str], profile: str,
                 devices: Sequence[str], unavailable: Sequence[str], seconds: float,
-                notes: Mapping[str, Sequence[str]] | None = None,
+                notes: Mapping[str, Sequence[Note]] | None = None,
                 reproduce: Reproduction | None = None) -> str:
     parts = [header(profile, devices, unavailable), ""]
     opening = inferred(notes or {})
@@ -188,7 +190,7 @@ def render_text(results: Sequence[CheckResult], *, checks: Sequence[str], profil
 
 
 def render_json(results: Sequence[CheckResult], *,
-                interfaces: Mapping[str, tuple[str, Sequence[str]]], profile: str,
+                interfaces: Mapping[str, tuple[str, Sequence[Note]]], profile: str,
                 devices: Sequence[str], unavailable: Sequence[str], seconds: float) -> dict:
     """The run as JSON; ``interfaces``: ``{implementation: (what it declares, inferred)}``."""
     from conformance._version import __version__
@@ -201,7 +203,9 @@ def render_json(results: Sequence[CheckResult], *,
         "profile": profile,
         "devices": list(devices),
         "unavailable_devices": list(unavailable),
-        "implementations": [{"name": name, "declares": declares, "inferred": list(notes)}
+        "implementations": [{"name": name, "declares": declares,
+                             "inferred": notes_words(notes, "cli"),
+                             "notes": [note.to_dict() for note in notes]}
                             for name, (declares, notes) in interfaces.items()],
         "results": [r.to_dict() for r in results],
         "summary": {**counts, "seconds": round(seconds, 3),

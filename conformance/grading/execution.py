@@ -30,6 +30,7 @@ from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutc
 from conformance.grading.rubric import Rubric, RubricLimits, Target, prerequisites
 from conformance.grading.targets import Location, locate, near_misses, scan
 from conformance.model.declarations import Declarations
+from conformance.model.remedies import texts
 from conformance.model.results import Status
 from conformance.model.spec import Config
 from conformance.run.runner import Runner
@@ -160,7 +161,7 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
     with subject:
         outcome = TargetOutcome(target.name, RunStatus.GRADED,
                                 _found(located) if located else spec, class_name, file,
-                                interface=list(subject.notes))
+                                interface=texts(subject.notes))
         other_forms = ""
         if declared is not None:
             broken, other_forms = _other_forms(directory, spec, target, worker_limits, sandbox,

@@ -114,7 +114,8 @@ def convert(text: str | bytes, *, run_all_cells: bool = False, name: str = "note
             chunks.append(f"# --- cell {number}\n{_statements(kept)}\n")
     if dropped:
         converted.notes.append(f"{dropped} statement(s) that are not imports, definitions or "
-                               "constants were not run (use --run-all-cells to run them)")
+                               "constants were not run (the grader may choose to run every "
+                               "cell)")
     converted.source = "\n".join(chunks)
     return converted
 

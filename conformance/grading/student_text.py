@@ -1,14 +1,13 @@
-"""The suite's messages as a student may read them: rubric language, none of the grader's paths.
+"""The suite's messages as a student may read them: none of the grader's paths.
 
-The checks and inference write for whoever runs the suite: their advice names command-line
-flags (``declare it: --mask KIND:LAYOUT@ARG``, ``use --run-all-cells``) and the tool itself. A
-student's interface is prescribed by the assignment, so such advice is noise to them, or worse,
-a hint to look for flags they can't pass: a clause that gives it is dropped, the rest of the
-message kept. Paths name the grader's files (its own package, site-packages, the grading output
-and staging folders, the Python installation): a student needs their own file names and lines,
-so a path to one of their files becomes that file's name as they submitted it, a path inside an
-installed package its path within the package (``torch/nn/functional.py``), a path inside the
-grader "the grader", and any other path its last component. Traceback frames in the grader or
+What a user could declare to settle a finding is not in a message but beside it (a Remedy, see
+:mod:`conformance.model.remedies`), and a student is never shown it: their interface is the
+assignment's. What is left to do here is paths. Paths name the grader's files (its own package,
+site-packages, the grading output and staging folders, the Python installation): a student
+needs their own file names and lines, so a path to one of their files becomes that file's name
+as they submitted it, a path inside an installed package its path within the package
+(``torch/nn/functional.py``), a path inside the grader "the grader", and any other path its
+last component. Traceback frames in the grader or
 the Python installation are dropped; the student's own frames and the libraries' stay.
 """
 
@@ -27,10 +26,6 @@ STDLIB = str(Path(sysconfig.get_paths()["stdlib"]).resolve())
 
 _PACKAGES = re.compile(r"/(?:site|dist)-packages/")
 
-_CLI = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*|\bdeclare\b|\battention-conformance\b"
-                  r"|\bconformance\.implementation\(", re.IGNORECASE)
-"""What marks advice for the command-line user: a flag, "declare", the tool, its Python API."""
-
 _FRAME = re.compile(r'^(?P<indent>[ \t]*)File "(?P<path>[^"]+)", line (?P<line>\d+)(?P<rest>.*)$')
 
 _PATH = re.compile(r"(?<![\w.~/-])/(?:[^\s\"'():;,<>/]+/)+[^\s\"'():;,<>/]+(?::\d+)?")
@@ -39,14 +34,12 @@ path in prose, and its ``:line``."""
 
 
 def for_student(text: str, files: Sequence[str] = ()) -> str:
-    """``text`` in words a student can act on: CLI advice dropped, the grader's paths and
-    traceback frames removed, paths to the student's own ``files`` (as submitted, relative)
-    given as those names."""
+    """``text`` in words a student can act on: the grader's paths and traceback frames
+    removed, paths to the student's own ``files`` (as submitted, relative) given as those
+    names."""
     if not text:
         return text
-    text = _frames(text, files)
-    text = "\n".join(_without_cli(line) for line in text.split("\n"))
-    return _paths(text, files)
+    return _paths(_frames(text, files), files)
 
 
 def hint_for_student(hint: str | None, files: Sequence[str] = ()) -> str | None:
@@ -125,101 +118,3 @@ def _frames(text: str, files: Sequence[str]) -> str:
             continue
         kept.append(line)
     return "\n".join(kept)
-
-
-# --------------------------------------------------------------------------------------------
-# Advice for the command-line user.
-
-
-def _groups(text: str) -> list[str]:
-    """``text`` split into plain runs and balanced parenthesised groups, in order."""
-    parts: list[str] = []
-    depth, start = 0, 0
-    for i, char in enumerate(text):
-        if char == "(":
-            if depth == 0 and i > start:
-                parts.append(text[start:i])
-                start = i
-            depth += 1
-        elif char == ")" and depth:
-            depth -= 1
-            if depth == 0:
-                parts.append(text[start:i + 1])
-                start = i + 1
-    if start < len(text):
-        parts.append(text[start:])
-    return parts
-
-
-def _top_level(text: str) -> str:
-    """``text`` with its parenthesised groups blanked: what is said outside them."""
-    return "".join("" if part.startswith("(") and part.endswith(")") else part
-                   for part in _groups(text))
-
-
-def _split(text: str, separator: re.Pattern[str]) -> list[str]:
-    """``text`` split at ``separator`` outside parentheses, separators kept at the pieces'
-    starts."""
-    pieces, current = [], ""
-    for part in _groups(text):
-        if part.startswith("("):
-            current += part
-            continue
-        last = 0
-        for found in separator.finditer(part):
-            current += part[last:found.start()]
-            pieces.append(current)
-            current = found.group(0)
-            last = found.end()
-        current += part[last:]
-    pieces.append(current)
-    return pieces
-
-
-_CLAUSE = re.compile(r";\s+|\.\s+(?=[A-Z])")
-_COLON = re.compile(r":\s+")
-
-
-def _without_cli(text: str) -> str:
-    """``text`` without the clauses that give command-line advice (unchanged without any)."""
-    if not _CLI.search(text):
-        return text
-    cleaned = []
-    for clause in _split(text, _CLAUSE):
-        if _CLI.search(_top_level(clause)):
-            # Keep what the clause states before its advice ("...: add --width-arg NAME").
-            kept = []
-            for piece in _split(clause, _COLON):
-                advice = _CLI.search(_top_level(piece))
-                if advice:
-                    # "to state it: --mask X": what leads to a bare flag is advice too.
-                    if _top_level(piece).lstrip(": \t").startswith(advice.group(0)) and (
-                            advice.group(0).startswith("--")):
-                        kept = []
-                    break
-                kept.append(piece)
-            clause = "".join(kept)
-        cleaned.append(_inner(clause))
-    return _tidy("".join(cleaned))
-
-
-def _inner(text: str) -> str:
-    """``text`` with the advice inside its parenthesised groups dropped (a group left empty
-    goes entirely)."""
-    out = []
-    for part in _groups(text):
-        if part.startswith("(") and part.endswith(")"):
-            inside = _without_cli(part[1:-1])
-            out.append(f"({inside})" if inside.strip() else "")
-        else:
-            out.append(part)
-    return "".join(out)
-
-
-def _tidy(text: str) -> str:
-    """Punctuation and spacing left right where clauses went."""
-    text = re.sub(r"[ \t]+([,;:)])", r"\1", text)
-    text = re.sub(r"\(\s+", "(", text)
-    text = re.sub(r"[ \t]{2,}", " ", text)
-    text = re.sub(r"^[;:,]\s*", "", text)
-    return re.sub(r"[\s;:,]+$", "", text)

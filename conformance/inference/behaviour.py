@@ -14,6 +14,7 @@ from conformance.inference.probing import is_causal, probe_case
 from conformance.inference.roles import CONTEXT_LENGTH
 from conformance.inference.weight_roles import WeightOutcome
 from conformance.model.declarations import DeclarationError, Declarations
+from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Config
 from conformance.model.weights import WeightLayout
 from conformance.subject.boundary import ImplementationError
@@ -21,7 +22,7 @@ from conformance.subject.in_process import InProcessSubject, ModuleInstance
 
 
 def find_weights(plan: Plan, declared: Declarations, label: str, constraint: Constraint | None,
-                 notes: list[str], capabilities: CapabilitiesFound
+                 notes: list[str | Note], capabilities: CapabilitiesFound
                  ) -> tuple[WeightLayout | None, WeightOutcome]:
     """The weight layout: declared, or found by behaviour (see
     :mod:`conformance.inference.weight_roles`); and the key/value heads."""
@@ -60,18 +61,18 @@ def find_weights(plan: Plan, declared: Declarations, label: str, constraint: Con
     if outcome.kv_heads is not None:
         capabilities.set(kv_heads=outcome.kv_heads)
     if outcome.kv_doubt is not None:
-        capabilities.set(kv_doubt=outcome.kv_doubt)
+        capabilities.doubt(kv_grouping=outcome.kv_doubt)
     if outcome.weights_doubt is not None:
-        capabilities.set(weights_doubt=outcome.weights_doubt)
+        capabilities.doubt(weights=outcome.weights_doubt)
     if outcome.float32_parts:
         capabilities.set(float32_parts=tuple(outcome.float32_parts))
     if outcome.variant_doubt is not None:
-        capabilities.set(variant_doubt=outcome.variant_doubt)
+        capabilities.doubt(variant=outcome.variant_doubt)
     return outcome.layout, outcome
 
 
 def causality(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, build, heads: int,
-              head_dim: int, notes: list[str]) -> None:
+              head_dim: int, notes: list[str | Note]) -> None:
     if declared.causal:
         if declared.causal not in ("never", "always", "optional"):
             raise InferenceError(f"causal {declared.causal!r}: use never, always or optional")
@@ -100,15 +101,16 @@ def causality(plan: Plan, declared: Declarations, capabilities: CapabilitiesFoun
         return
     if causal:
         capabilities.set(causal="always")
-        notes.append("always causal (probed: rows ignore every later position; if it is meant "
-                     "not to be, declare --causal never and it is checked as an encoder)")
+        notes.append(Note("always causal (probed: rows ignore every later position)",
+                          Remedy.to("causal", "never",
+                                    "check it as an encoder, if it is meant not to be")))
     else:
-        notes.append("not causal (probed: rows see later positions; if it is meant to be, "
-                     "declare --causal always)")
+        notes.append(Note("not causal (probed: rows see later positions)",
+                          Remedy.to("causal", "always", "say it is meant to be")))
 
 
 def dropout_form(plan: Plan, capabilities: CapabilitiesFound, probe, heads: int, head_dim: int,
-                 notes: list[str]) -> None:
+                 notes: list[str | Note]) -> None:
     if plan.roles.dropout:
         capabilities.set(dropout="config")
         return
@@ -123,7 +125,7 @@ def dropout_form(plan: Plan, capabilities: CapabilitiesFound, probe, heads: int,
         notes.append("dropout at a rate it fixes itself (probed: train-mode calls differ)")
 
 
-def dtypes_form(declared: Declarations, capabilities: CapabilitiesFound, notes: list[str]) -> None:
+def dtypes_form(declared: Declarations, capabilities: CapabilitiesFound, notes: list[str | Note]) -> None:
     try:
         dtypes = declared.dtype_list()
     except DeclarationError as error:
@@ -134,6 +136,7 @@ def dtypes_form(declared: Declarations, capabilities: CapabilitiesFound, notes: 
     else:
         # Nobody declared float32 or float64 either: one it refuses is dropped, not failed.
         capabilities.set(probed_dtypes=(torch.float32, torch.float64))
-        notes.append("float16 and bfloat16 assumed (an nn.Module can be cast to them, nobody "
-                     "declared them): what breaks there is a warning; declare --dtypes to make "
-                     "them part of its contract")
+        notes.append(Note("float16 and bfloat16 assumed (an nn.Module can be cast to them, "
+                          "nobody declared them): what breaks there is a warning",
+                          Remedy.to("dtypes", "float32,float64,float16,bfloat16",
+                                    "make them part of its contract")))

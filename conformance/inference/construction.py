@@ -12,12 +12,13 @@ from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constrain
 from conformance.inference.convention import ForwardConvention, mask_family, read_forward
 from conformance.inference.fixed_sizes import needs_no_arguments, width_constraint
 from conformance.inference.found import CapabilitiesFound
-from conformance.inference.plan import InferenceError, Plan, first_call
+from conformance.inference.plan import CALL_REMEDY, SIZES_REMEDY, InferenceError, Plan, first_call
 from conformance.inference.probing import probe_case, sequence_first
 from conformance.inference.roles import ConstructorRoles, read_roles
 from conformance.inference.variadic_call import variadic
 from conformance.inference.weight_roles import WeightOutcome
 from conformance.model.declarations import DeclarationError, Declarations
+from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Config
 from conformance.model.weights import WeightLayout
 from conformance.subject.output_shape import output_problem
@@ -40,9 +41,7 @@ def constructor_roles(cls: type, declared: Declarations, label: str) -> Construc
     if roles.width is None and (roles.unknown or not needs_no_arguments(cls)):
         unknown = f" ({', '.join(roles.unknown)} unknown)" if roles.unknown else ""
         raise InferenceError(f"{label}: no constructor argument names the model width (d_model, "
-                             f"hidden_dim, embed_dim, ...){unknown}: name the width/head-count/"
-                             "head-width arguments with --width-arg / --heads-arg / "
-                             "--head-dim-arg")
+                             f"hidden_dim, embed_dim, ...){unknown}", SIZES_REMEDY)
     return roles
 
 
@@ -50,7 +49,7 @@ def forward_convention(cls: type, declared: Declarations, label: str) -> Forward
     convention = read_forward(cls.forward)
     if not convention.inputs and not declared.call and not variadic(cls.forward):
         raise InferenceError(f"{label}: forward takes no input tensor (none of x; q, k, v; query, "
-                             "key, value): declare the call with --call self or --call qkv")
+                             "key, value)", CALL_REMEDY)
     if declared.call:
         convention.call = declared.call
         convention.call_guessed = False
@@ -76,12 +75,12 @@ def positional_arguments(roles: ConstructorRoles, declared: Declarations, label:
     if form != "positional":
         return ()
     if roles.width is None:
-        raise InferenceError(f"{label}: a positional constructor needs the width argument: "
-                             "declare --width-arg")
+        raise InferenceError(f"{label}: a positional constructor needs the width argument",
+                             Remedy.to("width_arg", None, "name it"))
     return tuple(name for name in (roles.width, roles.heads) if name)
 
 
-def build_constraint(plan: Plan, label: str, notes: list[str]) -> Constraint | None:
+def build_constraint(plan: Plan, label: str, notes: list[str | Note]) -> Constraint | None:
     """The configurations it builds and runs for; where the forward runs for none (a basic call
     that always fails: the gate's to report), those it builds for."""
     if plan.fixed_width is not None:
@@ -115,7 +114,7 @@ def build_constraint(plan: Plan, label: str, notes: list[str]) -> Constraint | N
 
 
 def layout_constraint(plan: Plan, layout: WeightLayout | None,
-                      constraint: Constraint | None, notes: list[str]) -> Constraint | None:
+                      constraint: Constraint | None, notes: list[str | Note]) -> Constraint | None:
     """The configurations where the weight layout also reads the module, heads of the right
     width: a layout that changes form at some head count (x-transformers has no output
     projection at one head) limits them as a constructor that refuses them would."""
@@ -146,7 +145,7 @@ def layout_constraint(plan: Plan, layout: WeightLayout | None,
 
 
 def encoding_constraint(plan: Plan, outcome: WeightOutcome, constraint: Constraint | None,
-                        capabilities: CapabilitiesFound, notes: list[str]) -> Constraint | None:
+                        capabilities: CapabilitiesFound, notes: list[str | Note]) -> Constraint | None:
     """Without the head widths where no position-encoding hypothesis reproduces the output:
     RoPE is defined on pairs of dimensions, and a library that runs at head_dim 1 rotates
     nothing a reference can be held to; left out as a constructor that refused them would be,
@@ -162,7 +161,7 @@ def encoding_constraint(plan: Plan, outcome: WeightOutcome, constraint: Constrai
     doubt = (f"at head width(s) {list(widths)} no RoPE hypothesis (half-split or interleaved "
              "pairs, any theta or rotated fraction) reproduces its output: RoPE is undefined "
              "there, so those widths are left out of generation")
-    capabilities.set(encoding_doubt=doubt)
+    capabilities.doubt(encoding=doubt)
     notes.append(doubt + " (see reference)")
     return Constraint(tuple(sorted(allowed)), describe(allowed, grid))
 
@@ -176,7 +175,7 @@ def probe_pair(plan: Plan, constraint: Constraint | None) -> tuple[int, int]:
     return min(constraint.pairs, key=lambda p: (abs(p[0] - preferred[0]) + abs(p[1] - 4), p))
 
 
-def output_form(plan: Plan, config: Config, notes: list[str], returns: str | None) -> None:
+def output_form(plan: Plan, config: Config, notes: list[str | Note], returns: str | None) -> None:
     """Whether forward returns a tuple (its first element is then the output, unless it is
     declared to return one tensor), and whether an output-width argument is per head."""
     try:
@@ -192,9 +191,10 @@ def output_form(plan: Plan, config: Config, notes: list[str], returns: str | Non
     if isinstance(first, tuple):
         plan.tuple_output = True
         first = first[0]
-        notes.append("forward returns a tuple: its first element is taken as the output"
-                     + (" (declared)" if returns == "tuple" else
-                        " (declare --returns tensor if it must return one tensor)"))
+        notes.append(Note("forward returns a tuple: its first element is taken as the output"
+                          + (" (declared)" if returns == "tuple" else ""),
+                          None if returns == "tuple" else Remedy.to(
+                              "returns", "tensor", "say it must return one tensor")))
     # Before anything reads it: an output that is no attention output is said as what it is.
     problem = output_problem(first, (config.batch, config.q_len, config.d_model),
                              heads=config.num_heads if plan.roles.heads else None,
@@ -209,7 +209,7 @@ def output_form(plan: Plan, config: Config, notes: list[str], returns: str | Non
 
 
 def sequence_order(plan: Plan, declared: Declarations, build, heads: int, head_dim: int,
-                   notes: list[str]) -> None:
+                   notes: list[str | Note]) -> None:
     stated = declared.declares_sequence_first()
     if stated is not None:
         plan.convention.sequence_first = stated
@@ -224,6 +224,6 @@ def sequence_order(plan: Plan, declared: Declarations, build, heads: int, head_d
     case = probe_case(heads, head_dim, kept=None)
     plan.convention.sequence_first = sequence_first(flagged, case, plan.convention.call)
     if plan.convention.sequence_first:
-        notes.append("inputs are (length, batch, width) (probed: called batch-first it mixes "
-                     "batch elements, transposed it keeps them apart; declare "
-                     "--sequence-first to state it)")
+        notes.append(Note("inputs are (length, batch, width) (probed: called batch-first it "
+                          "mixes batch elements, transposed it keeps them apart)",
+                          Remedy.to("sequence_first", "true", "state it")))

@@ -6,7 +6,7 @@ failure is the function's. The axes are (batch, heads, length, head_dim), PyTorc
 layout, or (batch, length, heads, head_dim), FlashAttention's: behaviour decides (with batch,
 heads and length pairwise distinct, nudging one slice of the key/value inputs along an axis
 changes the output only in that slice when the axis is the heads, everywhere when it is the
-tokens), or ``--layout`` declares it.
+tokens), or the ``layout`` declaration states it.
 
 Dtypes by behaviour: the function is called once in each of float32, float64, float16 and
 bfloat16; those it runs in are its contract (a kernel written for half precision only is checked
@@ -37,6 +37,7 @@ from conformance.inference.plan import ALL_DTYPES, InferenceError, Inferred
 from conformance.inference.varlen_function import dense_view, is_varlen
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.forms import CausalAlignment, KernelArguments
+from conformance.model.remedies import Note, Remedy, as_notes
 from conformance.numerics.tolerance import unchanged_tolerance
 
 _DTYPE_WORDS = re.compile(r"(torch\.)?(b?float(16|32|64)|half|double|float)\b")
@@ -116,20 +117,21 @@ def _slices_apart(function, axis: int, dtype: torch.dtype) -> bool | None:
     return bool(changed[0]) and not bool(changed[1:].any())
 
 
-def function_layout(function, dtype: torch.dtype = torch.float32) -> tuple[str, str]:
-    """(layout, how it was decided) of a core function, by behaviour in ``dtype`` (see the
-    module docstring); (B, H, L, D) where behaviour can't tell."""
+def function_layout(function, dtype: torch.dtype = torch.float32) -> tuple[str, str, Remedy]:
+    """(layout, how it was decided, the declaration of the other) of a core function, by
+    behaviour in ``dtype`` (see the module docstring); (B, H, L, D) where behaviour can't
+    tell."""
     heads_second = _slices_apart(function, 1, dtype)
     heads_third = _slices_apart(function, 2, dtype)
     if heads_third and not heads_second:
         return "blhd", ("probed: slices along the third axis are independent (the heads), the "
-                        "second axis mixes (the tokens); declare --layout bhld if meant "
-                        "otherwise")
+                        "second axis mixes (the tokens)"), Remedy.to(
+                            "layout", "bhld", "say the other was meant")
     if heads_second and not heads_third:
-        return "bhld", ("probed: slices along the second axis are independent (the heads); "
-                        "declare --layout blhd if meant otherwise")
-    return "bhld", ("assumed: behaviour could not tell the heads' axis; declare --layout blhd "
-                    "for (batch, length, heads, dim)")
+        return "bhld", ("probed: slices along the second axis are independent (the heads)"),\
+            Remedy.to("layout", "blhd", "say the other was meant")
+    return "bhld", "assumed: behaviour could not tell the heads' axis", Remedy.to(
+        "layout", "blhd", "say it is (batch, length, heads, dim)")
 
 
 def _names(dtypes) -> str:
@@ -162,8 +164,8 @@ def _nowhere(label: str, refused: dict[torch.dtype, str]) -> InferenceError:
             "layout (or an (out, lse) pair)")
     where = ("and no CUDA device is here: a kernel that runs on CUDA only can't be checked on "
              "this machine" if not torch.cuda.is_available() else
-             "a kernel that runs on CUDA only is not inferred yet: declare it with "
-             "conformance.implementation(...)")
+             "a kernel that runs on CUDA only is not inferred yet: it can be registered with "
+             "its capabilities stated")
     return InferenceError(f"{label} runs nowhere here: on cpu it raises in every dtype "
                           f"({_names(refused)}; float32: {main}), {where}")
 
@@ -240,9 +242,10 @@ def infer_function(function, *, name: str | None = None,
     if not runs:
         raise _nowhere(label, refused)
     probing = torch.float32 if torch.float32 in runs else runs[0]
-    layout, how = ((stated, "varlen: packed tokens (total, heads, head_dim), a batch packed one "
-                            "sequence per element") if varlen else
-                   (stated, "declared") if stated else function_layout(function, probing))
+    layout, how, remedy = ((stated, "varlen: packed tokens (total, heads, head_dim), a batch "
+                                    "packed one sequence per element", None) if varlen else
+                           (stated, "declared", None) if stated
+                           else function_layout(function, probing))
     grouped = takes_grouped(function, layout, probing)
     cached = is_cache_kernel(function)
     cls = (cache_function_class if cached else core_function_class)(function, layout, grouped)
@@ -252,8 +255,8 @@ def infer_function(function, *, name: str | None = None,
         inferred = infer(cls, name=label, declared=replace(declared, weights=OWN_WEIGHTS))
     finally:
         cls.compute_dtype = None
-    note = (f"core function over {LAYOUT_WORDS[layout]} ({how}), wrapped in the suite's own "
-            "q/k/v/out projections: every check applies to the function")
+    note = Note(f"core function over {LAYOUT_WORDS[layout]} ({how}), wrapped in the suite's "
+                "own q/k/v/out projections: every check applies to the function", remedy)
     arguments, found = kernel_arguments(function, layout, inferred.implementation.capabilities,
                                         probing)
     arguments = _declared_alignment(replace(arguments, varlen=varlen), aligned, found)
@@ -273,9 +276,9 @@ def infer_function(function, *, name: str | None = None,
     # The wrapper's constructor, forward and projections are the suite's own: nothing to say,
     # and inference's dtype note is replaced by what the probe found.
     notes = (note, dtypes, *(n for n in inferred.notes[2:]
-                             if not n.startswith(("weights from ", "dtypes ",
+                             if not n.text.startswith(("weights from ", "dtypes ",
                                                   "float16 and bfloat16 assumed",
                                                   "key/value heads = num_kv_heads"))),
              *found)
-    return Inferred(replace(inferred.implementation, notes=notes, capabilities=capabilities),
-                    notes)
+    said = as_notes(notes)
+    return Inferred(replace(inferred.implementation, notes=said, capabilities=capabilities), said)

@@ -13,12 +13,13 @@ from conformance.inference.plan import WIDE_WINDOW, InferenceError, Plan
 from conformance.inference.probing import BOOLEAN_POLARITY, infer_mask, probe_case
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.forms import QUERY_AXIS_LAYOUTS, PackedForm
-from conformance.model.spec import Config
+from conformance.model.remedies import Note, Remedy
+from conformance.model.spec import Config, Doubts
 from conformance.subject.in_process import InProcessSubject
 
 
 def window_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, config: Config,
-                label: str, heads: int, head_dim: int, notes: list[str]) -> None:
+                label: str, heads: int, head_dim: int, notes: list[str | Note]) -> None:
     """A sliding-window argument: how it counts (declared, settled by its name, or probed)."""
     name = plan.roles.window
     if not name:
@@ -29,13 +30,14 @@ def window_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFo
                      "as windowed")
         return
     stated = declared.window()
+    remedy = None
     if stated is not None:
         convention, how = stated[1], "declared"
     elif name in window.SETTLED:
         convention = window.SETTLED[name]
         other = "left" if convention == "keys" else "keys"
-        how = (f"its name says so; if it counts the other way, declare --window-arg "
-               f"{name}:{other}")
+        how = "its name says so"
+        remedy = Remedy.to("window_arg", f"{name}:{other}", "say it counts the other way")
     else:
         def built(width: int):
             implementation = plan.implementation(label, **capabilities.given())
@@ -48,20 +50,22 @@ def window_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFo
             convention = "keys"
             how = (f"probed: built with {name}={window.PROBE_WINDOW}, the last row sees "
                    f"positions {seen}, neither convention; checked as W keys (see "
-                   f"sliding_window; declare --window-arg {name}:left if that is meant)")
+                   "sliding_window)")
+            remedy = Remedy.to("window_arg", f"{name}:left",
+                               "count it as the keys before each row, if that is meant")
         else:
             other = "left" if convention == "keys" else "keys"
             how = (f"probed: built with {name}={window.PROBE_WINDOW}, the last row sees "
-                   f"{len(seen)} positions; declare --window-arg {name}:{other} if the other "
-                   "count was meant")
+                   f"{len(seen)} positions")
+            remedy = Remedy.to("window_arg", f"{name}:{other}", "say the other count was meant")
     plan.window_offset = -1 if convention == "left" else 0
     capabilities.set(window="config")
-    notes.append(f"{name}: a causal sliding window, {window.CONVENTION_WORDS[convention]} "
-                 f"({how}); generated as 1 to 8 keys")
+    notes.append(Note(f"{name}: a causal sliding window, {window.CONVENTION_WORDS[convention]} "
+                      f"({how}); generated as 1 to 8 keys", remedy))
 
 
 def cache_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, build, heads: int,
-               head_dim: int, notes: list[str]) -> None:
+               head_dim: int, notes: list[str | Note]) -> None:
     """A KV cache argument: its style (declared, or read from the signature), confirmed by a
     prefill through it."""
     stated = declared.cache()
@@ -76,8 +80,8 @@ def cache_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFou
     elif plan.convention.cache:
         found, how = kv_cache.protocol(plan.convention, plan.cls.forward)
         if found is None:
-            notes.append(f"{plan.convention.cache}: {how}: the KV cache is not checked (declare "
-                         "it with --kv-cache object@ARG=module:Class)")
+            notes.append(Note(f"{plan.convention.cache}: {how}: the KV cache is not checked",
+                              Remedy.to("kv_cache", "object@ARG=module:Class", "check it")))
             return
     else:
         return
@@ -88,18 +92,18 @@ def cache_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFou
     case = probe_case(heads, head_dim, kept=None, causal=True)
     problem = kv_cache.confirm(build, found, case, plan.convention.call)
     if problem is not None:
-        notes.append(f"{found.argument}: a prefill through the cache as {found.describe()} "
-                     f"failed ({problem}): the KV cache is not checked (declare it with "
-                     "--kv-cache STYLE@ARG)")
+        notes.append(Note(f"{found.argument}: a prefill through the cache as {found.describe()} "
+                          f"failed ({problem}): the KV cache is not checked",
+                          Remedy.to("kv_cache", None, "state how it is handed over")))
         return
     capabilities.set(**found.capabilities())
-    notes.append(f"KV cache: {found.describe()} ({how}; probed: a prefill through it works; "
-                 "another style is declared with --kv-cache STYLE@ARG); kv_cache checks decoding "
-                 "against the full forward")
+    notes.append(Note(f"KV cache: {found.describe()} ({how}; probed: a prefill through it works); "
+                      "kv_cache checks decoding against the full forward",
+                      Remedy.to("kv_cache", None, "state another style")))
 
 
 def packed_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, build, heads: int,
-                head_dim: int, notes: list[str]) -> None:
+                head_dim: int, notes: list[str | Note]) -> None:
     """Packed sequences: a cu_seqlens argument (its token layout probed), or declared."""
     stated = declared.packing()
     case = probe_case(heads, head_dim, kept=None, batch=1,
@@ -122,9 +126,9 @@ def packed_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFo
         form = packing.probe_form(build, case, plan.convention.call, argument, max_seqlen)
         how = "probed"
         if form is None:
-            notes.append(f"{argument}: a cu_seqlens argument, but no packed call works (tokens "
-                         "(total, D) or (1, total, D)): packing is not checked (declare "
-                         f"--packed cu_seqlens@{argument})")
+            notes.append(Note(f"{argument}: a cu_seqlens argument, but no packed call works "
+                              "(tokens (total, D) or (1, total, D)): packing is not checked",
+                              Remedy.to("packed", f"cu_seqlens@{argument}", "check it packed")))
             return
     capabilities.set(packed=form, packed_argument=argument, max_seqlen_argument=max_seqlen)
     tokens = "(total, D)" if form is PackedForm.CU_SEQLENS_FLAT else "(1, total, D)"
@@ -133,13 +137,13 @@ def packed_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFo
 
 
 def per_query_mask(plan: Plan, capabilities: CapabilitiesFound, build, heads: int, head_dim: int,
-                   notes: list[str]) -> bool:
+                   notes: list[str | Note]) -> bool:
     """For packing through the mask: a mask convention with a query axis, searched again among
     those layouts only."""
     argument = plan.convention.mask
     if not argument:
         raise InferenceError("packed=mask is declared, but forward takes no mask argument")
-    search = infer_mask(build(mask=None, mask_problem=None), probe_case(heads, head_dim),
+    search = infer_mask(build(mask=None, doubts=Doubts()), probe_case(heads, head_dim),
                         plan.convention.call, plan.convention.mask_family, argument,
                         name_settles=plan.convention.mask_name_settles,
                         layouts=QUERY_AXIS_LAYOUTS)
@@ -155,7 +159,7 @@ def per_query_mask(plan: Plan, capabilities: CapabilitiesFound, build, heads: in
 
 
 def mask_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, build, heads: int,
-              head_dim: int, notes: list[str]) -> None:
+              head_dim: int, notes: list[str | Note]) -> None:
     argument = plan.convention.mask
     try:
         declared_mask = declared.mask_convention("mask")
@@ -164,8 +168,9 @@ def mask_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFoun
         raise InferenceError(str(error)) from error
     if declared_mask is not None:
         if not argument:
-            raise InferenceError("a mask is declared, but forward takes no mask argument: name "
-                                 "it with --mask KIND:LAYOUT@ARGUMENT")
+            raise InferenceError("a mask is declared, but forward takes no mask argument",
+                                 Remedy.to("mask", "KIND:LAYOUT@ARGUMENT",
+                                           "name the argument it is passed through"))
         capabilities.set(mask=declared_mask)
         notes.append(f"{argument}: {declared_mask.describe()} (declared)")
     elif argument:
@@ -174,27 +179,30 @@ def mask_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFoun
                             plan.convention.call, plan.convention.mask_family, argument,
                             name_settles=plan.convention.mask_name_settles)
         if search.convention is None:
-            capabilities.set(mask_problem=search.problem)
+            capabilities.doubt(mask_problem=search.problem)
             notes.append(f"{argument}: no mask convention inferred (see padding)")
         else:
             capabilities.set(mask=search.convention)
             stated = replace(search.convention, argument=argument).spec()
             text = f"{argument}: {search.convention.describe()} (probed"
+            remedy = Remedy.to("mask", stated, "state it")
             if search.assumed:
-                capabilities.set(mask_assumed=search.assumed)
-                text += (f"; assumed, no convention works: {search.assumed}; if it "
-                         f"reads its mask another way, declare it: --mask {stated})")
+                capabilities.doubt(mask_assumed=search.assumed)
+                text += f"; assumed, no convention works: {search.assumed})"
+                remedy = Remedy.to("mask", stated, "state how it reads its mask, if otherwise")
             elif search.doubt:
-                capabilities.set(mask_doubt=search.doubt)
-                text += f"; doubtful, see padding; to state it: --mask {stated})"
+                capabilities.doubt(mask_polarity=Note(search.doubt, Remedy.to(
+                    "mask", stated, "hold it to this polarity, if that is intended")))
+                text += "; doubtful, see padding)"
             elif plan.convention.mask_family == "either" and search.polarity_probed:
                 text += (f"; the name allows either polarity and behaviour chose "
                          f"{BOOLEAN_POLARITY[search.convention.kind]}; if the other was meant, "
-                         f"the module reads its mask inverted: declare the intended one, e.g. "
-                         f"--mask {opposite_polarity(stated)})")
+                         f"the module reads its mask inverted)")
+                remedy = Remedy.to("mask", opposite_polarity(stated),
+                                   "hold it to the other polarity, if that was meant")
             else:
-                text += f"; to state it: --mask {stated})"
-            notes.append(text)
+                text += ")"
+            notes.append(Note(text, remedy))
     if formats:
         capabilities.set(mask_formats=formats)
         notes.append(f"{argument} also takes " + ", ".join(m.describe() for m in formats)

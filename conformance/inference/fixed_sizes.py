@@ -20,7 +20,7 @@ import torch
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, discover
 from conformance.inference.behaviour import find_weights
 from conformance.inference.found import CapabilitiesFound
-from conformance.inference.plan import InferenceError, Plan, first_call
+from conformance.inference.plan import SIZES_REMEDY, InferenceError, Plan, first_call
 from conformance.inference.weight_roles import WeightOutcome
 from conformance.model.declarations import Declarations
 from conformance.model.spec import Config
@@ -68,8 +68,7 @@ def fixed_width(plan: Plan, label: str) -> int:
     sizes_words = ", ".join(str(size) for size in tried[:6]) or "none: it has no parameters"
     raise InferenceError(f"{label}: no constructor argument names the model width, and built "
                          f"with no arguments its forward takes none of its parameters' sizes "
-                         f"({sizes_words}): name the width/head-count/head-width arguments "
-                         "with --width-arg / --heads-arg / --head-dim-arg")
+                         f"({sizes_words})", SIZES_REMEDY)
 
 
 def width_constraint(plan: Plan) -> Constraint:

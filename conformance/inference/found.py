@@ -27,6 +27,10 @@ class CapabilitiesFound:
         self.caps = replace(self.caps, **values)
         self._names.update(dict.fromkeys(values))
 
+    def doubt(self, **doubts: str) -> None:
+        """Record what a step could not settle (Doubts' field names)."""
+        self.set(doubts=replace(self.caps.doubts, **doubts))
+
     def given(self, **changes: object) -> dict[str, object]:
         """The fields the steps set (with ``changes`` over them), as Plan.implementation takes
         them."""

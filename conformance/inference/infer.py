@@ -35,6 +35,7 @@ from conformance.inference.state import plain_state, position_state
 from conformance.inference.trial import fill_by_trial
 from conformance.inference.variadic_call import settle_by_trial
 from conformance.model.declarations import DeclarationError, Declarations
+from conformance.model.remedies import Note, as_notes
 from conformance.model.spec import Config
 from conformance.subject.in_process import InProcessSubject
 
@@ -46,12 +47,13 @@ def infer(cls: type, *, name: str | None = None, declared: Declarations | None =
     With ``instance`` (of ``cls``), that instance is checked as it is: every build is a deep
     copy of it, so its configuration (width, heads, key/value heads, ...) and its weights are
     the ones checked, found from what it computes as for a module that fixes its own sizes.
-    Raises InferenceError naming what can't be inferred and the flag that declares it.
+    Raises InferenceError naming what can't be inferred and the declaration that settles it.
     """
     declared = declared or Declarations()
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise InferenceError(f"{getattr(cls, '__name__', cls)!r} is not an nn.Module class: "
-                             "declare it with conformance.implementation(...)")
+        raise InferenceError(f"{getattr(cls, '__name__', cls)!r} is not an nn.Module class (a "
+                             "callable of another kind is registered with its capabilities "
+                             "stated)")
     label = name or cls.__name__
     forward = inspect.getattr_static(cls, "forward", None)
     if forward is nn.Module.forward:
@@ -123,7 +125,7 @@ def infer(cls: type, *, name: str | None = None, declared: Declarations | None =
     causality(plan, declared, capabilities, build, heads, head_dim, notes)
     plain_state(plan, capabilities, build, heads, head_dim, label)
     position_state(plan, capabilities, build, heads, head_dim, notes)
-    weight_notes: list[str] = []
+    weight_notes: list[str | Note] = []
     layout, outcome = find_weights(plan, declared, label, constraint, weight_notes, capabilities)
     if not plan.roles.heads and not outcome.reproduced and not declared.weights:
         found = hidden_heads(plan, declared, label, constraint, capabilities)
@@ -150,6 +152,7 @@ def infer(cls: type, *, name: str | None = None, declared: Declarations | None =
     except DeclarationError as error:
         raise InferenceError(str(error)) from error
     dtypes_form(declared, capabilities, notes)
+    said = as_notes(notes)
     implementation = replace(plan.implementation(label, **capabilities.given()), weight_layout=layout,
-                             notes=tuple(notes))
-    return Inferred(implementation, tuple(notes))
+                             notes=said)
+    return Inferred(implementation, said)

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import torch
 
-from conformance.inference.plan import InferenceError, Plan
+from conformance.inference.plan import CALL_REMEDY, InferenceError, Plan
 from conformance.model.spec import Config
 
 PROBES = ((2, 4), (4, 4), (1, 8), (8, 8))
@@ -72,8 +72,7 @@ def settle_call(plan: Plan, label: str, notes: list[str]) -> None:
     raise InferenceError(
         f"{label}: forward({first}, {second}, {third}) takes three required arguments that "
         f"are not named query, key, value; called as q, k, v it raises {_reason(qkv)}, called "
-        f"as packed tokens with offsets {_reason(packed)}: declare the call (--call self or "
-        "--call qkv)")
+        f"as packed tokens with offsets {_reason(packed)}", CALL_REMEDY)
 
 
 def _reason(outcome: object) -> str:

@@ -14,6 +14,7 @@ from torch import nn
 from conformance.errors import ConformanceError
 from conformance.inference.convention import FILLABLE_POSITIONS, ForwardConvention
 from conformance.inference.roles import CONTEXT_LENGTH, MAX_BATCH_SIZE, ConstructorRoles
+from conformance.model.remedies import Note, Option, Remedy
 from conformance.model.spec import Capabilities, Config, Implementation
 from conformance.subject.call_arguments import positions_argument
 
@@ -27,7 +28,22 @@ not checked as windowed): wider than any generated sequence, so it never applies
 
 
 class InferenceError(ConformanceError):
-    """What can't be inferred, and how to declare it; one line."""
+    """What can't be inferred, in one line, and the declaration that settles it (``remedy``,
+    said by each front end in its own words)."""
+
+    def __init__(self, message: str, remedy: Remedy | None = None) -> None:
+        super().__init__(message)
+        self.remedy = remedy
+
+
+CALL_REMEDY = Remedy((Option("call", "self", "call it as f(x[, mask])"),
+                      Option("call", "qkv", "call it as f(q, k, v[, mask])")))
+"""Where behaviour finds no way to call it: the two call conventions."""
+
+SIZES_REMEDY = Remedy((Option("width_arg", None, "name the model width's argument"),
+                       Option("heads_arg", None, "name the head count's"),
+                       Option("head_dim_arg", None, "name each head's width's")))
+"""Where no constructor argument is found to set a size: the arguments that set them."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +51,7 @@ class Inferred:
     """The inferred declaration, and every inference in words (the report opens with them)."""
 
     implementation: Implementation
-    notes: tuple[str, ...]
+    notes: tuple[Note, ...]
 
 
 class InferredModule(nn.Module):

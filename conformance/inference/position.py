@@ -23,6 +23,7 @@ from conformance.model.forms import (
     Rotary,
     Setting,
 )
+from conformance.model.remedies import Note, Option, Remedy
 from conformance.model.spec import Config
 from conformance.model.weights import WeightLayout, WeightLayoutError
 from conformance.numerics.reference import reference_attention
@@ -34,7 +35,7 @@ POSITION_WORDS = {"rotary": "rotary position embeddings (RoPE)", "alibi": "ALiBi
 
 
 def encoding_inside(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, probe,
-                    outcome: WeightOutcome, notes: list[str]) -> None:
+                    outcome: WeightOutcome, notes: list[str | Note]) -> None:
     """A position encoding inside: the RoPE or ALiBi that reproduced the module's output (the
     float64 reference then models it), else what names and a position argument suggest (the
     checks that need the reference skip), or nothing where the output is position-free."""
@@ -70,19 +71,22 @@ def encoding_inside(plan: Plan, declared: Declarations, capabilities: Capabiliti
     if found is not None and not outcome.dependent and outcome.layout is not None:
         # Names suggest a position encoding, behaviour shows none (permuting the tokens
         # permutes the output): behaviour decides.
-        notes.append(f"{found[1]} suggests a position encoding, but its output does not depend "
-                     "on the tokens' positions (probed): checked as position-free (declare "
-                     f"--position-encoding {found[0]} if it is meant to have one)")
+        notes.append(Note(f"{found[1]} suggests a position encoding, but its output does not "
+                          "depend on the tokens' positions (probed): checked as position-free",
+                          Remedy.to("position_encoding", found[0],
+                                    "say it is meant to have one")))
         found = None
     if found is None and stated is None and outcome.dependent:
         # Said, and still checked as position-free: a layer that mixes tokens up (heads split
         # without a transpose) depends on their positions as much as an unknown encoding does,
         # and behaviour can't tell the two apart.
-        notes.append("its output depends on the tokens' positions (probed: moving the tokens "
-                     "changes more than their order), and no RoPE or ALiBi hypothesis "
-                     "reproduces it and no name suggests one: checked as position-free (if it "
-                     "has a position encoding, declare it: --rope, --alibi, or "
-                     "--position-encoding rotary|alibi to skip the reference's comparisons)")
+        notes.append(Note(
+            "its output depends on the tokens' positions (probed: moving the tokens changes "
+            "more than their order), and no RoPE or ALiBi hypothesis reproduces it and no name "
+            "suggests one: checked as position-free",
+            Remedy((Option("rope", None, "hold it to the RoPE it has"),
+                    Option("alibi", "standard", "hold it to the paper's ALiBi"),
+                    Option("position_encoding", None, "skip the reference's comparisons")))))
     if stated == "none":
         found = None
         notes.append("no position encoding (declared)")
@@ -92,17 +96,19 @@ def encoding_inside(plan: Plan, declared: Declarations, capabilities: Capabiliti
         kind, evidence = found
         origin = "declared" if evidence == "declared" else f"inferred from {evidence}"
         capabilities.set(positional=f"{POSITION_WORDS[kind]} ({origin})")
-        text = (f"{POSITION_WORDS[kind]} inside ({origin}"
-                + ("" if evidence == "declared" else "; if not, declare --position-encoding none")
-                + "): the checks that assume position-free attention skip")
+        options = () if evidence == "declared" else (
+            Option("position_encoding", "none", "say it has none"),)
+        text = (f"{POSITION_WORDS[kind]} inside ({origin}): the checks that assume "
+                "position-free attention skip")
         if kind in ("rotary", "alibi"):
             capabilities.set(relative=kind)
             text += "; position_shift checks that shifting every position changes nothing"
         if kind == "alibi":
             capabilities.set(alibi=declared.alibi or "measured")
-            text += ("; alibi measures the slopes" + (
-                " against the paper's (declared)" if declared.alibi == "standard" else
-                " (declare --alibi standard to hold them to the paper's)"))
+            text += "; alibi measures the slopes" + (
+                " against the paper's (declared)" if declared.alibi == "standard" else "")
+            if declared.alibi != "standard":
+                options += (Option("alibi", "standard", "hold the slopes to the paper's"),)
         held = declared_encoding(kind, declared)
         if held is not None:
             # Behaviour could not reproduce it, but what is meant is declared: the reference
@@ -110,11 +116,11 @@ def encoding_inside(plan: Plan, declared: Declarations, capabilities: Capabiliti
             capabilities.set(encoding=held)
             text += (f"; no encoding behaviour tried reproduces its output, so the reference "
                      f"checks hold it to the declared {held.describe()}")
-        notes.append(text)
+        notes.append(Note(text, Remedy(options) if options else None))
 
 
 def alibi_counting(plan: Plan, capabilities: CapabilitiesFound, layout: WeightLayout | None, label: str,
-                   heads: int, head_dim: int, notes: list[str]) -> None:
+                   heads: int, head_dim: int, notes: list[str | Note]) -> None:
     """Whether ALiBi's positions count every token or only the kept ones (BLOOM's
     ``build_alibi_tensor`` numbers the tokens by the mask's cumulative sum): decided by which
     reproduces its output under a mask with padding before kept keys, at the kept rows."""
@@ -167,7 +173,7 @@ POSITION_FORM_WORDS = {PositionForm.IDS: "(B, L) int64", PositionForm.VECTOR: "(
 
 
 def position_input(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound,
-                   notes: list[str]) -> None:
+                   notes: list[str | Note]) -> None:
     """A position argument the suite can fill (declared, or read from its name)."""
     stated_positions = declared.position_argument()
     if stated_positions is not None:

@@ -227,13 +227,13 @@ PRECEDENTS = {"keep": "OpenNMT reads its `mask` so",
 def _polarity_doubt(argument: str, family: str, convention: MaskConvention,
                     name_settles: bool) -> str:
     """The warning for a mask read with the polarity opposite to its name's usual one: the
-    evidence, the precedent, and the two remedies (declare it, or invert it)."""
+    evidence, the precedent, and the two readings (intended, or inverted); declaring the
+    polarity settles it (the remedy beside it, see ``features.mask_form``)."""
     usual = "strongly" if name_settles else "usually"
     return (f"{argument}: behaves as a mask read as {convention.describe()}, the opposite of "
             f"what a mask named {argument!r} {usual} means ({USUAL_POLARITY[family]}); with "
             f"that polarity masked keys are invisible and kept keys visible (probed on two "
-            f"shapes). If that is intended ({PRECEDENTS[family]}), declare --mask "
-            f"{replace(convention, argument=argument).spec()}; if not, the mask is inverted")
+            f"shapes): intended ({PRECEDENTS[family]}), or the mask is inverted")
 
 
 def _drops_causality(search: MaskSearch, padding: MaskConvention, whole: MaskConvention,
@@ -247,7 +247,7 @@ def _drops_causality(search: MaskSearch, padding: MaskConvention, whole: MaskCon
         f"keys, but with it the module is no longer causal (a mask keeping every key changes the "
         f"output), although a padding mask can carry no causality; only as the whole mask, "
         f"causality included ({whole.describe()}), does it behave: checked with the padding mask "
-        "(see causal); declare the whole mask if that is the contract")
+        "(see causal)")
     return search
 
 

@@ -20,6 +20,7 @@ from conformance.inference.kv_cache import CacheProtocol, confirm
 from conformance.inference.plan import InferenceError, Plan
 from conformance.inference.probing import probe_case
 from conformance.model.forms import CacheStyle
+from conformance.model.remedies import Remedy
 from conformance.numerics.tolerance import abs_error, reordering_tolerance
 from conformance.subject.boundary import ImplementationError, Inputs, Instance
 
@@ -62,7 +63,7 @@ def plain_state(plan: Plan, capabilities: CapabilitiesFound, build, heads: int, 
             f"{label}: keeps state between calls: the same call gave outputs {change:.2g} apart "
             "before and after a call with other tokens (a cache that every call writes and "
             "reads?); the checks call it as a function of its inputs: reset its state in a "
-            "wrapper, or declare its cache (--kv-cache STYLE@ARG)")
+            "wrapper", Remedy.to("kv_cache", None, "have it checked as a cache"))
 
 
 STATE_SHIFT = 2

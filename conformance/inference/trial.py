@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from conformance.inference.plan import InferenceError, Plan, first_call
+from conformance.inference.plan import SIZES_REMEDY, InferenceError, Plan, first_call
 from conformance.inference.roles import ConstructorRoles
 from conformance.model.spec import Config
 
@@ -116,9 +116,8 @@ def fill_by_trial(plan: Plan, label: str) -> tuple[Plan, list[str]]:
     if joint is None:
         raise InferenceError(
             f"{label}: can't fill constructor argument(s) {', '.join(unknown)}: no integer "
-            f"tried ({', '.join(map(str, VALUES))}) builds it and runs its forward; give them "
-            "defaults, name the width/head-count/head-width one with --width-arg / --heads-arg "
-            "/ --head-dim-arg, or declare it with conformance.implementation(...)")
+            f"tried ({', '.join(map(str, VALUES))}) builds it and runs its forward: give them "
+            "defaults, or name the argument that sets a size", SIZES_REMEDY)
     roles: ConstructorRoles = bare.roles
     init = dict(bare.init)
     notes = []

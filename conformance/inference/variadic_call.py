@@ -13,7 +13,8 @@ import inspect
 from dataclasses import replace
 
 from conformance.inference.convention import ForwardConvention
-from conformance.inference.plan import InferenceError, Plan, first_call
+from conformance.inference.plan import CALL_REMEDY, InferenceError, Plan, first_call
+from conformance.model.remedies import Note
 from conformance.model.spec import Config
 from conformance.subject.output_shape import output_problem
 
@@ -36,7 +37,7 @@ def _described(call: str, inputs: tuple[str, ...], by_keyword: bool) -> str:
     return f"forward({shown})"
 
 
-def settle_by_trial(plan: Plan, label: str) -> tuple[ForwardConvention, str]:
+def settle_by_trial(plan: Plan, label: str) -> tuple[ForwardConvention, Note]:
     """The convention a variadic forward works with (see the module docstring), with a note;
     InferenceError where no form gives attention's output."""
     config = Config(batch=2, q_len=5, kv_len=5, d_model=8,
@@ -54,10 +55,9 @@ def settle_by_trial(plan: Plan, label: str) -> tuple[ForwardConvention, str]:
         output = output[0] if isinstance(output, tuple) and output else output
         problem = output_problem(output, (config.batch, config.q_len, config.d_model))
         if problem is None:
-            return convention, (f"forward takes *args/**kwargs: called as "
-                                f"{_described(call, inputs, by_keyword)} (tried: it returns "
-                                "attention's output; declare --call to choose another form)")
+            return convention, Note(f"forward takes *args/**kwargs: called as "
+                                    f"{_described(call, inputs, by_keyword)} (tried: it "
+                                    "returns attention's output)", CALL_REMEDY)
         tried.append(f"{_described(call, inputs, by_keyword)} returned {problem.reason}")
     raise InferenceError(f"{label}: forward takes *args/**kwargs and no call form gives "
-                         f"attention's output ({'; '.join(tried)}): declare the call with "
-                         "--call self or --call qkv")
+                         f"attention's output ({'; '.join(tried)})", CALL_REMEDY)

@@ -30,6 +30,7 @@ from conformance.inference.weight_search import (
 from conformance.inference.weight_trace import trace
 from conformance.model.forms import PositionEncoding, Rotary
 from conformance.model.layouts import ParameterProjections, RelabelledHeads
+from conformance.model.remedies import Note, Option, Remedy
 from conformance.model.weights import WeightLayout, WeightLayoutError, user_path
 from conformance.numerics.reference import reference_attention
 from conformance.subject.boundary import ImplementationError, Inputs
@@ -40,6 +41,9 @@ Build = Callable[[int, int, "int | None"], ModuleInstance]
 
 LENGTH = 11
 """Tokens in the reproduction's inputs: enough positions to tell RoPE's thetas apart."""
+
+WEIGHTS_REMEDY = Remedy.to("weights", "q,k,v[,o]", "name its projections")
+KV_HEADS_REMEDY = Remedy.to("kv_heads_arg", None, "name the argument that sets them, if one does")
 
 
 @dataclass
@@ -91,7 +95,7 @@ def _other(pairs: tuple[tuple[int, int], ...] | None, heads: int) -> tuple[int, 
 
 def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
          kv_argument: str | None, pairs: tuple[tuple[int, int], ...] | None,
-         max_len: int | None, notes: list[str], grouping: str | None = None,
+         max_len: int | None, notes: list[str | Note], grouping: str | None = None,
          rope: tuple[str, float | None, float | None] | None = None,
          output_applied: bool = False) -> WeightOutcome:
     """The weight step (see the module docstring); every finding goes into ``notes``.
@@ -131,9 +135,9 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
     if found.layout is None:
         called = ", ".join(dict.fromkeys(user_path(s.path)
                                          for s in found_trace.sources)) or "none"
-        notes.append(f"no assignment of its parameters to q, k, v (and an output projection) "
-                     f"fits: called layers with a 2-D weight: {called}; the checks that need "
-                     "weights are skipped (declare them with --weights q,k,v[,o])")
+        notes.append(Note(f"no assignment of its parameters to q, k, v (and an output "
+                          f"projection) fits: called layers with a 2-D weight: {called}; the "
+                          "checks that need weights are skipped", WEIGHTS_REMEDY))
         return outcome
     encoding, unexplained = found.encoding if found.reproduced else None, ()
     if encoding is not None and encoding.rotary is not None:
@@ -157,8 +161,9 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
                 "published RoPE (a sign-flipped rotate_half: cat(x2, -x1) for cat(-x2, x1)): "
                 "attention is still relative, but weights trained in the usual convention "
                 "(a checkpoint loaded into it) see every relative distance negated")
-            notes.append(outcome.variant_doubt + " (probed: only the reversed rotation "
-                         "reproduces its output; declare --rope to hold it to the usual one)")
+            notes.append(Note(outcome.variant_doubt + " (probed: only the reversed rotation "
+                              "reproduces its output)",
+                              Remedy.to("rope", None, "hold it to the usual one")))
     if encoding is not None and encoding.alibi is not None and encoding.alibi.scaled:
         outcome.variant_doubt = (
             "its ALiBi bias is added before the logits' 1/sqrt(head_dim) scaling (Falcon-RW's "
@@ -197,25 +202,27 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
         outcome.weights_doubt = (
             f"{name} has the shape of an output projection but the forward never calls it: "
             "the output is the concatenated heads, which is attention without an output "
-            f"projection; if {name} is meant to be applied, it is skipped (declare "
-            "--output-projection applied to check it as the output projection)")
-        notes.append(outcome.weights_doubt + " (see reference)")
+            f"projection; if {name} is meant to be applied, it is skipped")
+        notes.append(Note(outcome.weights_doubt + " (see reference)",
+                          Remedy.to("output_projection", "applied",
+                                    "check it as the output projection")))
     if isinstance(found.layout, RelabelledHeads) and grouping is None:
         outcome.kv_doubt = (
             "query head h reads key/value head h mod Hkv (tiled, as x-transformers and "
             "torch's repeat pair them), not h // G (interleaved: HuggingFace's repeat_kv, "
             "SDPA's enable_gqa): a relabelling of the heads, correct attention either way, "
             "but checkpoints in the other convention load wrongly")
-        notes.append(outcome.kv_doubt + " (probed: only the tiled reading reproduces its "
-                     "output; declare --kv-grouping tiled to accept it, or interleaved to hold "
-                     "it to HuggingFace's)")
+        notes.append(Note(outcome.kv_doubt + " (probed: only the tiled reading reproduces its "
+                          "output)", Remedy((Option("kv_grouping", "tiled", "accept it"),
+                                             Option("kv_grouping", "interleaved",
+                                                    "hold it to HuggingFace's")))))
     elif grouping is not None and outcome.kv_heads is not None:
         notes.append(f"key/value heads grouped {grouping} (declared)")
     return outcome
 
 
 def _as_stated(measured: Rotary, cls: type, rope: tuple[str, float | None, float | None] | None,
-               head_dim: int, notes: list[str]) -> Rotary:
+               head_dim: int, notes: list[str | Note]) -> Rotary:
     """The RoPE the reference holds the module to: what it does, unless what it states (a
     declaration, or its constructor's theta / rotary-fraction defaults) differs; then what it
     states, and the difference is said (reference fails, naming it)."""
@@ -242,9 +249,9 @@ def _as_stated(measured: Rotary, cls: type, rope: tuple[str, float | None, float
                            f"it states {expected.rotated_dims(head_dim)}")
     if not differences:
         return measured
-    notes.append(f"RoPE: its output is reproduced as {measured.describe()}, but it "
-                 + "; ".join(differences) + ": the reference holds it to what it states "
-                 "(declare --rope to state otherwise)")
+    notes.append(Note(f"RoPE: its output is reproduced as {measured.describe()}, but it "
+                      + "; ".join(differences) + ": the reference holds it to what it states",
+                      Remedy.to("rope", None, "state otherwise")))
     return expected
 
 
@@ -329,7 +336,7 @@ def _skipped_output(found_trace, layout: WeightLayout, root, heads: int) -> str 
 
 def _confirmed(build: Build, found: Found, call: str, causal: bool,
                pairs: tuple[tuple[int, int], ...] | None, heads: int, length: int,
-               threshold: float, notes: list[str]) -> bool:
+               threshold: float, notes: list[str | Note]) -> bool:
     """Whether the layout also reads (and, where it reproduced, reproduces) at another head
     count; says why not."""
     other = _other(pairs, heads)
@@ -345,9 +352,9 @@ def _confirmed(build: Build, found: Found, call: str, causal: bool,
     weights = consistent(found.layout, instance.module, other[0], width,
                          found_trace.output.shape[-1], found_trace.used)
     if weights is None:
-        notes.append(f"weights {found.layout.describe().removeprefix('weights from ')} fit "
-                     f"{heads} heads but not {other[0]}: the checks that need weights are "
-                     "skipped (declare them with --weights)")
+        notes.append(Note(f"weights {found.layout.describe().removeprefix('weights from ')} "
+                          f"fit {heads} heads but not {other[0]}: the checks that need weights "
+                          "are skipped", WEIGHTS_REMEDY))
         return False
     if found.reproduced:
         error = reproduction_error(weights, found_trace, causal, found.encoding)
@@ -358,7 +365,7 @@ def _confirmed(build: Build, found: Found, call: str, causal: bool,
 
 
 def _kv_heads(build: Build, layout: WeightLayout, kv_argument: str | None, heads: int,
-              head_dim: int, kv: int | None, pairs, notes: list[str]) -> int | str | None:
+              head_dim: int, kv: int | None, pairs, notes: list[str | Note]) -> int | str | None:
     """``"config"`` when a constructor argument sets the key/value heads (confirmed: built
     with fewer, the layout reads that many), an int the module fixes at every head count, or
     None."""
@@ -382,11 +389,11 @@ def _kv_heads(build: Build, layout: WeightLayout, kv_argument: str | None, heads
         return None
     values = set(counts.values())
     if len(values) != 1:
-        notes.append(f"key/value heads {counts} for the head counts tried: grouped-query "
-                     "attention whose count follows no rule (declare --kv-heads-arg NAME)")
+        notes.append(Note(f"key/value heads {counts} for the head counts tried: grouped-query "
+                          "attention whose count follows no rule", KV_HEADS_REMEDY))
         return None
     (count,) = values
-    notes.append(f"{count} key/value head(s) at every head count (read from the projections: "
-                 "grouped-query attention whose constructor fixes them; if an argument sets "
-                 "them, declare --kv-heads-arg NAME)")
+    notes.append(Note(f"{count} key/value head(s) at every head count (read from the "
+                      "projections: grouped-query attention whose constructor fixes them)",
+                      KV_HEADS_REMEDY))
     return count

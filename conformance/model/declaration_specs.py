@@ -2,18 +2,22 @@
 
 The command line's flags, pytest's ``--attention-declare``, the validation of a
 ``pyproject.toml`` table and of a rubric's ``interface``, and the reference table in the docs
-(``docs/declarations.md``, written by ``python -m conformance.model.declaration_specs``) are all
-made from :data:`SPECS`. A new declaration is one entry here and one field of
-:class:`~conformance.model.declarations.Declarations` (a test holds the two to each other).
+(``docs/declarations.md``, written by ``python -m conformance.frontends.declarations_page``)
+are all made from :data:`SPECS`, and so are the fields of
+:class:`~conformance.model.declarations.Declarations`: a new declaration is one entry here (a
+test adds one and finds it in every front end).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
-from conformance.model.declarations import DeclarationError, Declarations
+Declarations = Any
+"""A :class:`~conformance.model.declarations.Declarations`: made from this table, so never
+imported here (the readers below call its methods)."""
 
 
 class Form(str, Enum):
@@ -31,8 +35,10 @@ class Form(str, Enum):
 class DeclarationSpec:
     """One declaration: ``name`` (the Declarations field), the ``grammar`` of its value, its
     ``help``, its ``choices`` where it is one of a few words, how it is written (``form``),
-    the flag where it is not ``--name`` with dashes, and ``read``, which parses it from
-    Declarations (raising DeclarationError with one line) where more than a choice is checked."""
+    the flag's name where it is not the name with dashes, ``read``, which parses it from
+    Declarations (raising DeclarationError with one line) where more than a choice is checked,
+    and the ``type`` of its value as Declarations holds it (text, unless ``form`` repeats
+    it)."""
 
     name: str
     grammar: str
@@ -41,6 +47,14 @@ class DeclarationSpec:
     form: Form = Form.VALUE
     flag_name: str | None = None
     read: Callable[[Declarations], object] | None = None
+    type: Any = None
+
+    @property
+    def value_type(self) -> Any:
+        """What Declarations holds for it: ``str``, or a tuple of them where it repeats."""
+        if self.type is not None:
+            return self.type
+        return tuple[str, ...] if self.form is Form.REPEATED else str
 
     @property
     def key(self) -> str:
@@ -49,7 +63,8 @@ class DeclarationSpec:
 
     @property
     def flag(self) -> str:
-        return self.flag_name or f"--{self.key}"
+        """The command line's flag (the front ends spell it; the table names it)."""
+        return f"--{self.flag_name or self.key}"
 
     def check(self, declarations: Declarations) -> None:
         """Raise DeclarationError where the declared value does not parse."""
@@ -118,10 +133,10 @@ SPECS: tuple[DeclarationSpec, ...] = (
                     "nn.MultiheadAttention's packed in_proj, or none",
                     read=lambda d: d.weight_layout("inner")),
     DeclarationSpec("init", "NAME=VALUE", "a constructor keyword, e.g. causal=True (repeatable; "
-                    "a table in TOML)", form=Form.REPEATED),
+                    "a table in TOML)", form=Form.REPEATED, type=tuple[tuple[str, object], ...]),
     DeclarationSpec("mask_formats", "KIND:LAYOUT",
                     "another mask format it accepts (repeatable; a list in TOML)",
-                    form=Form.REPEATED, flag_name="--mask-format",
+                    form=Form.REPEATED, flag_name="mask-format",
                     read=lambda d: d.alternative_masks("mask")),
     DeclarationSpec("kv_heads_arg", "NAME",
                     "the constructor argument for the key/value heads (grouped-query)"),
@@ -158,36 +173,4 @@ def validate(declarations: Declarations) -> Declarations:
     return declarations
 
 
-def unspecified() -> list[str]:
-    """Declarations fields with no spec, or specs with no field (a test keeps this empty)."""
-    names = {f.name for f in fields(Declarations)}
-    return sorted(names ^ set(BY_NAME))
-
-
-def reference_table() -> str:
-    """The docs' reference table of every declaration (``docs/declarations.md``)."""
-    lines = ["# Declarations", "",
-             "What a declaration overrides of inference, item by item. The same names everywhere:",
-             "`--FLAG` on the command line, `--attention-declare NAME=VALUE` in pytest,",
-             "`[tool.attention-conformance.declare.\"IMPL\"]` in `pyproject.toml`, a rubric's",
-             "`interface = {...}`, and `declare={...}` in Python. This page is generated from",
-             "`conformance/model/declaration_specs.py` (`python -m",
-             "conformance.model.declaration_specs > docs/declarations.md`); a test keeps it so.",
-             "", "| name (TOML, pytest) | flag | value | what it declares |",
-             "| --- | --- | --- | --- |"]
-    for spec in SPECS:
-        flag = spec.flag + ("" if spec.form is Form.SWITCH else f" {spec.grammar.split(' ')[0]}")
-        value = spec.grammar.replace("|", "\\|")
-        lines.append(f"| `{spec.key}` | `{flag}` | `{value}` | {spec.help} |")
-    return "\n".join(lines) + "\n"
-
-
-def main() -> None:  # pragma: no cover - writes the docs page
-    print(reference_table(), end="")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
-
-
-__all__ = ["BY_NAME", "SPECS", "DeclarationError", "DeclarationSpec", "Form", "validate"]
+__all__ = ["BY_NAME", "SPECS", "DeclarationSpec", "Form", "validate"]

@@ -10,11 +10,12 @@ them is :mod:`conformance.model.declaration_sources`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import field, fields, make_dataclass
 
 import torch
 
 from conformance.errors import ConformanceError
+from conformance.model.declaration_specs import SPECS
 from conformance.model.declared_layouts import FusedProjection, PackedInProjection, SeparateProjections
 from conformance.model.forms import (
     QUERY_AXIS_LAYOUTS,
@@ -32,37 +33,18 @@ class DeclarationError(ConformanceError):
     """A declaration that can't be read; one line."""
 
 
-@dataclass(frozen=True)
-class Declarations:
-    """What the user declared; ``None`` leaves the item to inference."""
+_Declared = make_dataclass(
+    "_Declared",
+    [(spec.name, spec.value_type | None, field(default=None)) for spec in SPECS],
+    frozen=True, kw_only=True)
+"""One field per declaration of the table, ``None`` until declared (its value as written)."""
+_Declared.__module__ = __name__  # where pickle and the docs find it
 
-    call: str | None = None
-    mask: str | None = None
-    causal: str | None = None
-    width_arg: str | None = None
-    heads_arg: str | None = None
-    head_dim_arg: str | None = None
-    weights: str | None = None
-    init: tuple[tuple[str, object], ...] | None = None
-    mask_formats: tuple[str, ...] | None = None
-    sequence_first: str | None = None
-    dtypes: str | None = None
-    kv_heads_arg: str | None = None
-    window_arg: str | None = None
-    positions: str | None = None
-    position_encoding: str | None = None
-    alibi: str | None = None
-    kv_cache: str | None = None
-    packed: str | None = None
-    batch_first: str | None = None
-    returns: str | None = None
-    layout: str | None = None
-    causal_alignment: str | None = None
-    kv_grouping: str | None = None
-    padded_queries: str | None = None
-    rope: str | None = None
-    output_projection: str | None = None
-    constructor: str | None = None
+
+class Declarations(_Declared):
+    """What the user declared, as written: a field for each declaration of
+    :data:`~conformance.model.declaration_specs.SPECS` (``mask``, ``width_arg``, ...), given
+    by keyword, ``None`` leaving the item to inference; the methods parse them."""
 
     def any(self) -> bool:
         return any(getattr(self, f.name) is not None for f in fields(self))

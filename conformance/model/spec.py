@@ -23,6 +23,7 @@ from conformance.model.forms import (
     RelativeEncoding,
     Setting,
 )
+from conformance.model.remedies import Note, as_notes
 
 if TYPE_CHECKING:
     from conformance.model.weights import WeightLayout
@@ -94,20 +95,48 @@ DEFAULT_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
 
 
 @dataclass(frozen=True)
+class Doubts:
+    """What inference could not settle about what it found, each in words (the evidence), for
+    the check that reports it; None where nothing is in doubt.
+
+    Attributes:
+        mask_problem: why a mask argument it has could not be given a convention (none found
+            makes masked keys invisible); ``padding`` fails with it once, the other mask checks
+            skip.
+        mask_polarity: a mask accepted with the polarity opposite to its argument's name's
+            usual one, and the declaration that states it; ``padding`` gives it as a warning.
+        mask_assumed: why the mask convention was assumed rather than confirmed (none makes
+            masked keys invisible; this one runs and only leaks); ``padding`` says so beside
+            the leak it finds.
+        kv_grouping: grouped key/value heads paired h mod Hkv (tiled), a relabelling that is a
+            bug only where HuggingFace's interleaved pairing (h // G) was meant; ``kv_groups``
+            gives it as a warning.
+        weights: a layer the forward never calls with the shape of the projection the layout
+            lacks (an output projection defined and skipped?); ``reference`` warns.
+        encoding: head widths left out of generation because no position-encoding hypothesis
+            reproduces the output there (RoPE at an odd or one-dimensional width);
+            ``reference`` warns.
+        variant: a variant of the published position encoding (a RoPE turned the other way
+            round, ALiBi added before the logits' scaling), intent only its author knows;
+            ``reference`` warns.
+    """
+
+    mask_problem: str | None = None
+    mask_polarity: Note | None = None
+    mask_assumed: str | None = None
+    kv_grouping: str | None = None
+    weights: str | None = None
+    encoding: str | None = None
+    variant: str | None = None
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What an implementation declares it can do; checks needing more SKIP with the reason.
 
     Attributes:
         call: the call convention.
         mask: how it takes a padding mask, or ``None`` when it takes none.
-        mask_problem: why a mask argument it has could not be given a convention (inference
-            found none that makes masked keys invisible); ``padding`` fails with it once, the
-            other mask checks skip.
-        mask_doubt: what inference could not decide about the mask it accepted (a polarity the
-            argument's name does not settle); ``padding`` gives it as a warning.
-        mask_assumed: why ``mask`` was assumed rather than confirmed (no convention makes
-            masked keys invisible; this one runs and only leaks); ``padding`` says so beside
-            the leak it finds.
         causal: whether it masks the future.
         causal_argument: keyword that turns causality on, when ``causal == "optional"``.
         cross_attention: whether ``kv_len != q_len`` is supported (``"qkv"`` only).
@@ -148,26 +177,12 @@ class Capabilities:
         encoding: the relative position encoding the float64 reference applies for it (RoPE,
             ALiBi); where set, the checks that compare with the reference run (``positional``
             then only describes it).
-        kv_doubt: what inference could not decide about grouped key/value heads: the module
-            pairs query head h with key/value head h mod Hkv (tiled), a relabelling of the
-            heads that is a bug only where HuggingFace's interleaved pairing (h // G) was
-            meant; ``kv_groups`` gives it as a warning.
-        weights_doubt: what behaviour can't settle about the weights it found: a layer the
-            forward never calls with the shape of the projection the layout lacks (an output
-            projection defined and skipped?); ``reference`` gives it as a warning.
         float32_parts: torch functions inference saw producing float32 tensors inside a
             float64 forward (HuggingFace's RoPE tables, a float32 softmax): float64 runs are
             then judged with float32 tolerances.
-        encoding_doubt: head widths left out of generation because no position-encoding
-            hypothesis reproduces the module's output there (RoPE at an odd or one-dimensional
-            width); ``reference`` gives it as a warning.
         configured: the constructor settings the module's behaviour is measured to follow,
             as ``(Setting, argument)`` pairs (an inferred module's ``rope_theta=``, say):
             ``configuration`` builds each with another value and checks the behaviour follows.
-        variant_doubt: what behaviour can't settle about the position encoding it found: a
-            variant of the published one (a RoPE turned the other way round, ALiBi added before
-            the logits' scaling), intent only its author knows; ``reference`` gives it as a
-            warning.
         padded_queries: what a self-attention module promises at a padded query position
             (``zero``, ``self``, ``any``); None leaves those rows unjudged.
         returns_tensor: forward is declared to return one tensor: a tuple is a contract
@@ -178,13 +193,11 @@ class Capabilities:
             autograd, or a backward that raises NotImplementedError), probed: the checks'
             gradient parts skip, ``autograd`` skips; a backward that crashes otherwise is a bug
             and fails.
+        doubts: what inference could not settle about what it found (see Doubts).
     """
 
     call: CallConvention = "self"
     mask: MaskConvention | None = None
-    mask_problem: str | None = None
-    mask_doubt: str | None = None
-    mask_assumed: str | None = None
     causal: Causality = "never"
     causal_argument: str | None = None
     cross_attention: bool = False
@@ -215,16 +228,13 @@ class Capabilities:
     max_seqlen_argument: str | None = None
     max_batch: int | None = None
     encoding: PositionEncoding | None = None
-    kv_doubt: str | None = None
-    weights_doubt: str | None = None
-    encoding_doubt: str | None = None
     float32_parts: tuple[str, ...] = ()
-    variant_doubt: str | None = None
     configured: tuple[tuple[Setting, str], ...] = ()
     padded_queries: PaddedQueries | None = None
     returns_tensor: bool = False
     kernel: KernelArguments | None = None
     forward_only: bool = False
+    doubts: Doubts = Doubts()
 
     def describe(self) -> str:
         call = "self-attention f(x[, mask])" if self.call == "self" else "f(q, k, v[, mask])"
@@ -275,12 +285,14 @@ class Implementation:
     expected_failures: Mapping[str, str] = field(default_factory=dict)
     expected_warnings: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
-    notes: tuple[str, ...] = ()
-    """What was inferred rather than declared, in words (see conformance.inference)."""
+    notes: tuple[Note, ...] = ()
+    """What was inferred rather than declared, in words, each with the declaration that states
+    it otherwise (see conformance.inference); plain strings are taken as notes without one."""
     benchmark: bool = True
     """Whether ``attention-conformance bench`` includes it by default (mutants: no)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "notes", as_notes(self.notes))
         if self.capabilities.weights != (self.weight_layout is not None):
             # The declaration follows the layout: one source of truth for weight access.
             object.__setattr__(

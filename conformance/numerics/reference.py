@@ -30,12 +30,28 @@ FullyMaskedPolicy = Literal["zeros", "nan", "uniform"]
 
 @dataclass(frozen=True)
 class ReferenceResult:
-    """``output`` (B, Lq, D_out), ``attention`` weights (B, H, Lq, Lk), and each row's
-    log-sum-exp of its (scaled, masked) logits ``lse`` (B, H, Lq), natural log."""
+    """``output`` (B, Lq, D_out), ``attention`` weights (B, H, Lq, Lk), each row's log-sum-exp
+    of its (scaled, masked) logits ``lse`` (B, H, Lq), natural log, and what the weights were
+    computed from and applied to: the ``scores`` (B, H, Lq, Lk; scaled, biased, -inf where a
+    key is not allowed) and the per-head ``values`` (B, H, Lk, Dv)."""
 
     output: torch.Tensor
     attention: torch.Tensor
     lse: torch.Tensor
+    scores: torch.Tensor
+    values: torch.Tensor
+
+
+def attention_output(attention: torch.Tensor, values: torch.Tensor,
+                     weights: HeadWeights) -> torch.Tensor:
+    """The layer's output (B, Lq, D_out) for attention weights (B, H, Lq, Lk) over per-head
+    ``values`` (B, H, Lk, Dv): the heads concatenated, then ``weights``' output projection
+    where it has one."""
+    batch, _, q_len, _ = attention.shape
+    concat = (attention @ values).transpose(1, 2).reshape(batch, q_len, -1)
+    if weights.w_o is None:
+        return concat
+    return concat @ weights.w_o.to(concat).T + weights.b_o.to(concat)
 
 
 def allowed_keys(batch: int, q_len: int, kv_len: int, keep: torch.Tensor | None, causal: bool,
@@ -67,7 +83,6 @@ def reference_attention(
     scale: float | None = None,
     fully_masked: FullyMaskedPolicy = "zeros",
     dtype: torch.dtype = torch.float64,
-    softmax_over: Literal["keys", "queries"] = "keys",
     scale_first: bool = True,
     window: int | None = None,
     encoding: PositionEncoding | None = None,
@@ -75,25 +90,23 @@ def reference_attention(
     heads: tuple[int, int, int] | None = None,
     tables_in_dtype: bool = False,
     allowed: torch.Tensor | None = None,
-    zeroed_after: torch.Tensor | None = None,
     softcap: float | None = None,
 ) -> ReferenceResult:
     """Multi-head attention, computed in ``dtype`` (float64 for the reference).
 
     ``query`` (B, Lq, D_in), ``key``/``value`` (B, Lk, D_in); ``keep`` (B, Lk) bool. ``scale``
     defaults to 1/sqrt(head_dim). Passing the case's own dtype gives the suite's plain same-dtype
-    attention, the baseline that tolerances are measured against. ``softmax_over="queries"``
-    computes a known mistake, for diagnosis only. ``scale_first=False`` scales the product
+    attention, the baseline that tolerances are measured against. ``scale_first=False`` scales the product
     instead of q (another rounding path; the same in exact arithmetic). ``window``: a causal
     sliding window of that many keys. ``encoding``: RoPE / ALiBi, tokens from position
     ``start`` on; ``heads`` = (first, total, key/value heads) when the weights are heads first ..
     of a module with ``total`` heads (ALiBi's slopes are per head).
 
-    Known mask mistakes, for diagnosis only: ``allowed`` (B, 1, Lq, Lk) bool replaces the keys
-    ``keep``, ``causal`` and ``window`` allow (an inverted mask, a causal diagonal off by one);
-    ``zeroed_after`` (B, Lk) bool keeps only those keys' weights after the softmax, without
-    renormalising (a mask applied after the softmax). ``softcap`` c caps the scaled logits to
-    c tanh(s / c) before masking (Gemma 2's, FlashAttention's ``softcap``).
+    ``allowed`` (B, 1, Lq, Lk) bool replaces the keys ``keep``, ``causal`` and ``window`` allow
+    (a kernel's own alignment or window; a mistaken mask, for diagnosis). ``softcap`` c caps
+    the scaled logits to c tanh(s / c) before masking (Gemma 2's, FlashAttention's
+    ``softcap``). A bug is simulated by the diagnosis from what the result holds (its scores
+    and values), never here.
     """
     w = weights.expanded().map(lambda t: t.to(dtype))
     q_in, k_in, v_in = (t.to(dtype) for t in (query, key, value))
@@ -119,21 +132,14 @@ def reference_attention(
     logits = logits.masked_fill(~allowed, float("-inf"))
     empty_rows = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, Lq, 1)
     # Softmax of a row of -inf is NaN; give those rows finite logits and apply the policy after.
-    attention = torch.softmax(logits.masked_fill(empty_rows, 0.0),
-                              dim=-1 if softmax_over == "keys" else -2)
+    attention = torch.softmax(logits.masked_fill(empty_rows, 0.0), dim=-1)
     if fully_masked == "zeros":
         attention = attention.masked_fill(empty_rows, 0.0)
     elif fully_masked == "nan":
         attention = attention.masked_fill(empty_rows, float("nan"))
     # "uniform": softmax of equal (zero) logits already spreads evenly over every key.
-    if zeroed_after is not None:
-        attention = attention * zeroed_after.to(attention)[:, None, None, :]
-
-    heads = attention @ v  # (B, H, Lq, Dv)
-    concat = heads.transpose(1, 2).reshape(batch, q_len, -1)
-    output = concat if w.w_o is None else concat @ w.w_o.T + w.b_o
-    return ReferenceResult(output=output, attention=attention,
-                           lse=torch.logsumexp(logits, dim=-1))
+    return ReferenceResult(output=attention_output(attention, v, w), attention=attention,
+                           lse=torch.logsumexp(logits, dim=-1), scores=logits, values=v)
 
 
 def plain_attention(weights: HeadWeights, query: torch.Tensor, key: torch.Tensor,

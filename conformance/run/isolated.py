@@ -18,6 +18,7 @@ from conformance.generation.constraints import discover
 from conformance.generation.strategies import available_devices
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.declarations import Declarations
+from conformance.model.remedies import Note, Remedy, remedy_of
 from conformance.model.results import CheckResult, Status
 from conformance.model.spec import Config, Implementation
 from conformance.model.status import is_load_problem
@@ -41,13 +42,18 @@ Target = tuple[str, "Implementation | Isolated"]
 """An IMPL string, and what it resolves to: an Implementation (checked in this process), or
 Isolated (its implementations checked in worker processes)."""
 
-Interfaces = dict[str, tuple[str, tuple[str, ...]]]
+Interfaces = dict[str, tuple[str, tuple[Note, ...]]]
 """``{implementation: (what it declares, what was inferred)}``, for reports."""
 
 
 class BadInput(ConformanceError):
     """An isolated implementation is not checkable (a syntax or import error, not found, an
-    interface that can't be inferred): one line for the user, as in-process resolution gives."""
+    interface that can't be inferred): one line for the user, as in-process resolution gives,
+    and what to declare where a declaration settles it."""
+
+    def __init__(self, message: str, remedy: Remedy | None = None) -> None:
+        super().__init__(message)
+        self.remedy = remedy
 
 
 def not_loaded(name: str, error: BaseException, devices: Sequence[str] | None,
@@ -59,7 +65,8 @@ def not_loaded(name: str, error: BaseException, devices: Sequence[str] | None,
     reason = f"{getattr(status, 'value', status)}: loading it in the isolated worker: {error}"
     return [CheckResult(name, check, device,
                         Status.FAILED if check == GATE.name else Status.SKIPPED,
-                        reason=reason if check == GATE.name else BLOCKED)
+                        reason=reason if check == GATE.name else BLOCKED,
+                        remedy=remedy_of(error) if check == GATE.name else None)
             for device in (devices or available_devices())
             for check in (list(checks) if checks is not None else list(CHECK_NAMES))]
 
@@ -71,7 +78,7 @@ nor under its Landlock rules (the device files are not in them: "OS call failed"
 
 WORKER_DEVICE_SKIP = ("the isolated worker can't use {device} yet (its address-space limit and "
                       "its Landlock rules keep the driver out): check your own code on {device} "
-                      "with --no-isolate")
+                      "in process (not isolated)")
 
 
 def preflight(subject: Subject) -> None:
@@ -115,7 +122,7 @@ def isolated_results(runner: Runner, spec: str, what: Isolated,
         raise BadInput(f"{spec}: {error}") from None
     except LoadError as error:
         if is_load_problem(error.status):
-            raise BadInput(f"{spec}: {error}") from None
+            raise BadInput(f"{spec}: {error}", error.remedy) from None
         interfaces[origin(spec)] = ("not loaded", ())
         return not_loaded(origin(spec), error, devices, checks)
     names = list(checks) if checks is not None else list(CHECK_NAMES)

@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any
 
 from conformance.errors import ConformanceError
+from conformance.model.remedies import Remedy
 from conformance.model.status import LoadProblem
 from conformance.subject.boundary import ImplementationError
 
@@ -80,14 +81,16 @@ class WorkerError(ImplementationError):
 class LoadError(WorkerError):
     """The submission could not be loaded; ``defined_names`` are the classes and functions its
     target module defines (read from the source, never run), for near-miss suggestions;
-    ``output`` what the worker printed meanwhile (capped), for the teacher."""
+    ``output`` what the worker printed meanwhile (capped), for the teacher; ``remedy`` what
+    to declare, where inference could not settle its interface."""
 
     def __init__(self, status: WorkerStatus, message: str, *,
                  defined_names: Sequence[str] = (), fatal: bool | None = None,
-                 output: str = "") -> None:
+                 output: str = "", remedy: Remedy | None = None) -> None:
         super().__init__(status, message, fatal=fatal)
         self.defined_names = tuple(defined_names)
         self.output = output
+        self.remedy = remedy
 
 
 class WorkerStartError(ConformanceError):
@@ -130,7 +133,7 @@ def how_it_ended(exit_line: Mapping[str, Any] | None, *, bwrap: bool, cpu_second
     used = (exit_line or {}).get("cpu_seconds")
     if number == signal.SIGXCPU or (isinstance(used, (int, float)) and used >= cpu_seconds):
         # SIGXCPU at the soft limit, or SIGKILL at the hard one: a PID namespace's init (the
-        # worker under unshare) ignores SIGXCPU, and unshare then exits with status 1.
+        # worker in namespaces of its own) ignores SIGXCPU, so the hard limit's SIGKILL ends it.
         return (WorkerStatus.CPU_LIMIT,
                 f"the worker used up its {cpu_seconds} CPU seconds during {what}")
     if isinstance(number, int):

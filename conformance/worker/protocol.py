@@ -14,6 +14,7 @@ from typing import Any, Literal
 import torch
 
 from conformance.model.declarations import Declarations
+from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Capabilities, Config
 from conformance.model.weights import HeadWeights
 from conformance.subject.boundary import Gradients, Inputs
@@ -44,7 +45,7 @@ class Declaration:
     capabilities: Capabilities
     weight_layout: str | None
     """The weight layout's one-line description (None: no weight access)."""
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
     expected_failures: dict[str, str] = field(default_factory=dict)
     description: str = ""
 
@@ -118,6 +119,8 @@ class Failure:
     message: str
     status: WorkerStatus | None = None
     defined_names: tuple[str, ...] = ()
+    remedy: Remedy | None = None
+    """What to declare where it can't be loaded as it is (an interface inference can't settle)."""
 
 
 REQUESTS: dict[str, tuple[type, Any]] = {

@@ -33,6 +33,7 @@ import conformance.worker.reachable as reachable
 from conformance.inference.plan import InferenceError
 from conformance.loading.registry import MissingPackage, ResolveError, load_code, resolve
 from conformance.model.declarations import DeclarationError
+from conformance.model.remedies import Remedy, remedy_of
 from conformance.model.spec import Config, Implementation
 from conformance.subject.boundary import CapabilityError, ImplementationError
 from conformance.subject.in_process import ModuleInstance
@@ -197,7 +198,8 @@ class Server:
                 self.pristine.restore()
             found = resolve(request.spec, request.declared)
         except ResolveError as error:
-            raise _LoadFailure(_load_status(error, request.spec), str(error), names) from None
+            raise _LoadFailure(_load_status(error, request.spec), str(error), names,
+                               remedy_of(error)) from None
         except SystemExit as error:
             raise _LoadFailure(WorkerStatus.EXITED,
                                f"loading {request.spec} called sys.exit({error.code!r})",
@@ -303,7 +305,8 @@ class Server:
             out: list[torch.Tensor] = []
             return encode_frame({"id": number, "ok": True, "body": codec.encode(result, out)}, out)
         except _LoadFailure as failure:
-            reply = Failure("status", failure.message, failure.status, failure.names)
+            reply = Failure("status", failure.message, failure.status, failure.names,
+                            failure.remedy)
         except ImplementationError as error:
             if _out_of_memory(error):
                 reply = Failure("status", _memory_message(what, error), WorkerStatus.OUT_OF_MEMORY)
@@ -325,9 +328,10 @@ class Server:
 
 
 class _LoadFailure(Exception):
-    def __init__(self, status: WorkerStatus, message: str, names: tuple[str, ...]) -> None:
+    def __init__(self, status: WorkerStatus, message: str, names: tuple[str, ...],
+                 remedy: Remedy | None = None) -> None:
         super().__init__(message)
-        self.status, self.message, self.names = status, message, names
+        self.status, self.message, self.names, self.remedy = status, message, names, remedy
 
 
 def drop_privileges(uid: int | None, gid: int | None) -> None:

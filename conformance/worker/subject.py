@@ -217,7 +217,7 @@ class IsolatedSubject(Subject):
             worker.close()
             raise LoadError(failure.status or WorkerStatus.INTERFACE_MISMATCH, failure.message,
                             defined_names=failure.defined_names, fatal=False,
-                            output=worker.printed())
+                            output=worker.printed(), remedy=failure.remedy)
         self._defined_names = reply.defined_names
         return reply.implementations
 

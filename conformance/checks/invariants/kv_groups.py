@@ -52,7 +52,7 @@ class KVGroups(Check):
         caps = context.capabilities
         context.explore(cases(caps, context.device, masks="auto", grouped=True),
                         lambda case: self.verify(context, case))
-        context.doubt(caps.kv_doubt,
+        context.doubt(caps.doubts.kv_grouping,
                       "inference can't know which convention was meant: it checked the module in "
                       "its own (tiled)",
                       Remedy((Option("kv_grouping", "interleaved", "hold it to HuggingFace's"),

@@ -48,6 +48,7 @@ UNRESOLVED_HINT = ("if it is meant to read its mask as tried, the mask is not ap
                    "should be; if it reads it another way, that can be declared")
 UNRESOLVED_REMEDY = Remedy((Option("mask", "KIND:LAYOUT@ARGUMENT",
                                    "the way it reads its mask, e.g. keep_bool:per_query@attn_mask"),))
+ASSUMED_REMEDY = Remedy.to("mask", None, "state the mask it takes, if the one assumed is not it")
 
 
 def _positions(row: torch.Tensor) -> list[int]:
@@ -62,22 +63,23 @@ class Padding(Check):
     judges = ("mask",)
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if capabilities.mask is None and not capabilities.mask_problem:
+        if capabilities.mask is None and not capabilities.doubts.mask_problem:
             return "declares no padding mask"
         return None
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
         if caps.mask is None:
-            raise CheckFailed(Violation(caps.mask_problem, hint=UNRESOLVED_HINT,
+            raise CheckFailed(Violation(caps.doubts.mask_problem, hint=UNRESOLVED_HINT,
                                         remedy=UNRESOLVED_REMEDY), None)
         try:
             context.explore(cases(caps, context.device, masks="partly_masked"),
                             lambda case: self.no_influence(context, case))
         except CheckFailed as failure:
-            if caps.mask_assumed and isinstance(failure.error, Violation):
+            if caps.doubts.mask_assumed and isinstance(failure.error, Violation):
                 failure.error.details.append(f"the mask convention was assumed: "
-                                             f"{caps.mask_assumed}")
+                                             f"{caps.doubts.mask_assumed}")
+                failure.error.remedy = failure.error.remedy or ASSUMED_REMEDY
             raise
         if caps.weights:
             context.explore(cases(caps, context.device, masks="partly_masked", probe=True),
@@ -89,9 +91,10 @@ class Padding(Check):
             else:
                 context.observe(f"padded queries declared {caps.padded_queries!r}: not checked "
                                 "(it needs weight access)")
-        context.doubt(caps.mask_doubt,
-                      "inference can't know which polarity was meant: it checked the module with "
-                      "the one it reads; declare the mask to have it checked as intended")
+        polarity = caps.doubts.mask_polarity
+        if polarity is not None:
+            context.doubt(polarity.text, "inference can't know which polarity was meant: it "
+                          "checked the module with the one it reads", polarity.remedy)
 
     def no_influence(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)

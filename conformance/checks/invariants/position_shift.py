@@ -57,7 +57,7 @@ class PositionShift(Check):
             return "run in float32 or float64, and it declares neither"
         if not (_through_positions(capabilities) or _through_mask(capabilities)):
             return ("no way to shift positions alone: it takes no position argument and no mask "
-                    "(declare a position argument with --positions NAME)")
+                    "(the positions declaration names one it has)")
         return None
 
     def run(self, context: CheckContext) -> None:

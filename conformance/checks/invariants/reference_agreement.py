@@ -100,19 +100,19 @@ class ReferenceAgreement(Check):
         context.explore(cases(caps, context.device,
                               masks="auto"),
                         lambda case: self.verify(context, case))
-        context.doubt(caps.weights_doubt,
+        context.doubt(caps.doubts.weights,
                       "behaviour can't tell a skipped projection from a spare layer",
                       Remedy((Option("weights", "q,k,v,o", "check that layer as the output "
                                                            "projection it was meant to be"),
                               Option("output_projection", "applied", "the same, by role"))))
-        context.doubt(caps.variant_doubt,
+        context.doubt(caps.doubts.variant,
                       "behaviour can't tell which variant was meant: it checked the module "
                       "against the encoding it applies",
                       Remedy((Option("rope", "PAIRING[:THETA[:FRACTION]]",
                                      "hold its RoPE to the one meant"),
                               Option("alibi", "standard", "hold its ALiBi to the paper's "
                                                           "slopes"))))
-        context.doubt(caps.encoding_doubt,
+        context.doubt(caps.doubts.encoding,
                       "RoPE is defined on pairs of dimensions: a width where the module's "
                       "rotation is none of them is outside what it can be held to")
 

@@ -121,7 +121,7 @@ def mask_skip_reason(capabilities: Capabilities) -> str | None:
     ``padding`` reports it once)."""
     if capabilities.mask is not None:
         return None
-    if capabilities.mask_problem:
+    if capabilities.doubts.mask_problem:
         return "no mask convention could be inferred for its mask argument (see padding)"
     return "declares no padding mask"
 
