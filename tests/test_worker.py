@@ -111,7 +111,7 @@ def test_a_forked_checker_gets_a_zygote_of_its_own(plain_single):
 
 def test_a_started_worker_gets_the_verdicts_of_a_forked_one(plain_single, monkeypatch):
     """Warm start off (the zygote's fork is what the other tests get): the same verdicts and
-    protections, less the one namespace only the fork adds."""
+    protections."""
     checks = ["gate", "contract", "padding", "reference", "determinism"]
     forked = Runner("quick").run(plain_single, devices=["cpu"], checks=checks)
     monkeypatch.setenv("ATTENTION_CONFORMANCE_WARM_START", "0")
@@ -121,6 +121,95 @@ def test_a_started_worker_gets_the_verdicts_of_a_forked_one(plain_single, monkey
         assert verdicts(Runner("quick").run(started, devices=["cpu"], checks=checks)) == \
             verdicts(forked)
         assert set(started.protections) == set(plain_single.protections)
+
+
+MISBEHAVES = """
+import ctypes, os, signal, time
+
+from conformance import Capabilities, Implementation, SeparateProjections
+
+
+class Misbehaving(MultiHeadAttention):
+    def forward(self, x, mask=None):
+        if x.shape[0] == 1:
+            ctypes.string_at(0)  # a segfault
+        while x.shape[0] == 2:
+            pass
+        # Fatal, but to a PID namespace's init, which ignores what it has no handler for.
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.5)
+        return super().forward(x, mask)
+
+
+declared = Implementation(
+    "misbehaves", lambda c: Misbehaving(c.d_model, c.num_heads), Capabilities(call="self"),
+    SeparateProjections("q_proj", "k_proj", "v_proj", "out_proj"))
+"""
+FORKABLE = [sandbox for sandbox in ("none", "unshare", "landlock") if sandbox in SANDBOXES]
+"""The tiers whose workers the zygote forks (bubblewrap's are always started)."""
+
+
+def _misbehaviour(submission: Path, sandbox: str) -> dict:
+    """What a worker on ``submission`` in ``sandbox`` is and does: its protections, whether it
+    is its PID namespace's init, and how a crash, a hang and a SIGTERM to itself end."""
+    with IsolatedSubject(submission, "attention.py::declared", sandbox=sandbox,
+                         limits=FAST.scaled(max_restarts=3),
+                         timeout=lambda op, config: 1.0 if op == "forward" else 30.0) as subject:
+        seen = {"protections": set(subject.protections),
+                "namespace init": subject._worker.ready.pid == 1}
+        for batch, what in ((1, "crash"), (2, "hang"), (3, "sigterm")):
+            subject.begin_check(what)  # a new worker for each, started the same way
+            instance = subject.instantiate(CONFIG, 0)
+            try:
+                seen[what] = tuple(instance.forward(Inputs.self_attention(
+                    torch.randn(batch, 5, 8))).shape)
+            except WorkerError as error:
+                ended = subject._worker.exit or {}
+                seen[what] = (error.status, str(error), ended.get("code"), ended.get("signal"))
+    return seen
+
+
+def test_a_forked_and_a_started_worker_come_through_one_launcher_alike(tmp_path, monkeypatch):
+    """Forked by the zygote or started cold (warm start off), a worker of each tier the zygote
+    forks is launched by the one launcher, has the same protections (the same namespaces: the
+    supervisor's code enters them either way) and ends the same way when it crashes, hangs, or
+    sends itself SIGTERM (fatal to a plain worker, ignored by a PID namespace's init: the
+    supervisor's own handler is not the worker's, either way)."""
+    import conformance.worker.launcher as launcher
+
+    (tmp_path / "attention.py").write_text((SINGLE / "attention.py").read_text() + MISBEHAVES)
+    launched = []
+    real_start = launcher.start
+
+    def start(launch, **pipes):
+        started = real_start(launch, **pipes)
+        launched.append((launch.sandbox, started.forked))
+        return started
+
+    monkeypatch.setattr(launcher, "start", start)
+    seen = {}
+    for warm in ("1", "0"):
+        monkeypatch.setenv(warm_start.SWITCH, warm)
+        with ThreadPoolExecutor(len(FORKABLE)) as pool:  # the tiers' workers overlap
+            seen[warm] = dict(zip(FORKABLE, pool.map(
+                lambda sandbox: _misbehaviour(tmp_path, sandbox), FORKABLE), strict=True))
+    # Three workers each (one loads and crashes, one hangs, one is sent SIGTERM), forked, then
+    # started.
+    assert sorted(launched) == sorted((sandbox, forked) for sandbox in FORKABLE
+                                      for forked in (True, False) for _ in range(3))
+    assert seen["1"] == seen["0"]
+    for sandbox, seen_there in seen["1"].items():
+        namespaces = sandbox != "none"
+        assert seen_there["namespace init"] == namespaces
+        assert ({"pid namespace", "network namespace", "ipc namespace"}
+                <= seen_there["protections"]) == namespaces
+        assert seen_there["crash"][:2] == (
+            WorkerStatus.CRASHED, "the worker was killed by signal 11 (segfault) during forward")
+        assert seen_there["hang"][:2] == (WorkerStatus.TIMEOUT,
+                                          "forward did not return within 1 s")
+        assert seen_there["sigterm"] == ((3, 5, 8) if namespaces else (
+            WorkerStatus.CRASHED, "the worker was killed by signal 15 (SIGTERM) during forward",
+            None, 15))
 
 
 @pytest.mark.parametrize("sandbox", FILESYSTEM_SANDBOXES)

@@ -37,7 +37,7 @@ FILESYSTEM_SANDBOXES = [pytest.param("bwrap", marks=needs_bwrap),
 
 needs_unshare = pytest.mark.skipif(
     "unshare" not in SANDBOXES,
-    reason="unshare (util-linux) can't make PID and network namespaces here")
+    reason="no PID and network namespaces (with a /proc of their own) can be made here")
 EVERY_SANDBOX = ["none", pytest.param("bwrap", marks=needs_bwrap),
                  pytest.param("landlock", marks=needs_landlock),
                  pytest.param("unshare", marks=needs_unshare)]

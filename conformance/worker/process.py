@@ -1,8 +1,8 @@
 """The checker's side of one worker process: start it, send requests, tell how it failed, stop it.
 
-The supervisor (``supervisor.py``) starts the worker under the limits and owns its process tree:
-the checker's child, or, where the launch allows a warm start, forked by this process's zygote
-(``warm_start.py``) and seen through :class:`ForkedSupervisor` as a child is. Requests and
+The supervisor (``supervisor.py``) starts the worker under the limits and owns its process tree;
+``launcher.py`` starts the supervisor, forked by this process's zygote or started cold, and hands
+back one handle whichever it was (this module never asks which). Requests and
 replies travel on two pipes; the worker's stdout and stderr share a third, drained while waiting
 for replies (the first ``Limits.output_keep`` bytes are kept, the rest counted and dropped:
 printing never stops a worker); the supervisor reports on its status pipe how the worker ended.
@@ -13,12 +13,10 @@ whole tree and the call in flight raises :class:`WorkerError` with the evidence.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import weakref
@@ -30,16 +28,15 @@ from typing import Any, NoReturn
 import torch
 
 import conformance.worker.codec as codec
+import conformance.worker.launcher as launcher
 import conformance.worker.warm_start as warm_start
 from conformance.worker.errors import WorkerError, WorkerStartError, WorkerStatus, how_it_ended
+from conformance.worker.launcher import Supervisor, close_quietly
 from conformance.worker.limits import Limits
 from conformance.worker.protocol import Ready
 from conformance.worker.sandbox import Launch, SandboxKind, plan
 from conformance.worker.scratch import chown_tree, copy_submission, remove_tree
-from conformance.worker.warm_start import ForkedSupervisor
 from conformance.worker.wire import CheckerChannel, Closed, Deadline, Frame, ProtocolError
-
-SUPERVISOR = Path(__file__).with_name("supervisor.py")
 
 
 @dataclass(eq=False)
@@ -53,12 +50,6 @@ class Pending:
     frame: Frame | None = None
     seconds: float | None = None
     """Once answered: how long the worker took (from the reply before it, or its sending)."""
-
-
-def _close_quietly(*fds: int) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
 
 
 class WorkerProcess:
@@ -82,9 +73,10 @@ class WorkerProcess:
         self._in_flight: list[Pending] = []
         self._last_reply = 0.0
         self._fds: list[int] = []
-        self._supervisor: subprocess.Popen | ForkedSupervisor | None = None
+        self._supervisor: Supervisor | None = None
         self.forked = False
-        """Whether the worker was forked by the zygote (a warm start), not started."""
+        """Whether the worker was forked by the zygote (a warm start), not started (nothing
+        else here depends on it)."""
         self._finalizer = weakref.finalize(self, WorkerProcess._cleanup, self._fds,
                                            [None], self._scratch_root)
         scratch = self._scratch_root / "submission"
@@ -125,18 +117,13 @@ class WorkerProcess:
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
         output_r, output_w = os.pipe()
-        config = {"argv": self.launch.argv, "env": self.launch.env, "cwd": self.launch.cwd,
-                  "rlimits": self.launch.rlimits, "remove": str(self._scratch_root),
-                  "fds": {"1": output_w, "2": output_w, "3": request_r, "4": reply_w}}
         self.started = time.monotonic()
         try:
-            self._supervisor = self._forked(config, [output_w, request_r, reply_w]) \
-                or subprocess.Popen(
-                    [sys.executable, "-I", "-S", str(SUPERVISOR), json.dumps(config)],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output_w,
-                    pass_fds=(request_r, reply_w, output_w), start_new_session=True, env={})
+            self._supervisor, self.forked = launcher.start(
+                self.launch, remove=self._scratch_root, output=output_w, request=request_r,
+                reply=reply_w)
         finally:
-            _close_quietly(request_r, reply_w, output_w)
+            close_quietly(request_r, reply_w, output_w)
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, WorkerProcess._cleanup,
                                            [request_w, reply_r, output_r], [self._supervisor],
@@ -173,31 +160,6 @@ class WorkerProcess:
         except (ProtocolError, codec.CodecError) as error:
             self._fail(WorkerStatus.PROTOCOL_ERROR, f"the worker started with a malformed frame: "
                        f"{error}")
-
-    def _forked(self, config: dict[str, Any], fds: list[int]) -> ForkedSupervisor | None:
-        """The supervisor forked by this process's zygote (``warm_start.py``), where the launch
-        allows it; None: start one."""
-        if not (self.launch.forkable and warm_start.enabled()):
-            return None
-        zygote = warm_start.shared(self.launch.env)
-        if zygote is None or (self.launch.namespaces and not zygote.ready.get("namespaces")) \
-                or (self.launch.fresh_proc and not zygote.ready.get("fresh_proc")):
-            return None
-        control_r, control_w = os.pipe()
-        status_r, status_w = os.pipe()
-        config = {**config, "worker_args": list(self.launch.worker_args),
-                  "namespaces": self.launch.namespaces, "fresh_proc": self.launch.fresh_proc}
-        try:
-            pid = zygote.fork(config, [control_r, status_w, *fds])
-        finally:
-            _close_quietly(control_r, status_w)
-        if pid is None:
-            _close_quietly(control_w, status_r)
-            return None
-        self.forked = True
-        if self.launch.namespaces:
-            self.protections = (*self.protections, "ipc namespace")
-        return ForkedSupervisor(pid, control_w, status_r)
 
     # Waiting.
 
@@ -370,7 +332,7 @@ class WorkerProcess:
         self._finalizer()
 
     @staticmethod
-    def _cleanup(fds: list[int], supervisors: list[subprocess.Popen | None],
+    def _cleanup(fds: list[int], supervisors: list[Supervisor | None],
                  scratch_root: Path) -> None:
         for supervisor in supervisors:
             if supervisor is not None and supervisor.poll() is None:
@@ -381,7 +343,7 @@ class WorkerProcess:
                     supervisor.kill()
             if supervisor is not None and supervisor.stdout is not None:
                 supervisor.stdout.close()
-        _close_quietly(*fds)
+        close_quietly(*fds)
         remove_tree(scratch_root)
 
     def printed(self) -> str:

@@ -15,11 +15,18 @@ bubblewrap's are started (an interpreter and torch: a second of CPU each).
   (``confine.py``) after importing torch and the suite, before it reads any request: it may
   read the system directories, the Python installation and the suite, change only its scratch
   directory, and open nothing else (not ``/proc`` beyond its own entry, not ``/tmp``, not the
-  siblings or the rubric); no sockets, no TCP, no keyrings; plus the PID and network
-  namespaces of ``unshare`` where they work.
-- ``unshare`` (util-linux, as root or with user namespaces): new PID and network namespaces; the
-  filesystem is the host's.
+  siblings or the rubric); no sockets, no TCP, no keyrings; plus the namespaces of ``unshare``
+  where they work, but not its ``/proc`` (Landlock leaves the worker only its own entry of the
+  host's, and mounting one fails in some containers where the namespaces work).
+- ``unshare`` (the kernel's namespaces, as root or in a user namespace; no package needed): new
+  PID, network, IPC and UTS namespaces and a ``/proc`` that shows only the worker's processes;
+  the filesystem is the host's.
 - ``none``: neither; the plain protections only.
+
+The namespaces are entered by the supervisor's own code (``supervisor.enter_namespaces``, what
+``unshare --pid --net --ipc --uts --fork --kill-child --mount-proc`` does), the same for a worker
+started cold and one forked by the zygote (``launcher.py`` starts it either way); bubblewrap makes
+its own.
 
 The last two are no filesystem sandbox: the protections say ``filesystem: none``.
 
@@ -34,6 +41,7 @@ is writable (a user's own code checked in place keeps the user's uid).
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -61,7 +69,6 @@ NO_FILESYSTEM_SANDBOX = ("no filesystem sandbox works here (bubblewrap is not in
 
 NAMESPACES = ("--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
               "--unshare-cgroup-try")
-UNSHARE = ("--pid", "--fork", "--kill-child", "--net", "--mount-proc")
 FIRST_WORKER_UID = 1_000_000
 """Dropped uids are FIRST_WORKER_UID + 16 * checker pid + n: distinct between the workers of
 one checker and between checkers, and far above the uids of real accounts."""
@@ -74,6 +81,7 @@ _CPU = ("/proc/cpuinfo", "/sys/devices/system/cpu")
 """What torch's cpuinfo reads the first time it needs it (float16 ops: after the worker confined
 itself)."""
 CONFINE = Path(__file__).with_name("confine.py")
+SUPERVISOR = Path(__file__).with_name("supervisor.py")
 SUITE = Path(__file__).resolve().parents[1]
 """The suite's own package folder (``conformance/``), found from here: importing the package for
 its ``__file__`` would tie this module to everything the package names."""
@@ -99,16 +107,10 @@ class Launch:
     worker_args: tuple[str, ...] = ()
     """The worker's own arguments (what follows ``-m conformance.worker`` in ``argv``)."""
     namespaces: bool = False
-    """Whether the worker gets new PID and network namespaces (``argv`` runs ``unshare``)."""
+    """Whether the worker gets new PID, network, IPC and UTS namespaces (entered by the
+    supervisor, ``supervisor.enter_namespaces``, however the worker is started)."""
     fresh_proc: bool = False
     """Whether it also gets a ``/proc`` of its PID namespace (``unshare --mount-proc``)."""
-
-    @property
-    def forkable(self) -> bool:
-        """Whether a zygote's fork can give the worker all of this (``warm_start.py``): the
-        tiers whose protections are system calls the worker's side can make (bubblewrap's
-        mounts are its own)."""
-        return self.sandbox != "bwrap"
 
 
 def _probe(argv: Sequence[str]) -> bool:
@@ -129,14 +131,17 @@ def _bwrap() -> str | None:
 
 
 @cache
-def _unshare() -> tuple[str, ...] | None:
-    path = shutil.which("unshare")
-    if path is None:
-        return None
-    for extra in ((), ("--map-root-user",)):
-        if _probe([path, *extra, *UNSHARE, "true"]):
-            return (path, *extra, *UNSHARE)
-    return None
+def _namespaces() -> frozenset[str]:
+    """What the supervisor can give a worker here (``supervisor.py --probe``): ``"namespaces"``
+    (new PID, network, IPC and UTS namespaces), ``"fresh_proc"`` (and a ``/proc`` of them)."""
+    try:
+        probe = subprocess.run([sys.executable, "-I", "-S", str(SUPERVISOR), "--probe"],
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               timeout=10, env={})
+        found = json.loads(probe.stdout) if probe.returncode == 0 else {}
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return frozenset()
+    return frozenset(name for name in ("namespaces", "fresh_proc") if found.get(name) is True)
 
 
 @cache
@@ -153,7 +158,7 @@ def _landlock() -> int:
             return 0
     if probe.returncode != 0 or not probe.stdout.strip().isdigit():
         return 0
-    if not confine.seccomp_supported() and _unshare() is None:
+    if not confine.seccomp_supported() and "namespaces" not in _namespaces():
         return 0
     return int(probe.stdout)
 
@@ -165,7 +170,7 @@ def available() -> tuple[Tier, ...]:
         found.append("bwrap")
     if _landlock():
         found.append("landlock")
-    if _unshare():
+    if "fresh_proc" in _namespaces():
         found.append("unshare")
     return (*found, "none")
 
@@ -195,7 +200,7 @@ def _landlock_matches_bwrap() -> bool:
     PID and network namespaces, no sockets), so that its faster start decides: its workers are
     forked by a warm zygote (``warm_start.py``), bubblewrap's are started. Where it lacks any of
     those, bubblewrap stays first."""
-    return warm_start.enabled() and _unshare() is not None and confine.seccomp_supported()
+    return warm_start.enabled() and "namespaces" in _namespaces() and confine.seccomp_supported()
 
 
 def unsandboxed() -> Tier:
@@ -333,30 +338,28 @@ def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence
 
     if tier == "landlock":
         args += _landlock_args(writable, listable)
-    python = warm_start.suite_command("conformance.worker", *args)
+    argv = warm_start.suite_command("conformance.worker", *args)
     if tier == "bwrap":
-        argv = [*_bwrap_argv(scratch, uid), "--", *python]
+        argv = [*_bwrap_argv(scratch, uid), "--", *argv]
         protections += ["filesystem: bwrap", "pid namespace", "network namespace",
                         "ipc namespace", "read-only system", "host filesystem hidden",
                         "private /tmp"]
     elif tier == "landlock":
-        unshare = _unshare()
-        namespaces = unshare is not None
-        argv = [*unshare, "--", *python] if unshare else python
+        namespaces = "namespaces" in _namespaces()
         abi = _landlock()
         protections += ["filesystem: landlock", f"landlock abi {abi}", "read-only system",
                         "host filesystem unreadable", "writable: scratch only"]
-        protections += ["pid namespace", "network namespace"] if namespaces else []
+        protections += ["pid namespace", "network namespace", "ipc namespace"] \
+            if namespaces else []
         protections += ["no tcp (landlock)"] if abi >= 4 else []
         protections += ["no signals or abstract sockets outside (landlock)"] if abi >= 6 else []
         if confine.seccomp_supported():
             protections += ["no sockets (seccomp)", "no keyrings (seccomp)"]
     elif tier == "unshare":
-        argv = [*(_unshare() or ()), "--", *python]
         namespaces = fresh_proc = True
-        protections += ["filesystem: none", "pid namespace", "network namespace"]
+        protections += ["filesystem: none", "pid namespace", "network namespace",
+                        "ipc namespace"]
     else:
-        argv = python
         protections.append("filesystem: none")
     if uid is not None:
         protections.append("unprivileged uid")

@@ -7,14 +7,19 @@ Run as ``python -I -S supervisor.py CONFIG_JSON`` by the checker, it
    than to init and stays findable;
 2. forks the worker: a new session (own session and process group), the resource limits, stdin
    from ``/dev/null``, stdout and stderr to the output pipe, the request and reply pipes on
-   fds 3 and 4, every other descriptor closed, the scrubbed environment, the scratch directory;
+   fds 3 and 4, every other descriptor closed, the scratch directory, then, where the launch has
+   them, new PID, network, IPC and UTS namespaces (:func:`enter_namespaces`), and the worker's
+   own code in the scrubbed environment;
 3. waits until the worker exits or the checker closes the control pipe (its stdin; also what
    happens when the checker dies), then kills every descendant (repeatedly, until none is
    left: killing a parent re-parents its children here), deletes the scratch directory and
    reports on stdout, as one JSON line, how the worker ended.
 
 It imports nothing from the project, so it starts in milliseconds and the untrusted code never
-shares a process with it.
+shares a process with it. The zygote (``zygote.py``) runs the same code for a forked worker: only
+the last step differs (its worker runs the already imported server instead of exec'ing
+``argv``), so both ways in get the same namespaces, limits and end. ``supervisor.py --probe``
+says which namespaces a process can enter here (what the launch plan offers).
 """
 
 from __future__ import annotations
@@ -32,7 +37,14 @@ import time
 from collections.abc import Iterator
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
 DUP_BASE = 64
+WORKER_FDS = 5
+"""The worker's descriptors: stdin, output twice, requests, replies (0-4)."""
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+NAMESPACES = CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
 
 
 def reaped() -> Iterator[tuple[int, int, resource.struct_rusage]]:
@@ -48,12 +60,74 @@ def reaped() -> Iterator[tuple[int, int, resource.struct_rusage]]:
         yield pid, status, usage
 
 
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _set_subreaper() -> bool:
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return _libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def _checked(result: int, what: str) -> None:
+    if result != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"{what}: {os.strerror(error)}")
+
+
+def enter_namespaces(fresh_proc: bool) -> None:
+    """Put what runs next in new PID, network, IPC and UTS namespaces, and, ``fresh_proc``, a
+    mount namespace with a ``/proc`` of the PID namespace: what ``unshare --pid --net --ipc
+    --uts --fork --kill-child [--mount-proc]`` does (``--map-root-user`` too where this is not
+    root: a user namespace mapping this uid to its root), said once for a started worker and a
+    forked one. Returns in the PID namespace's first process; the calling process becomes its
+    parent outside, waits for it and ends as it ended (never returns)."""
+    libc = _libc()
+    uid, gid = os.getuid(), os.getgid()
+    flags = NAMESPACES | (CLONE_NEWNS if fresh_proc else 0) | (CLONE_NEWUSER if uid else 0)
+    _checked(libc.unshare(flags), "unshare")
+    if uid != 0:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"),
+                           ("gid_map", f"0 {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as handle:
+                handle.write(text)
+    child = os.fork()  # a new PID namespace holds the caller's next child, not the caller
+    if child:
+        os._exit(_mirror(child))
+    # Its parent outside gone (killed with the tree), it goes too, and the namespace with it.
+    _checked(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+    if fresh_proc:
+        # Mounts made private first: the new /proc stays out of the host's mount table.
+        _checked(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount /")
+        _checked(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
+                 "mount /proc")
+
+
+def _mirror(child: int) -> int:
+    """Wait for ``child`` and end as it ended (``unshare --fork`` does the same): the supervisor
+    reads how the worker ended from this process."""
+    os.closerange(0, WORKER_FDS)  # only the child holds the pipes: its death closes them
+    code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+    if code < 0:  # killed by signal -code: be killed by it too
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        return 128 - code
+    return code
+
+
+def can_enter_namespaces(fresh_proc: bool) -> bool:
+    """Whether :func:`enter_namespaces` works here: tried in a throwaway child."""
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            enter_namespaces(fresh_proc)
+            code = 0
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
 
 
 def _parents() -> dict[int, int]:
@@ -88,7 +162,8 @@ def descendants(root: int) -> list[int]:
 
 
 class Supervisor:
-    """``config``: the worker's start (see the module's docstring); ``control``: the fd whose
+    """``config``: the worker's start (see the module's docstring: ``argv``, ``env``, ``cwd``,
+    ``rlimits``, ``fds``, ``remove``, ``namespaces``, ``fresh_proc``); ``control``: the fd whose
     end-of-file means "stop"; ``status``: where the JSON lines go; ``run_worker``: what the
     forked worker runs instead of exec'ing ``config["argv"]`` (the zygote's warm start)."""
 
@@ -117,6 +192,8 @@ class Supervisor:
 
     def _exec(self, fds: dict[int, int]) -> None:
         try:
+            # The supervisor's handler is not the worker's (exec resets it; a fork would keep it).
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.setsid()
             for name, soft, hard in self.config["rlimits"]:
                 resource.setrlimit(getattr(resource, name), (soft, hard))
@@ -129,6 +206,8 @@ class Supervisor:
             # Nothing else the checker had open reaches the worker.
             os.closerange(max(high) + 1, os.sysconf("SC_OPEN_MAX"))
             os.chdir(self.config["cwd"])
+            if self.config.get("namespaces"):
+                enter_namespaces(self.config.get("fresh_proc", False))
             if self.run_worker is not None:
                 os._exit(self.run_worker(self.config))
             os.execve(self.config["argv"][0], self.config["argv"], self.config["env"])
@@ -193,6 +272,10 @@ class Supervisor:
 
 
 def main() -> int:
+    if sys.argv[1] == "--probe":  # for the launch plan: one JSON line
+        print(json.dumps({"namespaces": can_enter_namespaces(False),
+                          "fresh_proc": can_enter_namespaces(True)}))
+        return 0
     return supervise(json.loads(sys.argv[1]))
 
 

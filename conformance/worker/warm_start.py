@@ -2,17 +2,11 @@
 
 A started worker costs an interpreter and ``import torch`` (about a second of CPU); a forked one
 costs a fork. The zygote is started the first time a worker is wanted, with the workers' clean
-environment, and lives as long as this process (it exits when its socket closes). A worker is
-forked only where the fork gets every protection a started one gets:
-
-- its tier is one whose protections are system calls (``landlock``, ``unshare``, ``none``):
-  bubblewrap's namespaces and mounts are set up by bubblewrap, before Python, so its workers
-  keep being started;
-- the zygote is one thread, and can create the namespaces the launch has (PID, network, and
-  the fresh ``/proc`` of ``unshare``);
-- ``ATTENTION_CONFORMANCE_WARM_START`` is not ``0`` (measuring the difference).
-
-Anything else, or a zygote that died, means the worker is started as before.
+environment, and lives as long as this process (it exits when its socket closes). Whether a
+worker is forked or started is the launcher's one choice (``launcher.py``): forked where its
+tier's protections are all made by the supervisor's code (not bubblewrap's), this zygote is
+alive and one thread, and ``ATTENTION_CONFORMANCE_WARM_START`` is not ``0`` (measuring the
+difference); the fork runs the same supervisor code a started worker's does.
 """
 
 from __future__ import annotations
@@ -22,7 +16,6 @@ import contextlib
 import json
 import os
 import select
-import signal
 import socket
 import subprocess
 import sys
@@ -91,46 +84,6 @@ def json_line(buffer: bytes, receive: Callable[[float], bytes | None],
     except ValueError:
         return None, buffer
 
-class ForkedSupervisor:
-    """A forked supervisor, seen as :class:`subprocess.Popen` sees a started one: ``stdin`` (the
-    control pipe: closing it stops the worker), ``stdout`` (the JSON status lines), ``poll``,
-    ``wait`` and ``kill``. It is the zygote's child, not ours: it has ended when its status pipe
-    reaches end-of-file (nothing else holds that pipe)."""
-
-    def __init__(self, pid: int, control: int, status: int) -> None:
-        self.pid = pid
-        self.stdin = os.fdopen(control, "wb", buffering=0)
-        self.stdout = os.fdopen(status, "rb", buffering=0)
-        self.returncode: int | None = None
-        try:
-            self._pidfd = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            self._pidfd = -1  # already gone (or no pidfd): kill falls back to nothing
-
-    def poll(self) -> int | None:
-        if self.returncode is None and self._pidfd >= 0 \
-                and select.select([self._pidfd], [], [], 0)[0]:
-            self._ended()
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            if self._pidfd >= 0 and not select.select([self._pidfd], [], [], timeout)[0]:
-                raise subprocess.TimeoutExpired("supervisor", timeout or 0.0)
-            self._ended()
-        return self.returncode or 0
-
-    def kill(self) -> None:
-        if self.returncode is None and self._pidfd >= 0:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-
-    def _ended(self) -> None:
-        self.returncode = 0
-        if self._pidfd >= 0:
-            os.close(self._pidfd)
-            self._pidfd = -1
-
 
 class Zygote:
     """One zygote process, and the requests to fork from it (one at a time)."""
@@ -163,7 +116,8 @@ class Zygote:
 
     def fork(self, config: dict[str, Any], fds: list[int]) -> int | None:
         """The pid of a supervisor forked with ``config`` and ``fds`` (control, status, output,
-        request, reply); None when the zygote is gone or refused (start the worker instead)."""
+        request, reply); None when the zygote is gone or refused (the launcher starts the worker
+        instead)."""
         with self._lock:
             if not self.alive:
                 return None
