@@ -348,6 +348,11 @@ class WorkerProcess:
 
     def printed(self) -> str:
         """What the worker printed outside calls (import time, fd-level writes), capped."""
+        if self._finalizer.alive and self._fds:
+            # What it printed before its last reply is in the pipe, maybe not read yet (the
+            # pipe is pumped while waiting for a reply, and the reply may come first).
+            with contextlib.suppress(OSError):
+                self._pump()
         text = self.output.decode("utf-8", errors="replace")
         if self.output_total > len(self.output):
             text += f"\n[... {self.output_total - len(self.output)} more bytes printed, dropped]"

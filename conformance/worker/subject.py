@@ -157,7 +157,7 @@ class IsolatedSubject(Subject):
     def output(self) -> str:
         """What the workers printed outside forward calls (import time, fd-level writes), capped
         per worker; for the teacher's eyes."""
-        return "\n".join(w.printed() for w in self._workers if w.output_total)
+        return "\n".join(text for text in (w.printed() for w in self._workers) if text)
 
     @property
     def printed_bytes(self) -> int:
