@@ -47,7 +47,7 @@ DUMMY = textwrap.dedent("""
     from conformance.frontends import cli
     from conformance.frontends.declarations_page import reference_table
     from conformance.frontends.interface_language import declaration_words
-    from conformance.grading.rubric_file import load
+    from conformance.grading.score.rubric_file import load
     from conformance.model.declaration_sources import from_mapping, from_pyproject
     from conformance.model.declarations import DeclarationError, Declarations
 

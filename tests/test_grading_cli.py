@@ -12,9 +12,9 @@ import pytest
 
 from conformance.frontends.cli import main
 from conformance.grading import selftest
-from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome
 from conformance.grading.progress import Progress
-from conformance.grading.rubric_file import load
+from conformance.grading.score.outcome import RunStatus, SubmissionOutcome, TargetOutcome
+from conformance.grading.score.rubric_file import load
 from conformance.model.results import CheckResult, Status
 from conformance.worker import sandbox
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.grading import store
-from conformance.grading.outcome import RunStatus
 from conformance.grading.pipeline import grade_class
+from conformance.grading.run import store
+from conformance.grading.score.outcome import RunStatus
 from tests.test_grading_execution import ATTENTION, CORRECT, rubric
 
 PACKAGE = "attention_conformance_test_dependency"

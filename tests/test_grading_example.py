@@ -17,9 +17,9 @@ import pytest
 
 from conformance.checks import mask_mistakes
 from conformance.grading import merge, pipeline, selftest, shards
-from conformance.grading.roster import load as load_roster
-from conformance.grading.rubric_file import load
-from conformance.grading.student_text import SUITE
+from conformance.grading.intake.roster import load as load_roster
+from conformance.grading.report.student_text import SUITE
+from conformance.grading.score.rubric_file import load
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "attention-assignment"
 AS_OF = datetime(2026, 2, 20, tzinfo=timezone.utc)  # before the due date

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from worker_support import FILESYSTEM_SANDBOXES
 
-from conformance.grading import execution
-from conformance.grading.execution import run_submission
-from conformance.grading.outcome import RunStatus
-from conformance.grading.rubric_file import load
-from conformance.grading.scoring import score
+from conformance.grading.run import execution
+from conformance.grading.run.execution import run_submission
+from conformance.grading.score.outcome import RunStatus
+from conformance.grading.score.rubric_file import load
+from conformance.grading.score.scoring import score
 from conformance.model.results import Status
 
 ATTENTION = '''

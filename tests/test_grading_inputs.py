@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from conformance.grading.archives import ArchiveError, ArchiveLimits, extract_zip
-from conformance.grading.discovery import discover, safe_id
-from conformance.grading.notebooks import NotebookError, convert
-from conformance.grading.outcome import RunStatus, TargetOutcome
-from conformance.grading.rubric_file import load
-from conformance.grading.staging import stage, tree_hash
-from conformance.grading.targets import Location, locate, near_misses, scan
+from conformance.grading.intake.archives import ArchiveError, ArchiveLimits, extract_zip
+from conformance.grading.intake.discovery import discover, safe_id
+from conformance.grading.intake.notebooks import NotebookError, convert
+from conformance.grading.intake.staging import stage, tree_hash
+from conformance.grading.run.targets import Location, locate, near_misses, scan
+from conformance.grading.score.outcome import RunStatus, TargetOutcome
+from conformance.grading.score.rubric_file import load
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "attention-assignment"
 

@@ -11,14 +11,14 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conformance.grading import class_report, feedback, outputs
-from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome, overall_status
+from conformance.grading.intake.roster import Person, Roster
 from conformance.grading.pipeline import write_outputs
-from conformance.grading.roster import Person, Roster
-from conformance.grading.rubric_file import load
-from conformance.grading.scoring import score
-from conformance.grading.store import Record, Store
-from conformance.grading.student import Student
+from conformance.grading.report import class_report, feedback, outputs
+from conformance.grading.report.student import Student
+from conformance.grading.run.store import Record, Store
+from conformance.grading.score.outcome import RunStatus, SubmissionOutcome, TargetOutcome, overall_status
+from conformance.grading.score.rubric_file import load
+from conformance.grading.score.scoring import score
 from conformance.model.results import CheckResult, Status
 
 RUBRIC = """
@@ -263,7 +263,7 @@ def test_the_store_round_trips_and_writes_atomically(rubric, students, tmp_path)
     store.save(record)
     assert store.load("1002").to_dict() == record.to_dict()
     assert store.current("1002", "hash-1002", rubric.execution_key()) is None  # old versions
-    from conformance.grading.store import versions
+    from conformance.grading.run.store import versions
 
     record.versions = versions()
     store.save(record)

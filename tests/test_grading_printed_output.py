@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conformance.grading.pipeline import grade_class
-from conformance.grading.rubric_file import load
+from conformance.grading.score.rubric_file import load
 
 HOSTILE = Path(__file__).parent / "fixtures" / "hostile"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conformance.frontends.cli import main
-from conformance.grading.rubric import GATE, RubricError, prerequisites
-from conformance.grading.rubric_file import load
+from conformance.grading.score.rubric import GATE, RubricError, prerequisites
+from conformance.grading.score.rubric_file import load
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "attention-assignment"
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from conformance.grading.outcome import (
+from conformance.grading.score.outcome import (
     RunStatus,
     SubmissionOutcome,
     TargetOutcome,
     overall_status,
     result_from_dict,
 )
-from conformance.grading.rubric_file import load
-from conformance.grading.scoring import State, score
+from conformance.grading.score.rubric_file import load
+from conformance.grading.score.scoring import State, score
 from conformance.model.results import CheckResult, Status
 
 RUBRIC = """

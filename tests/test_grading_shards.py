@@ -21,10 +21,10 @@ import pytest
 
 from conformance.frontends.cli import main
 from conformance.grading import merge, pipeline, shards
-from conformance.grading.discovery import Submission
-from conformance.grading.roster import Person, Roster
-from conformance.grading.roster import load as load_roster
-from conformance.grading.rubric_file import load as load_rubric
+from conformance.grading.intake.discovery import Submission
+from conformance.grading.intake.roster import Person, Roster
+from conformance.grading.intake.roster import load as load_roster
+from conformance.grading.score.rubric_file import load as load_rubric
 
 AS_OF = datetime(2026, 2, 20, tzinfo=timezone.utc)
 RUBRIC = """

@@ -14,13 +14,13 @@ from datetime import datetime, timezone
 import pytest
 
 from conformance.checks.invariants.padding import UNRESOLVED_HINT, UNRESOLVED_REMEDY
-from conformance.grading import feedback, outputs
-from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome
-from conformance.grading.rubric_file import load
-from conformance.grading.scoring import score
-from conformance.grading.store import Record
-from conformance.grading.student import Student
-from conformance.grading.student_text import SUITE, for_student, hint_for_student
+from conformance.grading.report import feedback, outputs
+from conformance.grading.report.student import Student
+from conformance.grading.report.student_text import SUITE, for_student, hint_for_student
+from conformance.grading.run.store import Record
+from conformance.grading.score.outcome import RunStatus, SubmissionOutcome, TargetOutcome
+from conformance.grading.score.rubric_file import load
+from conformance.grading.score.scoring import score
 from conformance.model.remedies import Remedy
 from conformance.model.results import CheckResult, Status
 

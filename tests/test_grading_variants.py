@@ -8,8 +8,8 @@ import textwrap
 from pathlib import Path
 
 from conformance.grading import selftest
-from conformance.grading.rubric_file import load
-from conformance.grading.variants import renamed
+from conformance.grading.run.variants import renamed
+from conformance.grading.score.rubric_file import load
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "attention-assignment"
 

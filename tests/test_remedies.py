@@ -12,7 +12,7 @@ from conformance.frontends.interface_language import (
     remedy_words,
 )
 from conformance.frontends.report import failure_block
-from conformance.grading.outcome import result_from_dict
+from conformance.grading.score.outcome import result_from_dict
 from conformance.inference.plan import CALL_REMEDY, InferenceError
 from conformance.loading.registry import ResolveError
 from conformance.model.remedies import Note, Option, Remedy

@@ -28,12 +28,13 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from conformance.grading import class_report, gradescope, merge, pipeline, selftest, shards
+from conformance.grading import gradescope, merge, pipeline, selftest, shards
+from conformance.grading.intake.roster import Roster, RosterError
+from conformance.grading.intake.roster import load as load_roster
 from conformance.grading.progress import Progress
-from conformance.grading.roster import Roster, RosterError
-from conformance.grading.roster import load as load_roster
-from conformance.grading.rubric import Rubric, RubricError
-from conformance.grading.rubric_file import load as load_rubric
+from conformance.grading.report import class_report
+from conformance.grading.score.rubric import Rubric, RubricError
+from conformance.grading.score.rubric_file import load as load_rubric
 from conformance.worker import SandboxUnavailable
 from conformance.worker import sandbox as sandboxes
 

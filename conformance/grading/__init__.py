@@ -1,19 +1,20 @@
 """Grading a class of "implement multi-head attention" submissions against a rubric.
 
 ``attention-conformance grade SUBMISSIONS --rubric RUBRIC.toml`` (see ``docs/grading.md``).
-One idea per module, in the order data flows:
+A class flows through four inner layers once, each importing only those after it here:
 
-- :mod:`~conformance.grading.rubric`: the rubric (TOML), validated;
-- :mod:`~conformance.grading.discovery`: one submission per student in an LMS download;
-- :mod:`~conformance.grading.archives`, :mod:`~conformance.grading.notebooks`,
-  :mod:`~conformance.grading.staging`: each student's files in one directory, hashed;
-- :mod:`~conformance.grading.targets`: the rubric's classes found by reading the source;
-- :mod:`~conformance.grading.execution`: running the checks (the sandboxed worker; a temporary
-  trusted path for tests and self-test only) into a :mod:`~conformance.grading.outcome`;
-- :mod:`~conformance.grading.scoring`: points from results, a pure function;
-- :mod:`~conformance.grading.store`: per-student results on disk (resume, reruns);
-- :mod:`~conformance.grading.outputs`, :mod:`~conformance.grading.feedback`,
-  :mod:`~conformance.grading.class_report`: what comes out;
-- :mod:`~conformance.grading.pipeline`, :mod:`~conformance.grading.selftest`,
-  :mod:`~conformance.grading.gradescope`, :mod:`~conformance.frontends.grade`: the glue.
+- :mod:`~conformance.grading.report`: each student's record, feedback and the class report,
+  and the files written;
+- :mod:`~conformance.grading.run`: one staged submission's classes found and checked in the
+  sandboxed worker, results stored for resuming;
+- :mod:`~conformance.grading.intake`: the submissions found, unpacked, converted and staged,
+  and the roster;
+- :mod:`~conformance.grading.score`: the rubric, a run's outcome and the points (a pure
+  function).
+
+Above them, the glue: :mod:`~conformance.grading.pipeline` (a class, from download to
+outputs), :mod:`~conformance.grading.shards` and :mod:`~conformance.grading.merge` (a class on N
+machines), :mod:`~conformance.grading.selftest` (the rubric against the assignment's own broken
+variants), :mod:`~conformance.grading.gradescope` (one submission on Gradescope) and
+:mod:`~conformance.grading.progress`; the command is :mod:`~conformance.frontends.grade`.
 """

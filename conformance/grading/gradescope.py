@@ -15,15 +15,15 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from conformance.grading import feedback, outputs
-from conformance.grading.discovery import Source, Submission, safe_id
-from conformance.grading.execution import run_submission
-from conformance.grading.outcome import SubmissionOutcome
-from conformance.grading.rubric import Rubric
-from conformance.grading.scoring import score
-from conformance.grading.staging import stage
-from conformance.grading.store import Record, versions
-from conformance.grading.student import Student
+from conformance.grading.intake.discovery import Source, Submission, safe_id
+from conformance.grading.intake.staging import stage
+from conformance.grading.report import feedback, outputs
+from conformance.grading.report.student import Student
+from conformance.grading.run.execution import run_submission
+from conformance.grading.run.store import Record, versions
+from conformance.grading.score.outcome import SubmissionOutcome
+from conformance.grading.score.rubric import Rubric
+from conformance.grading.score.scoring import score
 from conformance.worker import SandboxKind
 
 SUBMISSION = Path("/autograder/submission")

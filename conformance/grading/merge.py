@@ -25,10 +25,10 @@ from pathlib import Path
 
 from conformance.errors import ConformanceError
 from conformance.grading import pipeline, shards
-from conformance.grading.discovery import Submission
-from conformance.grading.roster import Roster
-from conformance.grading.rubric import Rubric
-from conformance.grading.store import KEYED_VERSIONS, Record, Store, versions
+from conformance.grading.intake.discovery import Submission
+from conformance.grading.intake.roster import Roster
+from conformance.grading.run.store import KEYED_VERSIONS, Record, Store, versions
+from conformance.grading.score.rubric import Rubric
 
 
 class MergeError(ConformanceError):

@@ -15,18 +15,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from conformance.errors import ConformanceError
-from conformance.grading import class_report, feedback, outputs, shards
-from conformance.grading.archives import ArchiveError, extract_zip
-from conformance.grading.discovery import Submission, discover
-from conformance.grading.execution import run_submission
-from conformance.grading.outcome import RunStatus, SubmissionOutcome
+from conformance.grading import shards
+from conformance.grading.intake.archives import ArchiveError, extract_zip
+from conformance.grading.intake.discovery import Submission, discover
+from conformance.grading.intake.roster import Roster
+from conformance.grading.intake.staging import Staged, stage
 from conformance.grading.progress import Progress
-from conformance.grading.roster import Roster
-from conformance.grading.rubric import Rubric
-from conformance.grading.scoring import SubmissionScore, score
-from conformance.grading.staging import Staged, stage
-from conformance.grading.store import Record, Store, versions
-from conformance.grading.student import Student
+from conformance.grading.report import class_report, feedback, outputs
+from conformance.grading.report.student import Student
+from conformance.grading.run.execution import run_submission
+from conformance.grading.run.store import Record, Store, versions
+from conformance.grading.score.outcome import RunStatus, SubmissionOutcome
+from conformance.grading.score.rubric import Rubric
+from conformance.grading.score.scoring import SubmissionScore, score
 from conformance.worker import SandboxKind
 from conformance.worker.sandbox import resolve_kind
 

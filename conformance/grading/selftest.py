@@ -9,7 +9,7 @@ when the rubric has no such item, the mutant is reported as not covered, and as
 indistinguishable from a correct solution if it also gets full marks.
 
 Both are trusted code (the instructor's and the suite's own), so they run on the temporary
-trusted path of :mod:`conformance.grading.execution`.
+trusted path of :mod:`conformance.grading.run.execution`.
 
 Verdicts: ``caught``; ``NOT CAUGHT`` (the rubric grades the check but the mutant keeps its
 points: the profile or the checks are too weak); ``caught elsewhere`` (no item for the check,
@@ -19,7 +19,7 @@ of a feature the assignment's class does not have, ALiBi in an assignment withou
 does not apply to the reference's interface, so no student can make it). The self-test fails on
 a reference short of full marks or on any ``NOT CAUGHT``.
 
-It also grades a correct solution written another way (:mod:`conformance.grading.variants`:
+It also grades a correct solution written another way (:mod:`conformance.grading.run.variants`:
 the reference with its attributes renamed) and warns when an item is then not evaluated or
 loses points: the rubric would cost a correct student points for a name.
 """
@@ -34,13 +34,13 @@ from pathlib import Path
 
 from conformance.checks.catalogue import by_name
 from conformance.errors import ConformanceError
-from conformance.grading import variants
-from conformance.grading.discovery import Source, Submission
-from conformance.grading.execution import run_registered, run_submission
-from conformance.grading.outcome import RunStatus, SubmissionOutcome
-from conformance.grading.rubric import Rubric, Target
-from conformance.grading.scoring import State, SubmissionScore, score
-from conformance.grading.staging import stage
+from conformance.grading.intake.discovery import Source, Submission
+from conformance.grading.intake.staging import stage
+from conformance.grading.run import variants
+from conformance.grading.run.execution import run_registered, run_submission
+from conformance.grading.score.outcome import RunStatus, SubmissionOutcome
+from conformance.grading.score.rubric import Rubric, Target
+from conformance.grading.score.scoring import State, SubmissionScore, score
 from conformance.loading.registry import resolve
 from conformance.model.spec import Capabilities
 from conformance.worker import SandboxKind

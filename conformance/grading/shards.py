@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.errors import ConformanceError
-from conformance.grading import outputs
-from conformance.grading.discovery import Submission
-from conformance.grading.roster import Roster
+from conformance.grading.intake.discovery import Submission
+from conformance.grading.intake.roster import Roster
+from conformance.grading.report import outputs
 
 BY = "sha256 of the submission id"
 """How a student's shard is chosen, as recorded in each shard's ``run.json``."""

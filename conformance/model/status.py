@@ -1,9 +1,9 @@
 """The words for what stopped an implementation from being checked, written once.
 
 The worker reports them (:class:`conformance.worker.errors.WorkerStatus`), the runner tells bad
-input from a crash by them, and the grader records them (:class:`conformance.grading.outcome.RunStatus`):
-each of those vocabularies takes these members' values, so the same event reads the same word
-wherever it is reported.
+input from a crash by them, and the grader records them
+(:class:`conformance.grading.score.outcome.RunStatus`): each of those vocabularies takes these
+members' values, so the same event reads the same word wherever it is reported.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
 
-SUITE = str(Path(__file__).resolve().parents[1])
+SUITE = str(Path(__file__).resolve().parents[2])
 """The grader's package folder (``conformance/``)."""
 
 STDLIB = str(Path(sysconfig.get_paths()["stdlib"]).resolve())

@@ -16,8 +16,8 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.grading.outcome import RunStatus, TargetOutcome
-from conformance.grading.rubric import Target
+from conformance.grading.score.outcome import RunStatus, TargetOutcome
+from conformance.grading.score.rubric import Target
 
 
 @dataclass

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conformance.grading.document import (
+from conformance.grading.report.document import (
     Block,
     Facts,
     Heading,
@@ -37,14 +37,14 @@ from conformance.grading.document import (
     render_html,
     render_markdown,
 )
-from conformance.grading.outcome import NEEDS_A_LOOK, RunStatus
-from conformance.grading.rubric import Rubric
-from conformance.grading.scoring import State
+from conformance.grading.score.outcome import NEEDS_A_LOOK, RunStatus
+from conformance.grading.score.rubric import Rubric
+from conformance.grading.score.scoring import State
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.results import Status
 
 if TYPE_CHECKING:
-    from conformance.grading.student import Student
+    from conformance.grading.report.student import Student
 
 
 @dataclass(frozen=True)

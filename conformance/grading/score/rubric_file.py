@@ -1,6 +1,6 @@
-"""Reading a rubric's TOML file (the format: :mod:`conformance.grading.rubric`) into a
-:class:`~conformance.grading.rubric.Rubric`: every key checked, every problem one line
-(:class:`~conformance.grading.rubric.RubricError`).
+"""Reading a rubric's TOML file (the format: :mod:`conformance.grading.score.rubric`) into a
+:class:`~conformance.grading.score.rubric.Rubric`: every key checked, every problem one line
+(:class:`~conformance.grading.score.rubric.RubricError`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,15 @@ from pathlib import Path
 
 from conformance._compat import tomllib
 from conformance.generation.profiles import PROFILE_NAMES
-from conformance.grading.rubric import GATE, VISIBILITIES, Item, Rubric, RubricError, RubricLimits, Target
+from conformance.grading.score.rubric import (
+    GATE,
+    VISIBILITIES,
+    Item,
+    Rubric,
+    RubricError,
+    RubricLimits,
+    Target,
+)
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.declaration_sources import from_mapping
 from conformance.model.declarations import DeclarationError

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome
-from conformance.grading.rubric import Item, Rubric, Target, prerequisites
+from conformance.grading.score.outcome import RunStatus, SubmissionOutcome, TargetOutcome
+from conformance.grading.score.rubric import Item, Rubric, Target, prerequisites
 from conformance.model.results import CheckResult, Status
 
 

@@ -1,8 +1,8 @@
 """Staging: one student's files, whatever their form, copied into one directory to import from.
 
 Single files keep their (LMS-stripped) names; folders keep their structure; ``.zip`` archives
-are extracted safely (:mod:`conformance.grading.archives`) where they lie; notebooks become
-``.py`` modules (:mod:`conformance.grading.notebooks`) beside where they were. Symbolic links
+are extracted safely (:mod:`conformance.grading.intake.archives`) where they lie; notebooks become
+``.py`` modules (:mod:`conformance.grading.intake.notebooks`) beside where they were. Symbolic links
 are never followed, debris is skipped, and sizes are capped. The submission hash is computed on
 the staged files (relative paths and bytes), before anything runs, so what a submission writes
 while it runs never changes its hash.
@@ -20,10 +20,10 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.grading.archives import ArchiveError, ArchiveLimits, extract_zip, is_junk
-from conformance.grading.discovery import Submission
-from conformance.grading.notebooks import NotebookError, convert
-from conformance.grading.outcome import RunStatus
+from conformance.grading.intake.archives import ArchiveError, ArchiveLimits, extract_zip, is_junk
+from conformance.grading.intake.discovery import Submission
+from conformance.grading.intake.notebooks import NotebookError, convert
+from conformance.grading.score.outcome import RunStatus
 
 MAX_FILE_BYTES = 20 * 2**20
 MAX_TOTAL_BYTES = 200 * 2**20

@@ -3,7 +3,7 @@
 Each rubric item appears with its points; a failed check shows what went wrong (the
 result's reason), the likely bug in words (its hint), the numbers seen (its details) and the
 smallest failing example hypothesis found (its counterexample), in words a student can act on
-(see :mod:`conformance.grading.student_text`: no command-line advice, none of the grader's
+(see :mod:`conformance.grading.report.student_text`: no command-line advice, none of the grader's
 paths). Items show only what their
 visibility allows at the time of writing: ``visible`` everything; ``after_due_date`` its name,
 and the rest once the due date has passed; ``hidden`` and ``after_published`` nothing but a
@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from conformance.checks.catalogue import CATALOGUE, GATE
-from conformance.grading.document import (
+from conformance.grading.report.document import (
     Block,
     Bullets,
     Facts,
@@ -30,14 +30,14 @@ from conformance.grading.document import (
     render_html,
     render_markdown,
 )
-from conformance.grading.outcome import RunStatus
-from conformance.grading.rubric import Rubric
-from conformance.grading.scoring import CheckScore, ItemScore, State
-from conformance.grading.student_text import for_student, hint_for_student
+from conformance.grading.report.student_text import for_student, hint_for_student
+from conformance.grading.score.outcome import RunStatus
+from conformance.grading.score.rubric import Rubric
+from conformance.grading.score.scoring import CheckScore, ItemScore, State
 from conformance.model.results import Status
 
 if TYPE_CHECKING:
-    from conformance.grading.student import Student
+    from conformance.grading.report.student import Student
 
 TITLES = {GATE.name: GATE.title, **{check.name: check.title for check in CATALOGUE}}
 """Each check's property in one line."""

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.grading.archives import is_junk
+from conformance.grading.intake.archives import is_junk
 
 CANVAS = re.compile(r"^(?P<name>[^_]+)(?P<late>_late)?_(?P<user>\d+)_(?P<submission>\d+)_"
                     r"(?P<file>.+)$", re.IGNORECASE)

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from conformance.checks.catalogue import GATE, by_name
-from conformance.grading import interface
-from conformance.grading.outcome import RunStatus, SubmissionOutcome, TargetOutcome, overall_status
-from conformance.grading.rubric import Rubric, RubricLimits, Target, prerequisites
-from conformance.grading.targets import Location, locate, near_misses, scan
+from conformance.grading.run import interface
+from conformance.grading.run.targets import Location, locate, near_misses, scan
+from conformance.grading.score.outcome import RunStatus, SubmissionOutcome, TargetOutcome, overall_status
+from conformance.grading.score.rubric import Rubric, RubricLimits, Target, prerequisites
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import texts
 from conformance.model.results import Status

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conformance.grading.rubric import Target
+from conformance.grading.score.rubric import Target
 from conformance.model.results import CheckResult, Status
 from conformance.subject.boundary import NOT_A_PLAIN_TENSOR, NOT_A_TENSOR
 

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.grading.outcome import RunStatus, SubmissionOutcome
+from conformance.grading.score.outcome import RunStatus, SubmissionOutcome
 
 FORMAT = 1
 

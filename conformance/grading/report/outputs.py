@@ -15,7 +15,7 @@ or on the order of grading.
 ``results.json``: the Gradescope autograder format (``score``, ``tests[]`` with ``name``,
 ``number``, ``score``, ``max_score``, ``status``, ``output``, ``output_format``, ``visibility``,
 ``tags``). Gradescope applies each test's visibility itself, so every test carries its full
-output, in words a student can act on (see :mod:`conformance.grading.student_text`).
+output, in words a student can act on (see :mod:`conformance.grading.report.student_text`).
 """
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conformance.grading import feedback
-from conformance.grading.document import md_escape
-from conformance.grading.outcome import WITHHELD, RunStatus
-from conformance.grading.rubric import Rubric
-from conformance.grading.scoring import State
-from conformance.grading.store import versions
-from conformance.grading.student_text import for_student
+from conformance.grading.report import feedback
+from conformance.grading.report.document import md_escape
+from conformance.grading.report.student_text import for_student
+from conformance.grading.run.store import versions
+from conformance.grading.score.outcome import WITHHELD, RunStatus
+from conformance.grading.score.rubric import Rubric
+from conformance.grading.score.scoring import State
 
 if TYPE_CHECKING:
-    from conformance.grading.student import Student
+    from conformance.grading.report.student import Student
 
 CLASSROOM_COLUMNS = ("assignment_name", "assignment_url", "starter_code_url", "github_username",
                      "roster_identifier", "student_repository_name", "student_repository_url",

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from conformance.grading.outcome import RunStatus, SubmissionOutcome
-from conformance.grading.scoring import SubmissionScore
-from conformance.grading.store import Record
+from conformance.grading.run.store import Record
+from conformance.grading.score.outcome import RunStatus, SubmissionOutcome
+from conformance.grading.score.scoring import SubmissionScore
 
 
 @dataclass
