@@ -26,7 +26,7 @@ UNIT = {
     "test_weights", "test_worker_codec", "test_worker_pristine",
 }
 INTEGRATION = {
-    "test_behaviour_inference", "test_bench", "test_causal_hints", "test_cli",
+    "test_behaviour_inference", "test_bench", "test_example_database", "test_causal_hints", "test_cli",
     "test_declaration_parity", "test_declarations", "test_grading_execution",
     "test_grading_environment", "test_grading_printed_output",
     "test_homework_styles_are_correct", "test_library_caches_are_correct",

@@ -32,7 +32,7 @@ from conformance.frontends.interface_language import error_words
 from conformance.frontends.progress_line import ProgressLine
 from conformance.frontends.report import render_json, render_text
 from conformance.generation.cases import Case
-from conformance.generation.profiles import PROFILE_NAMES
+from conformance.generation.profiles import PROFILE_NAMES, example_database
 from conformance.generation.strategies import available_devices
 from conformance.loading.registry import ResolveError, check_form, is_located, origin, registered
 from conformance.model import expectations
@@ -89,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="time each check may search for: when it runs out the check says "
                             "how many examples ran, a warning (default: 1.2 s per example of the "
                             "profile, 30 s for quick; 0: no limit)")
+    check.add_argument("--example-database", action=argparse.BooleanOptionalAction,
+                       default=None,
+                       help="keep each failing example in .hypothesis/examples and try it first "
+                            "next time (default: on a terminal or with --profile thorough, never "
+                            "under CI)")
     check.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="the live progress line on a terminal, a line per check elsewhere, "
                             "and a line per implementation (default: on)")
@@ -193,7 +198,10 @@ def _check(args: argparse.Namespace) -> int:
                              seed=args.seed, jobs=args.jobs or os.cpu_count() or 1,
                              declared=declared, strict=args.strict, progress=progress,
                              interfaces=interfaces, replay=replay,
-                             time_budget=args.time_budget)
+                             time_budget=args.time_budget,
+                             database=example_database(
+                                 args.example_database if args.example_database is not None
+                                 else sys.stdout.isatty() or args.profile == "thorough"))
     except BadInput as error:
         raise UsageError(error_words(error, "cli")) from error
     finally:

@@ -43,17 +43,29 @@ def profile(config: pytest.Config) -> str:
     return "quick"
 
 
+_DATABASES: dict[str, object] = {}
+"""The example database of each working directory a session ran in (one object, so runners
+made for the same options are one runner)."""
+
+
 def runner_options(config: pytest.Config) -> dict[str, object]:
     """How this run's checks search, from pytest's and hypothesis' options: the profile, a seed
-    (``--hypothesis-seed``), hypothesis' verbosity, strictness, a case to replay (its text) and
-    each check's time budget."""
+    (``--hypothesis-seed``), hypothesis' verbosity, strictness, a case to replay (its text),
+    each check's time budget, and hypothesis' example database (``.hypothesis/examples``:
+    failures kept and replayed first; none under CI)."""
+    from conformance.generation.profiles import example_database
+
+    where = str(Path.cwd())
+    if where not in _DATABASES:
+        _DATABASES[where] = example_database(interactive=True)
     seed = config.getoption("hypothesis_seed", default=None)
     return {"profile": profile(config),
             "seed": int(seed) if isinstance(seed, str) and seed.isdigit() else seed,
             "verbosity": config.getoption("hypothesis_verbosity", default=None),
             "strict": config.getoption("attention_strict"),
             "replay": config.getoption("attention_replay"),
-            "time_budget": config.getoption("attention_time_budget")}
+            "time_budget": config.getoption("attention_time_budget"),
+            "database": _DATABASES[where]}
 
 
 def current_config() -> pytest.Config | None:

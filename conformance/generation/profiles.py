@@ -2,15 +2,22 @@
 
 They are built from hypothesis' ``default`` profile, never from whatever profile is loaded, so
 they stay what they say under ``CI=true`` (which loads hypothesis' ``ci`` profile) and under
-``--hypothesis-profile``. Both use no example database: results depend only on the code under
-test and, for ``thorough`` without a seed, on chance.
+``--hypothesis-profile``. Neither uses an example database unless a front end asks for one for
+interactive use (:func:`example_database`): then a failing example is kept in hypothesis'
+``.hypothesis/examples`` and tried first by the next run, the hypothesis way. Without one
+(grading, CI, the Python API), results depend only on the code under test and, for
+``thorough`` without a seed, on chance.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
+from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 PROFILE_NAMES = ("quick", "thorough")
 
@@ -43,15 +50,42 @@ USER_PREFIX = "hypothesis:"
 under pytest), honoured for what it says about the search."""
 
 
-def profile_settings(name: str, *, seed: int | None = None,
-                     verbosity: str | None = None) -> settings:
+def example_database(interactive: bool) -> ExampleDatabase | None:
+    """Hypothesis' example database for interactive use (a terminal, the thorough profile,
+    pytest outside CI): ``.hypothesis/examples`` in the working directory, where hypothesis
+    users expect it. None otherwise, and always under ``CI`` (a CI run, like grading, never
+    depends on what an earlier run found)."""
+    if not interactive or os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        return None
+    return DirectoryBasedExampleDatabase(Path(".hypothesis") / "examples")
+
+
+def keep_examples(test: object, key: bytes | None, search: int) -> None:
+    """Keep the failing examples of a check's ``search``-th search under ``key`` (its
+    implementation, check and device) in the settings' example database. Every search is the
+    same inner function, whose digest would be hypothesis' key for all of them; the key it
+    reads first is this attribute (hypothesis' own pytest plugin tells parametrized tests apart
+    the same way)."""
+    if key is not None:
+        test._hypothesis_internal_database_key = key + b".%d" % search  # type: ignore[attr-defined]
+
+
+def examples_key(implementation: str, check: str, device: str) -> bytes:
+    """The example database's key for one check of one implementation on one device."""
+    return hashlib.sha256(f"attention-conformance/{implementation}/{check}/{device}".encode()
+                          ).hexdigest()[:32].encode()
+
+
+def profile_settings(name: str, *, seed: int | None = None, verbosity: str | None = None,
+                     database: ExampleDatabase | None = None) -> settings:
     """The settings of profile ``name``: ``quick``, ``thorough``, or ``hypothesis:NAME``.
 
     A user's profile gives the search its size, phases, derandomisation, verbosity and blob
     printing; the suite keeps what its checks need whatever the profile (no deadline: a call may
     be slow; no health checks; one bug reported; no example database). A ``seed`` makes even a
     derandomised profile draw from it (the examples then change with the seed); ``verbosity``
-    (hypothesis' names: quiet, normal, verbose, debug) overrides the profile's.
+    (hypothesis' names: quiet, normal, verbose, debug) overrides the profile's. A
+    ``database`` (see :func:`example_database`) keeps failing examples and replays them first.
     """
     if name.startswith(USER_PREFIX):
         try:
@@ -73,6 +107,10 @@ def profile_settings(name: str, *, seed: int | None = None,
         chosen = settings(chosen, derandomize=False)
     if verbosity is not None:
         chosen = settings(chosen, verbosity=Verbosity[verbosity])
+    if database is not None:
+        chosen = settings(chosen, database=database,
+                          phases=tuple(dict.fromkeys((Phase.explicit, Phase.reuse,
+                                                      *chosen.phases))))
     return chosen
 
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,6 +26,9 @@ from conformance.run.isolated import Interfaces, Isolated, Target, isolated_resu
 from conformance.run.runner import Progress, Runner
 from conformance.subject.boundary import Subject
 from conformance.subject.in_process import InProcessSubject
+
+if TYPE_CHECKING:
+    from hypothesis.database import ExampleDatabase
 
 
 def _results(runner: Runner, spec: str, what: Implementation | Isolated,
@@ -59,7 +63,9 @@ def _check_in_worker(spec: str, what: _Resolved | Isolated,
                      strict: bool, devices: Sequence[str] | None,
                      checks: Sequence[str] | None,
                      replay: Case | None = None,
-                     time_budget: float | None = None) -> tuple[list[CheckResult], Interfaces]:
+                     time_budget: float | None = None,
+                     database: ExampleDatabase | None = None
+                     ) -> tuple[list[CheckResult], Interfaces]:
     """One target's verdicts (and interfaces), in a spawned process: an in-process one is
     resolved again there by its IMPL (expected failures and declarations travel along: they may
     come from files or flags the process never saw)."""
@@ -69,7 +75,8 @@ def _check_in_worker(spec: str, what: _Resolved | Isolated,
         what = replace(impl, expected_failures=what.expected_failures,
                        expected_warnings=what.expected_warnings)
     interfaces: Interfaces = {}
-    runner = Runner(profile, seed, strict=strict, replay=replay, time_budget=time_budget)
+    runner = Runner(profile, seed, strict=strict, replay=replay, time_budget=time_budget,
+                    database=database)
     results = _results(runner, spec, what,
                        declared, devices, checks, interfaces)
     return results, interfaces
@@ -82,7 +89,8 @@ def check_many(targets: Sequence[Target], *, profile: str = "quick",
                progress: Progress | None = None,
                interfaces: Interfaces | None = None,
                replay: Case | None = None,
-               time_budget: float | None = None) -> list[CheckResult]:
+               time_budget: float | None = None,
+               database: ExampleDatabase | None = None) -> list[CheckResult]:
     """Verdicts for several implementations, ``jobs`` at a time; results in input order.
 
     ``targets`` pairs each implementation with the IMPL string (and ``declared``, the
@@ -91,13 +99,15 @@ def check_many(targets: Sequence[Target], *, profile: str = "quick",
     verdicts don't depend on ``jobs``. ``strict`` promotes warnings to failures. ``interfaces``,
     when given, receives what each implementation declares and what was inferred. ``replay``
     runs the checks on that one case instead of a search (see :class:`Runner`);
-    ``time_budget`` is each check's, in seconds (default: the profile's; 0: none). Raises
+    ``time_budget`` is each check's, in seconds (default: the profile's; 0: none);
+    ``database``, hypothesis' example database for interactive use (failing examples kept and
+    replayed first; see :func:`~conformance.generation.profiles.example_database`). Raises
     :class:`BadInput` when an isolated implementation is not checkable.
     """
     interfaces = interfaces if interfaces is not None else {}
     if jobs <= 1 or len(targets) <= 1:
         runner = Runner(profile, seed, strict=strict, progress=progress, replay=replay,
-                        time_budget=time_budget)
+                        time_budget=time_budget, database=database)
         return [result for spec, what in targets
                 for result in _results(runner, spec, what, declared, devices, checks,
                                        interfaces)]
@@ -105,7 +115,7 @@ def check_many(targets: Sequence[Target], *, profile: str = "quick",
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context) as pool:
         futures = [pool.submit(_check_in_worker, spec, _travelling(what), declared, profile,
-                               seed, strict, devices, checks, replay, time_budget)
+                               seed, strict, devices, checks, replay, time_budget, database)
                    for spec, what in targets]
         results: list[CheckResult] = []
         start = time.perf_counter()

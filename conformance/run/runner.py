@@ -12,7 +12,7 @@ import time
 import traceback
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -24,7 +24,7 @@ from conformance.checks.invariants.limits import Limits
 from conformance.checks.invariants.violation import CheckFailed, Violation
 from conformance.checks.precision import FLOAT32_NOISE
 from conformance.generation.cases import Case
-from conformance.generation.profiles import profile_settings
+from conformance.generation.profiles import examples_key, profile_settings
 from conformance.generation.strategies import available_devices
 from conformance.loading.registry import resolve
 from conformance.model.check_names import CHECK_NAMES
@@ -32,6 +32,9 @@ from conformance.model.results import CheckResult, Status
 from conformance.model.spec import Capabilities, Implementation
 from conformance.subject.boundary import Subject
 from conformance.subject.in_process import InProcessSubject
+
+if TYPE_CHECKING:
+    from hypothesis.database import ExampleDatabase
 
 
 class Progress(Protocol):
@@ -72,14 +75,19 @@ class Runner:
     ``strict`` promotes warnings (robustness findings beyond the normal range) to failures.
     ``time_budget``: each check's budget in seconds (see
     :mod:`conformance.checks.invariants.budget`; default: the profile's, 0: none).
+    ``database``: hypothesis' example database for interactive use (see
+    :func:`~conformance.generation.profiles.example_database`): each check's failing examples
+    kept there and replayed first by the next run; None (the default) keeps none.
     """
 
     def __init__(self, profile: str = "quick", seed: int | None = None, *,
                  strict: bool = False, progress: Progress | None = None,
                  verbosity: str | None = None, replay: Case | None = None,
-                 time_budget: float | None = None) -> None:
+                 time_budget: float | None = None,
+                 database: ExampleDatabase | None = None) -> None:
         self.profile = profile
-        self.settings = profile_settings(profile, seed=seed, verbosity=verbosity)
+        self.settings = profile_settings(profile, seed=seed, verbosity=verbosity,
+                                         database=database)
         if time_budget is not None and time_budget < 0:
             raise ValueError(f"a time budget is a number of seconds >= 0 (0: none), not "
                              f"{time_budget:g}")
@@ -166,6 +174,8 @@ class Runner:
             return CheckResult(subject.name, name, device, Status.SKIPPED, reason=skip)
         context = self._context(subject, effective, device, self.replay)
         context.broken = dict(outcome.broken)
+        if self.settings.database is not None:
+            context.examples_key = examples_key(subject.name, name, device)
         context.limits = self._limits.setdefault((subject.name, device), Limits())
         if outcome.precision is not None and outcome.precision.judged_as != torch.float64:
             context.precision = {torch.float64: outcome.precision.judged_as}

@@ -21,18 +21,12 @@ from conformance.checks.invariants.verify import (
     reference_applies,
     revealing,
 )
-from conformance.checks.invariants.violation import (
-    CheckFailed,
-    Finding,
-    Severity,
-    Violation,
-    as_warning,
-)
+from conformance.checks.invariants.violation import CheckFailed, Finding, Severity, Violation, as_warning
 from conformance.checks.invariants.violation import reports_earlier_call as _repeated
 from conformance.checks.mask_mistakes import Mistake, output_mistake
 from conformance.checks.probes import ProbeUnfit
 from conformance.generation.cases import Case
-from conformance.generation.profiles import inside_a_users_search
+from conformance.generation.profiles import inside_a_users_search, keep_examples
 from conformance.generation.search_source import strategies_only
 from conformance.model.remedies import Remedy
 from conformance.model.spec import Capabilities, Config
@@ -79,6 +73,9 @@ class CheckContext:
     """Searches of this check that found no case at all among the configurations the
     implementation builds for (see ``explore``); where every search did, the check is skipped."""
     searches: int = 0
+    examples_key: bytes | None = None
+    """Where the settings' example database keeps this check's failing examples (by
+    implementation, check and device; see ``keep_examples``): None where it has none."""
     budget: Budget = field(default_factory=lambda: Budget(None))
     """The check's time budget (see :mod:`conformance.checks.invariants.budget`)."""
     _refused_keys: list[Config] = field(default_factory=list, repr=False)
@@ -266,6 +263,7 @@ class CheckContext:
         test = settings(chosen)(test)
         if self.seed is not None:
             test = hypothesis_seed(self.seed)(test)
+        keep_examples(test, self.examples_key, self.searches)
         try:
             with strategies_only():
                 test()
