@@ -40,7 +40,7 @@ INTEGRATION = {
 E2E = {
     "test_containment", "test_expected_results", "test_grading_cli", "test_grading_example",
     "test_grading_shards", "test_inference", "test_library_layers", "test_no_false_alarms",
-    "test_thirdparty", "test_wheel", "test_worker", "test_worker_hostile",
+    "test_thirdparty", "test_wheel", "test_worker", "test_worker_hostile", "test_watch",
 }
 TIERS = {**dict.fromkeys(UNIT, "unit"), **dict.fromkeys(INTEGRATION, "integration"),
          **dict.fromkeys(E2E, "e2e")}

@@ -31,6 +31,7 @@ from conformance.frontends.command_targets import (
 from conformance.frontends.interface_language import error_words
 from conformance.frontends.progress_line import ProgressLine
 from conformance.frontends.report import render_json, render_text
+from conformance.frontends.watch import WatchLines, watch
 from conformance.generation.cases import Case
 from conformance.generation.profiles import PROFILE_NAMES, example_database
 from conformance.generation.strategies import available_devices
@@ -94,6 +95,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="keep each failing example in .hypothesis/examples and try it first "
                             "next time (default: on a terminal or with --profile thorough, never "
                             "under CI)")
+    check.add_argument("--watch", action="store_true",
+                       help="check FILE::Class again on every save of FILE, the checks that "
+                            "failed last time first (a warm process; Ctrl-C ends it)")
     check.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="the live progress line on a terminal, a line per check elsewhere, "
                             "and a line per implementation (default: on)")
@@ -176,6 +180,8 @@ def _check(args: argparse.Namespace) -> int:
     devices = args.devices or available_devices()
     checks = args.checks or list(CHECK_NAMES)
     replay = _replay(args.replay, args.checks)
+    if args.watch:
+        return _watch(args, declared, devices, checks)
     start = time.perf_counter()
     isolate = args.isolate is not False  # files and modules: isolated unless --no-isolate
     failures, warnings = _expected(args.expected_failures)
@@ -226,6 +232,33 @@ def _check(args: argparse.Namespace) -> int:
     if any(r.status is Status.SUITE_ERROR for r in results):
         return EXIT_USAGE  # the suite's own error: no verdict, as for bad input (exit 2)
     return EXIT_FAILED if any(r.is_failure for r in results) else EXIT_OK
+
+
+def _watch(args: argparse.Namespace, declared: Declarations, devices: Sequence[str],
+           checks: Sequence[str]) -> int:
+    """``check --watch FILE::Class`` (see :mod:`conformance.frontends.watch`)."""
+    if len(args.impls) != 1 or ("::" not in args.impls[0] and not args.impls[0].endswith(".py")):
+        raise UsageError("--watch takes one FILE::Class (or FILE) to check on every save")
+    if args.isolate is False or args.replay or args.json:
+        raise UsageError("--watch checks each save in a fresh worker and prints a line per "
+                         "save: drop --no-isolate, --replay and --json")
+    (spec,) = args.impls
+    try:
+        check_form(spec)
+    except ResolveError as error:
+        raise UsageError(error_words(error, "cli")) from error
+    failures, warnings = _expected(args.expected_failures)
+    target = (spec, Isolated(failures, warnings, args.call_timeout))
+    database = example_database(True)
+
+    def check_once(order: Sequence[str], lines: WatchLines) -> list[CheckResult]:
+        return check_many([target], profile=args.profile, devices=devices, checks=order,
+                          seed=args.seed, declared=declared, strict=args.strict,
+                          progress=lines, time_budget=args.time_budget, database=database)
+
+    path = Path(spec.partition("::")[0])
+    print(f"watching {path} (Ctrl-C to stop)", flush=True)
+    return watch(check_once, [path], checks, sys.stdout)
 
 
 def _replay(text: str | None, checks: Sequence[str] | None) -> Case | None:

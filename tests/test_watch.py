@@ -1,0 +1,126 @@
+"""``check --watch``: every save is checked again, what failed last time first, a line per
+save; a save that does not load is one line and the watch goes on; Ctrl-C leaves nothing
+behind."""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from worker_support import descendants, wait_until
+
+from conformance.frontends.watch import order, watch
+from conformance.model.results import CheckResult, Status
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ATTENTION = '''
+import math
+import torch
+from torch import nn
+
+
+class MHA(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.h, self.dh = num_heads, d_model // num_heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = (p(x).view(b, n, self.h, self.dh).transpose(1, 2)
+                   for p in (self.q, self.k, self.v))
+        s = q @ k.transpose(-1, -2) / math.sqrt(SCALE)
+        return self.o((torch.softmax(s, -1) @ v).transpose(1, 2).reshape(b, n, -1))
+'''
+
+
+def _module(path: Path, scale: str) -> None:
+    path.write_text(ATTENTION.replace("SCALE", scale))
+
+
+def test_what_failed_last_time_runs_first():
+    assert order(["gate", "contract", "padding", "scale"], ["scale", "nope"]) == [
+        "scale", "gate", "contract", "padding"]
+
+
+def test_each_save_is_checked_again_what_failed_first(tmp_path):
+    target = tmp_path / "attn.py"
+    target.write_text("x = 1\n")
+    orders: list[list[str]] = []
+
+    def check_once(checks, lines):
+        orders.append(list(checks))
+        failed = "scale" if len(orders) == 1 else None
+        results = [CheckResult("m", name, "cpu",
+                               Status.FAILED if name == failed else Status.PASSED, reason="off")
+                   for name in checks]
+        for result in results:
+            lines.checked(result)
+        if len(orders) == 1:  # the user saves while the first run is shown
+            os.utime(target, ns=(time.time_ns(), time.time_ns() + 10**9))
+        return results
+
+    out = io.StringIO()
+    assert watch(check_once, [target], ["gate", "reference", "scale"], out, saves=1,
+                 poll=0.01) == 0
+    assert orders == [["gate", "reference", "scale"], ["scale", "gate", "reference"]]
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("  scale: failed: off")
+    assert "failed: scale · 2 passed" in lines[1]
+    assert lines[2].startswith("  scale: passes now")
+    assert "3 passed" in lines[3] and len(lines) == 4
+
+
+def _subreaper(on: bool) -> None:
+    """This process inherits the watch's orphans while on: what it leaves behind is counted
+    here, and nothing else on the machine is."""
+    assert ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0) == 0
+
+
+def _line(process: subprocess.Popen, seen: list[str], count: int, seconds: float = 120) -> None:
+    """Read the watch's stdout until it has written ``count`` save lines (``[hh:mm:ss]``)."""
+    deadline = time.monotonic() + seconds
+    while sum(line.startswith("[") for line in seen) < count:
+        assert time.monotonic() < deadline, seen
+        line = process.stdout.readline()
+        assert line, seen  # it ended
+        seen.append(line)
+
+
+def test_a_fix_saved_is_seen_and_ctrl_c_leaves_nothing(tmp_path):
+    target = tmp_path / "attn.py"
+    _module(target, "self.dh * self.h")  # divides by sqrt(d_model): a scale bug
+    earlier = set(descendants())
+    _subreaper(True)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "conformance", "check", "attn.py::MHA", "--watch",
+             "--check", "gate", "--check", "reference", "--check", "scale"],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
+        seen: list[str] = []
+        _line(process, seen, 1)
+        assert "failed: reference, scale · 1 passed" in seen[-1]
+        target.write_text("def broken(:\n")  # saved mid-edit
+        _line(process, seen, 2)
+        assert "syntax" in seen[-1].lower()
+        _module(target, "self.dh")  # fixed
+        _line(process, seen, 3)
+        fixed = seen[seen.index(next(s for s in seen if "syntax" in s.lower())) + 1:]
+        assert fixed[0].startswith("  reference: passes now")  # the failing ones came first
+        assert "3 passed" in fixed[-1]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 130
+        wait_until(lambda: not set(descendants()) - earlier, seconds=10)
+        left = sorted(set(descendants()) - earlier)
+    finally:
+        _subreaper(False)
+    assert left == []
+    assert (tmp_path / ".hypothesis" / "examples").is_dir()  # failures were kept to try first
