@@ -249,7 +249,7 @@ def _watch(args: argparse.Namespace, declared: Declarations, devices: Sequence[s
         raise UsageError(error_words(error, "cli")) from error
     failures, warnings = _expected(args.expected_failures)
     target = (spec, Isolated(failures, warnings, args.call_timeout))
-    database = example_database(True)
+    database = example_database(args.example_database is not False)
 
     def check_once(order: Sequence[str], lines: WatchLines) -> list[CheckResult]:
         return check_many([target], profile=args.profile, devices=devices, checks=order,
