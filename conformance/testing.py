@@ -72,7 +72,10 @@ class AttentionCheck:
             options["profile"] = self.profile
         if self.strict is not None:
             options["strict"] = self.strict
-        key = (id(config), *sorted(options.items(), key=lambda item: item[0]))
+        # The example database is one object per directory (not hashable): keyed by identity.
+        key = (id(config), *sorted(((name, id(value) if name == "database" else value)
+                                    for name, value in options.items()),
+                                   key=lambda item: item[0]))
         if key not in _RUNNERS:
             replay = options.pop("replay")
             try:
