@@ -4,14 +4,13 @@ left behind (the implementations run isolated, in worker processes the checker c
 
 from __future__ import annotations
 
-import ctypes
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from worker_support import descendants, wait_until
+from worker_support import left_behind
 
 from conformance.frontends.progress_line import ProgressLine
 from conformance.model.results import CheckResult, Status
@@ -22,24 +21,10 @@ LIVENESS = 300
 """Seconds after which a run is taken to hang (every limit here is a few seconds)."""
 
 
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def _subreaper(on: bool) -> None:
-    """Make this process the one that inherits its descendants' orphans (or stop): what the
-    check run leaves behind then stays below this process, and nothing else on the machine is
-    counted (other test runs may have workers of their own)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    assert libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     report = tmp_path_factory.mktemp("containment") / "report.json"
-    # What this process ran before (a multiprocessing resource tracker, say) is not the run's.
-    earlier = set(descendants())
-    _subreaper(True)
-    try:
+    with left_behind() as left:
         done = subprocess.run(
             [sys.executable, "-m", "conformance", "check",
              "loops_at_one_length.py::LoopsAtSeven", "sleeps_in_init.py::SleepsInInit",
@@ -47,12 +32,6 @@ def run(tmp_path_factory):
              "--call-timeout", "2", "--jobs", "2", "--check", "gate", "--check", "padding",
              "--check", "permutation", "--json", str(report), "--progress"],
             cwd=HERE, capture_output=True, text=True, timeout=LIVENESS)
-        # Whatever the run left behind was re-parented here; the supervisors kill their trees
-        # as they end, so give them a moment.
-        wait_until(lambda: not set(descendants()) - earlier, seconds=10)
-        left = sorted(set(descendants()) - earlier)
-    finally:
-        _subreaper(False)
     results = {(r["implementation"], r["check"]): r
                for r in json.loads(report.read_text())["results"]}
     return done, results, left

@@ -4,7 +4,6 @@ behind."""
 
 from __future__ import annotations
 
-import ctypes
 import io
 import os
 import signal
@@ -13,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from worker_support import descendants, wait_until
+from worker_support import left_behind
 
 from conformance.frontends.watch import order, watch
 from conformance.model.results import CheckResult, Status
@@ -78,12 +77,6 @@ def test_each_save_is_checked_again_what_failed_first(tmp_path):
     assert "3 passed" in lines[3] and len(lines) == 4
 
 
-def _subreaper(on: bool) -> None:
-    """This process inherits the watch's orphans while on: what it leaves behind is counted
-    here, and nothing else on the machine is."""
-    assert ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0) == 0
-
-
 def _line(process: subprocess.Popen, seen: list[str], count: int, seconds: float = 120) -> None:
     """Read the watch's stdout until it has written ``count`` save lines (``[hh:mm:ss]``)."""
     deadline = time.monotonic() + seconds
@@ -97,9 +90,7 @@ def _line(process: subprocess.Popen, seen: list[str], count: int, seconds: float
 def test_a_fix_saved_is_seen_and_ctrl_c_leaves_nothing(tmp_path):
     target = tmp_path / "attn.py"
     _module(target, "self.dh * self.h")  # divides by sqrt(d_model): a scale bug
-    earlier = set(descendants())
-    _subreaper(True)
-    try:
+    with left_behind() as left:
         process = subprocess.Popen(
             [sys.executable, "-m", "conformance", "check", "attn.py::MHA", "--watch",
              "--check", "gate", "--check", "reference", "--check", "scale"],
@@ -120,9 +111,5 @@ def test_a_fix_saved_is_seen_and_ctrl_c_leaves_nothing(tmp_path):
         assert "3 passed" in fixed[-1]
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 130
-        wait_until(lambda: not set(descendants()) - earlier, seconds=10)
-        left = sorted(set(descendants()) - earlier)
-    finally:
-        _subreaper(False)
     assert left == []
     assert (tmp_path / ".hypothesis" / "examples").is_dir()  # failures were kept to try first

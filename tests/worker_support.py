@@ -4,6 +4,7 @@ grader keeps them, and /proc scans for processes that outlive their worker."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import os
 import shutil
@@ -127,6 +128,32 @@ def descendants(root: int | None = None) -> list[int]:
             found.append(pid)
         queue.extend(children.get(pid, []))
     return found
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _subreaper(on: bool) -> None:
+    assert ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0,
+                                                    0) == 0
+
+
+@contextlib.contextmanager
+def left_behind(seconds: float = 10.0):
+    """Count what a run inside leaves behind: meanwhile this process inherits its descendants'
+    orphans (a child subreaper), so what the run leaves stays below it and nothing else on the
+    machine (other test runs' workers) is counted. Yields a list that, on leaving, holds the
+    processes still alive ``seconds`` after (supervisors kill their trees as they end);
+    what this process ran before (a multiprocessing resource tracker, say) is not counted."""
+    earlier = set(descendants())
+    left: list[int] = []
+    _subreaper(True)
+    try:
+        yield left
+        wait_until(lambda: not set(descendants()) - earlier, seconds=seconds)
+        left += sorted(set(descendants()) - earlier)
+    finally:
+        _subreaper(False)
 
 
 def wait_until(condition, seconds: float = 5.0) -> bool:
