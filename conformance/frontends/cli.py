@@ -188,10 +188,7 @@ def _check(args: argparse.Namespace) -> int:
     targets: list[Target] = []
     for spec in args.impls or [None]:
         if spec is not None and is_located(spec):
-            try:
-                check_form(spec)
-            except ResolveError as error:
-                raise UsageError(error_words(error, "cli")) from error
+            _well_formed(spec)
         if spec is not None and isolate and is_located(spec):
             targets.append((spec, Isolated(failures, warnings, args.call_timeout)))
         else:
@@ -205,9 +202,8 @@ def _check(args: argparse.Namespace) -> int:
                              declared=declared, strict=args.strict, progress=progress,
                              interfaces=interfaces, replay=replay,
                              time_budget=args.time_budget,
-                             database=example_database(
-                                 args.example_database if args.example_database is not None
-                                 else sys.stdout.isatty() or args.profile == "thorough"))
+                             database=_database(args, sys.stdout.isatty()
+                                                or args.profile == "thorough"))
     except BadInput as error:
         raise UsageError(error_words(error, "cli")) from error
     finally:
@@ -243,13 +239,10 @@ def _watch(args: argparse.Namespace, declared: Declarations, devices: Sequence[s
         raise UsageError("--watch checks each save in a fresh worker and prints a line per "
                          "save: drop --no-isolate, --replay and --json")
     (spec,) = args.impls
-    try:
-        check_form(spec)
-    except ResolveError as error:
-        raise UsageError(error_words(error, "cli")) from error
+    _well_formed(spec)
     failures, warnings = _expected(args.expected_failures)
     target = (spec, Isolated(failures, warnings, args.call_timeout))
-    database = example_database(args.example_database is not False)
+    database = _database(args, interactive=True)
 
     def check_once(order: Sequence[str], lines: WatchLines) -> list[CheckResult]:
         return check_many([target], profile=args.profile, devices=devices, checks=order,
@@ -259,6 +252,21 @@ def _watch(args: argparse.Namespace, declared: Declarations, devices: Sequence[s
     path = Path(spec.partition("::")[0])
     print(f"watching {path} (Ctrl-C to stop)", flush=True)
     return watch(check_once, [path], checks, sys.stdout)
+
+
+def _well_formed(spec: str) -> None:
+    """A FILE::Class or package.module:Attr that can't name anything is one line (exit 2)."""
+    try:
+        check_form(spec)
+    except ResolveError as error:
+        raise UsageError(error_words(error, "cli")) from error
+
+
+def _database(args: argparse.Namespace, interactive: bool):
+    """Hypothesis' example database for this run: ``--example-database`` or
+    ``--no-example-database`` where given, else kept where the run is ``interactive``."""
+    return example_database(interactive if args.example_database is None
+                            else args.example_database)
 
 
 def _replay(text: str | None, checks: Sequence[str] | None) -> Case | None:
