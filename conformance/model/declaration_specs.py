@@ -49,6 +49,11 @@ class DeclarationSpec:
     read: Callable[[Declarations], object] | None = None
     type: Any = None
 
+    @classmethod
+    def one_of(cls, name: str, help: str, choices: tuple[str, ...]) -> DeclarationSpec:
+        """A declaration whose value is one of a few words: its grammar is their list."""
+        return cls(name, " | ".join(choices), help, choices)
+
     @property
     def value_type(self) -> Any:
         """What Declarations holds for it: ``str``, or a tuple of them where it repeats."""
@@ -77,7 +82,7 @@ class DeclarationSpec:
 
 
 SPECS: tuple[DeclarationSpec, ...] = (
-    DeclarationSpec("call", "self | qkv", "f(x, mask) or f(q, k, v, mask)", ("self", "qkv")),
+    DeclarationSpec.one_of("call", "f(x, mask) or f(q, k, v, mask)", ("self", "qkv")),
     DeclarationSpec("mask", "KIND:LAYOUT[+causal][@ARG]",
                     "the padding mask: KIND keep_int, keep_int32, keep_bool, keep_float, "
                     "ignore_bool, additive (-inf), additive_min; LAYOUT key_padding (B, Lk), "
@@ -85,9 +90,9 @@ SPECS: tuple[DeclarationSpec, ...] = (
                     "per_head (B, H, Lq, Lk), shared (Lq, Lk); @ARG: the forward keyword, e.g. "
                     "additive:per_head@attn_bias",
                     read=lambda d: (d.mask_convention("mask"), d.mask_argument)),
-    DeclarationSpec("causal", "never | always | optional",
-                    "whether it masks the future (optional: through forward's causal argument)",
-                    ("never", "always", "optional")),
+    DeclarationSpec.one_of("causal",
+                           "whether it masks the future (optional: through forward's causal argument)",
+                           ("never", "always", "optional")),
     DeclarationSpec("width_arg", "NAME", "the constructor argument for the model width"),
     DeclarationSpec("heads_arg", "NAME", "the constructor argument for the head count"),
     DeclarationSpec("head_dim_arg", "NAME",
@@ -97,30 +102,30 @@ SPECS: tuple[DeclarationSpec, ...] = (
     DeclarationSpec("batch_first", "true",
                     "forward takes (batch, length, width) inputs (never read sequence-first)",
                     form=Form.SWITCH, read=lambda d: d.declares_sequence_first()),
-    DeclarationSpec("constructor", "keyword | positional",
-                    "built with keywords (default) or Class(width, heads) by position",
-                    ("keyword", "positional")),
-    DeclarationSpec("returns", "tensor | tuple",
-                    "forward returns one tensor (a tuple is then a contract failure), or a tuple "
-                    "whose first element is the output", ("tensor", "tuple")),
-    DeclarationSpec("layout", "bhld | blhd",
-                    "a core function's q, k, v axes: (batch, heads, length, dim) or (batch, "
-                    "length, heads, dim) (FlashAttention's)", ("bhld", "blhd")),
-    DeclarationSpec("causal_alignment", "bottom-right | top-left",
-                    "a kernel's causal diagonal with fewer queries than keys: query i sees keys "
-                    "<= i + kv_len - q_len (bottom-right, FlashAttention >= 2.1) or <= i "
-                    "(top-left); measured where not declared", ("bottom-right", "top-left")),
-    DeclarationSpec("kv_grouping", "interleaved | tiled",
-                    "grouped-query heads: query head h reads key/value head h // G "
-                    "(interleaved, HuggingFace's) or h mod Hkv (tiled)", ("interleaved", "tiled")),
-    DeclarationSpec("padded_queries", "zero | self | any",
-                    "what it outputs at a padded query position (self-attention): zero, "
-                    "attention to itself alone, or as any row; unjudged unless declared",
-                    ("zero", "self", "any")),
-    DeclarationSpec("output_projection", "applied",
-                    "the layer applies an output projection: a layer shaped like one that the "
-                    "forward never calls is checked as it (a skipped projection then fails "
-                    "reference)", ("applied",)),
+    DeclarationSpec.one_of("constructor",
+                           "built with keywords (default) or Class(width, heads) by position",
+                           ("keyword", "positional")),
+    DeclarationSpec.one_of("returns",
+                           "forward returns one tensor (a tuple is then a contract failure), or a tuple "
+                           "whose first element is the output", ("tensor", "tuple")),
+    DeclarationSpec.one_of("layout",
+                           "a core function's q, k, v axes: (batch, heads, length, dim) or (batch, "
+                           "length, heads, dim) (FlashAttention's)", ("bhld", "blhd")),
+    DeclarationSpec.one_of("causal_alignment",
+                           "a kernel's causal diagonal with fewer queries than keys: query i sees keys "
+                           "<= i + kv_len - q_len (bottom-right, FlashAttention >= 2.1) or <= i "
+                           "(top-left); measured where not declared", ("bottom-right", "top-left")),
+    DeclarationSpec.one_of("kv_grouping",
+                           "grouped-query heads: query head h reads key/value head h // G "
+                           "(interleaved, HuggingFace's) or h mod Hkv (tiled)", ("interleaved", "tiled")),
+    DeclarationSpec.one_of("padded_queries",
+                           "what it outputs at a padded query position (self-attention): zero, "
+                           "attention to itself alone, or as any row; unjudged unless declared",
+                           ("zero", "self", "any")),
+    DeclarationSpec.one_of("output_projection",
+                           "the layer applies an output projection: a layer shaped like one that the "
+                           "forward never calls is checked as it (a skipped projection then fails "
+                           "reference)", ("applied",)),
     DeclarationSpec("rope", "PAIRING[:THETA[:FRACTION]]",
                     "RoPE as meant: half or interleaved pairs, theta, rotated fraction, e.g. "
                     "half:10000:0.25", read=lambda d: d.rotary()),
@@ -147,12 +152,12 @@ SPECS: tuple[DeclarationSpec, ...] = (
     DeclarationSpec("positions", "NAME[:ids|vector|start]",
                     "the forward argument for the tokens' positions: (B, L) ids, an (L,) "
                     "vector, or the first position as an int", read=lambda d: d.position_argument()),
-    DeclarationSpec("position_encoding", "rotary | alibi | none",
-                    "the position encoding inside (overrides what names suggest)",
-                    ("rotary", "alibi", "none")),
-    DeclarationSpec("alibi", "standard | measured",
-                    "ALiBi slopes: the paper's (standard), or any positive ones",
-                    ("standard", "measured")),
+    DeclarationSpec.one_of("position_encoding",
+                           "the position encoding inside (overrides what names suggest)",
+                           ("rotary", "alibi", "none")),
+    DeclarationSpec.one_of("alibi",
+                           "ALiBi slopes: the paper's (standard), or any positive ones",
+                           ("standard", "measured")),
     DeclarationSpec("kv_cache", "STYLE@ARG[=module:Class] | none",
                     "its KV cache: returned@past_key_value, buffers@start_pos, "
                     "object@cache=mypkg.cache:KVCache, or none", read=lambda d: d.cache()),
