@@ -14,6 +14,7 @@ from conformance.implementations.mutants import MUTANT_MODULES
 from conformance.numerics.platform_defects import PLATFORM_NOTE
 from conformance.run.many import check_many
 from tests.selection import wanted
+from tests.verdicts import seen
 
 IMPLEMENTATIONS = {impl.name: impl for impl in bundled()}
 MODERN = {"kv_groups", "position_shift", "alibi", "sliding_window", "kv_cache", "packed",
@@ -66,6 +67,22 @@ def results(request) -> dict[str, dict[str, CheckResult]]:
     for result in check_many(targets, devices=["cpu"], jobs=2):
         verdicts.setdefault(result.implementation, {})[result.check] = result
     return verdicts
+
+
+@pytest.fixture(scope="module")
+def shared_results(request) -> dict[str, list[CheckResult]]:
+    """The same verdicts, each implementation's checks shared out over two processes
+    (conformance.run.shared), one implementation after another."""
+    names = wanted(request, {"shared_results"}, _implementation)
+    return {name: check_many([(name, impl)], devices=["cpu"], jobs=2)
+            for name, impl in IMPLEMENTATIONS.items() if names is None or name in names}
+
+
+@pytest.mark.parametrize("name", list(IMPLEMENTATIONS))
+def test_sharing_the_checks_out_changes_no_verdict(results, shared_results, name):
+    """Verdicts identical with one and two processes per implementation, over the bundled
+    catalogue: status, reason, minimal case, details, hint and observations, in order."""
+    assert seen(shared_results[name]) == seen([results[name][check] for check in CHECK_NAMES])
 
 
 @pytest.fixture(scope="module")

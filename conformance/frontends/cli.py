@@ -73,9 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--replay", metavar="CASE",
                        help="run one --check on this falsifying example alone, as a report "
                             "prints it: --replay \"Case(batch=1, q_len=2, ...)\"")
-    check.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
-                       help="check N implementations at a time in worker processes "
-                            "(0: one per CPU core); verdicts don't depend on it")
+    check.add_argument("--jobs", "-j", type=int, default=0, metavar="N",
+                       help="processes to check in: N implementations at a time, or one "
+                            "implementation's checks shared out over N (default 0: one per "
+                            "CPU core; 1: one after another); verdicts don't depend on it")
     check.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                        help="run each implementation named by a file or module in a worker "
                             "process of its own: a call that hangs fails its check after "
@@ -198,7 +199,7 @@ def _check(args: argparse.Namespace) -> int:
     interfaces: Interfaces = {}
     try:
         results = check_many(targets, profile=args.profile, devices=devices, checks=checks,
-                             seed=args.seed, jobs=args.jobs or os.cpu_count() or 1,
+                             seed=args.seed, jobs=_jobs(args),
                              declared=declared, strict=args.strict, progress=progress,
                              interfaces=interfaces, replay=replay,
                              time_budget=args.time_budget,
@@ -246,12 +247,17 @@ def _watch(args: argparse.Namespace, declared: Declarations, devices: Sequence[s
 
     def check_once(order: Sequence[str], lines: WatchLines) -> list[CheckResult]:
         return check_many([target], profile=args.profile, devices=devices, checks=order,
-                          seed=args.seed, declared=declared, strict=args.strict,
+                          seed=args.seed, jobs=_jobs(args), declared=declared, strict=args.strict,
                           progress=lines, time_budget=args.time_budget, database=database)
 
     path = Path(spec.partition("::")[0])
     print(f"watching {path} (Ctrl-C to stop)", flush=True)
     return watch(check_once, [path], checks, sys.stdout)
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    """The processes ``--jobs`` asks for (0: one per core)."""
+    return args.jobs or os.cpu_count() or 1
 
 
 def _well_formed(spec: str) -> None:

@@ -91,7 +91,9 @@ def check_many(targets: Sequence[Target], *, profile: str = "quick",
                replay: Case | None = None,
                time_budget: float | None = None,
                database: ExampleDatabase | None = None) -> list[CheckResult]:
-    """Verdicts for several implementations, ``jobs`` at a time; results in input order.
+    """Verdicts for several implementations, ``jobs`` at a time (one implementation: its checks
+    shared out over ``jobs`` processes, see :mod:`conformance.run.shared`); results in input
+    order.
 
     ``targets`` pairs each implementation with the IMPL string (and ``declared``, the
     declarations) that resolve to it, so a worker process can find it again; an
@@ -107,7 +109,7 @@ def check_many(targets: Sequence[Target], *, profile: str = "quick",
     interfaces = interfaces if interfaces is not None else {}
     if jobs <= 1 or len(targets) <= 1:
         runner = Runner(profile, seed, strict=strict, progress=progress, replay=replay,
-                        time_budget=time_budget, database=database)
+                        time_budget=time_budget, database=database, processes=max(1, jobs))
         return [result for spec, what in targets
                 for result in _results(runner, spec, what, declared, devices, checks,
                                        interfaces)]

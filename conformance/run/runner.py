@@ -30,6 +30,7 @@ from conformance.loading.registry import resolve
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.results import CheckResult, Status
 from conformance.model.spec import Capabilities, Implementation
+from conformance.run import shared
 from conformance.subject.boundary import Subject
 from conformance.subject.in_process import InProcessSubject
 
@@ -78,14 +79,17 @@ class Runner:
     ``database``: hypothesis' example database for interactive use (see
     :func:`~conformance.generation.profiles.example_database`): each check's failing examples
     kept there and replayed first by the next run; None (the default) keeps none.
+    ``processes``: how many processes one implementation's checks are shared out over (this
+    one and forks of it; see :mod:`conformance.run.shared`); the verdicts don't depend on it.
     """
 
     def __init__(self, profile: str = "quick", seed: int | None = None, *,
                  strict: bool = False, progress: Progress | None = None,
                  verbosity: str | None = None, replay: Case | None = None,
                  time_budget: float | None = None,
-                 database: ExampleDatabase | None = None) -> None:
+                 database: ExampleDatabase | None = None, processes: int = 1) -> None:
         self.profile = profile
+        self.processes = processes
         self.settings = profile_settings(profile, seed=seed, verbosity=verbosity,
                                          database=database)
         if time_budget is not None and time_budget < 0:
@@ -147,7 +151,9 @@ class Runner:
         ``requires``); the result says so."""
         if self.progress is not None:
             self.progress.check(subject.name, name)
-        with one_thread():
+        # The check reseeds this process's generator (Subject.begin_check): the caller's state
+        # is given back after it.
+        with one_thread(), torch.random.fork_rng(devices=[]):
             result = self._run_check(subject, name, device, frozenset(without))
         if self.progress is not None:
             self.progress.checked(result)
@@ -196,11 +202,25 @@ class Runner:
         if unknown:
             raise ValueError(f"unknown check(s) {unknown}: choose from {', '.join(CHECK_NAMES)}")
         start = time.perf_counter()
-        results = [self.run_check(subject, name, device)
-                   for device in (devices or available_devices()) for name in names]
+        pairs = [(device, name) for device in (devices or available_devices()) for name in names]
+        many = sum(name != GATE.name for _, name in pairs) > 1
+        # Started before the gates run, so that their workers load meanwhile.
+        twins = shared.twins(subject, self.processes - 1) if many else []
+        try:
+            results = (shared.run(self, subject, pairs, twins) if twins else
+                       [self.run_check(subject, name, device) for device, name in pairs])
+        finally:
+            for twin in twins:
+                if twin is not subject:
+                    twin.close()
         if self.progress is not None:
             self.progress.finished(subject.name, results, time.perf_counter() - start)
         return results
+
+    def runs_checks(self, subject: Subject, device: str) -> bool:
+        """Whether checks search on ``device``: it is here, and its gate (run now where it has
+        not run) passed."""
+        return device in available_devices() and not self.gate(subject, device)[1].blocked
 
     def _expectations(self, subject: Subject, result: CheckResult) -> CheckResult:
         """Apply the subject's expected failures and warnings, and ``strict``.

@@ -155,6 +155,13 @@ class Instance(ABC):
         """
 
 
+CHECK_RANDOM_STATE = 0
+"""The seed torch's CPU generator takes as each check begins, where the implementation runs: a
+forward that draws without a seed of its own (dropout left on in eval mode) then draws the same
+whichever checks ran before, in whichever process (``--check`` alone, or shared out over forks);
+instances are built and seeded forwards run under seeds of their own."""
+
+
 class Subject(ABC):
     """An implementation under test as the invariants see it."""
 
@@ -174,6 +181,24 @@ class Subject(ABC):
     def describe(self) -> str:
         """One line: what it declares, for report headers."""
 
-    def begin_check(self, name: str) -> None:  # noqa: B027 (a no-op hook, not abstract)
-        """Called by the Runner before each check (and the gate) runs; a subject behind a process
-        boundary uses it to fail fast within a check after a fatal failure."""
+    def begin_check(self, name: str) -> None:
+        """Called by the Runner before each check (and the gate) runs: the random state of the
+        process that calls the implementation starts afresh (see :data:`CHECK_RANDOM_STATE`); a
+        subject behind a process boundary also uses it to fail fast within a check after a
+        fatal failure."""
+        torch.default_generator.manual_seed(CHECK_RANDOM_STATE)
+
+    def twin(self) -> Subject | None:
+        """A subject answering as this one does, for a process forked from this one to run some
+        of the checks in (:mod:`conformance.run.shared`); None where there is none (the checks
+        then run here, one after another). Its own state starts afresh: nothing a check does
+        through one is seen through the other."""
+        return None
+
+    def ready(self) -> bool:
+        """Whether this twin can answer (called in the forked process, before its first check):
+        a twin whose implementation declared otherwise when loaded again is not."""
+        return True
+
+    def close(self) -> None:  # noqa: B027 (nothing to stop unless a subject says otherwise)
+        """Stop what answers for it (a worker process)."""

@@ -47,6 +47,10 @@ class InProcessSubject(Subject):
     def instantiate(self, config: Config, seed: int) -> Instance:
         return ModuleInstance(self.implementation, config, seed)
 
+    def twin(self) -> InProcessSubject:
+        """Itself: the fork copies it (its only state is its implementation's)."""
+        return self
+
     def describe(self) -> str:
         text = self.capabilities.describe()
         if self.implementation.weight_layout is not None:

@@ -86,6 +86,12 @@ class TimedSubject(IsolatedSubject):
 
     _last_worker: object = None
 
+    def twin(self) -> TimedSubject | None:
+        twin = super().twin()
+        if twin is not None and isinstance(self._timeout, CallLimits):
+            twin._timeout = CallLimits(self._timeout.seconds)  # its worker's calls, not ours
+        return twin
+
     def submit(self, worker, op, request, tensors, config, what):
         if worker is not self._last_worker and isinstance(self._timeout, CallLimits):
             self._last_worker = worker

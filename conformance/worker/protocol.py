@@ -65,6 +65,9 @@ class BuildRequest:
     number: int
     """The instance's number, chosen by the checker (its next requests may be sent before this
     one's reply); the reply repeats it."""
+    random_state: int | None = None
+    """Where set (a check's first build), the worker's CPU generator is seeded with it first
+    (:data:`~conformance.subject.boundary.CHECK_RANDOM_STATE`)."""
 
 
 @dataclass(frozen=True)

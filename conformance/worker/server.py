@@ -229,6 +229,8 @@ class Server:
             raise KeyError(f"no implementation {request.implementation!r} was loaded")
         if request.number in self.instances:
             raise KeyError(f"instance {request.number} exists already")
+        if request.random_state is not None:
+            torch.default_generator.manual_seed(request.random_state)
         instance = WorkerInstance(implementation, request.config, request.seed, self.output_keep)
         self.instances[request.number] = instance
         return request.number

@@ -30,8 +30,8 @@ import torch
 import conformance.worker.codec as codec
 from conformance.model.declarations import Declarations
 from conformance.model.spec import Config
-from conformance.subject import first_backward
 from conformance.subject.boundary import (
+    CHECK_RANDOM_STATE,
     CapabilityError,
     ImplementationError,
     Instance,
@@ -41,16 +41,10 @@ from conformance.worker.errors import LoadError, WorkerError, WorkerStartError, 
 from conformance.worker.instance import IsolatedInstance
 from conformance.worker.limits import Limits
 from conformance.worker.process import Pending, WorkerProcess
-from conformance.worker.protocol import (
-    REQUESTS,
-    BuildRequest,
-    Declaration,
-    Failure,
-    LoadRequest,
-    WorkerState,
-)
+from conformance.worker.protocol import REQUESTS, BuildRequest, Declaration, WorkerState
 from conformance.worker.sandbox import SandboxKind
 from conformance.worker.sandbox import available as available_sandboxes
+from conformance.worker.submission_load import Launched, failure_of, launch, read
 from conformance.worker.target_spec import check_spec
 
 TimeoutPolicy = Callable[[str, "Config | None"], float]
@@ -100,26 +94,7 @@ class IsolatedSubject(Subject):
                 raise LoadError(WorkerStatus.NOT_FOUND, f"no file {file} in the submission",
                                 fatal=False)
         self.spec = spec
-        self.limits = limits or Limits()
-        self.sandbox = sandbox
-        self._declared = declared
-        self._timeout = timeout
-        self._lock = threading.RLock()
-        self._released: list[tuple[WorkerProcess, int]] = []
-        self._check: str | None = None
-        self._poison: WorkerError | None = None
-        self.restarts = 0
-        self.failures: list[tuple[str | None, WorkerError]] = []
-        """Every fatal failure, with the check it happened in (None outside checks)."""
-        self.incidents: list[tuple[str | None, WorkerError]] = []
-        """Every failure with a status, fatal or not (a worker that survived running out of
-        memory, or a forward that called sys.exit, too), with its check: what a grader reads."""
-        self._worker: WorkerProcess | None = None
-        self._workers: list[WorkerProcess] = []
-        self._built = 0
-        """Instances numbered so far (the checker numbers them: requests can follow a
-        construction before its reply)."""
-        self._finalizer = weakref.finalize(self, IsolatedSubject._stop_all, self._workers)
+        self._configure(limits or Limits(), sandbox, declared, timeout)
         declarations = self._start()
         names = [d.name for d in declarations]
         if name is None and len(declarations) != 1:
@@ -140,6 +115,32 @@ class IsolatedSubject(Subject):
         self.notes = self.declaration.notes
         self.expected_failures = dict(self.declaration.expected_failures
                                       if expected_failures is None else expected_failures)
+
+    def _configure(self, limits: Limits, sandbox: SandboxKind, declared: Declarations | None,
+                   timeout: float | TimeoutPolicy | None) -> None:
+        """The state of a subject with no worker yet (a new one's, or a twin's)."""
+        self.limits = limits
+        self.sandbox = sandbox
+        self._declared = declared
+        self._timeout = timeout
+        self._launched: Launched | None = None
+        self._lock = threading.RLock()
+        self._released: list[tuple[WorkerProcess, int]] = []
+        self._check: str | None = None
+        self._poison: WorkerError | None = None
+        self._fresh = False
+        self.restarts = 0
+        self.failures: list[tuple[str | None, WorkerError]] = []
+        """Every fatal failure, with the check it happened in (None outside checks)."""
+        self.incidents: list[tuple[str | None, WorkerError]] = []
+        """Every failure with a status, fatal or not (a worker that survived running out of
+        memory, or a forward that called sys.exit, too), with its check: what a grader reads."""
+        self._worker: WorkerProcess | None = None
+        self._workers: list[WorkerProcess] = []
+        self._built = 0
+        """Instances numbered so far (the checker numbers them: requests can follow a
+        construction before its reply)."""
+        self._finalizer = weakref.finalize(self, IsolatedSubject._stop_all, self._workers)
 
     # What the grader reads.
 
@@ -177,51 +178,61 @@ class IsolatedSubject(Subject):
 
     # Workers.
 
+    def twin(self) -> IsolatedSubject | None:
+        """This implementation in a worker of its own, its load sent and not waited for
+        (:meth:`ready` waits, in the process that uses it); None where none starts."""
+        twin = object.__new__(type(self))
+        twin.submission, twin.spec, twin.in_place = self.submission, self.spec, self.in_place
+        twin._configure(self.limits, self.sandbox, self._declared, self._timeout)
+        for kept in ("declaration", "declarations", "name", "capabilities", "notes",
+                     "_defined_names", "expected_failures", "expected_warnings"):
+            setattr(twin, kept, getattr(self, kept))
+        try:
+            twin._launched = twin._launch()
+        except LoadError:
+            twin.close()
+            return None
+        return twin
+
+    def ready(self) -> bool:
+        launched, self._launched = self._launched, None
+        if launched is None:
+            return self._worker is not None
+        try:
+            return self._same(self._loaded(launched))
+        except LoadError:
+            return False
+
+    def _same(self, declarations: Sequence[Declaration]) -> bool:
+        """Whether ``declarations``, from a worker that loaded the submission again, declare
+        this implementation as the first did."""
+        again = {d.name: d for d in declarations}.get(self.name)
+        return again is not None and codec.encode(again, []) == codec.encode(self.declaration, [])
+
     def _start(self) -> tuple[Declaration, ...]:
         """Start a worker and load the submission in it."""
+        return self._loaded(self._launch())
+
+    def _launch(self) -> Launched:
+        launched = launch(self.submission, self.spec, self._declared, self.limits, self.sandbox,
+                          self.in_place)
+        self._workers.append(launched.worker)
+        self._worker = launched.worker
+        return launched
+
+    def _loaded(self, launched: Launched) -> tuple[Declaration, ...]:
         try:
-            worker = WorkerProcess(self.submission, limits=self.limits, sandbox=self.sandbox,
-                                   in_place=self.in_place)
-        except WorkerError as error:
-            raise LoadError(error.status, str(error), fatal=True) from None
-        self._workers.append(worker)
-        self._worker = worker
-        body = codec.encode(LoadRequest(self.spec, self._declared), [])
-        names: tuple[str, ...] = ()
-        try:
-            # The names first (read from the source, nothing run): a submission that kills its
-            # worker while being imported still gets near-miss suggestions.
-            asked = worker.submit("names", body, [], timeout=self.limits.load_seconds,
-                                  what="reading the source")
-            loading = worker.submit("load", body, [], timeout=self.limits.load_seconds,
-                                    what="load")
-            # While the worker imports the submission: what this process's first gradient
-            # check would import (a no-op after the first worker).
-            first_backward.import_ahead()
-            frame = worker.reply(asked)
-            if frame.header["ok"]:
-                names = self._body(worker, frame, "names")
-            frame = worker.reply(loading)
-            if frame.header["ok"]:
-                # A declaration the checker can't read (a hand-written Capabilities with a wrong
-                # type, or a forged reply) is malformed like any other reply.
-                reply = self._body(worker, frame, "load")
-        except WorkerError as error:
+            reply = read(launched, self.spec, self._body)
+        except LoadError:
             self._worker = None
-            worker.close()
-            raise LoadError(error.status, f"loading {self.spec}: {error}", defined_names=names,
-                            fatal=True, output=worker.printed()) from None
-        if not frame.header["ok"]:
-            failure = self._failure(frame)
-            self._worker = None
-            worker.close()
-            raise LoadError(failure.status or WorkerStatus.INTERFACE_MISMATCH, failure.message,
-                            defined_names=failure.defined_names, fatal=False,
-                            output=worker.printed(), remedy=failure.remedy)
+            raise
         self._defined_names = reply.defined_names
         return reply.implementations
 
     def _live_worker(self) -> WorkerProcess:
+        if self._launched is not None and not self.ready():
+            raise WorkerError(WorkerStatus.INTERFACE_MISMATCH, "loaded again, the submission "
+                              "did not declare the same", fatal=True)
         if self._worker is not None and self._worker.dead is None:
             return self._worker
         if self._worker is not None:
@@ -239,8 +250,7 @@ class IsolatedSubject(Subject):
         except (LoadError, WorkerStartError) as error:
             raise WorkerError(error.status, f"restarting the worker failed: {error}",
                               fatal=True) from None
-        again = {d.name: d for d in declarations}.get(self.name)
-        if again is None or codec.encode(again, []) != codec.encode(self.declaration, []):
+        if not self._same(declarations):
             self._worker.close()
             self._worker = None
             raise WorkerError(WorkerStatus.INTERFACE_MISMATCH,
@@ -251,6 +261,7 @@ class IsolatedSubject(Subject):
         with self._lock:
             self._check = name
             self._poison = None
+            self._fresh = True  # the next build starts the worker's random state afresh
 
     def instantiate(self, config: Config, seed: int) -> Instance:
         """The construction is sent without waiting for it: the worker builds while this
@@ -265,7 +276,9 @@ class IsolatedSubject(Subject):
                 self._fatal(error)
                 raise
             self._built += 1
-            request = BuildRequest(self.name, config, seed, self._built)
+            request = BuildRequest(self.name, config, seed, self._built,
+                                   CHECK_RANDOM_STATE if self._fresh else None)
+            self._fresh = False
             pending = self.submit(worker, "build", request, [], config, "constructing it")
             return IsolatedInstance(self, worker, self._built, config, pending)
 
@@ -312,7 +325,7 @@ class IsolatedSubject(Subject):
                 self._fatal(error)
                 raise
             if not frame.header["ok"]:
-                failure = self._failure(frame)
+                failure = failure_of(frame)
                 if failure.kind == "capability":
                     raise CapabilityError(failure.message)
                 if failure.kind == "implementation":
@@ -322,13 +335,6 @@ class IsolatedSubject(Subject):
                 self.incidents.append((self._check, error))
                 raise error
             return self._body(worker, frame, op)
-
-    def _failure(self, frame) -> Failure:
-        try:
-            return codec.decode(frame.header.get("failure"), Failure, frame.tensors, "failure")
-        except codec.CodecError as error:
-            return Failure("status", f"the worker sent a malformed failure: {error}",
-                           WorkerStatus.PROTOCOL_ERROR)
 
     def _body(self, worker: WorkerProcess, frame, op: str) -> Any:
         try:

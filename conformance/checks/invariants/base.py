@@ -183,6 +183,7 @@ class CheckContext:
         # means "no example" to a replay, which runs outside a search.
         def within(case: Case) -> str | None:
             if self.limits.known(case):
+                self._refused(limit_key(case))  # found by another check: said here too
                 raise UnsatisfiedAssumption()
             try:
                 return verify(case)
@@ -279,14 +280,14 @@ class CheckContext:
             # Hypothesis replays the minimal example last, so `last` holds the shrunk case.
             return Finding(error, last.get("case"))
         except Unsatisfiable:
-            if not self.limits.refused():
+            if not self._refused_keys:
                 # No case at all: none this search needs fits what the module builds for.
                 self.unfit.append(unfit_words(self.capabilities.shapes))
                 return None
             # Every case was rejected: each at a configuration the implementation refuses.
             return Finding(Violation(
                 "every case this check generated is at a configuration the implementation "
-                "refuses (every call fails there: " + "; ".join(self.limits.refused()[:2])
+                "refuses (every call fails there: " + "; ".join(self.limits.refused(self._refused_keys)[:2])
                 + "), so the property could not be checked anywhere",
                 hint="the gate's configuration runs, these do not: a feature the check needs "
                      "(grouped key/value heads, a window, a dtype) fails at every size tried"),

@@ -75,9 +75,10 @@ class Limits:
             self.probed[key] = problems[0][:160] if len(problems) == len(SHAPES) else None
         return bool(self.probed[key])
 
-    def refused(self) -> list[str]:
-        """Every refusal found, in words."""
-        return sorted({words for words in self.probed.values() if words})
+    def refused(self, keys: list[Config]) -> list[str]:
+        """The refusals of the configurations ``keys``, in words: a check's own, whichever
+        check probed them first (so its verdict does not depend on the order checks run in)."""
+        return sorted({words for key in keys if (words := self.probed.get(key))})
 
     def note(self, keys: list[Config]) -> str:
         """The observation for the configurations ``keys`` a check found refused."""

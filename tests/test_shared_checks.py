@@ -1,0 +1,109 @@
+"""One implementation's checks shared out over forks (conformance.run.shared): the verdicts, their
+evidence and their order are those of one process, whatever happens to a fork."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conformance.implementations import bundled
+from conformance.model.results import CheckResult
+from conformance.run import shared
+from conformance.run.isolated import Isolated
+from conformance.run.many import check_many
+from conformance.run.runner import Runner
+from conformance.subject.in_process import InProcessSubject
+from tests.verdicts import seen
+from tests.worker_support import left_behind
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED = {impl.name: impl for impl in bundled()}
+
+
+@pytest.fixture
+def forks(monkeypatch) -> list[int]:
+    """The forks this process makes (each pid), so that a test knows the checks were shared."""
+    made: list[int] = []
+    fork = os.fork
+
+    def counted() -> int:
+        pid = fork()
+        if pid:
+            made.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", counted)
+    return made
+
+
+def _run(impl, processes: int) -> list[CheckResult]:
+    return Runner(processes=processes).run(InProcessSubject(impl), devices=["cpu"])
+
+
+@pytest.mark.parametrize("name", ["textbook", "mutant-mask-inverted", "mutant-dropout-in-eval",
+                                  "mutant-causal-shows-next-token"])
+def test_two_processes_give_what_one_gives(name, forks):
+    """A correct implementation, two with failures found and shrunk, and one whose forward draws
+    from torch's global generator (dropout left on in eval): the same evidence, in the same
+    order. The whole bundled catalogue is compared in test_expected_results."""
+    assert seen(_run(BUNDLED[name], 2)) == seen(_run(BUNDLED[name], 1))
+    assert len(forks) == 1
+
+
+def test_an_isolated_implementation_gets_a_twin_worker_and_leaves_nothing_behind(forks):
+    """A file checked isolated: the fork checks through a second worker of its own (loaded
+    while the gate ran); verdicts as with one process, and every worker gone after."""
+    spec = "conformance/implementations/mutants/mask_after_softmax.py::MaskAfterSoftmax"
+    os.chdir(ROOT)
+    with left_behind() as left:
+        one = check_many([(spec, Isolated())], devices=["cpu"], jobs=1)
+        two = check_many([(spec, Isolated())], devices=["cpu"], jobs=2)
+    assert seen(two) == seen(one)
+    assert any(r.status.value == "failed" for r in one)
+    assert len(forks) == 1
+    assert left == []
+
+
+def test_a_fork_that_dies_leaves_its_check_to_this_process(forks):
+    """A fork killed in the middle of a check (here: the implementation exits the process it
+    runs in, only in the fork) answers nothing: that check runs here again, and the verdicts
+    are those of one process."""
+    textbook = BUNDLED["textbook"]
+    parent = os.getpid()
+
+    def exits_in_a_fork(config):
+        module = textbook.factory(config)
+        forward = module.forward
+
+        def exiting(*args, **kwargs):
+            if os.getpid() != parent:
+                os._exit(7)
+            return forward(*args, **kwargs)
+
+        module.forward = exiting
+        return module
+
+    impl = replace(textbook, factory=exits_in_a_fork)
+    assert seen(_run(impl, 2)) == seen(_run(impl, 1))
+    assert len(forks) == 1
+
+
+def test_with_a_second_thread_no_fork_is_made(forks):
+    """A fork copies only the calling thread: where another runs, the checks run here, one after
+    another (the verdicts the same)."""
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert not shared.forkable()
+        assert shared.twins(InProcessSubject(BUNDLED["textbook"]), 1) == []
+        results = _run(BUNDLED["textbook"], 2)
+    finally:
+        release.set()
+        other.join()
+    assert shared.forkable() and forks == []
+    assert seen(results) == seen(_run(BUNDLED["textbook"], 1))
