@@ -158,7 +158,7 @@ class Instance(ABC):
 CHECK_RANDOM_STATE = 0
 """The seed torch's CPU generator takes as each check begins, where the implementation runs: a
 forward that draws without a seed of its own (dropout left on in eval mode) then draws the same
-whichever checks ran before, in whichever process (``--check`` alone, or shared out over forks);
+whichever checks ran before, in whichever process (one check alone, or shared out over forks);
 instances are built and seeded forwards run under seeds of their own."""
 
 
