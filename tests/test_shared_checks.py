@@ -13,7 +13,7 @@ import pytest
 from conformance.implementations import bundled
 from conformance.model.results import CheckResult
 from conformance.run import shared
-from conformance.run.isolated import Isolated
+from conformance.run.isolated import BadInput, Isolated
 from conformance.run.many import check_many
 from conformance.run.runner import Runner
 from conformance.subject.in_process import InProcessSubject
@@ -107,3 +107,13 @@ def test_with_a_second_thread_no_fork_is_made(forks):
         other.join()
     assert shared.forkable() and forks == []
     assert seen(results) == seen(_run(BUNDLED["textbook"], 1))
+
+
+def test_the_twins_loading_beside_a_module_that_fails_to_load_are_stopped():
+    """The twins' workers start loading with the first: where the module does not load, they
+    are stopped with it (one line for the user, nothing left running)."""
+    os.chdir(ROOT)
+    with left_behind() as left, pytest.raises(BadInput, match="syntax"):
+        check_many([("tests/fixtures/syntax_error.py::Anything", Isolated())],
+                   devices=["cpu"], jobs=2)
+    assert left == []

@@ -22,6 +22,7 @@ from conformance.model.remedies import Note, Remedy, remedy_of
 from conformance.model.results import CheckResult, Status
 from conformance.model.spec import Config, Implementation
 from conformance.model.status import is_load_problem
+from conformance.run import shared
 from conformance.run.runner import BLOCKED, Runner
 from conformance.subject.boundary import ImplementationError, Subject
 
@@ -116,8 +117,10 @@ def isolated_results(runner: Runner, spec: str, what: Isolated,
     from conformance.worker.errors import LoadError, WorkerStartError
     from conformance.worker.local import open_all
 
+    many = checks is None or len([c for c in checks if c != GATE.name]) > 1
+    twins = runner.processes - 1 if many and shared.forkable() else 0
     try:
-        subjects = open_all(spec, declared, call_seconds=what.call_seconds)
+        subjects = open_all(spec, declared, call_seconds=what.call_seconds, twins=twins)
     except WorkerStartError as error:
         raise BadInput(f"{spec}: {error}") from None
     except LoadError as error:

@@ -115,9 +115,10 @@ class TimedSubject(IsolatedSubject):
 
 def isolated(spec: str, declared: Declarations | None = None, *, name: str | None = None,
              call_seconds: float = CALL_SECONDS,
-             expected_failures: dict[str, str] | None = None) -> IsolatedSubject:
+             expected_failures: dict[str, str] | None = None, twins: int = 0) -> IsolatedSubject:
     """The implementation an IMPL string names (``path/file.py::Attr`` or ``pkg.module:Attr``),
     in a worker running in place: a file from its own folder, a module from the current one.
+    ``twins``: how many more workers load it at once (see :meth:`IsolatedSubject.twin`).
     Raises the worker's LoadError when it can't be loaded."""
     if "::" in spec:
         location, _, attribute = spec.partition("::")
@@ -130,15 +131,16 @@ def isolated(spec: str, declared: Declarations | None = None, *, name: str | Non
                     max_restarts=RESTARTS)
     return TimedSubject(directory, worker_spec, name=name, declared=declared, limits=limits,
                         expected_failures=expected_failures, timeout=CallLimits(call_seconds),
-                        in_place=True)
+                        in_place=True, twins=twins)
 
 
 def open_all(spec: str, declared: Declarations | None = None, *,
-             call_seconds: float = CALL_SECONDS) -> list[IsolatedSubject]:
+             call_seconds: float = CALL_SECONDS, twins: int = 0) -> list[IsolatedSubject]:
     """Every implementation ``spec`` names (a list of declared ones, say), each loaded in a
-    worker of its own. Raises the worker's LoadError when the module can't be loaded."""
+    worker of its own (and ``twins`` more, where it names one). Raises the worker's LoadError
+    when the module can't be loaded."""
     try:
-        return [isolated(spec, declared, call_seconds=call_seconds)]
+        return [isolated(spec, declared, call_seconds=call_seconds, twins=twins)]
     except LoadError as error:
         several = (error.status is WorkerStatus.INTERFACE_MISMATCH and error.defined_names
                    and "choose one with name=" in str(error))

@@ -71,6 +71,7 @@ class IsolatedSubject(Subject):
             ``limits.request_seconds``.
         in_place: run on ``submission`` itself, not a scratch copy (a user's own code, checked
             for containment: hangs, crashes, exits); the sandbox is then at most ``unshare``.
+        twins: how many more workers load it at once, for :meth:`twin` to take.
 
     Raises :class:`LoadError` (with the status and the names the module defines) when the
     submission can't be loaded.
@@ -79,7 +80,8 @@ class IsolatedSubject(Subject):
     def __init__(self, submission: str | Path, spec: str, *, name: str | None = None,
                  declared: Declarations | None = None, limits: Limits | None = None,
                  sandbox: SandboxKind = "auto", expected_failures: Mapping[str, str] | None = None,
-                 timeout: float | TimeoutPolicy | None = None, in_place: bool = False) -> None:
+                 timeout: float | TimeoutPolicy | None = None, in_place: bool = False,
+                 twins: int = 0) -> None:
         check_spec(spec)
         self.submission = Path(submission)
         self.in_place = in_place
@@ -95,7 +97,14 @@ class IsolatedSubject(Subject):
                                 fatal=False)
         self.spec = spec
         self._configure(limits or Limits(), sandbox, declared, timeout)
-        declarations = self._start()
+        launched = self._launch()
+        try:
+            # The twins' loads beside this one's: on other cores, they cost no time here.
+            self._spares += [self._launch_spare() for _ in range(twins)]
+            declarations = self._loaded(launched)
+        except LoadError:
+            self.close()
+            raise
         names = [d.name for d in declarations]
         if name is None and len(declarations) != 1:
             self.close()
@@ -140,7 +149,10 @@ class IsolatedSubject(Subject):
         self._built = 0
         """Instances numbered so far (the checker numbers them: requests can follow a
         construction before its reply)."""
-        self._finalizer = weakref.finalize(self, IsolatedSubject._stop_all, self._workers)
+        self._spares: list[Launched] = []
+        """Workers loading the submission that no twin has taken yet (stopped with this)."""
+        self._finalizer = weakref.finalize(self, IsolatedSubject._stop_all, self._workers,
+                                           self._spares)
 
     # What the grader reads.
 
@@ -171,10 +183,8 @@ class IsolatedSubject(Subject):
             return self.call(self._live_worker(), "state", None, [], None, "reporting its state")
 
     def describe(self) -> str:
-        text = self.capabilities.describe()
-        if self.declaration.weight_layout is not None:
-            text += f"; {self.declaration.weight_layout}"
-        return text
+        layout = self.declaration.weight_layout
+        return self.capabilities.describe() + (f"; {layout}" if layout is not None else "")
 
     # Workers.
 
@@ -188,7 +198,7 @@ class IsolatedSubject(Subject):
                      "_defined_names", "expected_failures", "expected_warnings"):
             setattr(twin, kept, getattr(self, kept))
         try:
-            twin._launched = twin._launch()
+            twin._launched = twin._launch(self._spares.pop() if self._spares else None)
         except LoadError:
             twin.close()
             return None
@@ -213,9 +223,14 @@ class IsolatedSubject(Subject):
         """Start a worker and load the submission in it."""
         return self._loaded(self._launch())
 
-    def _launch(self) -> Launched:
-        launched = launch(self.submission, self.spec, self._declared, self.limits, self.sandbox,
-                          self.in_place)
+    def _launch_spare(self) -> Launched:
+        """A worker loading the submission, for a twin."""
+        return launch(self.submission, self.spec, self._declared, self.limits, self.sandbox,
+                      self.in_place)
+
+    def _launch(self, launched: Launched | None = None) -> Launched:
+        """``launched`` (default: a new worker loading the submission), made this subject's."""
+        launched = launched or self._launch_spare()
         self._workers.append(launched.worker)
         self._worker = launched.worker
         return launched
@@ -373,8 +388,8 @@ class IsolatedSubject(Subject):
         self._worker = None
 
     @staticmethod
-    def _stop_all(workers: list[WorkerProcess]) -> None:
-        for worker in workers:
+    def _stop_all(workers: list[WorkerProcess], spares: list[Launched]) -> None:
+        for worker in [*workers, *(spare.worker for spare in spares)]:
             worker.close()
 
     def __enter__(self) -> IsolatedSubject:
