@@ -28,7 +28,10 @@ from conformance.frontends.command_targets import (
     UsageError,
     resolved_targets,
 )
+from conformance.frontends.github_annotations import annotations, located, on_github
+from conformance.frontends.html_report import render_html
 from conformance.frontends.interface_language import error_words
+from conformance.frontends.junit_report import render_junit
 from conformance.frontends.progress_line import ProgressLine
 from conformance.frontends.report import render_json, render_text
 from conformance.frontends.watch import WatchLines, watch
@@ -64,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--json", type=Path, metavar="PATH",
                        help="also write the results as JSON ('-': to stdout, the report then "
                             "going to stderr)")
+    check.add_argument("--html", type=Path, metavar="PATH",
+                       help="also write one self-contained HTML page: the interface, the "
+                            "verdicts, and each finding with its minimal case drawn (figures: "
+                            "the [plot] extra)")
+    check.add_argument("--junit-xml", type=Path, metavar="PATH",
+                       help="also write JUnit XML (a testcase per check and device), for CI "
+                            "test viewers")
     check.add_argument("--device", action="append", dest="devices", metavar="DEVICE",
                        help="cpu, cuda or mps (repeatable; default: every available one)")
     check.add_argument("--check", action="append", dest="checks", choices=CHECK_NAMES,
@@ -204,7 +214,8 @@ def _check(args: argparse.Namespace) -> int:
                              interfaces=interfaces, replay=replay,
                              time_budget=args.time_budget,
                              database=_database(args, sys.stdout.isatty()
-                                                or args.profile == "thorough"))
+                                                or args.profile == "thorough"),
+                             pictures=args.html is not None)
     except BadInput as error:
         raise UsageError(error_words(error, "cli")) from error
     finally:
@@ -212,11 +223,24 @@ def _check(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     shown_devices = [d for d in devices if d in available_devices()] or devices
     json_to_stdout = args.json is not None and str(args.json) == "-"
+    reproduce = _reproduction(args.impls)
     print(render_text(results, checks=checks, profile=args.profile, devices=shown_devices,
                       unavailable=_unavailable(devices), seconds=seconds,
                       notes={name: notes for name, (_, notes) in interfaces.items()},
-                      reproduce=_reproduction(args.impls)),
+                      reproduce=reproduce),
           file=sys.stderr if json_to_stdout else sys.stdout)
+    if args.html:
+        args.html.write_text(render_html(results, checks=checks, profile=args.profile,
+                                         devices=shown_devices, seconds=seconds,
+                                         interfaces=interfaces, reproduce=reproduce),
+                             encoding="utf-8")
+    if args.junit_xml:
+        args.junit_xml.write_text(render_junit(results, seconds=seconds, reproduce=reproduce),
+                                  encoding="utf-8")
+    if on_github():
+        places = {origin(spec): located(spec) for spec in args.impls if is_located(spec)}
+        for line in annotations(results, places.get):
+            print(line)
     if args.json:
         payload = render_json(results, interfaces=interfaces, profile=args.profile,
                               devices=shown_devices, unavailable=_unavailable(devices),

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from conformance.errors import SuiteError
+from conformance.frontends import pytest_html
 from conformance.frontends.interface_language import Interface, error_words
 from conformance.frontends.pytest_options import (
     BENCHMARK_MODULE,
@@ -256,6 +257,7 @@ def enforce(result: CheckResult, reproduce: Reproduction | None = None,
     pytest's warnings summary shows the evidence) or a failure that explains itself (and says
     how to replay its falsifying example: ``reproduce``), what to declare said for
     ``interface`` (pytest's options, or a test file's ``declare=``)."""
+    pytest_html.enforced(result)
     if result.status is Status.WARNED:
         warnings.warn(AttentionConformanceWarning(failure_block(result, reproduce, interface)),
                       stacklevel=2)

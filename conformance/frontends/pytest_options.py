@@ -65,7 +65,8 @@ def runner_options(config: pytest.Config) -> dict[str, object]:
             "strict": config.getoption("attention_strict"),
             "replay": config.getoption("attention_replay"),
             "time_budget": config.getoption("attention_time_budget"),
-            "database": _DATABASES[where]}
+            "database": _DATABASES[where],
+            "pictures": bool(config.getoption("attention_html", default=None))}
 
 
 def current_config() -> pytest.Config | None:

@@ -60,6 +60,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--attention-replay", default=None, metavar="CASE",
                     help="run the selected checks on this falsifying example alone, as a "
                          "failure prints it: --attention-replay \"Case(batch=1, ...)\"")
+    group.addoption("--attention-html", default=None, metavar="PATH",
+                    help="also write one self-contained HTML page of the run's checks: the "
+                         "verdicts, and each finding with its minimal case drawn (figures: "
+                         "the [plot] extra)")
     group.addoption("--attention-declare", action="append", default=[], metavar="NAME=VALUE",
                     help="a declaration for the classes named by --attention-impl, as the "
                          "command line's flags spell it: e.g. kv-grouping=tiled, "
@@ -95,6 +99,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # its pytest_configure: the suite's profiles must be registered before (tryfirst).
     if (config.getoption("hypothesis_profile", default=None) or "").startswith(HYPOTHESIS_PREFIX):
         pass
+    if config.getoption("attention_html"):
+        from conformance.frontends import pytest_html
+
+        config.pluginmanager.register(pytest_html, "attention-conformance-html")
     if wanted(config):
         _rerunnable(config)
         from conformance.frontends import pytest_catalogue

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
+from conformance.model.picture import Picture
 from conformance.model.remedies import Remedy
 
 
@@ -38,6 +39,7 @@ class CheckResult:
         observations: behaviour worth reporting even on a pass (e.g. fully masked rows).
         remedy: what the user can declare to settle it, where behaviour can't (each front end
             says it in its own words).
+        picture: the minimal case drawn, where a report asked for it (``Runner(pictures=)``).
     """
 
     implementation: str
@@ -51,6 +53,7 @@ class CheckResult:
     observations: list[str] = field(default_factory=list)
     seconds: float = 0.0
     remedy: Remedy | None = None
+    picture: Picture | None = None
 
     @property
     def is_failure(self) -> bool:
@@ -60,4 +63,6 @@ class CheckResult:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["status"] = self.status.value
+        if self.picture is None:
+            del data["picture"]  # a report's JSON is as it was unless pictures were asked for
         return data

@@ -64,7 +64,7 @@ def _check_in_worker(spec: str, what: _Resolved | Isolated,
                      checks: Sequence[str] | None,
                      replay: Case | None = None,
                      time_budget: float | None = None,
-                     database: ExampleDatabase | None = None
+                     database: ExampleDatabase | None = None, pictures: bool = False
                      ) -> tuple[list[CheckResult], Interfaces]:
     """One target's verdicts (and interfaces), in a spawned process: an in-process one is
     resolved again there by its IMPL (expected failures and declarations travel along: they may
@@ -76,7 +76,7 @@ def _check_in_worker(spec: str, what: _Resolved | Isolated,
                        expected_warnings=what.expected_warnings)
     interfaces: Interfaces = {}
     runner = Runner(profile, seed, strict=strict, replay=replay, time_budget=time_budget,
-                    database=database)
+                    database=database, pictures=pictures)
     results = _results(runner, spec, what,
                        declared, devices, checks, interfaces)
     return results, interfaces
@@ -90,7 +90,8 @@ def check_many(targets: Sequence[Target], *, profile: str = "quick",
                interfaces: Interfaces | None = None,
                replay: Case | None = None,
                time_budget: float | None = None,
-               database: ExampleDatabase | None = None) -> list[CheckResult]:
+               database: ExampleDatabase | None = None,
+               pictures: bool = False) -> list[CheckResult]:
     """Verdicts for several implementations, ``jobs`` at a time (one implementation: its checks
     shared out over ``jobs`` processes, see :mod:`conformance.run.shared`); results in input
     order.
@@ -103,13 +104,15 @@ def check_many(targets: Sequence[Target], *, profile: str = "quick",
     runs the checks on that one case instead of a search (see :class:`Runner`);
     ``time_budget`` is each check's, in seconds (default: the profile's; 0: none);
     ``database``, hypothesis' example database for interactive use (failing examples kept and
-    replayed first; see :func:`~conformance.generation.profiles.example_database`). Raises
+    replayed first; see :func:`~conformance.generation.profiles.example_database`);
+    ``pictures``: each finding's minimal case drawn (``CheckResult.picture``). Raises
     :class:`BadInput` when an isolated implementation is not checkable.
     """
     interfaces = interfaces if interfaces is not None else {}
     if jobs <= 1 or len(targets) <= 1:
         runner = Runner(profile, seed, strict=strict, progress=progress, replay=replay,
-                        time_budget=time_budget, database=database, processes=max(1, jobs))
+                        time_budget=time_budget, database=database, processes=max(1, jobs),
+                        pictures=pictures)
         return [result for spec, what in targets
                 for result in _results(runner, spec, what, declared, devices, checks,
                                        interfaces)]
@@ -117,7 +120,8 @@ def check_many(targets: Sequence[Target], *, profile: str = "quick",
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context) as pool:
         futures = [pool.submit(_check_in_worker, spec, _travelling(what), declared, profile,
-                               seed, strict, devices, checks, replay, time_budget, database)
+                               seed, strict, devices, checks, replay, time_budget, database,
+                               pictures)
                    for spec, what in targets]
         results: list[CheckResult] = []
         start = time.perf_counter()

@@ -22,12 +22,14 @@ from conformance.checks.invariants.budget import Budget, budget_seconds
 from conformance.checks.invariants.gate import GateOutcome
 from conformance.checks.invariants.limits import Limits
 from conformance.checks.invariants.violation import CheckFailed, Violation
+from conformance.checks.picture import picture
 from conformance.checks.precision import FLOAT32_NOISE
 from conformance.generation.cases import Case
 from conformance.generation.profiles import examples_key, profile_settings
 from conformance.generation.strategies import available_devices
 from conformance.loading.registry import resolve
 from conformance.model.check_names import CHECK_NAMES
+from conformance.model.picture import Picture
 from conformance.model.results import CheckResult, Status
 from conformance.model.spec import Capabilities, Implementation
 from conformance.run import shared
@@ -81,15 +83,19 @@ class Runner:
     kept there and replayed first by the next run; None (the default) keeps none.
     ``processes``: how many processes one implementation's checks are shared out over (this
     one and forks of it; see :mod:`conformance.run.shared`); the verdicts don't depend on it.
+    ``pictures``: each finding's minimal case drawn (``CheckResult.picture``, see
+    :mod:`conformance.checks.picture`), for a report that shows them.
     """
 
     def __init__(self, profile: str = "quick", seed: int | None = None, *,
                  strict: bool = False, progress: Progress | None = None,
                  verbosity: str | None = None, replay: Case | None = None,
                  time_budget: float | None = None,
-                 database: ExampleDatabase | None = None, processes: int = 1) -> None:
+                 database: ExampleDatabase | None = None, processes: int = 1,
+                 pictures: bool = False) -> None:
         self.profile = profile
         self.processes = processes
+        self.pictures = pictures
         self.settings = profile_settings(profile, seed=seed, verbosity=verbosity,
                                          database=database)
         if time_budget is not None and time_budget < 0:
@@ -189,6 +195,8 @@ class Runner:
         subject.begin_check(name)
         result = _verdict(check, context, subject.name, device)
         result.seconds = context.budget.elapsed()
+        if self.pictures and result.counterexample and result.status in FINDINGS:
+            result.picture = _picture(subject, context.capabilities, result)
         if effective is not outcome.effective:
             result.observations.append(
                 "run without " + ", ".join(sorted(without)) + ": the check that judges "
@@ -294,6 +302,19 @@ def _verdict(check: Check, context: CheckContext, implementation: str, device: s
         return result
     return CheckResult(implementation, check.name, device, Status.PASSED,
                        observations=list(context.observations))
+
+
+FINDINGS = (Status.FAILED, Status.WARNED)
+"""What a picture is drawn for (before the expectations: an expected failure too)."""
+
+
+def _picture(subject: Subject, capabilities: Capabilities, result: CheckResult) -> Picture | None:
+    """``result``'s minimal case drawn; None where its counterexample is not a Case."""
+    try:
+        case = Case.parse(result.counterexample or "")
+    except ValueError:
+        return None
+    return picture(subject, capabilities, case, result.reason)
 
 
 def _without(capabilities: Capabilities, features: frozenset[str]) -> Capabilities:
