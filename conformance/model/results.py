@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
-from conformance.model.picture import Picture
 from conformance.model.remedies import Remedy
+
+if TYPE_CHECKING:  # only reports that draw one import it
+    from conformance.model.picture import Picture
 
 
 class Status(str, Enum):
