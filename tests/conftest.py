@@ -47,9 +47,10 @@ TIERS = {**dict.fromkeys(UNIT, "unit"), **dict.fromkeys(INTEGRATION, "integratio
 
 
 LONGEST_FIRST = (
-    "test_inference", "test_expected_results", "test_grading_example", "test_no_false_alarms",
-    "test_user_pytest", "test_pytest_plugin", "test_grading_cli", "test_library_layers",
-    "test_containment", "test_worker_hostile", "test_wheel", "test_declaration_parity",
+    "test_expected_results", "test_inference", "test_no_false_alarms", "test_grading_example",
+    "test_library_layers", "test_real_layer_causes", "test_user_pytest", "test_pytest_plugin",
+    "test_grading_cli", "test_containment", "test_reports", "test_worker_hostile", "test_wheel",
+    "test_declaration_parity",
 )
 """The files that take longest (``--durations``), started first: ``make test`` runs a file per
 xdist worker at a time (``--dist loadfile``), and a long file started last would run alone while
