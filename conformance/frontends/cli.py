@@ -260,9 +260,9 @@ def _watch(args: argparse.Namespace, declared: Declarations, devices: Sequence[s
     """``check --watch FILE::Class`` (see :mod:`conformance.frontends.watch`)."""
     if len(args.impls) != 1 or ("::" not in args.impls[0] and not args.impls[0].endswith(".py")):
         raise UsageError("--watch takes one FILE::Class (or FILE) to check on every save")
-    if args.isolate is False or args.replay or args.json:
+    if args.isolate is False or args.replay or args.json or args.html or args.junit_xml:
         raise UsageError("--watch checks each save in a fresh worker and prints a line per "
-                         "save: drop --no-isolate, --replay and --json")
+                         "save: drop --no-isolate, --replay, --json, --html and --junit-xml")
     (spec,) = args.impls
     _well_formed(spec)
     failures, warnings = _expected(args.expected_failures)
