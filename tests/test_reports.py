@@ -68,10 +68,13 @@ def test_the_picture_shows_a_row_seeing_its_next_token(drawn):
 @pytest.mark.skipif(not picture_figure.available(), reason="matplotlib (the [plot] extra) is "
                     "not installed")
 def test_the_page_is_self_contained_and_draws_every_finding(drawn):
-    page = render_html(drawn, checks=CHECK_NAMES, profile="quick", devices=["cpu"], seconds=1.0)
-    findings = [r for r in drawn if r.status in (Status.FAILED, Status.WARNED,
+    """Every finding drawn, probabilities or a row's error alike (a few of each mutant's: a
+    figure takes a second to draw), and nothing the page would fetch."""
+    shown = [r for r in drawn if r.check in ("padding", "causal", "head_split", "gate")]
+    page = render_html(shown, checks=CHECK_NAMES, profile="quick", devices=["cpu"], seconds=1.0)
+    findings = [r for r in shown if r.status in (Status.FAILED, Status.WARNED,
                                                  Status.EXPECTED_FAILURE)]
-    assert findings
+    assert len(findings) >= 3
     assert page.count("<img class=picture") == sum(
         r.picture is not None and (r.picture.measured is not None or r.picture.row_error is not None)
         for r in findings)
@@ -164,11 +167,12 @@ def test_pytest_writes_the_page_from_its_workers(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "--pyargs", "conformance", "--attention-impl", "mutant-mask-inverted",
-                           "--attention-html", "page.html", "-n", "2"],
+                           "--attention-html", "page.html", "-n", "1", "-k",
+                           "padding or causal or gate"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:]
     page = (tmp_path / "page.html").read_text(encoding="utf-8")
-    assert f"attention-conformance: {len(CHECK_NAMES)} verdict(s)" in done.stdout
+    assert "attention-conformance: 3 verdict(s)" in done.stdout
     assert "XFAIL mutant-mask-inverted · padding [cpu]" in page
     if picture_figure.available():
         assert "<img class=picture" in page

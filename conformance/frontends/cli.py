@@ -86,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--jobs", "-j", type=int, default=0, metavar="N",
                        help="processes to check in: N implementations at a time, or one "
                             "implementation's checks shared out over N (default 0: one per "
-                            "CPU core; 1: one after another); verdicts don't depend on it")
+                            "CPU core, one inside a pytest-xdist worker; 1: one after "
+                            "another); verdicts don't depend on it")
     check.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                        help="run each implementation named by a file or module in a worker "
                             "process of its own: a call that hangs fails its check after "
@@ -280,8 +281,11 @@ def _watch(args: argparse.Namespace, declared: Declarations, devices: Sequence[s
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    """The processes ``--jobs`` asks for (0: one per core)."""
-    return args.jobs or os.cpu_count() or 1
+    """The processes ``--jobs`` asks for (0: one per core, or one inside a pytest-xdist
+    worker, whose run already has a process per core)."""
+    if args.jobs:
+        return args.jobs
+    return 1 if os.environ.get("PYTEST_XDIST_WORKER") else os.cpu_count() or 1
 
 
 def _well_formed(spec: str) -> None:
