@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from conformance.implementations import bundled
 from conformance.model.results import CheckResult
@@ -117,3 +118,15 @@ def test_the_twins_loading_beside_a_module_that_fails_to_load_are_stopped():
         check_many([("tests/fixtures/syntax_error.py::Anything", Isolated())],
                    devices=["cpu"], jobs=2)
     assert left == []
+
+
+def test_each_check_starts_from_one_random_state_and_the_callers_is_given_back():
+    """A forward that draws from torch's global generator (dropout left on in eval) draws the same
+    in a check run alone as after the others; the caller's own generator is as it was."""
+    impl = BUNDLED["mutant-dropout-in-eval"]
+    torch.manual_seed(1234)
+    before = torch.get_rng_state()
+    alone = Runner().run(InProcessSubject(impl), devices=["cpu"], checks=["determinism"])
+    assert torch.equal(torch.get_rng_state(), before)
+    after_others = [r for r in _run(impl, 1) if r.check == "determinism"]
+    assert seen(alone) == seen(after_others)

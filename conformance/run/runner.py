@@ -227,8 +227,11 @@ class Runner:
 
     def runs_checks(self, subject: Subject, device: str) -> bool:
         """Whether checks search on ``device``: it is here, and its gate (run now where it has
-        not run) passed."""
-        return device in available_devices() and not self.gate(subject, device)[1].blocked
+        not run, as run_check runs it) passed."""
+        if device not in available_devices():
+            return False
+        with one_thread(), torch.random.fork_rng(devices=[]):
+            return not self.gate(subject, device)[1].blocked
 
     def _expectations(self, subject: Subject, result: CheckResult) -> CheckResult:
         """Apply the subject's expected failures and warnings, and ``strict``.
