@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from conformance.implementations import bundled
+from conformance.model.check_names import CHECK_NAMES
 from conformance.model.results import CheckResult
 from conformance.run import shared
 from conformance.run.isolated import BadInput, Isolated
@@ -101,7 +102,7 @@ def test_with_a_second_thread_no_fork_is_made(forks):
     other.start()
     try:
         assert not shared.forkable()
-        assert shared.twins(InProcessSubject(BUNDLED["textbook"]), 1) == []
+        assert shared.wanted(2, CHECK_NAMES) == 0
         results = _run(BUNDLED["textbook"], 2)
     finally:
         release.set()

@@ -117,8 +117,8 @@ def isolated_results(runner: Runner, spec: str, what: Isolated,
     from conformance.worker.errors import LoadError, WorkerStartError
     from conformance.worker.local import open_all
 
-    many = checks is None or len([c for c in checks if c != GATE.name]) > 1
-    twins = runner.processes - 1 if many and shared.forkable() else 0
+    twins = shared.wanted(runner.processes, list(checks) if checks is not None
+                          else list(CHECK_NAMES))
     try:
         subjects = open_all(spec, declared, call_seconds=what.call_seconds, twins=twins)
     except WorkerStartError as error:

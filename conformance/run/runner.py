@@ -211,9 +211,8 @@ class Runner:
             raise ValueError(f"unknown check(s) {unknown}: choose from {', '.join(CHECK_NAMES)}")
         start = time.perf_counter()
         pairs = [(device, name) for device in (devices or available_devices()) for name in names]
-        many = sum(name != GATE.name for _, name in pairs) > 1
         # Started before the gates run, so that their workers load meanwhile.
-        twins = shared.twins(subject, self.processes - 1) if many else []
+        twins = shared.twins(subject, shared.wanted(self.processes, [n for _, n in pairs]))
         try:
             results = (shared.run(self, subject, pairs, twins) if twins else
                        [self.run_check(subject, name, device) for device, name in pairs])

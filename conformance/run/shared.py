@@ -71,11 +71,16 @@ def forkable() -> bool:
             and not torch.cuda.is_initialized())
 
 
+def wanted(processes: int, names: Sequence[str]) -> int:
+    """How many twins checks ``names`` over ``processes`` processes can use: none for fewer
+    than two checks past the gate (nothing to share), or where no fork is safe."""
+    past_gate = sum(name != GATE.name for name in names)
+    return processes - 1 if processes > 1 and past_gate > 1 and forkable() else 0
+
+
 def twins(subject: Subject, count: int) -> list[Subject]:
-    """Up to ``count`` twins of ``subject``, their load under way (none where none starts, or
-    no fork is safe)."""
-    if count < 1 or not forkable():
-        return []
+    """Up to ``count`` twins of ``subject`` (see :func:`wanted`), their load under way (fewer
+    where one does not start)."""
     found: list[Subject] = []
     for _ in range(count):
         twin = subject.twin()
