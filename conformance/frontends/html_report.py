@@ -18,7 +18,7 @@ import torch
 
 from conformance.frontends import picture_figure
 from conformance.frontends.interface_language import Interface, notes_words, remedy_words
-from conformance.frontends.report import LABELS, Reproduction
+from conformance.frontends.report import LABELS, Reproduction, row_label
 from conformance.model.remedies import Note
 from conformance.model.results import CheckResult, Status
 
@@ -93,9 +93,7 @@ def _table(results: Sequence[CheckResult], checks: Sequence[str],
            devices: Sequence[str]) -> list[str]:
     rows: dict[str, dict[str, CheckResult]] = {}
     for result in results:
-        label = (result.implementation if len(devices) <= 1
-                 else f"{result.implementation} [{result.device}]")
-        rows.setdefault(label, {})[result.check] = result
+        rows.setdefault(row_label(result, devices), {})[result.check] = result
     head = "".join(f"<th class=check>{_e(c)}</th>" for c in checks)
     body = []
     for label, by_check in rows.items():

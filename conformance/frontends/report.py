@@ -39,7 +39,9 @@ def wrap(text: str, indent: int = 0, hanging: int = 2) -> str:
                          break_on_hyphens=False)
 
 
-def _row_label(result: CheckResult, devices: Sequence[str]) -> str:
+def row_label(result: CheckResult, devices: Sequence[str]) -> str:
+    """A result's row in a table of verdicts: its implementation, and its device where there
+    are several."""
     return result.implementation if len(devices) == 1 else f"{result.implementation} [{result.device}]"
 
 
@@ -55,7 +57,7 @@ def header(profile: str, devices: Sequence[str], unavailable: Sequence[str]) -> 
 def matrix(results: Sequence[CheckResult], checks: Sequence[str], devices: Sequence[str]) -> str:
     rows: dict[str, dict[str, CheckResult]] = {}
     for result in results:
-        rows.setdefault(_row_label(result, devices), {})[result.check] = result
+        rows.setdefault(row_label(result, devices), {})[result.check] = result
     name_width = max([len("implementation"), *map(len, rows)]) + 2
     widths = {c: max(len(c), 5) + 2 for c in checks}
     # As many checks to a block as fit beside the names (at least one).
@@ -85,7 +87,7 @@ def _skips(results: Sequence[CheckResult], devices: Sequence[str]) -> list[str]:
     by_row: dict[str, dict[str, list[str]]] = {}
     for result in results:
         if result.status is Status.SKIPPED:
-            reasons = by_row.setdefault(_row_label(result, devices), {})
+            reasons = by_row.setdefault(row_label(result, devices), {})
             reasons.setdefault(result.reason or "", []).append(result.check)
     return [wrap(f"{row}: " + "; ".join(f"{', '.join(checks)} ({reason})"
                                         for reason, checks in reasons.items()), 2, 4)
@@ -93,7 +95,7 @@ def _skips(results: Sequence[CheckResult], devices: Sequence[str]) -> list[str]:
 
 
 def _observations(results: Sequence[CheckResult], devices: Sequence[str]) -> list[str]:
-    return [wrap(f"{_row_label(r, devices)} · {r.check}: {note}", 2, 4)
+    return [wrap(f"{row_label(r, devices)} · {r.check}: {note}", 2, 4)
             for r in results for note in r.observations]
 
 
