@@ -10,9 +10,9 @@ compared, each query row's error against the reference, as bars.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 
+from conformance.benchmark.render import plot_available
 from conformance.model.picture import Picture
 
 LEAK = 1e-3
@@ -23,8 +23,8 @@ INSTALL = "pip install 'attention-conformance[plot]'"
 
 
 def available() -> bool:
-    """Whether matplotlib (the ``[plot]`` extra) is importable."""
-    return importlib.util.find_spec("matplotlib") is not None
+    """Whether matplotlib (the ``[plot]`` extra) is importable (as ``bench --plot`` asks)."""
+    return plot_available()
 
 
 def png(picture: Picture, title: str) -> bytes | None:
