@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from conformance.frontends.pytest_options import current_config
+
 if TYPE_CHECKING:
     from conformance.model.results import CheckResult
 
@@ -25,7 +27,6 @@ _ENFORCED: list[CheckResult] = []
 
 _COLLECTED = pytest.StashKey[list[dict]]()
 _STARTED = pytest.StashKey[float]()
-_CONFIGS: list[pytest.Config] = []
 
 
 def enforced(result: CheckResult) -> None:
@@ -48,17 +49,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     data = getattr(report, REPORT_KEY, None)
-    if data is not None and report.when == "call":
-        _CONFIGS[-1].stash[_COLLECTED].append(data)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    _CONFIGS.append(config)
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    if config in _CONFIGS:
-        _CONFIGS.remove(config)
+    config = current_config()
+    if data is not None and report.when == "call" and config is not None:
+        config.stash[_COLLECTED].append(data)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
