@@ -176,3 +176,25 @@ def test_pytest_writes_the_page_from_its_workers(tmp_path):
     assert "XFAIL mutant-mask-inverted · padding [cpu]" in page
     if picture_figure.available():
         assert "<img class=picture" in page
+
+
+def test_a_module_that_refuses_the_larger_case_gets_its_minimal_case_drawn():
+    """The larger case is an illustration: where the module does not build at that size, the
+    minimal case's own picture is drawn (each row's output error), not nothing."""
+    from dataclasses import replace
+
+    from conformance.checks.picture import picture
+    from conformance.generation.cases import Case
+    from conformance.subject.in_process import InProcessSubject
+
+    inverted = BUNDLED["mutant-mask-inverted"]
+
+    def small_only(config):
+        if config.head_dim > 4:
+            raise ValueError("head_dim > 4 is not supported")
+        return inverted.factory(config)
+
+    impl = replace(inverted, factory=small_only)
+    case = Case(batch=1, q_len=2, kv_len=2, num_heads=2, head_dim=1, kept=(1,))
+    drawn = picture(InProcessSubject(impl), impl.capabilities, case, "changed output row 0")
+    assert drawn.row_error is not None and drawn.row_error[0] > 0.1, drawn

@@ -70,7 +70,10 @@ def _drawn(subject: Subject, capabilities: Capabilities, case: Case, named: bool
         return _probabilities(subject, capabilities, case, named, batch, head, instance)
     larger = None if weights is None else _enlarged(case, capabilities)
     if larger is not None:
-        drawn = _probabilities(subject, capabilities, larger, False, 0, 0)
+        try:
+            drawn = _probabilities(subject, capabilities, larger, False, 0, 0)
+        except Exception:  # it does not build or run at that size: the minimal case, then
+            drawn = Picture(0, 0)
         if _differ(drawn):
             small = f"too small to measure ({unfit})" if unfit else "small"
             return replace(drawn, where=f"the minimal case is {small}: drawn larger, "
