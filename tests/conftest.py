@@ -33,7 +33,7 @@ INTEGRATION = {
     "test_library_others_are_correct", "test_library_transformers_are_correct", "test_modern",
     "test_modern_styles_are_correct", "test_pytest_plugin", "test_real_layer_causes", "test_runner",
     "test_kernels", "test_malformed_outputs", "test_bad_input_fuzzer", "test_malformed_collection",
-    "test_time_budget", "test_shared_checks", "test_reports", "test_grading_sharing",
+    "test_time_budget", "test_shared_checks", "test_reports",
     "test_user_pytest",
     "test_wild_styles_are_correct", "test_docs_examples",
 }

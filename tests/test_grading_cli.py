@@ -216,7 +216,7 @@ def test_the_self_test_tells_caught_mutants_from_uncovered_ones(mini):
 def test_a_mutant_keeping_the_points_of_its_check_fails_the_self_test(mini, monkeypatch, capsys):
     _, rubric_path = mini
 
-    def lenient(rubric, target, implementation, limits=None, *, sandbox="filesystem", cores=None):
+    def lenient(rubric, target, implementation, limits=None, *, sandbox="filesystem"):
         passed = [CheckResult(target.name, check, "cpu", Status.PASSED) for check in target.checks]
         return SubmissionOutcome(RunStatus.GRADED, "", [TargetOutcome(target.name, RunStatus.GRADED,
                                                                       results=passed)])

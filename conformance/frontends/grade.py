@@ -148,14 +148,13 @@ def _sandbox(args: argparse.Namespace) -> sandboxes.Tier:
     return tier
 
 
-def _check_reference(rubric: Rubric, sandbox: sandboxes.Tier, progress: Progress,
-                     cores: int) -> str | None:
+def _check_reference(rubric: Rubric, sandbox: sandboxes.Tier, progress: Progress) -> str | None:
     """The reference must get full marks before any student is graded: its score in words, or
     None without a reference."""
     if rubric.reference is None:
         return None
     progress.status(f"grading the reference solution ({rubric.reference.name})")
-    graded, _, problems = selftest.grade_reference(rubric, sandbox, cores=cores)
+    graded, _, problems = selftest.grade_reference(rubric, sandbox)
     progress.status("")
     if problems:
         raise _Usage(f"the reference solution scores {graded.total:g} / {graded.max_points:g} "
@@ -175,7 +174,7 @@ def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
     pipeline.check_only(pipeline.find_submissions(args.submissions, rubric, args.out), only)
     sandbox = _sandbox(args)
     progress = Progress(0)
-    reference = _check_reference(rubric, sandbox, progress, _jobs(args.jobs))
+    reference = _check_reference(rubric, sandbox, progress)
     result = pipeline.grade_class(args.submissions, rubric, args.out, jobs=_jobs(args.jobs),
                                   only=only, roster=roster, run_all_cells=args.run_all_cells,
                                   progress=progress, as_of=as_of, shard=shard, sandbox=sandbox)

@@ -11,7 +11,6 @@ name and id come from ``/autograder/submission_metadata.json`` when it is there.
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,7 +19,6 @@ from conformance.grading.intake.discovery import Source, Submission, safe_id
 from conformance.grading.intake.staging import stage
 from conformance.grading.report import feedback, outputs
 from conformance.grading.report.student import Student
-from conformance.grading.run.cores import Cores
 from conformance.grading.run.execution import run_submission
 from conformance.grading.run.store import Record, versions
 from conformance.grading.score.outcome import SubmissionOutcome
@@ -46,9 +44,8 @@ def _who(submission_dir: Path) -> tuple[str, str, str]:
 
 def autograde(rubric: Rubric, submission_dir: Path = SUBMISSION, results: Path = RESULTS, *,
               run_all_cells: bool = False, as_of: datetime | None = None,
-              sandbox: SandboxKind = "filesystem", cores: int | None = None) -> Student:
-    """Grade the one submission in ``submission_dir`` (its code in the ``sandbox`` tier, its
-    checks shared over ``cores``, default every one: the container is this submission's); write
+              sandbox: SandboxKind = "filesystem") -> Student:
+    """Grade the one submission in ``submission_dir`` (its code in the ``sandbox`` tier); write
     ``results`` (and, beside it, ``feedback.md``/``feedback.html`` for the instructor's
     download)."""
     student_id, name, email = _who(submission_dir)
@@ -59,9 +56,8 @@ def autograde(rubric: Rubric, submission_dir: Path = SUBMISSION, results: Path =
         if staged.problem is not None:
             outcome = SubmissionOutcome(staged.problem, staged.message)
         else:
-            with Cores(cores or os.cpu_count() or 1).held() as held:
-                outcome = run_submission(staged.directory, rubric, sandbox=sandbox,
-                                         syntax_errors=staged.syntax_errors, cores=held)
+            outcome = run_submission(staged.directory, rubric,
+                                     syntax_errors=staged.syntax_errors, sandbox=sandbox)
     record = Record(id=student_id, name=name, layout="gradescope", late=False, repository=None,
                     submission_hash=staged.hash, execution_key=rubric.execution_key(),
                     files=staged.files, notes=staged.notes, outcome=outcome,

@@ -23,7 +23,6 @@ from conformance.grading.intake.staging import Staged, stage
 from conformance.grading.progress import Progress
 from conformance.grading.report import class_report, feedback, outputs
 from conformance.grading.report.student import Student
-from conformance.grading.run.cores import Cores
 from conformance.grading.run.execution import run_submission
 from conformance.grading.run.store import Record, Store, versions
 from conformance.grading.score.outcome import RunStatus, SubmissionOutcome
@@ -80,16 +79,14 @@ def check_only(submissions: list[Submission], only: set[str] | None) -> None:
                                 f"(found: {', '.join(sorted(ids))})")
 
 
-def _run_one(staged: Staged, rubric: Rubric, sandbox: SandboxKind, cores: Cores
-             ) -> SubmissionOutcome:
-    """One submission's outcome (holding one of ``cores``, sharing idle ones); anything going
-    wrong here is that student's row, never the run's."""
+def _run_one(staged: Staged, rubric: Rubric, sandbox: SandboxKind) -> SubmissionOutcome:
+    """One submission's outcome; anything going wrong here is that student's row, never the
+    run's."""
     if staged.problem is not None:
         return SubmissionOutcome(staged.problem, staged.message)
     try:
-        with cores.held():
-            return run_submission(staged.directory, rubric, syntax_errors=staged.syntax_errors,
-                                  sandbox=sandbox, cores=cores)
+        return run_submission(staged.directory, rubric, syntax_errors=staged.syntax_errors,
+                              sandbox=sandbox)
     except Exception as error:
         last = traceback.format_exception_only(type(error), error)[-1].strip()
         return SubmissionOutcome(RunStatus.GRADER_ERROR,
@@ -141,9 +138,8 @@ def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
     progress.total = len(todo)
     by_id = {s.id: s for s in submissions}
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
-    cores = Cores(max(1, jobs))  # when fewer submissions remain, their checks share the rest
     try:
-        futures = {pool.submit(_run_one, staged[s.id], rubric, tier, cores): s.id for s in todo}
+        futures = {pool.submit(_run_one, staged[s.id], rubric, tier): s.id for s in todo}
         for future in as_completed(futures):
             student = futures[future]
             submission = by_id[student]

@@ -37,7 +37,6 @@ from conformance.errors import ConformanceError
 from conformance.grading.intake.discovery import Source, Submission
 from conformance.grading.intake.staging import stage
 from conformance.grading.run import variants
-from conformance.grading.run.cores import Cores
 from conformance.grading.run.execution import run_registered, run_submission
 from conformance.grading.score.outcome import RunStatus, SubmissionOutcome
 from conformance.grading.score.rubric import Rubric, Target
@@ -139,11 +138,11 @@ def _problems(graded: SubmissionScore) -> list[str]:
     return problems
 
 
-def grade_reference(rubric: Rubric, sandbox: SandboxKind = "filesystem", path: Path | None = None,
-                    cores: int = 1) -> tuple[SubmissionScore, SubmissionOutcome, list[str]]:
+def grade_reference(rubric: Rubric, sandbox: SandboxKind = "filesystem", path: Path | None = None
+                    ) -> tuple[SubmissionScore, SubmissionOutcome, list[str]]:
     """The reference solution's score, outcome, and every item short of full marks (run in the
-    ``sandbox`` tier, like the students, its checks shared over ``cores``; ``path``: another
-    correct solution, graded the same way)."""
+    ``sandbox`` tier, like the students; ``path``: another correct solution, graded the same
+    way)."""
     if rubric.reference is None:
         raise ValueError("the rubric names no reference solution ([assignment] reference)")
     path = path or rubric.reference
@@ -154,17 +153,14 @@ def grade_reference(rubric: Rubric, sandbox: SandboxKind = "filesystem", path: P
         if staged.problem is not None:
             outcome = SubmissionOutcome(staged.problem, staged.message)
         else:
-            with Cores(cores).held() as held:
-                outcome = run_submission(staged.directory, rubric, sandbox=sandbox,
-                                         syntax_errors=staged.syntax_errors, cores=held)
+            outcome = run_submission(staged.directory, rubric,
+                                     syntax_errors=staged.syntax_errors, sandbox=sandbox)
     graded = score(rubric, outcome)
     return graded, outcome, _problems(graded)
 
 
-def _row(rubric: Rubric, target: Target, mutant: Mutant, sandbox: SandboxKind, cores: Cores
-         ) -> MutantRow:
-    with cores.held():
-        outcome = run_registered(rubric, target, mutant.module, sandbox=sandbox, cores=cores)
+def _row(rubric: Rubric, target: Target, mutant: Mutant, sandbox: SandboxKind) -> MutantRow:
+    outcome = run_registered(rubric, target, mutant.module, sandbox=sandbox)
     single = replace(rubric, targets=(target,))
     graded = score(single, outcome)
     item = next((i for i in graded.items if mutant.catches in i.item.checks), None)
@@ -213,22 +209,20 @@ def run(rubric: Rubric, *, jobs: int = 1, mutants: list[Mutant] | None = None,
         sandbox: SandboxKind = "filesystem") -> SelfTest:
     """Grade the reference and every mutant against every target of matching causality, in the
     ``sandbox`` tier."""
-    reference, outcome, problems = grade_reference(rubric, sandbox, cores=max(1, jobs))
+    reference, outcome, problems = grade_reference(rubric, sandbox)
     result = SelfTest(reference, outcome, problems)
     with tempfile.TemporaryDirectory(prefix="attention-variant-") as scratch:
         variant = variants.renamed(rubric.reference, Path(scratch) / "renamed")
         if variant is not None:
-            graded, _, short = grade_reference(rubric, sandbox, variant.path, max(1, jobs))
+            graded, _, short = grade_reference(rubric, sandbox, variant.path)
             result.variants.append(VariantRow(variant.describe(), graded, short))
     pairs = [(target, mutant) for mutant in (mutants if mutants is not None
                                              else bundled_mutants())
              for target in rubric.targets if mutant.causal == target.causal]
     interfaces = {target.name: reference_capabilities(rubric, target)
                   for target in rubric.targets}
-    cores = Cores(max(1, jobs))  # the last mutants' checks share what the others leave idle
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(_row, rubric, target, mutant, sandbox, cores)
-                   for target, mutant in pairs]
+        futures = [pool.submit(_row, rubric, target, mutant, sandbox) for target, mutant in pairs]
         for future in futures:
             row = future.result()
             row = _applicable(row, interfaces[row.target])

@@ -18,23 +18,20 @@ its memory goes to the worker's address space (on top of what torch itself needs
 from __future__ import annotations
 
 import tempfile
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
 from conformance.checks.catalogue import GATE, by_name
-from conformance.grading.run import interface, sharing
-from conformance.grading.run.cores import Cores
+from conformance.grading.run import interface
 from conformance.grading.run.targets import Location, locate, near_misses, scan
 from conformance.grading.score.outcome import RunStatus, SubmissionOutcome, TargetOutcome, overall_status
 from conformance.grading.score.rubric import Rubric, RubricLimits, Target, prerequisites
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import texts
-from conformance.model.results import CheckResult, Status
+from conformance.model.results import Status
 from conformance.model.spec import Config
 from conformance.run.runner import Runner
 from conformance.worker import IsolatedSubject, LoadError, SandboxKind, WorkerError
@@ -66,15 +63,13 @@ def _other_names(rubric: Rubric, target: Target) -> tuple[str, ...]:
 
 
 def run_submission(staged_dir: Path, rubric: Rubric, limits: RubricLimits | None = None, *,
-                   syntax_errors: Sequence[str] = (), sandbox: SandboxKind = "filesystem",
-                   cores: Cores | None = None) -> SubmissionOutcome:
+                   syntax_errors: Sequence[str] = (),
+                   sandbox: SandboxKind = "filesystem") -> SubmissionOutcome:
     """Run every target's checks on the submission staged in ``staged_dir``, in the worker.
 
     ``syntax_errors`` are problems staging found (notebook cells that don't parse): they explain
     a class that is missing. ``sandbox``: the worker's sandbox (``"filesystem"`` unless told
-    otherwise, as by ``grade --no-sandbox``). ``cores``: the run's, whose idle ones the checks
-    may share (:mod:`.sharing`; the outcome is the same without). Never raises for anything the
-    submission does.
+    otherwise, as by ``grade --no-sandbox``). Never raises for anything the submission does.
     """
     limits = limits or rubric.limits
     start = time.perf_counter()
@@ -87,7 +82,7 @@ def run_submission(staged_dir: Path, rubric: Rubric, limits: RubricLimits | None
             targets.append(located)
             continue
         ran = _run_target(staged_dir, located.spec, target, target.declarations, rubric, limits,
-                          sandbox, located, _other_names(rubric, target), cores)
+                          sandbox, located, _other_names(rubric, target))
         targets.append(ran.outcome)
         output += [ran.printed] if ran.printed else []
         printed_bytes += ran.printed_bytes
@@ -100,8 +95,7 @@ def run_submission(staged_dir: Path, rubric: Rubric, limits: RubricLimits | None
 
 
 def run_registered(rubric: Rubric, target: Target, module: str, limits: RubricLimits | None = None,
-                   *, sandbox: SandboxKind = "filesystem", cores: Cores | None = None
-                   ) -> SubmissionOutcome:
+                   *, sandbox: SandboxKind = "filesystem") -> SubmissionOutcome:
     """Grade a registered implementation (``module``'s ``IMPLEMENTATION``: a bundled mutant) as
     ``target``, with its own declaration, in the worker like any submission (for
     ``--self-test``: the same path the students take)."""
@@ -110,7 +104,7 @@ def run_registered(rubric: Rubric, target: Target, module: str, limits: RubricLi
     with tempfile.TemporaryDirectory(prefix="attention-registered-") as empty:
         # Nothing to copy: the module is imported from the installed package.
         ran = _run_target(Path(empty), f"{module}:IMPLEMENTATION", target, None, rubric, limits,
-                          sandbox, cores=cores)
+                          sandbox)
     result = SubmissionOutcome(overall_status([ran.outcome]), _message([ran.outcome]),
                                [ran.outcome], _truncate(ran.printed), ran.protections, "worker",
                                printed_bytes=ran.printed_bytes)
@@ -119,39 +113,17 @@ def run_registered(rubric: Rubric, target: Target, module: str, limits: RubricLi
 
 
 class _Deadline:
-    """Per-request time limits: what is left of the current check's wall-clock budget (each
-    thread's own: shared checks run side by side, each its own check)."""
+    """Per-request time limits: what is left of the current check's wall-clock budget."""
 
     def __init__(self, check_seconds: float) -> None:
         self.check_seconds = check_seconds
-        self._local = threading.local()
+        self.until = time.monotonic() + check_seconds
 
     def start_check(self) -> None:
-        self._local.until = time.monotonic() + self.check_seconds
+        self.until = time.monotonic() + self.check_seconds
 
     def __call__(self, operation: str, config: Config | None) -> float:
-        until = getattr(self._local, "until", None)
-        if until is None:  # before any check (the load): the whole budget
-            return self.check_seconds
-        return max(SHORTEST_REQUEST, until - time.monotonic())
-
-
-Incidents = list[tuple[str | None, WorkerError]]
-
-
-class _Attempt(NamedTuple):
-    """One check run on one subject: its verdict, the incidents it met, and the error that
-    ended the subject (its worker can't be started again), where one did."""
-
-    result: CheckResult | None
-    fresh: Incidents
-    error: WorkerError | None = None
-
-    @property
-    def troubled(self) -> bool:
-        """Whether what follows it depends on the worker's history, or the grader failed."""
-        return bool(self.fresh) or self.error is not None or (
-            self.result is not None and self.result.status is Status.SUITE_ERROR)
+        return max(SHORTEST_REQUEST, self.until - time.monotonic())
 
 
 class _Ran(NamedTuple):
@@ -166,10 +138,8 @@ class _Ran(NamedTuple):
 
 def _run_target(directory: Path, spec: str, target: Target, declared: Declarations | None,
                 rubric: Rubric, limits: RubricLimits, sandbox: SandboxKind,
-                located: Location | None = None, others: tuple[str, ...] = (),
-                cores: Cores | None = None) -> _Ran:
-    """Run one target's checks in its worker (the gate, then the rest: shared over the idle
-    ``cores`` where there are any, else one after another)."""
+                located: Location | None = None, others: tuple[str, ...] = ()) -> _Ran:
+    """Run one target's checks in its worker."""
     file = located.file if located else None
     class_name = located.class_name if located else None
     deadline = _Deadline(limits.check_seconds)
@@ -199,102 +169,41 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
             if broken is not None:
                 outcome.status, outcome.message = RunStatus.INTERFACE_MISMATCH, broken
                 return _printed(outcome, subject, other_forms)
-        runner = Runner(rubric.profile, rubric.seed)  # one: the gate's outcome is shared
-        attempt = partial(_attempt, runner, target, deadline)
-        checks = target.checks
-        if not checks or _record(target, outcome, checks[0], attempt(subject, checks[0], {})):
-            return _printed(outcome, subject, other_forms)
-        rest = checks[1:]
-        calm = not subject.incidents  # else what follows depends on the worker's history
-        shared = sharing.run(rest, subject, attempt, partial(prerequisites, target),
-                             cores if calm else None)
-        if shared is None:
-            _one_after_another(target, outcome, rest, subject, attempt)
-            return _printed(outcome, subject, other_forms)
-        extra = [(shared.printed, shared.printed_bytes)]
-        for index, check in enumerate(rest):
-            done = shared.done.get(check)
-            if done is None or done.troubled:  # from here on, as one after another would go
-                # On a worker whose history is the one-after-another run's: none went wrong.
-                again = subject if not subject.incidents else subject.twin()
-                if again is not None and again is not subject and not again.ready():
-                    again.close()
-                    again = None
-                try:
-                    _one_after_another(target, outcome, rest[index:], again or subject, attempt)
-                finally:
-                    if again is not None and again is not subject:
-                        extra.append(([again.output], again.printed_bytes))
-                        again.close()
+        runner = Runner(rubric.profile, rubric.seed)
+        for check in target.checks:
+            deadline.start_check()
+            seen = len(subject.incidents)
+            try:
+                result = runner.run_check(subject, check, "cpu",
+                                          without=_judged_elsewhere(target, check, outcome))
+            except WorkerError as error:  # the worker can't be restarted any more
+                outcome.status, outcome.message = _status(error.status), str(error)
                 break
-            if _record(target, outcome, check, done):
-                break
-        return _printed(outcome, subject, other_forms, extra)
+            fresh = subject.incidents[seen:]
+            if fresh:
+                error = fresh[-1][1]
+                status = _status(error.status)
+                # A limit broken during the check is the check's failure, whatever the check
+                # made of the error (a gate or contract may record it as a broken feature).
+                result = replace(result, status=Status.FAILED,
+                                 reason=f"{status.value}: {error}")
+                outcome.status, outcome.message = status, f"{check}: {error}"
+            outcome.results.append(result)
+            if result.status is Status.SUITE_ERROR:  # the grader's, not the student's: a look
+                outcome.status, outcome.message = RunStatus.GRADER_ERROR, f"{check}: {result.reason}"
+            if fresh and str(getattr(fresh[-1][1].status, "value", "")) == "restart limit":
+                break  # no worker will start again: the other checks can't run
+            broken = interface.broken_return(target, result) if check == GATE.name else None
+            if broken is not None:
+                outcome.status, outcome.message = RunStatus.INTERFACE_MISMATCH, broken
+                break  # zero for this class: nothing else is scored
+        return _printed(outcome, subject, other_forms)
 
 
-def _attempt(runner: Runner, target: Target, deadline: _Deadline, subject: IsolatedSubject,
-             check: str, before: Mapping[str, _Attempt | CheckResult]) -> _Attempt:
-    """``check`` run on ``subject``, given the verdicts ``before`` it (of its prerequisites)."""
-    deadline.start_check()
-    seen = len(subject.incidents)
-    verdicts = {name: done.result if isinstance(done, _Attempt) else done
-                for name, done in before.items()}
-    try:
-        result = runner.run_check(subject, check, "cpu",
-                                  without=_judged_elsewhere(target, check, verdicts))
-    except WorkerError as error:  # the worker can't be restarted any more
-        return _Attempt(None, subject.incidents[seen:], error)
-    fresh = subject.incidents[seen:]
-    if fresh:
-        error = fresh[-1][1]
-        # A limit broken during the check is the check's failure, whatever the check made of
-        # the error (a gate or contract may record it as a broken feature).
-        result = replace(result, status=Status.FAILED,
-                         reason=f"{_status(error.status).value}: {error}")
-    return _Attempt(result, fresh)
-
-
-def _record(target: Target, outcome: TargetOutcome, check: str, attempt: _Attempt) -> bool:
-    """``attempt`` entered in ``outcome``: whether the target's checks end there."""
-    if attempt.error is not None or attempt.result is None:
-        error = attempt.error
-        outcome.status, outcome.message = _status(getattr(error, "status", "")), str(error)
-        return True
-    result = attempt.result
-    if attempt.fresh:
-        error = attempt.fresh[-1][1]
-        outcome.status, outcome.message = _status(error.status), f"{check}: {error}"
-    outcome.results.append(result)
-    if result.status is Status.SUITE_ERROR:  # the grader's, not the student's: a look
-        outcome.status, outcome.message = RunStatus.GRADER_ERROR, f"{check}: {result.reason}"
-    if attempt.fresh and str(getattr(attempt.fresh[-1][1].status, "value", "")) == "restart limit":
-        return True  # no worker will start again: the other checks can't run
-    broken = interface.broken_return(target, result) if check == GATE.name else None
-    if broken is not None:
-        outcome.status, outcome.message = RunStatus.INTERFACE_MISMATCH, broken
-        return True  # zero for this class: nothing else is scored
-    return False
-
-
-def _one_after_another(target: Target, outcome: TargetOutcome, checks: Sequence[str],
-                       subject: IsolatedSubject, attempt: sharing.Attempt[_Attempt]) -> None:
-    for check in checks:
-        verdicts = {result.check: result for result in outcome.results}
-        if _record(target, outcome, check, attempt(subject, check, verdicts)):
-            return
-
-
-def _printed(outcome: TargetOutcome, subject: IsolatedSubject, other_forms: str,
-             extra: Sequence[tuple[Sequence[str], int]] = ()) -> _Ran:
-    """``outcome`` with what ``subject``'s workers (and its twins', and the other constructor
-    forms') printed. A twin that printed just what the first worker printed (its import-time
-    output: it loaded the submission again) adds nothing."""
-    texts, count = [subject.output], subject.printed_bytes
-    for printed, printed_bytes in extra:
-        fresh = [text for text in printed if text and text not in texts]
-        texts += fresh
-        count += printed_bytes if fresh else 0
-    return _Ran(outcome, _joined([*texts, other_forms]), count + len(other_forms.encode("utf-8")),
+def _printed(outcome: TargetOutcome, subject: IsolatedSubject, other_forms: str) -> _Ran:
+    """``outcome`` with what ``subject``'s workers (and the other constructor forms') printed."""
+    return _Ran(outcome, _joined([subject.output, other_forms]),
+                subject.printed_bytes + len(other_forms.encode("utf-8")),
                 list(subject.protections))
 
 
@@ -315,15 +224,13 @@ def _other_forms(directory: Path, spec: str, target: Target, limits: WorkerLimit
     return None, _joined(printed)
 
 
-def _judged_elsewhere(target: Target, check: str, verdicts: Mapping[str, CheckResult | None]
-                      ) -> set[str]:
+def _judged_elsewhere(target: Target, check: str, outcome: TargetOutcome) -> set[str]:
     """The features a failed prerequisite of ``check`` judges (``padding``: the mask): the
     check runs without them, so the one mistake is charged once, where it is judged, and the
-    check is scored on the rest of its property (a prerequisite without a verdict yet is not
-    held against it)."""
+    check is scored on the rest of its property."""
     features: set[str] = set()
     for prerequisite in prerequisites(target, check):
-        result = verdicts.get(prerequisite)
+        result = outcome.result(prerequisite)
         if prerequisite != GATE.name and result is not None and result.status is Status.FAILED:
             features.update(by_name(prerequisite).judges)  # (the gate judges no feature)
     return features
