@@ -14,7 +14,7 @@ from conformance.implementations.mutants import MUTANT_MODULES
 from conformance.numerics.platform_defects import PLATFORM_NOTE
 from conformance.run.many import check_many
 from tests.selection import wanted
-from tests.verdicts import seen
+from tests.verdicts import counted_forks, seen
 
 IMPLEMENTATIONS = {impl.name: impl for impl in bundled()}
 MODERN = {"kv_groups", "position_shift", "alibi", "sliding_window", "kv_cache", "packed",
@@ -70,19 +70,28 @@ def results(request) -> dict[str, dict[str, CheckResult]]:
 
 
 @pytest.fixture(scope="module")
-def shared_results(request) -> dict[str, list[CheckResult]]:
+def shared_results(request) -> dict[str, tuple[list[CheckResult], int]]:
     """The same verdicts, each implementation's checks shared out over two processes
-    (conformance.run.shared), one implementation after another."""
+    (conformance.run.shared), one implementation after another; with the forks each made."""
     names = wanted(request, {"shared_results"}, _implementation)
-    return {name: check_many([(name, impl)], devices=["cpu"], jobs=2)
-            for name, impl in IMPLEMENTATIONS.items() if names is None or name in names}
+    shared: dict[str, tuple[list[CheckResult], int]] = {}
+    for name, impl in IMPLEMENTATIONS.items():
+        if names is None or name in names:
+            with counted_forks() as forks:
+                shared[name] = (check_many([(name, impl)], devices=["cpu"], jobs=2), len(forks))
+    return shared
 
 
 @pytest.mark.parametrize("name", list(IMPLEMENTATIONS))
 def test_sharing_the_checks_out_changes_no_verdict(results, shared_results, name):
     """Verdicts identical with one and two processes per implementation, over the bundled
-    catalogue: status, reason, minimal case, details, hint and observations, in order."""
-    assert seen(shared_results[name]) == seen([results[name][check] for check in CHECK_NAMES])
+    catalogue: status, reason, minimal case, details, hint and observations, in order; and
+    shared they were (a fork made wherever the gate passed: a silent fall back to one process
+    would compare one process with itself)."""
+    verdicts, forks = shared_results[name]
+    assert seen(verdicts) == seen([results[name][check] for check in CHECK_NAMES])
+    blocked = results[name]["gate"].status in (Status.FAILED, Status.EXPECTED_FAILURE)
+    assert forks == (0 if blocked else 1)
 
 
 @pytest.fixture(scope="module")
