@@ -13,8 +13,17 @@ settings.load_profile("attention-conformance-project-tests")
 def pytest_configure(config) -> None:
     """Under pytest-xdist (``make test`` runs two workers), a pytest or CLI the tests start
     inherits the worker's ``PYTEST_XDIST_*`` variables and believes it is a worker itself
-    (pytest-benchmark then refuses ``--benchmark-only``): the children get a clean environment."""
+    (pytest-benchmark then refuses ``--benchmark-only``): the children get a clean environment.
+
+    One torch thread per test process: the two workers share the cores, and torch's intra-op
+    threads on the tests' small tensors spin on a core the other worker needs (measured beside a
+    second run of itself: tests/test_wild_styles_are_correct.py took 37 s of CPU with torch's
+    default threads, 7.5 s with one). The suite's checks already run with one
+    (``conformance.run.runner.one_thread``); this is for the tests' own torch work."""
     import os
 
+    import torch
+
+    torch.set_num_threads(1)
     for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
         del os.environ[name]
