@@ -38,6 +38,7 @@ from conformance.inference.varlen_function import dense_view, is_varlen
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.forms import CausalAlignment, KernelArguments
 from conformance.model.remedies import Note, Remedy, as_notes
+from conformance.numerics.threads import one_thread
 from conformance.numerics.tolerance import unchanged_tolerance
 
 _DTYPE_WORDS = re.compile(r"(torch\.)?(b?float(16|32|64)|half|double|float)\b")
@@ -220,6 +221,7 @@ def _form_notes(cls, cached: bool, grouped: bool) -> list[str]:
     return notes
 
 
+@one_thread()  # its probes are tiny: threads only spin on a busy machine
 def infer_function(function, *, name: str | None = None,
                    declared: Declarations | None = None) -> Inferred:
     """Declaration for a core function ``f(q, k, v[, mask][, causal])`` over per-head tensors:

@@ -37,9 +37,11 @@ from conformance.inference.variadic_call import settle_by_trial
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.remedies import Note, as_notes
 from conformance.model.spec import Config
+from conformance.numerics.threads import one_thread
 from conformance.subject.in_process import InProcessSubject
 
 
+@one_thread()  # its probes are tiny: threads only spin on a busy machine
 def infer(cls: type, *, name: str | None = None, declared: Declarations | None = None,
           instance: nn.Module | None = None) -> Inferred:
     """Declaration for an ``nn.Module`` subclass: what ``declared`` says, the rest inferred.

@@ -7,10 +7,9 @@ reported once and the other checks run without it.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import traceback
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -32,6 +31,7 @@ from conformance.model.check_names import CHECK_NAMES
 from conformance.model.picture import Picture
 from conformance.model.results import CheckResult, Status
 from conformance.model.spec import Capabilities, Implementation
+from conformance.numerics.threads import one_thread
 from conformance.run import shared
 from conformance.subject.boundary import Subject
 from conformance.subject.in_process import InProcessSubject
@@ -259,25 +259,6 @@ class Runner:
             result.status = Status.FAILED
             result.reason = f"expected to fail ({expected}) but passed"
         return result
-
-
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """torch's intra-op threads set to one while checks run, then restored.
-
-    The checks call implementations on tiny tensors, where threads cost more than they save, and
-    on a busy machine their synchronisation is ruinous: `check textbook reference-torch-mha`
-    took 36 to 72 s with torch's default two threads beside other work, 4.4 to 6.9 s with one
-    (4.4 s both ways on an idle machine).
-    """
-    previous = torch.get_num_threads()
-    if previous != 1:
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        if previous != 1:
-            torch.set_num_threads(previous)
 
 
 def _verdict(check: Check, context: CheckContext, implementation: str, device: str) -> CheckResult:
