@@ -328,16 +328,6 @@ IDS = [c.__name__ for c in SELF]
 CAUSAL = [c for c in SELF if any(SPECS[c].get("causal", lambda g: False)(g) for g in SPECS[c]["configs"])]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: on a shared 2-core machine torch's intra-op threads only spin against other jobs
-    (this file took 40 s instead of 4 s under load); one thread meanwhile, restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def needs(cls):
     if cls in LIB:
         pytest.importorskip(LIB[cls])

@@ -325,16 +325,6 @@ IDS = [c.__name__ for c in LAYERS]
 F32_LAYERS = [c for c in LAYERS if SPECS[c]["tol"] is F32_PARTS]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: on a shared 2-core machine torch's intra-op threads only spin against other jobs; one
-    thread meanwhile, restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def heads_of(cfg):
     return cfg[0], (cfg[1] if len(cfg) > 1 and cfg[1] is not None else cfg[0])
 

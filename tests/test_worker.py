@@ -23,13 +23,13 @@ from worker_support import (
     HOSTILE,
     SANDBOXES,
     descendants,
-    one_thread,
     verdicts,
 )
 
 from conformance import Config, Runner, resolve
 from conformance.inference import Declarations
 from conformance.model.remedies import texts
+from conformance.numerics.threads import one_thread
 from conformance.subject.boundary import ImplementationError, Inputs
 from conformance.subject.in_process import InProcessSubject
 from conformance.worker import (

@@ -33,7 +33,6 @@ from worker_support import (
     needs_bwrap,
     needs_landlock,
     needs_unshare,
-    one_thread,
     processes_with,
     snapshot,
     verdicts,
@@ -44,6 +43,7 @@ import conformance
 from conformance import Config, Runner, resolve
 from conformance.inference import Declarations
 from conformance.model.results import Status
+from conformance.numerics.threads import one_thread
 from conformance.subject.boundary import Inputs
 from conformance.subject.in_process import InProcessSubject
 from conformance.worker import IsolatedSubject, LoadError, WorkerError, WorkerStatus

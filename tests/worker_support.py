@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from conformance.worker import Limits, available_sandboxes
 
@@ -46,19 +45,6 @@ NETWORK_SANDBOXES = [pytest.param("bwrap", marks=needs_bwrap),
                      pytest.param("landlock", marks=needs_landlock),
                      pytest.param("unshare", marks=needs_unshare)]
 """The sandboxes that keep the network away (a network namespace; Landlock's own rules)."""
-
-
-@contextlib.contextmanager
-def one_thread():
-    """torch in this process on one thread meanwhile: with the workers (one thread each) and
-    other jobs on a 2-core machine, intra-op threads only spin against each other (a catalogue
-    run took 36 s instead of 3 s with two threads under load)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def lay_out(tmp_path: Path, name: str, *siblings: str) -> Path:
