@@ -19,7 +19,7 @@ def pytest_configure(config) -> None:
     threads on the tests' small tensors spin on a core the other worker needs (measured beside a
     second run of itself: tests/test_wild_styles_are_correct.py took 37 s of CPU with torch's
     default threads, 7.5 s with one). The suite's checks already run with one
-    (``conformance.run.runner.one_thread``); this is for the tests' own torch work."""
+    (``conformance.numerics.threads.one_thread``); this is for the tests' own torch work."""
     import os
 
     import torch
