@@ -7,9 +7,10 @@ reported once and the other checks run without it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -157,9 +158,7 @@ class Runner:
         ``requires``); the result says so."""
         if self.progress is not None:
             self.progress.check(subject.name, name)
-        # The check reseeds this process's generator (Subject.begin_check): the caller's state
-        # is given back after it.
-        with one_thread(), torch.random.fork_rng(devices=[]):
+        with _as_a_check():
             result = self._run_check(subject, name, device, frozenset(without))
         if self.progress is not None:
             self.progress.checked(result)
@@ -229,7 +228,7 @@ class Runner:
         not run, as run_check runs it) passed."""
         if device not in available_devices():
             return False
-        with one_thread(), torch.random.fork_rng(devices=[]):
+        with _as_a_check():
             return not self.gate(subject, device)[1].blocked
 
     def _expectations(self, subject: Subject, result: CheckResult) -> CheckResult:
@@ -259,6 +258,14 @@ class Runner:
             result.status = Status.FAILED
             result.reason = f"expected to fail ({expected}) but passed"
         return result
+
+
+@contextlib.contextmanager
+def _as_a_check() -> Iterator[None]:
+    """Where a check (or a gate) runs: torch on one thread, and the caller's random state given
+    back after it (the check reseeds this process's generator, Subject.begin_check)."""
+    with one_thread(), torch.random.fork_rng(devices=[]):
+        yield
 
 
 def _verdict(check: Check, context: CheckContext, implementation: str, device: str) -> CheckResult:
