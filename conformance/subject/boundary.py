@@ -18,6 +18,7 @@ from types import MappingProxyType
 import torch
 
 from conformance.errors import ConformanceError
+from conformance.model.core import CoreObservation
 from conformance.model.forms import MaskConvention
 from conformance.model.spec import Capabilities, Config
 from conformance.model.weights import HeadWeights
@@ -132,6 +133,12 @@ class Instance(ABC):
     @abstractmethod
     def gradients(self, inputs: Inputs, cotangent: torch.Tensor) -> Gradients:
         """One backward pass of ``sum(output * cotangent)`` in eval mode."""
+
+    def observe(self, inputs: Inputs) -> CoreObservation:
+        """One eval-mode forward of ``inputs`` with its attention core observed: what each
+        softmax attention (or SDPA call) inside was given and computed (see
+        :mod:`conformance.model.core`), and the output."""
+        raise CapabilityError(f"{type(self).__name__} can't observe a forward's core")
 
     @abstractmethod
     def read_weights(self) -> HeadWeights:

@@ -15,9 +15,11 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from conformance.model.core import CoreObservation
 from conformance.model.forms import PackedForm
 from conformance.model.spec import Config, Implementation
 from conformance.model.weights import HeadWeights, WeightLayoutError
+from conformance.subject.attention_core import sites
 from conformance.subject.boundary import (
     NOT_A_PLAIN_TENSOR,
     NOT_A_TENSOR,
@@ -30,6 +32,7 @@ from conformance.subject.boundary import (
 )
 from conformance.subject.cache_session import CacheProtocolError, CacheSession
 from conformance.subject.call_arguments import block_diagonal, cu_seqlens, positions_argument
+from conformance.subject.core_trace import CoreTracer
 from conformance.subject.masks import MaskEncodingError, encode_mask
 
 
@@ -103,12 +106,15 @@ class ModuleInstance(Instance):
     def input_writes(self) -> list[str]:
         return list(self._input_writes)
 
-    def _call(self, inputs: Inputs, training: bool) -> torch.Tensor:
+    def _call(self, inputs: Inputs, training: bool,
+              tracer: CoreTracer | None = None) -> torch.Tensor:
         caps = self._capabilities
         # The implementation gets copies: an in-place write is recorded, never propagated.
         named = ({"x": inputs.query} if caps.call == "self" else
                  {"query": inputs.query, "key": inputs.key, "value": inputs.value})
         copies = {name: tensor.clone() for name, tensor in named.items()}
+        if tracer is not None:
+            tracer.taint(*copies.values())
         args: list[object] = list(copies.values())
         kwargs: dict[str, object] = dict(inputs.options)
         batch, q_len = inputs.query.shape[:2]
@@ -155,7 +161,7 @@ class ModuleInstance(Instance):
         if isinstance(self.module, nn.Module):
             self.module.train(training)
         try:
-            with contextlib.redirect_stdout(self._printed):
+            with contextlib.redirect_stdout(self._printed), tracer or contextlib.nullcontext():
                 output = self.module(*args, **kwargs)
         except Exception as error:
             raise ImplementationError(f"forward raised {_one_line(error)}") from error
@@ -209,6 +215,13 @@ class ModuleInstance(Instance):
                 torch.set_grad_enabled(autograd):
             seed_generators(seed, self.config.device)
             return self._call(inputs, training).detach()
+
+    def observe(self, inputs: Inputs) -> CoreObservation:
+        tracer = CoreTracer()
+        with torch.no_grad():
+            output = self._call(inputs, training=False, tracer=tracer).detach()
+        found = sites(tracer, q_len=inputs.query.shape[1], kv_len=inputs.key.shape[1])
+        return CoreObservation(found, output)
 
     def _leaves(self, inputs: Inputs) -> tuple[dict[str, torch.Tensor], Inputs]:
         """Fresh leaf tensors requiring grad, and the inputs rebuilt from them."""

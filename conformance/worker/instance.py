@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import torch
 
+from conformance.model.core import CoreObservation
 from conformance.model.spec import Config
 from conformance.model.weights import HeadWeights
 from conformance.subject.boundary import (
@@ -28,6 +29,7 @@ from conformance.worker.protocol import (
     ForwardRequest,
     GradientsRequest,
     InstanceRequest,
+    ObserveRequest,
     WriteWeightsRequest,
 )
 
@@ -102,6 +104,10 @@ class IsolatedInstance(Instance):
     def gradients(self, inputs: Inputs, cotangent: torch.Tensor) -> Gradients:
         return self._call("gradients", GradientsRequest(self._number, inputs, cotangent),
                           what="forward and backward")
+
+    def observe(self, inputs: Inputs) -> CoreObservation:
+        return self._call("observe", ObserveRequest(self._number, inputs),
+                          what="observing its attention core")
 
     def read_weights(self) -> HeadWeights:
         return self._call("read_weights", InstanceRequest(self._number), what="reading weights")

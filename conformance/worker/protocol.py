@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import torch
 
+from conformance.model.core import CoreObservation
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Capabilities, Config
@@ -80,6 +81,14 @@ class ForwardRequest:
 
 
 @dataclass(frozen=True)
+class ObserveRequest:
+    """One forward with its attention core observed (Instance.observe)."""
+
+    instance: int
+    inputs: Inputs
+
+
+@dataclass(frozen=True)
 class GradientsRequest:
     instance: int
     inputs: Inputs
@@ -132,6 +141,7 @@ REQUESTS: dict[str, tuple[type, Any]] = {
     "build": (BuildRequest, int),
     "forward": (ForwardRequest, torch.Tensor),
     "gradients": (GradientsRequest, Gradients),
+    "observe": (ObserveRequest, CoreObservation),
     "read_weights": (InstanceRequest, HeadWeights),
     "write_weights": (WriteWeightsRequest, type(None)),
     "stdout": (InstanceRequest, str),

@@ -32,6 +32,7 @@ import conformance.worker.confine as confine
 import conformance.worker.reachable as reachable
 from conformance.inference.plan import InferenceError
 from conformance.loading.registry import MissingPackage, ResolveError, load_code, resolve
+from conformance.model.core import CoreObservation
 from conformance.model.declarations import DeclarationError
 from conformance.model.remedies import Remedy, remedy_of
 from conformance.model.spec import Config, Implementation
@@ -49,6 +50,7 @@ from conformance.worker.protocol import (
     InstanceRequest,
     LoadReply,
     LoadRequest,
+    ObserveRequest,
     Ready,
     WorkerState,
     WriteWeightsRequest,
@@ -249,6 +251,9 @@ class Server:
     def gradients(self, request: GradientsRequest):
         instance = self._instance(request.instance)
         return instance.gradients(request.inputs, request.cotangent)
+
+    def observe(self, request: ObserveRequest) -> CoreObservation:
+        return self._instance(request.instance).observe(request.inputs)
 
     def read_weights(self, request: InstanceRequest):
         return self._instance(request.instance).read_weights()

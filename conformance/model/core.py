@@ -1,0 +1,103 @@
+"""What a forward's attention core was given and computed, observed while the forward ran.
+
+Plain data that crosses the worker boundary: one :class:`AttentionSite` per softmax attention the
+forward computed (a ``softmax`` whose logits are a product of two token-derived tensors and
+whose probabilities weight values over the keys), or per call of torch's
+``scaled_dot_product_attention``. Each site's tensors are in one layout, whatever the module's
+own: ``(G, Lq, Lk)`` for logits and probabilities, ``(G, Lk, Dv)`` for values and ``(G, Lq, Dv)``
+for the result, ``G`` every other axis (batch and heads, in the module's order) flattened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+
+
+class CoreKind(str, Enum):
+    """How the core computed its probabilities."""
+
+    SOFTMAX = "softmax"
+    """``torch.softmax`` / ``F.softmax`` / ``Tensor.softmax`` (or ``log_softmax``) of logits the
+    forward computed itself: logits and probabilities are both observed."""
+    SDPA = "sdpa"
+    """``F.scaled_dot_product_attention``: its q, k, v, mask and scale are observed; what it
+    computes inside is torch's."""
+
+
+@dataclass(frozen=True)
+class AttentionSite:
+    """One attention core, as observed (see the module docstring for the layout).
+
+    ``scores``: the sum of the products q·kᵀ that make the logits, recomputed in float64 from
+    the operands the forward multiplied, with any scalar the forward multiplied q or k by since
+    they were made divided out (so a scale applied to q before the product is still a scale).
+    ``widths``: the widths of q and k as the core contracts them, first as seen, then any other
+    reading the core admits (an "absorbed" product, where q was multiplied by a weight first,
+    contracts a latent width: the width of q before that product is the textbook one).
+    """
+
+    kind: CoreKind
+    scores: torch.Tensor
+    widths: tuple[int, ...]
+    term_widths: tuple[int, ...] = ()
+    """The widths of the parts q·kᵀ is made of, where it is made of several: the products summed
+    into the logits, or the parts q was joined from (MLA's non-rotary and rotary dimensions)."""
+    logits: torch.Tensor | None = None
+    """The softmax's input (SOFTMAX), in the module's dtype."""
+    probabilities: torch.Tensor | None = None
+    """The softmax's output (SOFTMAX), exponentiated for a ``log_softmax``."""
+    used: torch.Tensor | None = None
+    """The weights that multiply the values: the probabilities after whatever the forward did to
+    them (dropout, a mask, a cast, sinks sliced off); None where no product with values was
+    found."""
+    values: torch.Tensor | None = None
+    result: torch.Tensor | None = None
+    over_keys: bool | None = None
+    """Whether the softmax normalised over the key axis (the axis its weights are contracted
+    with the values over); None where that could not be told."""
+    combined: int = 1
+    """How many softmax maps the weights that multiply the values combine (2 for differential
+    attention: two maps subtracted)."""
+    sinks: int = 0
+    """Columns the softmax spans beyond the keys that weight values (attention sinks)."""
+    scale: float | None = None
+    """SDPA: the scale it applied (its ``scale`` argument, or 1/sqrt(E)), times any scalar q
+    and k were multiplied by."""
+    allowed: torch.Tensor | None = None
+    """SDPA: (G, Lq, Lk) bool, the keys its mask and ``is_causal`` let each query see."""
+    bias: torch.Tensor | None = None
+    """SDPA: (G, Lq, Lk) float64, the additive bias of a float mask (0 where none)."""
+    scalars_known: bool = True
+    """Whether every scalar q and k were multiplied by was found (paths that multiply them by
+    different numbers leave ``scores`` with them in, and this False)."""
+    softcap: float | None = None
+    """c, where the logits are c·tanh(·) of the scaled scores (a logit softcap): the multiplier
+    of a tanh between the products and the softmax."""
+    learned_scale: bool = False
+    """The logits are multiplied by a learned parameter after the product (a temperature)."""
+    how: str = ""
+    """In words: the calls the site was found in."""
+
+    def departures(self) -> tuple[str, ...]:
+        """How this core's design departs from one softmax of q·kᵀ weighting the values, in words
+        (none for a textbook core; a mistake, a softmax over the queries, is no design)."""
+        found = []
+        if self.combined > 1:
+            found.append(f"{self.combined} softmax maps combined before they weight the values "
+                         "(differential attention)")
+        if self.sinks:
+            found.append(f"the softmax spans {self.sinks} column(s) beyond the keys (attention "
+                         "sinks)")
+        return tuple(found)
+
+
+@dataclass(frozen=True)
+class CoreObservation:
+    """Every attention site one forward computed, in the order it computed them, and the
+    forward's output."""
+
+    sites: tuple[AttentionSite, ...]
+    output: torch.Tensor
