@@ -81,10 +81,12 @@ def _result(data: dict) -> CheckResult:
     """A verdict again from its report's plain data (what it would declare is said by the
     test's own failure; the page leaves it out)."""
     from conformance.model.picture import Picture
-    from conformance.model.results import CheckResult, Status
+    from conformance.model.results import CheckResult, Route, Status
 
     data = dict(data)
     picture = data.pop("picture", None)
     data.pop("remedy", None)
+    route = data.pop("route", None)
     return CheckResult(**{**data, "status": Status(data["status"])},
+                       route=Route(route) if route else None,
                        picture=Picture(**picture) if picture else None)

@@ -15,7 +15,7 @@ import torch
 
 from conformance.frontends.interface_language import Interface, notes_words, remedy_words
 from conformance.model.remedies import Note
-from conformance.model.results import CheckResult, Status
+from conformance.model.results import CheckResult, Route, Status
 
 LABELS = {
     Status.PASSED: "PASS",
@@ -28,6 +28,8 @@ LABELS = {
 
 
 WIDTH = 100
+CORE_HEADING = ("Judged through the attention core (no weight layout maps it to per-head projections: "
+                "what its softmax was given and computed, observed inside its forward):")
 """Columns the text report fits in (a terminal, a CI log, an issue comment)."""
 
 
@@ -94,6 +96,15 @@ def _skips(results: Sequence[CheckResult], devices: Sequence[str]) -> list[str]:
             for row, reasons in by_row.items()]
 
 
+def _routes(results: Sequence[CheckResult], devices: Sequence[str]) -> list[str]:
+    """Per row, the checks judged through the attention core (each row once)."""
+    by_row: dict[str, list[str]] = {}
+    for result in results:
+        if result.route is Route.CORE:
+            by_row.setdefault(row_label(result, devices), []).append(result.check)
+    return [wrap(f"{row}: {', '.join(checks)}", 2, 4) for row, checks in by_row.items()]
+
+
 def _observations(results: Sequence[CheckResult], devices: Sequence[str]) -> list[str]:
     return [wrap(f"{row_label(r, devices)} · {r.check}: {note}", 2, 4)
             for r in results for note in r.observations]
@@ -120,7 +131,8 @@ def failure_block(result: CheckResult, reproduce: Reproduction | None = None,
     example (hypothesis-shrunk) and how to replay it, the numbers seen."""
     label = {Status.FAILED: "FAIL ", Status.WARNED: "WARN ",
              Status.SUITE_ERROR: "ERROR"}.get(result.status, "XFAIL")
-    lines = [f"{label} {result.implementation} · {result.check} [{result.device}]",
+    through = " · through its attention core" if result.route is Route.CORE else ""
+    lines = [f"{label} {result.implementation} · {result.check} [{result.device}]{through}",
              wrap(result.reason, 2)]
     if result.hint:
         lines.append(wrap(f"likely bug: {result.hint}", 2))
@@ -180,6 +192,9 @@ def render_text(results: Sequence[CheckResult], *, checks: Sequence[str], profil
     skips = _skips(results, devices)
     if skips:
         parts += ["", "Skipped:", *skips]
+    routes = _routes(results, devices)
+    if routes:
+        parts += ["", wrap(CORE_HEADING), *routes]
     observations = _observations(results, devices)
     if observations:
         parts += ["", "Observed:", *observations]

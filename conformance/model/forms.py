@@ -107,13 +107,24 @@ class AlibiBias:
 
 @dataclass(frozen=True)
 class PositionEncoding:
-    """The relative position encoding the float64 reference applies (RoPE, ALiBi, or both)."""
+    """What the float64 reference applies to the logits beyond q·kᵀ/sqrt(d): a relative position
+    encoding (RoPE, ALiBi, or both) and a logit softcap (Gemma 2's c·tanh(logits / c), applied
+    to the scaled logits before the mask)."""
 
     rotary: Rotary | None = None
     alibi: AlibiBias | None = None
+    softcap: float | None = None
+
+    @property
+    def positional(self) -> bool:
+        """Whether it encodes positions (a softcap alone does not)."""
+        return self.rotary is not None or self.alibi is not None
 
     def describe(self) -> str:
-        return "; ".join(part.describe() for part in (self.rotary, self.alibi) if part)
+        parts = [part.describe() for part in (self.rotary, self.alibi) if part]
+        if self.softcap is not None:
+            parts.append(f"a logit softcap c·tanh(logits / c), c = {self.softcap:g}")
+        return "; ".join(parts)
 
 
 class CacheStyle(str, Enum):

@@ -30,6 +30,17 @@ class Status(str, Enum):
     every front end asks for it to be reported."""
 
 
+class Route(str, Enum):
+    """What a check judged an implementation through, where it has more than one way."""
+
+    WEIGHTS = "weights"
+    """Its projection weights, found (or declared) in the canonical per-head form: the
+    attention matrix measured by loading probe weights, the float64 reference built from them."""
+    CORE = "core"
+    """Its attention core, observed inside its forward: what each softmax (or SDPA call) was
+    given and computed (:mod:`conformance.model.core`), whatever the layer around it."""
+
+
 @dataclass
 class CheckResult:
     """The verdict of one check on one implementation and device.
@@ -43,6 +54,8 @@ class CheckResult:
         remedy: what the user can declare to settle it, where behaviour can't (each front end
             says it in its own words).
         picture: the minimal case drawn, where a report asked for it (``Runner(pictures=)``).
+        route: what the check judged it through (its weights or its observed core), for the
+            checks that have both ways; None for the others, and where neither applied.
     """
 
     implementation: str
@@ -57,6 +70,7 @@ class CheckResult:
     seconds: float = 0.0
     remedy: Remedy | None = None
     picture: Picture | None = None
+    route: Route | None = None
 
     @property
     def is_failure(self) -> bool:
@@ -66,6 +80,7 @@ class CheckResult:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["status"] = self.status.value
+        data["route"] = None if self.route is None else self.route.value
         if self.picture is None:
             del data["picture"]  # a report's JSON is as it was unless pictures were asked for
         return data

@@ -105,8 +105,8 @@ def reference_attention(
     ``allowed`` (B, 1, Lq, Lk) bool replaces the keys ``keep``, ``causal`` and ``window`` allow
     (a kernel's own alignment or window; a mistaken mask, for diagnosis). ``softcap`` c caps
     the scaled logits to c tanh(s / c) before masking (Gemma 2's, FlashAttention's
-    ``softcap``). A bug is simulated by the diagnosis from what the result holds (its scores
-    and values), never here.
+    ``softcap``; by default the ``encoding``'s). A bug is simulated by the diagnosis from what
+    the result holds (its scores and values), never here.
     """
     w = weights.expanded().map(lambda t: t.to(dtype))
     q_in, k_in, v_in = (t.to(dtype) for t in (query, key, value))
@@ -122,6 +122,8 @@ def reference_attention(
     logits = (q * scale) @ k.transpose(-1, -2) if scale_first else (q @ k.transpose(-1, -2)) * scale
     if bias is not None:
         logits = logits + bias.to(logits.device)
+    if softcap is None and encoding is not None:
+        softcap = encoding.softcap
     if softcap:
         logits = softcap * torch.tanh(logits / softcap)
 

@@ -21,7 +21,7 @@ from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.budget import Budget, budget_seconds
 from conformance.checks.invariants.gate import GateOutcome
 from conformance.checks.invariants.limits import Limits
-from conformance.checks.invariants.violation import CheckFailed, Violation
+from conformance.checks.invariants.violation import CheckFailed, NotApplicable, Violation
 from conformance.checks.picture import picture
 from conformance.checks.precision import FLOAT32_NOISE
 from conformance.generation.cases import Case
@@ -272,8 +272,11 @@ def _verdict(check: Check, context: CheckContext, implementation: str, device: s
     try:
         check.run(context)
     except CheckFailed as failure:
-        return _finding(Status.FAILED, failure.error, failure.case, implementation, check.name,
-                        device)
+        return _routed(_finding(Status.FAILED, failure.error, failure.case, implementation,
+                                check.name, device), context)
+    except NotApplicable as reason:
+        return CheckResult(implementation, check.name, device, Status.SKIPPED, reason=str(reason),
+                           observations=list(context.observations))
     except Exception as error:  # a defect in the suite itself: report it loudly, keep going
         return CheckResult(implementation, check.name, device, Status.SUITE_ERROR,
                            reason=f"{SUITE_ERROR_WORDS} ({type(error).__name__}: {error})",
@@ -289,9 +292,15 @@ def _verdict(check: Check, context: CheckContext, implementation: str, device: s
         result.details += [f"also: {str(other).splitlines()[0]}" for other, _ in
                            context.warnings[1:]]
         result.observations = list(context.observations)
-        return result
-    return CheckResult(implementation, check.name, device, Status.PASSED,
-                       observations=list(context.observations))
+        return _routed(result, context)
+    return _routed(CheckResult(implementation, check.name, device, Status.PASSED,
+                               observations=list(context.observations)), context)
+
+
+def _routed(result: CheckResult, context: CheckContext) -> CheckResult:
+    """``result`` with the route its check judged through."""
+    result.route = context.route
+    return result
 
 
 FINDINGS = (Status.FAILED, Status.WARNED)

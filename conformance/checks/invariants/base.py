@@ -29,6 +29,7 @@ from conformance.generation.cases import Case
 from conformance.generation.profiles import inside_a_users_search, keep_examples
 from conformance.generation.search_source import strategies_only
 from conformance.model.remedies import Remedy
+from conformance.model.results import Route
 from conformance.model.spec import Capabilities, Config
 from conformance.subject.boundary import ImplementationError, Inputs, Instance, Subject
 
@@ -76,6 +77,7 @@ class CheckContext:
     examples_key: bytes | None = None
     """Where the settings' example database keeps this check's failing examples (by
     implementation, check and device; see ``keep_examples``): None where it has none."""
+    route: Route | None = None  # what the check judged through, where it has two ways
     budget: Budget = field(default_factory=lambda: Budget(None))
     """The check's time budget (see :mod:`conformance.checks.invariants.budget`)."""
     _refused_keys: list[Config] = field(default_factory=list, repr=False)

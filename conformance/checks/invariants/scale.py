@@ -9,20 +9,41 @@ smallest normal number (below it a weight's log is too coarse to fit), with the 
 residual allowed the dtype's rounding of logits and weights. When the fitted scale is another
 recognisable one (1/sqrt(d_model), 1, 1/head_dim, 1/sqrt(num_heads), sqrt(head_dim)), the report
 says which.
+
+Through the core (where no weight layout applies): at every attention core the forward computes,
+the logits are s·q·kᵀ + b, b what the tokens don't move (a mask, a learned position bias), and s
+fitted from two forwards' changes (Δlogits = s·Δ(q·kᵀ)) is 1/sqrt(w) within the same tolerance,
+w the width of q and k as the core contracts them (MLA: the rotary and non-rotary parts
+together; differential attention: each map's half). A scale the forward passes to
+``scaled_dot_product_attention`` is read, not fitted; a learned temperature is a warning.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
+from conformance.checks.core_route import (
+    LOGIT_RESIDUAL,
+    NOT_ONE_SCALE,
+    core_cases,
+    core_scale_hint,
+    core_words,
+    matches,
+    require_core,
+    scale_tolerance,
+    second_inputs,
+    sites_of,
+    weights_skip_reason,
+)
 from conformance.checks.diagnosis import scale_groups
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.row_stochastic import QUERY_AXIS, over_queries
-from conformance.checks.invariants.verify import fmt, position_skip_reason
+from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Violation
-from conformance.checks.probes import probe
+from conformance.checks.probes import ProbeUnfit, probe
 from conformance.generation.cases import Case
 from conformance.generation.strategies import (
     WIDE_DTYPES,
@@ -30,12 +51,20 @@ from conformance.generation.strategies import (
     heads_apart,
     wide_or_own_dtypes,
 )
-from conformance.model.spec import Capabilities
+from conformance.model.results import Route
+from conformance.numerics.core_fit import BiasForm, bias_form, bias_tolerance, fitted_scale, logit_bias
 from conformance.numerics.tolerance import eps
 
 RESIDUAL = 0.05
 """Largest log-weight residual of a softmax of scaled dot products in float32/float64; a softmax
 over the wrong axis, or of something else, leaves far more."""
+
+UNSCALED_WITH_BIAS = (
+    "the logits are not scaled at all and carry a position bias the tokens don't move: T5's "
+    "convention (1/sqrt(w) folded into the initialisation of q, a learned relative bias): a "
+    "design of its own if that is what it follows, a missing 1/sqrt(w) if not")
+"""Why no scaling beside a measured position bias is a warning: behaviour can't tell T5's
+convention from a forgotten scale; intent can."""
 
 RESIDUAL_ULPS = 16
 """Units in the last place added to RESIDUAL in a dtype: a half-precision kernel rounds its
@@ -44,13 +73,30 @@ logits (q.k of magnitude ~3 at relative eps/2 each) and its weights (relative ep
 
 def fit_scale(attention: torch.Tensor, logits: torch.Tensor,
               rows: torch.Tensor, bias: torch.Tensor | None = None,
-              smallest: float = 0.0) -> tuple[float, float]:
+              smallest: float = 0.0, softcap: float | None = None) -> tuple[float, float]:
     """Least-squares s in log A = s * logits + bias + c(row), over rows (B, Lq) and weights
-    above ``smallest`` (``bias``: a position encoding's unscaled logit bias, ALiBi's).
+    above ``smallest`` (``bias``: a position encoding's unscaled logit bias, ALiBi's); with a
+    ``softcap`` c, in log A = c tanh(s * logits / c) + bias + c(row) (refined from the linear
+    fit, the residual's minimum over s).
 
     Returns (s, largest residual of log A): a large residual means the weights are not a softmax
     of scaled dot products at all.
     """
+    if softcap is not None:
+        start, _ = fit_scale(attention, logits, rows, bias, smallest)
+        if math.isnan(start):
+            return start, 0.0
+
+        def residual(s: float) -> float:
+            capped = softcap * torch.tanh(s * logits / softcap)
+            return fit_scale(attention, capped, rows, bias, smallest)[1]
+
+        low, high = start / 2, start * 2
+        for _ in range(60):  # golden-section search: the residual is unimodal near its minimum
+            a, b = high - 0.618 * (high - low), low + 0.618 * (high - low)
+            low, high = (low, b) if residual(a) < residual(b) else (a, high)
+        s = (low + high) / 2
+        return s, residual(s)
     usable = (attention > smallest) & rows[:, None, :, None] & torch.isfinite(attention)
     log_a = attention.clamp_min(1e-300).log()
     if bias is not None:
@@ -75,15 +121,15 @@ class Scale(Check):
     name = "scale"
     title = "logits are scaled by 1/sqrt(head_dim)"
 
-    def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if position_skip_reason(capabilities):
-            return position_skip_reason(capabilities)
-        if not capabilities.weights:
-            return "needs canonical weight access to measure the attention matrix"
-        return None
-
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
+        unmapped = weights_skip_reason(caps)
+        if unmapped is not None:
+            require_core(context, unmapped)
+            context.explore(core_cases(caps, context.device, dtypes=wide_or_own_dtypes(caps)),
+                            lambda case: self.verify_core(context, case))
+            return
+        context.route = Route.WEIGHTS
         # Sizes where the recognisable scales are all different from each other (where the
         # module builds for any such).
         apart = heads_apart(caps)
@@ -98,8 +144,9 @@ class Scale(Check):
         rows = context.rows(case)
         dtype = case.config.dtype
         smallest = 0.0 if dtype in WIDE_DTYPES else torch.finfo(dtype).tiny
+        encoding = context.capabilities.encoding
         fitted, residual = fit_scale(measured.attention, measured.logits, rows, measured.bias,
-                                     smallest)
+                                     smallest, softcap=encoding.softcap if encoding else None)
         if math.isnan(fitted) and residual == 0.0:
             return  # no row sees two keys (a window of one key): nothing to fit a scale to
         expected = 1 / math.sqrt(case.head_dim)
@@ -118,3 +165,57 @@ class Scale(Check):
                 hint = f"matches scale {words}"
         raise Violation(f"the fitted logit scale is {fmt(fitted)}, expected 1/sqrt(head_dim) = "
                         f"1/sqrt({case.head_dim}) = {fmt(expected)}", hint=hint)
+
+    def verify_core(self, context: CheckContext, case: Case) -> None:
+        instance = context.build(case)
+        call = context.capabilities.call
+        first = sites_of(context, instance, case.inputs(call), case)
+        second = sites_of(context, instance, second_inputs(case, call), case)
+        if len(first) != len(second):
+            raise ProbeUnfit("the forward computed another number of cores for other tokens")
+        dtype = context.judged(case.config.dtype)
+        tolerance = scale_tolerance(dtype)
+        for index, (site, other) in enumerate(zip(first, second, strict=True)):
+            fitted, residual = fitted_scale(site, other)
+            if not site.scalars_known or math.isnan(fitted):
+                continue  # q or k scaled differently on its paths; or no logit moved
+            if residual > LOGIT_RESIDUAL + RESIDUAL_ULPS * eps(dtype):
+                context.observe(NOT_ONE_SCALE)
+                continue
+            if any(matches(fitted, 1 / math.sqrt(w), tolerance) for w in site.widths):
+                continue
+            width = site.widths[0]
+            where = core_words(site, index, len(first))
+            summary = (f"{where}: the fitted logit scale is {fmt(fitted)}, expected "
+                       f"1/sqrt(w) = 1/sqrt({width}) = {fmt(1 / math.sqrt(width))}, w the width of "
+                       "q and k where they meet")
+            if site.learned_scale:
+                raise Violation(summary, severity="warn",
+                                hint="a learned parameter multiplies the logits (a temperature): "
+                                     "a design of its own rather than 1/sqrt(w)")
+            if matches(fitted, 1.0, tolerance) and bias_form(
+                    logit_bias(site, other, fitted), bias_tolerance(site)) is not BiasForm.NONE:
+                raise Violation(summary, severity="warn", hint=UNSCALED_WITH_BIAS)
+            raise Violation(summary, hint=context.hint(lambda index=index: self._core_hint(
+                context, case, index, tolerance)))
+
+    def _core_hint(self, context: CheckContext, case: Case, index: int,
+                   tolerance: float) -> str | None:
+        """The likely bug the scale fitted at core ``index`` matches: on ``case``, or where the
+        bugs it matches there are equal at its sizes, on a wider case where they are apart."""
+        words = None
+        for tried in (case, replace(case, head_dim=8, num_heads=2), replace(case, head_dim=6,
+                                                                            num_heads=3)):
+            instance = context.build(tried)
+            call = context.capabilities.call
+            first = sites_of(context, instance, tried.inputs(call), tried)
+            second = sites_of(context, instance, second_inputs(tried, call), tried)
+            if index >= min(len(first), len(second)):
+                continue
+            fitted, _ = fitted_scale(first[index], second[index])
+            words = core_scale_hint(first[index], fitted, tolerance, tried)
+            if words is None or ", which at this size is each of" not in words:
+                return words if tried is case or words is None else (
+                    f"{words} (measured at head_dim {tried.head_dim}, {tried.num_heads} heads, "
+                    "where the candidates are apart)")
+        return words

@@ -53,6 +53,12 @@ def as_warning(error: BaseException) -> Violation:
     return Violation(f"the implementation failed: {summary}", severity="warn")
 
 
+class NotApplicable(ConformanceError):
+    """The check can't judge this implementation in any way it has (found while it runs: no
+    weight layout, and no attention core visible in its forward); the message says why. The
+    check is skipped with that reason, never failed."""
+
+
 class Finding(NamedTuple):
     """A warning a check found: the violation (or implementation error) and its minimal case."""
 

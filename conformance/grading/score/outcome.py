@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from conformance.model.remedies import Remedy
-from conformance.model.results import CheckResult, Status
+from conformance.model.results import CheckResult, Route, Status
 from conformance.model.status import LoadProblem
 
 
@@ -178,6 +178,8 @@ def result_from_dict(data: dict) -> CheckResult:
     except ValueError:
         status = Status.FAILED
         fields["reason"] = f"[{raw}] {fields.get('reason', '')}".strip()
+    if fields.get("route") is not None:
+        fields["route"] = Route(fields["route"])
     known = {"implementation", "check", "device", "reason", "counterexample", "details", "hint",
-             "observations", "seconds", "remedy"}
+             "observations", "seconds", "remedy", "route"}
     return CheckResult(status=status, **{k: v for k, v in fields.items() if k in known})
