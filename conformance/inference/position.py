@@ -8,6 +8,7 @@ from dataclasses import replace
 import torch
 
 from conformance.inference.convention import FILLABLE_POSITIONS, START_NAMES
+from conformance.inference.core_observed import WORDS, position_bias
 from conformance.inference.encoding_search import setting_arguments
 from conformance.inference.found import CapabilitiesFound
 from conformance.inference.plan import Plan
@@ -41,7 +42,13 @@ def encoding_inside(plan: Plan, declared: Declarations, capabilities: Capabiliti
     checks that need the reference skip), or nothing where the output is position-free."""
     stated = declared.declared_encoding()
     reproduced = outcome.encoding
-    if reproduced is not None and stated in (None, "rotary" if reproduced.rotary else "alibi"):
+    if reproduced is not None and reproduced.softcap is not None:
+        capabilities.set(encoding=reproduced)
+        notes.append(f"a logit softcap c·tanh(logits / c), c = {reproduced.softcap:g}, before the "
+                     "mask (observed at its attention core, and the float64 reference with it "
+                     "reproduces its output): the reference checks apply it")
+    if reproduced is not None and reproduced.positional and stated in (
+            None, "rotary" if reproduced.rotary else "alibi"):
         kind = "rotary" if reproduced.rotary else "alibi"
         capabilities.set(positional=f"{reproduced.describe()} (reproduced)", relative=kind,
                             encoding=reproduced)
@@ -76,10 +83,21 @@ def encoding_inside(plan: Plan, declared: Declarations, capabilities: Capabiliti
                           Remedy.to("position_encoding", found[0],
                                     "say it is meant to have one")))
         found = None
+    measured = (position_bias(probe, probe.config, plan.convention.call)
+                if found is None and stated is None and outcome.dependent else None)
+    if measured in WORDS:
+        # Its attention core shows where the position dependence is: a bias in its logits that
+        # the tokens don't move (a learned relative bias, T5's), not tokens mixed up.
+        capabilities.set(positional=f"a position bias in its logits (measured: {measured.value})")
+        notes.append(f"a position bias in its logits: its output depends on the tokens' "
+                     f"positions, and at its attention core the logits carry a bias the tokens "
+                     f"don't move that is {WORDS[measured]} (measured from two forwards): the "
+                     "checks that assume position-free attention skip")
+        return
     if found is None and stated is None and outcome.dependent:
         # Said, and still checked as position-free: a layer that mixes tokens up (heads split
         # without a transpose) depends on their positions as much as an unknown encoding does,
-        # and behaviour can't tell the two apart.
+        # and, where its core shows no position bias, behaviour can't tell the two apart.
         notes.append(Note(
             "its output depends on the tokens' positions (probed: moving the tokens changes "
             "more than their order), and no RoPE or ALiBi hypothesis reproduces it and no name "

@@ -4,18 +4,21 @@ confirmed at a second head count, and the grouped key/value heads read from them
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 
-import torch
-
+from conformance.inference.core_observed import capped, core_departures, core_softcap
 from conformance.inference.encoding_search import (
     hypotheses,
     position_dependent,
-    rotary_hypotheses,
-    stated,
 )
+from conformance.inference.reproduction import (
+    LENGTH,
+    Build,
+    other_pair,
+    probe_inputs,
+    reproduction_pair,
+)
+from conformance.inference.rotary_found import as_stated, rotary_across_widths
 from conformance.inference.tracing import lower_precision_parts
 from conformance.inference.weight_search import (
     REPRODUCED,
@@ -23,24 +26,15 @@ from conformance.inference.weight_search import (
     REPRODUCED_FLOAT64,
     Found,
     consistent,
-    relative_error,
     reproduction_error,
     search,
 )
 from conformance.inference.weight_trace import trace
-from conformance.model.forms import PositionEncoding, Rotary
+from conformance.model.forms import PositionEncoding
 from conformance.model.layouts import ParameterProjections, RelabelledHeads
 from conformance.model.remedies import Note, Option, Remedy
 from conformance.model.weights import WeightLayout, WeightLayoutError, user_path
-from conformance.numerics.reference import reference_attention
-from conformance.subject.boundary import ImplementationError, Inputs
-from conformance.subject.in_process import ModuleInstance
-
-Build = Callable[[int, int, "int | None"], ModuleInstance]
-"""Builds the module in float64 for (num_heads, head_dim, num_kv_heads)."""
-
-LENGTH = 11
-"""Tokens in the reproduction's inputs: enough positions to tell RoPE's thetas apart."""
+from conformance.subject.boundary import ImplementationError
 
 WEIGHTS_REMEDY = Remedy.to("weights", "q,k,v[,o]", "name its projections")
 KV_HEADS_REMEDY = Remedy.to("kv_heads_arg", None, "name the argument that sets them, if one does")
@@ -64,35 +58,6 @@ class WeightOutcome:
     variant_doubt: str | None = None
 
 
-def probe_inputs(call: str, heads: int, head_dim: int, length: int, seed: int = 11) -> Inputs:
-    """float64 inputs for the reproduction: batch 2, ``length`` tokens."""
-    generator = torch.Generator().manual_seed(seed)
-    width = heads * head_dim
-
-    def tensor() -> torch.Tensor:
-        return torch.randn(2, length, width, generator=generator, dtype=torch.float64)
-
-    if call == "self":
-        return Inputs.self_attention(tensor())
-    return Inputs(tensor(), tensor(), tensor())
-
-
-def _pair(pairs: tuple[tuple[int, int], ...] | None, single_head: bool) -> tuple[int, int]:
-    """The reproduction's (heads, head_dim): 4 heads of 8 (1 for a single-head module), or the
-    buildable pair nearest. Eight dimensions a head tell RoPE's pairings and rotated fractions
-    apart (with two, half-split and interleaved pairs are the same)."""
-    preferred = (1 if single_head else 4, 8)
-    if pairs is None or preferred in pairs:
-        return preferred
-    return min(pairs, key=lambda p: (abs(p[0] - preferred[0]) + abs(p[1] - 8), p))
-
-
-def _other(pairs: tuple[tuple[int, int], ...] | None, heads: int) -> tuple[int, int] | None:
-    options = pairs if pairs is not None else tuple((h, 4) for h in (2, 3, 6))
-    others = [p for p in options if p[0] != heads and p[0] > 1]
-    return min(others, key=lambda p: (abs(p[0] - 3), abs(p[1] - 4), p)) if others else None
-
-
 def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
          kv_argument: str | None, pairs: tuple[tuple[int, int], ...] | None,
          max_len: int | None, notes: list[str | Note], grouping: str | None = None,
@@ -103,7 +68,7 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
     ``rope``: the declared RoPE (pairing, theta, fraction); ``output_applied``: an output
     projection is declared, so a layer shaped like one that the forward skips is read as it."""
     outcome = WeightOutcome()
-    heads, head_dim = _pair(pairs, single_head)
+    heads, head_dim = reproduction_pair(pairs, single_head)
     kv = next((k for k in range(heads // 2, 0, -1) if heads % k == 0), None) if (
         kv_argument and heads > 2) else None
     length = min(LENGTH, max_len or LENGTH)
@@ -119,10 +84,11 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
                      f"failed ({str(error)[:120]}): the checks that need weights are skipped")
         return outcome
     root = instance.module
+    softcap = core_softcap(instance, inputs)
     found = search(found_trace, root, heads, causal=causal, threshold=threshold,
-                   encodings=lambda layout, weights: hypotheses(
+                   encodings=lambda layout, weights: capped(hypotheses(
                        root.inner, cls, weights.head_dim, dependent=outcome.dependent,
-                       causal=causal, tiled=isinstance(layout, RelabelledHeads)),
+                       causal=causal, tiled=isinstance(layout, RelabelledHeads)), softcap),
                    groupings=(grouping,) if grouping else ("interleaved", "tiled"),
                    loose=REPRODUCED_FLOAT32)
     if found.reproduced:
@@ -143,7 +109,7 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
     if encoding is not None and encoding.rotary is not None:
         # Measured at every width first: the confirmation at another head count (and width)
         # reproduces with it.
-        measured, unexplained = _rotary_across_widths(
+        measured, unexplained = rotary_across_widths(
             build, found.layout, encoding.rotary, cls, call, causal, heads, head_dim, pairs,
             length, threshold)
         encoding = replace(encoding, rotary=measured)
@@ -153,7 +119,7 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
     outcome.layout, outcome.reproduced = found.layout, found.reproduced
     outcome.encoding, outcome.unexplained_widths = encoding, unexplained
     if encoding is not None and encoding.rotary is not None:
-        rotary = _as_stated(encoding.rotary, cls, rope, head_dim, notes)
+        rotary = as_stated(encoding.rotary, cls, rope, head_dim, notes)
         outcome.encoding = replace(encoding, rotary=rotary)
         if rotary.reversed:
             outcome.variant_doubt = (
@@ -185,6 +151,10 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
                          "lower precision and cast (position tables in float32?); the gate "
                          "measures the gap, and every check judges float64 runs by it")
     else:
+        unmapped = core_departures(instance, inputs, found.tried, found.error)
+        if unmapped is not None:  # no textbook weights to find: checked through its core
+            notes.append(unmapped)
+            return WeightOutcome(dependent=outcome.dependent, float32_parts=outcome.float32_parts)
         notes.append(f"weights: {describe} (by the roles its forward gives them: nudging a query "
                      "changes its own row, a value every row linearly, a key every row; no "
                      f"assignment of {found.tried} tried reproduces its output, closest "
@@ -221,96 +191,6 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
     return outcome
 
 
-def _as_stated(measured: Rotary, cls: type, rope: tuple[str, float | None, float | None] | None,
-               head_dim: int, notes: list[str | Note]) -> Rotary:
-    """The RoPE the reference holds the module to: what it does, unless what it states (a
-    declaration, or its constructor's theta / rotary-fraction defaults) differs; then what it
-    states, and the difference is said (reference fails, naming it)."""
-    theta, fraction = stated(cls)
-    pairing = None
-    if rope is not None:
-        pairing, theta, fraction = rope[0], rope[1] or theta, rope[2] or fraction
-    expected = replace(measured,
-                       pairing=pairing or measured.pairing,
-                       theta=theta if theta is not None and not measured.table else measured.theta,
-                       fraction=fraction if fraction is not None else measured.fraction,
-                       dims=None if fraction is not None else measured.dims)
-    if rope is not None and measured.reversed:
-        expected = replace(expected, reversed=False)  # a declared RoPE turns the usual way
-    differences = []
-    if measured.reversed and not expected.reversed:
-        differences.append("turns the other way round (by -p * theta^(-2i/r))")
-    if expected.pairing != measured.pairing:
-        differences.append(f"pairs {measured.pairing} where {expected.pairing} is declared")
-    if not measured.table and not math.isclose(expected.theta, measured.theta, rel_tol=1e-3):
-        differences.append(f"theta {measured.theta:.6g} where it states {expected.theta:g}")
-    if expected.rotated_dims(head_dim) != measured.rotated_dims(head_dim):
-        differences.append(f"rotates {measured.rotated_dims(head_dim)} of {head_dim} dims where "
-                           f"it states {expected.rotated_dims(head_dim)}")
-    if not differences:
-        return measured
-    notes.append(Note(f"RoPE: its output is reproduced as {measured.describe()}, but it "
-                      + "; ".join(differences) + ": the reference holds it to what it states",
-                      Remedy.to("rope", None, "state otherwise")))
-    return expected
-
-
-def _rotary_across_widths(build: Build, layout: WeightLayout, rotary: Rotary, cls: type,
-                          call: str, causal: bool, heads: int, probed_width: int,
-                          pairs: tuple[tuple[int, int], ...] | None, length: int,
-                          threshold: float) -> tuple[Rotary, tuple[int, ...]]:
-    """The RoPE found, checked at every head width generated: the same rule where it
-    reproduces the output at each, else a table measured per width (the rotated dimensions and
-    theta x-transformers derives from each width); and the widths where no hypothesis
-    reproduces the output (RoPE undefined there: an odd or one-dimensional rotation, as
-    HuggingFace's layers run at head_dim 1)."""
-    widths = sorted({d for h, d in pairs if h == heads}) if pairs else list(range(1, 17))
-    entries, differs, unexplained = [], False, []
-    fixed_rule = replace(rotary, dims=rotary.rotated_dims(probed_width), table=())
-    for width in widths:
-        try:
-            instance = build(heads, width, None)
-            inputs = probe_inputs(call, heads, width, length, seed=13)
-            output = instance.forward(inputs)
-            weights = layout.read(instance.module, heads)
-        except (ImplementationError, RuntimeError, WeightLayoutError):
-            continue  # the constraints report configurations that fail
-        # As found, then the same count of rotated dimensions at every width (GPT-J's fixed
-        # rotary_dim), then the usual hypotheses.
-        tried = [rotary, fixed_rule] + [r for r in rotary_hypotheses(instance.module.inner, cls, width)
-                                   if (r.pairing, r.reversed) == (rotary.pairing, rotary.reversed)]
-        # The closest hypothesis, not the first within the threshold: in a float32-table
-        # module a rotation by pos * 1e-4 is within it of none at all.
-        errors = []
-        for candidate in tried:
-            encoding = PositionEncoding(rotary=candidate)
-            expected = reference_attention(weights, inputs.query, inputs.key, inputs.value,
-                                           causal=causal, encoding=encoding).output
-            errors.append((relative_error(output, expected), len(errors), candidate))
-        error, _, best = min(errors, key=lambda e: e[:2])
-        if error <= threshold:
-            # RoPE as found, unless another hypothesis is clearly closer (float32 tables
-            # scatter the errors of equivalent ones by a little).
-            chosen = rotary if errors[0][0] <= 2 * error + 1e-12 else best
-            frequencies = tuple(chosen.frequencies(width).tolist())
-            differs = differs or not _same_frequencies(frequencies,
-                                                       tuple(rotary.frequencies(width).tolist()))
-            entries.append((width, frequencies))
-        else:
-            unexplained.append(width)
-    if not differs:
-        return rotary, tuple(unexplained)
-    if entries and all(_same_frequencies(e, tuple(fixed_rule.frequencies(w).tolist()))
-                       for w, e in entries):
-        return fixed_rule, tuple(unexplained)  # one count of rotated dimensions at every width
-    return replace(rotary, table=tuple(entries)), tuple(unexplained)
-
-
-def _same_frequencies(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
-    """Equal to float32's precision: a frequency table buffered in float32 is the rule's."""
-    return len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-6) for x, y in zip(a, b, strict=True))
-
-
 def _with_output(layout: WeightLayout, path: str) -> WeightLayout:
     """``layout`` with the submodule at ``path`` as its output projection."""
     if isinstance(layout, RelabelledHeads):
@@ -339,7 +219,7 @@ def _confirmed(build: Build, found: Found, call: str, causal: bool,
                threshold: float, notes: list[str | Note]) -> bool:
     """Whether the layout also reads (and, where it reproduced, reproduces) at another head
     count; says why not."""
-    other = _other(pairs, heads)
+    other = other_pair(pairs, heads)
     if other is None:
         return True
     try:
@@ -380,7 +260,7 @@ def _kv_heads(build: Build, layout: WeightLayout, kv_argument: str | None, heads
                      f"for {heads} query heads)")
         return "config"
     counts = {}
-    for h, d in [(heads, head_dim)] + ([_other(pairs, heads)] if _other(pairs, heads) else []):
+    for h, d in [(heads, head_dim)] + ([other_pair(pairs, heads)] if other_pair(pairs, heads) else []):
         try:
             counts[h] = layout.read(build(h, d, None).module, h).num_kv_heads
         except (ImplementationError, WeightLayoutError, RuntimeError):

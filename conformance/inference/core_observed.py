@@ -1,0 +1,96 @@
+"""What inference reads from a layer's attention core (:mod:`conformance.model.core`), observed
+inside its forward: whether it depends on positions through a bias in its logits (measured with
+:mod:`conformance.numerics.core_fit`: a learned relative bias, T5's buckets, or any other bias
+over (query, key) positions no RoPE or ALiBi hypothesis reproduced); the logit softcap it
+applies; and how its core departs from textbook attention by design."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+
+from conformance.generation.cases import Case
+from conformance.model.forms import PositionEncoding
+from conformance.model.spec import Config
+from conformance.numerics.core_fit import (
+    BiasForm,
+    bias_form,
+    bias_tolerance,
+    fitted_scale,
+    logit_bias,
+)
+from conformance.subject.boundary import CapabilityError, ImplementationError, Inputs, Instance
+
+LOGIT_RESIDUAL = 0.05
+"""As the scale check's (:mod:`conformance.checks.core_route`): a core whose logits one scale of
+q·kᵀ does not explain is not measured."""
+
+WORDS = {
+    BiasForm.RELATIVE: "a function of the distance j − i alone (relative, as T5's buckets)",
+    BiasForm.ABSOLUTE: "a function of the positions (i, j) that is not of j − i alone "
+                       "(absolute)",
+}
+
+
+def position_bias(instance: Instance, config: Config, call: str) -> BiasForm | None:
+    """How the bias the tokens don't move in ``instance``'s logits depends on positions, over
+    two plain forwards of other tokens (the most position-dependent form any core shows; a
+    causal mask it applies itself is no bias: masked keys are left out); None where no core
+    could be measured."""
+    case = Case(batch=config.batch, q_len=config.q_len, kv_len=config.kv_len,
+                num_heads=config.num_heads, head_dim=config.d_model // config.num_heads,
+                dtype=str(config.dtype).removeprefix("torch."), seed=3)
+    try:
+        first = instance.observe(case.inputs(call))
+        second = instance.observe(replace(case, seed=4).inputs(call))
+    except (ImplementationError, CapabilityError):
+        return None
+    forms = []
+    for site, other in zip(first.sites, second.sites, strict=False):
+        scale, residual = fitted_scale(site, other)
+        if scale != scale or residual > LOGIT_RESIDUAL:
+            continue
+        forms.append(bias_form(logit_bias(site, other, scale), bias_tolerance(site)))
+    if not forms:
+        return None
+    for form in (BiasForm.ABSOLUTE, BiasForm.RELATIVE):
+        if form in forms:
+            return form
+    return BiasForm.NONE
+
+
+def core_softcap(instance: Instance, inputs: Inputs) -> float | None:
+    """The logit softcap c its attention core applies (c·tanh(·) before the softmax, observed),
+    or None."""
+    try:
+        seen = instance.observe(inputs)
+    except ImplementationError:
+        return None
+    return next((site.softcap for site in seen.sites if site.softcap is not None), None)
+
+
+def capped(encodings: Iterable[PositionEncoding | None], softcap: float | None
+           ) -> Iterator[PositionEncoding | None]:
+    """``encodings`` each with the logit ``softcap`` (the same where None)."""
+    for encoding in encodings:
+        if softcap is None:
+            yield encoding
+        else:
+            yield replace(encoding or PositionEncoding(), softcap=softcap)
+
+
+def core_departures(instance: Instance, inputs: Inputs, tried: int, error: float) -> str | None:
+    """Where the attention cores a forward of ``inputs`` shows depart from textbook attention by
+    design (two maps combined, sinks), why no weights are taken (``tried`` assignments came
+    within ``error`` of its output at best): the checks that need weights then judge it
+    through its core. None where it shows no such core, or the forward fails."""
+    try:
+        seen = instance.observe(inputs)
+    except ImplementationError:
+        return None
+    departures = tuple(dict.fromkeys(words for site in seen.sites for words in site.departures()))
+    if not departures:
+        return None
+    return (f"weights: none taken (no assignment of {tried} tried reproduces its output, closest "
+            f"relative error {error:.1e}, and its attention core is not one softmax of q·kᵀ: "
+            f"{'; '.join(departures)}): the checks that need weights judge it through its core")
