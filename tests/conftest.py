@@ -22,7 +22,7 @@ UNIT = {
     "test_grading_scoring", "test_grading_student_text", "test_grading_variants",
     "test_front_end_words", "test_masks_and_cases", "test_platform_defects", "test_reference",
     "test_suite_errors", "test_hint_evidence", "test_declaration_specs", "test_remedies",
-    "test_tolerance",
+    "test_tolerance", "test_attention_core",
     "test_weights", "test_worker_codec", "test_worker_pristine",
 }
 INTEGRATION = {
@@ -35,7 +35,7 @@ INTEGRATION = {
     "test_kernels", "test_malformed_outputs", "test_bad_input_fuzzer", "test_malformed_collection",
     "test_time_budget", "test_shared_checks", "test_reports",
     "test_user_pytest",
-    "test_wild_styles_are_correct", "test_docs_examples",
+    "test_wild_styles_are_correct", "test_docs_examples", "test_new_architectures_are_correct",
 }
 E2E = {
     "test_containment", "test_expected_results", "test_grading_cli", "test_grading_example",
