@@ -55,6 +55,12 @@ def token_positions(batch: int, length: int, start: int = 0, keep: torch.Tensor 
     return positions.expand(batch, length)
 
 
+def exact_integers(dtype: torch.dtype) -> int:
+    """The largest n such that every integer up to n is exact in ``dtype`` (256 in bfloat16,
+    2048 in float16)."""
+    return int(2 / torch.finfo(dtype).eps)
+
+
 def rotate(x: torch.Tensor, rotary: Rotary, positions: torch.Tensor,
            tables_in_dtype: bool = False) -> torch.Tensor:
     """``x`` (B, H, L, Dh) with its first rotated dimensions turned by RoPE at ``positions``

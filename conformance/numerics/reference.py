@@ -148,13 +148,15 @@ def plain_attention(weights: HeadWeights, query: torch.Tensor, key: torch.Tensor
                     value: torch.Tensor, *, keep: torch.Tensor | None, causal: bool,
                     dtype: torch.dtype, window: int | None = None,
                     encoding: PositionEncoding | None = None,
-                    start: int = 0) -> list[torch.Tensor]:
+                    start: int = 0, dtype_tables: bool = True) -> list[torch.Tensor]:
     """The suite's plain attention in ``dtype``, in both textbook orders (scale q first, scale
     the product), and with RoPE, also with its cos/sin tables computed in ``dtype`` (angles
-    rounded there, as HuggingFace's and GPT-J's tables are): the baselines a same-dtype
+    rounded there, as HuggingFace's and GPT-J's tables are), unless ``dtype_tables`` is False:
+    past the positions a half dtype holds exactly (256 in bfloat16), its angles are a radian or
+    more apart, which no correct long-context module computes with. The baselines a same-dtype
     implementation is measured against."""
     tables = (False, True) if (encoding is not None and encoding.rotary is not None
-                               and dtype != torch.float64) else (False,)
+                               and dtype != torch.float64 and dtype_tables) else (False,)
     return [reference_attention(weights, query, key, value, keep=keep, causal=causal,
                                 dtype=dtype, scale_first=first, window=window,
                                 encoding=encoding, start=start,

@@ -6,7 +6,13 @@ the float64 reference under the tolerance rule (the baseline is the suite's plai
 the same dtype), over generated shapes and over a long sequence of LONG_KEYS keys, where error
 that accumulates with the number of keys (running sums kept in half precision) shows. There
 the inputs share a common component (offset by 1), so the output stays of order 1 instead of
-shrinking like an average of independent values, and the dtype's floor doesn't hide the error. A masking
+shrinking like an average of independent values, and the dtype's floor doesn't hide the error.
+A module with positions (RoPE, ALiBi, a position bias) also gets, in each half dtype, one case
+just past the positions the dtype holds exactly (bfloat16: 256, float16: 2048), its inputs of
+std POSITION_GAIN so that attention is sharp enough for a relative distance off by one to show:
+there the baseline's RoPE angles are exact (no correct module's angles are the dtype's there),
+and a position rounded in half precision (257 read as 256) fails.
+A masking
 value that overflows float16 (-1e9, -1e20) is reported as exactly that, with the exception text.
 Findings in a dtype inference assumed (nobody declared it) are warnings.
 """
@@ -24,10 +30,27 @@ from conformance.checks.invariants.violation import CheckFailed, Finding, Violat
 from conformance.generation.cases import Case, dtype_name
 from conformance.generation.strategies import SEEDS, cases, fixed_features, window_padding
 from conformance.model.spec import Capabilities
+from conformance.numerics.position_encoding import exact_integers
+from conformance.numerics.tolerance import K_MAX, abs_error, only_rows
 from conformance.subject.boundary import ImplementationError
 
 LONG_OFFSET = 1.0
 """Common component of the long case's inputs."""
+
+PAST_EXACT = 8
+"""Positions past the dtype's exact integers in the positions case (one example per dtype: the
+float16 one has 2056 tokens, its cost bounded)."""
+
+POSITION_GAIN = 3.0
+"""Standard deviation of the positions case's inputs: attention sharp enough that keys one
+position apart take different weights (a position rounded shows), in the normal range."""
+
+POSITIONS_ROUNDED = ("the error grows along the positions (the first rows differ by at most "
+                     "{early}, rows past {middle} by up to {late}): are RoPE's positions or "
+                     "frequencies computed in the module's dtype (arange(L).type_as(inv_freq), "
+                     "a frequency buffer cast with the model)? Past position {exact} the dtype "
+                     "can't hold the positions at all ({first} is read as {exact}): build "
+                     "positions and angles in float32")
 
 LONG_KEYS = 512
 """Keys in the long-sequence case: enough that accumulating the softmax sum or the weighted
@@ -84,6 +107,15 @@ class LowPrecision(Check):
             context.explore(SEEDS.map(lambda seed, c=long_case: replace(c, seed=seed)),
                             lambda case: self.verify(context, case, offset=LONG_OFFSET),
                             max_examples=2)
+        for dtype in low if caps.positional else ():
+            length = exact_integers(dtype) + PAST_EXACT
+            if caps.max_len is not None and caps.max_len < length:
+                continue
+            past = replace(self.long_case(caps, context.device, dtype_name(dtype)), batch=1,
+                           q_len=length, kv_len=length, kept=None)
+            context.explore(SEEDS.map(lambda seed, c=past: replace(c, seed=seed)),
+                            lambda case: self.verify(context, case, gain=POSITION_GAIN),
+                            max_examples=1)
 
     @staticmethod
     def long_case(caps: Capabilities, device: str, dtype: str) -> Case:
@@ -101,33 +133,58 @@ class LowPrecision(Check):
             case = window_padding(case, case.window)  # every row keeps a key in its window
         return case
 
-    def verify(self, context: CheckContext, case: Case, offset: float = 0.0) -> None:
+    def verify(self, context: CheckContext, case: Case, offset: float = 0.0,
+               gain: float = 1.0) -> None:
         details = []
         if offset:
             details = [f"the long-sequence case: inputs offset by {offset:g} (a component "
                        f"common to every position), {case.kv_len} keys"]
-        instance, inputs, output, rows = self._call(context, case, offset)
+        if gain != 1.0:
+            details = [f"the positions case: {case.kv_len} tokens, past the {case.dtype} "
+                       f"positions held exactly, inputs of std {gain:g}"]
+        instance, inputs, output, rows = self._call(context, case, offset, gain)
         expect_finite_rows(output, rows)
         if not reference_applies(context.capabilities):
             return
-        seen, _ = agree_with_reference(output, instance.read_weights(), inputs, case, rows,
-                                       judged=context.judged(case.config.dtype),
-                                       encoding=context.capabilities.encoding)
+        # Past the dtype's exact positions, RoPE's angles are exact in every baseline.
+        past = case.kv_len > exact_integers(case.config.dtype)
+        seen, reference = agree_with_reference(output, instance.read_weights(), inputs, case,
+                                               rows, judged=context.judged(case.config.dtype),
+                                               encoding=context.capabilities.encoding,
+                                               dtype_tables=not past)
         if not seen.ok:
             b, row, _ = seen.worst
             raise Violation(f"in {case.dtype} the output differs from the float64 reference: "
                             f"{seen.describe()} (row {row} of batch {b})", details=details,
-                            hint=context.hint(lambda: self._cause(context, case, offset)))
+                            hint=context.hint(lambda: self._rounded_positions(
+                                case, output, reference, rows)
+                                or self._cause(context, case, offset)))
 
     @staticmethod
-    def _call(context: CheckContext, case: Case, offset: float) -> tuple:
-        """The first call on ``case``, its inputs offset by ``offset`` (the long case):
-        (instance, inputs, output, rows)."""
-        if not offset:
+    def _rounded_positions(case: Case, output: torch.Tensor, reference: torch.Tensor,
+                           rows: torch.Tensor) -> str | None:
+        """POSITIONS_ROUNDED where, in a case past the dtype's exact positions, the later half
+        of the rows is off several times more than the first eighth."""
+        exact = exact_integers(case.config.dtype)
+        if case.q_len <= exact + 1:
+            return None
+        error = only_rows(abs_error(output, reference).cpu(), rows).amax(dim=(0, 2))
+        middle = case.q_len // 2
+        early, late = float(error[: max(1, case.q_len // 8)].max()), float(error[middle:].max())
+        if late <= K_MAX * early:
+            return None
+        return POSITIONS_ROUNDED.format(exact=exact, first=exact + 1, early=f"{early:.3g}",
+                                        middle=middle, late=f"{late:.3g}")
+
+    @staticmethod
+    def _call(context: CheckContext, case: Case, offset: float, gain: float = 1.0) -> tuple:
+        """The first call on ``case``, its inputs times ``gain`` (the positions case) and offset
+        by ``offset`` (the long case): (instance, inputs, output, rows)."""
+        if not offset and gain == 1.0:
             return context.first_call(case)
         instance = context.build(case)
         inputs = case.inputs(context.capabilities.call)
-        inputs = inputs.with_tensors(*(t + offset for t in (
+        inputs = inputs.with_tensors(*(t * gain + offset for t in (
             (inputs.query,) if inputs.is_self else (inputs.query, inputs.key, inputs.value))))
         return instance, inputs, context.run(instance, inputs, case), context.rows(case)
 

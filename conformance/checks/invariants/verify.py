@@ -70,21 +70,23 @@ def agree_with_reference(output: torch.Tensor, weights: HeadWeights, inputs: Inp
                          rows: torch.Tensor | None, *, judged: torch.dtype,
                          largest_logit: float = 0.0,
                          reference_weights: HeadWeights | None = None,
-                         encoding: PositionEncoding | None = None) -> tuple[Agreement,
-                                                                             torch.Tensor]:
+                         encoding: PositionEncoding | None = None,
+                         dtype_tables: bool = True) -> tuple[Agreement, torch.Tensor]:
     """``output`` against the float64 reference from ``reference_weights`` (default ``weights``),
     under the tolerance rule with the suite's plain attention in the ``judged`` dtype (the run's,
     or the lower one it computes at, see CheckContext.judged) from ``weights`` as the baseline
     (plus the logit-rounding allowance where ``largest_logit`` is given), with the module's
-    relative position ``encoding`` applied to both. Returns the agreement and the reference
-    output."""
+    relative position ``encoding`` applied to both (``dtype_tables``: see
+    :func:`~conformance.numerics.reference.plain_attention`). Returns the agreement and the
+    reference output."""
     expected = reference_attention(reference_weights or weights, inputs.query, inputs.key,
                                    inputs.value, keep=inputs.keep, causal=case.causal,
                                    window=case.window, encoding=encoding,
                                    start=inputs.position).output
     baselines = plain_attention(weights, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
                                 causal=case.causal, dtype=judged, window=case.window,
-                                encoding=encoding, start=inputs.position)
+                                encoding=encoding, start=inputs.position,
+                                dtype_tables=dtype_tables)
     extra = logit_rounding(judged, largest_logit, expected) if largest_logit else 0.0
     return agreement(output, expected, baselines, judged, rows, extra=extra), expected
 
