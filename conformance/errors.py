@@ -17,3 +17,21 @@ class SuiteError(ConformanceError):
     """The suite itself failed while checking (its own defect, not the implementation's): no
     verdict where it happened. Raised where a front end must not report it as a failure of the
     implementation (pytest); please report it."""
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text``'s first line, cut at a word (with an ellipsis) where longer than ``limit``: no
+    message is cut mid-word."""
+    lines = text.strip().splitlines()
+    line = lines[0] if lines else ""
+    if len(line) <= limit:
+        return line
+    cut = line[:limit].rsplit(" ", 1)[0] if " " in line[:limit] else line[:limit]
+    return cut.rstrip(" ,;:") + "…"
+
+
+def one_line(error: BaseException, limit: int | None = None) -> str:
+    """``Type: first line`` of ``error`` (its message clipped to ``limit``, see :func:`clipped`)."""
+    text = str(error)
+    line = clipped(text, limit) if limit is not None else (text.strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {line}".rstrip(": ")

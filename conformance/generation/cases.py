@@ -146,6 +146,8 @@ class Case:
         if inputs.is_self:
             return inputs.with_tensors(noisy(inputs.query, 0))
         query = noisy(inputs.query, 2) if query_too else inputs.query
+        if inputs.shares_kv:
+            return inputs.with_tensors(query, noisy(inputs.key, 0))
         return inputs.with_tensors(query, noisy(inputs.key, 0), noisy(inputs.value, 1))
 
     def inputs(self, call: CallConvention, *, keep: torch.Tensor | None = None,
@@ -155,6 +157,10 @@ class Case:
         if call == "self":
             return Inputs.self_attention(self.tensor(self.batch, self.q_len, self.d_model),
                                          mask, self.causal)
+        if call == "cross":
+            context = self.tensor(self.batch, self.kv_len, self.d_model, stream=1)
+            return Inputs(query=self.tensor(self.batch, self.q_len, self.d_model, stream=0),
+                          key=context, value=context, keep=mask, causal=self.causal)
         return Inputs(
             query=self.tensor(self.batch, self.q_len, self.d_model, stream=0),
             key=self.tensor(self.batch, self.kv_len, self.d_model, stream=1),

@@ -36,6 +36,11 @@ USE_CACHE_NAMES = ("use_cache",)
 PACKED_NAMES = ("cu_seqlens", "cu_seq_lens", "cu_seqlens_q", "cu_seqlen")
 MAX_SEQLEN_NAMES = ("max_seqlen", "max_seqlen_q", "max_seq_len_in_batch")
 
+NOT_A_CONTEXT = (*KEEP_MASK_NAMES, *IGNORE_MASK_NAMES, *EITHER_MASK_NAMES, *BIAS_NAMES,
+                 *CAUSAL_NAMES, *POSITION_NAMES, *CACHE_NAMES, *START_NAMES, *USE_CACHE_NAMES,
+                 *PACKED_NAMES, *MAX_SEQLEN_NAMES)
+"""Names a second required argument has when it is no tensor of states to attend to."""
+
 MaskFamily = str
 """The conventions a mask argument's name admits:
 
@@ -104,6 +109,8 @@ class ForwardConvention:
     def describe(self) -> str:
         if self.call == "self":
             text = f"self-attention forward({', '.join(self.inputs)}"
+        elif self.call == "cross":
+            text = f"cross-attention forward({', '.join(self.inputs)}"
         else:
             text = f"forward({', '.join(self.inputs)}"
         if self.mask:
@@ -139,10 +146,17 @@ def read_forward(function) -> ForwardConvention:
     positional = [p.name for p in parameters if p.default is p.empty]
     roles = _qkv_roles(names[:3])
     is_qkv = roles is not None or len(positional) >= 3
-    inputs = roles or (tuple(names[:3]) if is_qkv else tuple(names[:1]))
-    convention = ForwardConvention(call="qkv" if is_qkv else "self", inputs=inputs,
+    # Two required tensors, the second no mask, positions or cache: queries' states and the
+    # states keys and values come from (a decoder's encoder_hidden_states). A guess behaviour
+    # settles (see conformance.inference.packed_call).
+    is_cross = not is_qkv and len(positional) == 2 and positional[1] not in NOT_A_CONTEXT \
+        and not positional[1].endswith("mask")
+    inputs = roles or (tuple(names[:3]) if is_qkv else tuple(positional) if is_cross
+                       else tuple(names[:1]))
+    convention = ForwardConvention(call="qkv" if is_qkv else "cross" if is_cross else "self",
+                                   inputs=inputs,
                                    by_keyword=roles is not None and roles != tuple(names[:3]),
-                                   call_guessed=is_qkv and roles is None)
+                                   call_guessed=(is_qkv and roles is None) or is_cross)
     rest = names[len(inputs):]
     known = (*KEEP_MASK_NAMES, *IGNORE_MASK_NAMES, *EITHER_MASK_NAMES)
     named = next((n for n in rest if n in known), None)

@@ -85,7 +85,8 @@ def cache_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFou
             return
     else:
         return
-    if capabilities.caps.causal == "never":
+    cross = plan.convention.call == "cross"
+    if capabilities.caps.causal == "never" and not cross:
         notes.append(f"{found.argument}: a KV cache argument, but the module is not causal: "
                      "the cache is not checked")
         return
@@ -97,8 +98,11 @@ def cache_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFou
                           Remedy.to("kv_cache", None, "state how it is handed over")))
         return
     capabilities.set(**found.capabilities())
+    against = ("the context's keys and values kept between calls; kv_cache checks the queries fed "
+               "in steps, with the context's mask, against one uncached call" if cross else
+               "kv_cache checks decoding against the full forward")
     notes.append(Note(f"KV cache: {found.describe()} ({how}; probed: a prefill through it works); "
-                      "kv_cache checks decoding against the full forward",
+                      + against,
                       Remedy.to("kv_cache", None, "state another style")))
 
 

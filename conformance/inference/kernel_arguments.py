@@ -14,6 +14,7 @@ import inspect
 
 import torch
 
+from conformance.errors import clipped
 from conformance.model.forms import CausalAlignment, KernelArguments
 from conformance.model.spec import Capabilities
 from conformance.numerics.position_encoding import standard_slopes
@@ -45,7 +46,7 @@ def call_output(result: object) -> torch.Tensor | None:
 def refusal(error: BaseException) -> str:
     """An exception in a line: its type and the first line of its message."""
     lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0][:120] if lines else ''}".rstrip(": ")
+    return f"{type(error).__name__}: {clipped(lines[0], 120) if lines else ''}".rstrip(": ")
 
 
 def per_head(layout: str, length: int, generator: torch.Generator, dtype: torch.dtype, *,

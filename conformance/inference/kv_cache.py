@@ -119,8 +119,11 @@ def confirm(build: Callable[..., Instance], found: CacheProtocol, case: Case,
     """None when a prefill through the cache works (and, for a returned cache, hands one back);
     else what went wrong, in words."""
     x = case.tensor(case.batch, case.q_len, case.d_model)
+    context = x.clone()
+    # A cross-attention cache holds the context's keys and values: it is not causal.
     inputs = Inputs(x, x, x, causal=True, cache=True) if call == "self" else Inputs(
-        x, x.clone(), x.clone(), causal=True, cache=True)
+        x, context, context if call == "cross" else x.clone(), causal=call != "cross",
+        cache=True)
     try:
         instance = build(**found.capabilities())
         output = instance.forward(inputs)

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import torch
 
+from conformance.errors import one_line
 from conformance.inference.plan import CALL_REMEDY, InferenceError, Plan
 from conformance.model.spec import Config
 
@@ -53,6 +54,9 @@ def settle_call(plan: Plan, label: str, notes: list[str]) -> None:
     if built is None:
         return  # nothing builds: the constraints step reports the constructor
     module, config = built
+    if convention.call == "cross":
+        _settle_cross(plan, module, config, label, notes)
+        return
     tensors = [torch.randn(2, 5, config.d_model) for _ in range(3)]
     qkv = _call(module, *tensors)
     if isinstance(qkv, torch.Tensor) and tuple(qkv.shape[:2]) == (2, 5):
@@ -75,9 +79,31 @@ def settle_call(plan: Plan, label: str, notes: list[str]) -> None:
         f"as packed tokens with offsets {_reason(packed)}", CALL_REMEDY)
 
 
+CONTEXT_LENGTH = 7
+"""The context's length in the probe of a guessed cross call: another than the queries' 5."""
+
+
+def _settle_cross(plan: Plan, module: torch.nn.Module, config: Config, label: str,
+                  notes: list[str]) -> None:
+    """Confirm two required tensors as queries' states and the context keys and values come
+    from: a context of another length runs, and the output has the queries' rows."""
+    first, second = plan.convention.inputs
+    output = _call(module, torch.randn(2, 5, config.d_model),
+                   torch.randn(2, CONTEXT_LENGTH, config.d_model))
+    if isinstance(output, torch.Tensor) and tuple(output.shape[:2]) == (2, 5):
+        notes.append(f"{second}: the context keys and values come from (probed: one of "
+                     f"{CONTEXT_LENGTH} tokens runs beside {first} of 5, and the output has "
+                     f"{first}'s rows); checked as cross-attention with contexts of their own "
+                     "lengths")
+        return
+    raise InferenceError(
+        f"{label}: forward({first}, {second}) takes two required tensors; called as queries "
+        f"and a context of another length it raises {_reason(output)}", CALL_REMEDY)
+
+
 def _reason(outcome: object) -> str:
     if isinstance(outcome, BaseException):
-        return f"{type(outcome).__name__}: {str(outcome).splitlines()[0][:100] if str(outcome) else ''}"
+        return one_line(outcome, 100)
     if isinstance(outcome, torch.Tensor):
         return f"nothing, but returns shape {tuple(outcome.shape)}"
     return f"nothing, but returns {type(outcome).__name__}"

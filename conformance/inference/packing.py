@@ -21,8 +21,10 @@ def probe_form(build: Callable[..., Instance], case: Case, call: str, argument: 
     half = case.q_len // 2
     segments = (half, case.q_len - half)
     for form in (PackedForm.CU_SEQLENS_FLAT, PackedForm.CU_SEQLENS):
+        context = x.clone()
         inputs = Inputs(x, x, x, causal=case.causal, segments=segments) if call == "self" else \
-            Inputs(x, x.clone(), x.clone(), causal=case.causal, segments=segments)
+            Inputs(x, context, context if call == "cross" else x.clone(), causal=case.causal,
+                   segments=segments)
         try:
             output = build(packed=form, packed_argument=argument,
                            max_seqlen_argument=max_seqlen).forward(inputs)

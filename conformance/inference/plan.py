@@ -37,8 +37,9 @@ class InferenceError(ConformanceError):
 
 
 CALL_REMEDY = Remedy((Option("call", "self", "call it as f(x[, mask])"),
-                      Option("call", "qkv", "call it as f(q, k, v[, mask])")))
-"""Where behaviour finds no way to call it: the two call conventions."""
+                      Option("call", "qkv", "call it as f(q, k, v[, mask])"),
+                      Option("call", "cross", "call it as f(x, context[, mask])")))
+"""Where behaviour finds no way to call it: the call conventions."""
 
 SIZES_REMEDY = Remedy((Option("width_arg", None, "name the model width's argument"),
                        Option("heads_arg", None, "name the head count's"),
@@ -212,7 +213,7 @@ class Plan:
         declared = dict(call=self.convention.call, heads=self.head_count(),
                         max_len=CONTEXT_LENGTH if self.roles.context else None,
                         max_batch=MAX_BATCH_SIZE if self.roles.max_batch else None,
-                        cross_attention=self.convention.call == "qkv", dtypes=ALL_DTYPES,
+                        cross_attention=self.convention.call != "self", dtypes=ALL_DTYPES,
                         assumed_dtypes=ASSUMED_DTYPES)
         declared.update(capabilities)
         return Implementation(name, self.construct, Capabilities(**declared))
@@ -225,7 +226,8 @@ def first_call(plan: Plan, config: Config) -> torch.Tensor | tuple:
     shape = (config.batch, config.q_len, config.d_model)
     if plan.convention.sequence_first:
         shape = (config.q_len, config.batch, config.d_model)
-    inputs = [torch.randn(shape) for _ in range(1 if plan.convention.call == "self" else 3)]
+    count = {"self": 1, "cross": 2}.get(plan.convention.call, 3)
+    inputs = [torch.randn(shape) for _ in range(count)]
     kwargs = (dict(zip(plan.convention.inputs, inputs, strict=True)) if plan.convention.by_keyword
               else {})
     argument = plan.convention.position_argument

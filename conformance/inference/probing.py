@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from conformance.errors import clipped
 from conformance.generation.cases import Case
 from conformance.model.forms import LAYOUT_SHAPES, QUERY_AXIS_LAYOUTS, MaskConvention, MaskKind, MaskLayout
 from conformance.numerics.tolerance import abs_error, only_rows, reordering_tolerance, unchanged_tolerance
@@ -106,7 +107,7 @@ def mask_behaviour(instance: Instance, case: Case, call: str,
         masked = instance.forward(case.replace_positions(inputs, ~keep, stream=5, scale=5.0))
         kept = instance.forward(case.replace_positions(inputs, keep, stream=5, scale=5.0))
     except (ImplementationError, CapabilityError) as error:
-        return f"raises ({str(error).removeprefix('forward raised ')[:80]})"
+        return f"raises ({clipped(str(error).removeprefix('forward raised '), 80)})"
     # Another kernel may run with a mask than without one: the reordering tolerance.
     if float(abs_error(all_kept, unmasked, nan_equal=True).max()) > reordering_tolerance(
             before.dtype, unmasked):

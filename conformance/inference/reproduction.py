@@ -27,6 +27,9 @@ def probe_inputs(call: str, heads: int, head_dim: int, length: int, seed: int = 
 
     if call == "self":
         return Inputs.self_attention(tensor())
+    if call == "cross":
+        query, context = tensor(), tensor()
+        return Inputs(query, context, context)
     return Inputs(tensor(), tensor(), tensor())
 
 

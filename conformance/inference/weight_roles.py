@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from conformance.errors import clipped
 from conformance.inference.core_observed import capped, core_departures, core_softcap
 from conformance.inference.encoding_search import (
     hypotheses,
@@ -81,7 +82,7 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
         outcome.dependent = position_dependent(instance, inputs, causal, threshold)
     except (ImplementationError, RuntimeError) as error:
         notes.append(f"weights not searched: the float64 call with {heads} heads of {head_dim} "
-                     f"failed ({str(error)[:120]}): the checks that need weights are skipped")
+                     f"failed ({clipped(str(error), 120)}): the checks that need weights are skipped")
         return outcome
     root = instance.module
     softcap = core_softcap(instance, inputs)

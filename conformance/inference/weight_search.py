@@ -93,10 +93,11 @@ def _name_score(layout: WeightLayout) -> int:
 
 
 def _role_order_ok(roles: dict[str, Source]) -> bool:
-    """In a q, k, v call the layer holding a role must read that role's input (or something
-    of its shape, or nothing: a layer the forward never calls)."""
-    wanted = {"q": "query", "k": "key", "v": "value"}
-    return all(source.reads.lstrip("~") in ("x", wanted[role], "unused")
+    """In a q, k, v call the layer holding a role must read that role's input (in a cross call,
+    k and v the context; or something of its shape, or nothing: a layer the forward never
+    calls)."""
+    wanted = {"q": ("query",), "k": ("key", "context"), "v": ("value", "context")}
+    return all(source.reads.lstrip("~") in ("x", *wanted[role], "unused")
                for role, source in roles.items())
 
 

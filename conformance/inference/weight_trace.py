@@ -67,8 +67,9 @@ def trace(instance: ModuleInstance, inputs: Inputs) -> Trace:
     """Run ``instance`` once on ``inputs`` with every parameter-holding submodule hooked."""
     root = instance.module
     output, calls = record_calls(root, lambda: instance.forward(inputs))
-    named = {"x": inputs.query} if inputs.is_self else {
-        "query": inputs.query, "key": inputs.key, "value": inputs.value}
+    named = ({"x": inputs.query} if inputs.is_self else
+             {"query": inputs.query, "context": inputs.key} if inputs.shares_kv else
+             {"query": inputs.query, "key": inputs.key, "value": inputs.value})
     sources, packed, seen = [], [], set()
     for call in calls:
         if call.path in seen:

@@ -82,7 +82,8 @@ class DeclarationSpec:
 
 
 SPECS: tuple[DeclarationSpec, ...] = (
-    DeclarationSpec.one_of("call", "f(x, mask) or f(q, k, v, mask)", ("self", "qkv")),
+    DeclarationSpec.one_of("call", "f(x, mask), f(q, k, v, mask) or f(x, context, mask)",
+                           ("self", "qkv", "cross")),
     DeclarationSpec("mask", "KIND:LAYOUT[+causal][@ARG]",
                     "the padding mask: KIND keep_int, keep_int32, keep_bool, keep_float, "
                     "ignore_bool, additive (-inf), additive_min; LAYOUT key_padding (B, Lk), "

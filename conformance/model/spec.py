@@ -28,8 +28,10 @@ from conformance.model.remedies import Note, as_notes
 if TYPE_CHECKING:
     from conformance.model.weights import WeightLayout
 
-CallConvention = Literal["self", "qkv"]
-"""``"self"``: ``f(x[, mask])``; ``"qkv"``: ``f(query, key, value[, mask])``."""
+CallConvention = Literal["self", "qkv", "cross"]
+"""``"self"``: ``f(x[, mask])``; ``"qkv"``: ``f(query, key, value[, mask])``; ``"cross"``:
+``f(x, context[, mask])``, queries from ``x``, keys and values from ``context`` (a decoder's
+cross-attention over encoder states: one tensor for both, of its own length)."""
 
 Causality = Literal["never", "always", "optional"]
 """Whether the implementation masks the future: never, always, or when asked through an argument."""
@@ -237,7 +239,8 @@ class Capabilities:
     doubts: Doubts = Doubts()
 
     def describe(self) -> str:
-        call = "self-attention f(x[, mask])" if self.call == "self" else "f(q, k, v[, mask])"
+        call = {"self": "self-attention f(x[, mask])", "qkv": "f(q, k, v[, mask])",
+                "cross": "cross-attention f(x, context[, mask])"}[self.call]
         parts = [call, self.mask.describe() if self.mask else "no mask"]
         parts.append({"never": "not causal", "always": "always causal",
                       "optional": f"causal when {self.causal_argument}=True"}[self.causal])
@@ -300,12 +303,15 @@ class Implementation:
                 replace(self.capabilities, weights=self.weight_layout is not None),
             )
         if self.capabilities.call == "self" and self.capabilities.cross_attention:
-            raise ValueError(f"{self.name}: cross-attention needs the 'qkv' call convention")
+            raise ValueError(f"{self.name}: cross-attention needs the 'qkv' or 'cross' call "
+                             "convention")
         caps = self.capabilities
         if caps.causal == "optional" and not caps.causal_argument:
             raise ValueError(f"{self.name}: causal='optional' needs causal_argument")
-        if caps.kv_cache is not None and (caps.causal == "never" or not caps.cache_argument):
-            raise ValueError(f"{self.name}: a KV cache needs causal attention and cache_argument")
+        if (caps.kv_cache is not None and not caps.cache_argument) or (
+                caps.kv_cache is not None and caps.causal == "never" and caps.call != "cross"):
+            raise ValueError(f"{self.name}: a KV cache needs cache_argument, and causal "
+                             "attention unless it caches a cross-attention's context")
         if caps.kv_cache is CacheStyle.OBJECT and not caps.cache_factory:
             raise ValueError(f"{self.name}: an object cache needs cache_factory ('module:Class')")
         if caps.window is not None and caps.causal != "always":

@@ -83,23 +83,31 @@ class Inputs:
     def is_self(self) -> bool:
         return self.query is self.key and self.key is self.value
 
+    @property
+    def shares_kv(self) -> bool:
+        """Keys and values from one tensor, queries from another (the ``cross`` call)."""
+        return self.key is self.value and self.query is not self.key
+
     def with_mask(self, keep: torch.Tensor | None) -> Inputs:
         return replace(self, keep=keep)
 
     def with_tensors(self, query: torch.Tensor, key: torch.Tensor | None = None,
                      value: torch.Tensor | None = None) -> Inputs:
-        """The same call with other tensors (self-attention: one tensor ``query``)."""
+        """The same call with other tensors (self-attention: one tensor ``query``; keys and
+        values from one tensor: ``key``, which stays the values' too)."""
         if self.is_self:
             return replace(self, query=query, key=query, value=query)
+        if self.shares_kv:
+            return replace(self, query=query, key=key, value=key)
         return replace(self, query=query, key=key, value=value)
 
 
 @dataclass(frozen=True)
 class Gradients:
     """What one backward pass gave: the output, and the gradient of ``sum(output * cotangent)``
-    with respect to each input (``"x"`` for self-attention, else ``"query"``, ``"key"``,
-    ``"value"``; zeros where the output does not depend on it) and each parameter (``None`` where
-    autograd gave none)."""
+    with respect to each input (``"x"`` for self-attention, ``"query"`` and ``"key"`` (the
+    context) for cross-attention, else ``"query"``, ``"key"``, ``"value"``; zeros where the
+    output does not depend on it) and each parameter (``None`` where autograd gave none)."""
 
     output: torch.Tensor
     inputs: dict[str, torch.Tensor]

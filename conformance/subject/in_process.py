@@ -15,6 +15,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from conformance.errors import one_line
 from conformance.model.core import CoreObservation
 from conformance.model.forms import PackedForm
 from conformance.model.spec import Config, Implementation
@@ -69,11 +70,6 @@ def _where(error: BaseException) -> str:
     return f" ({frame.filename}:{frame.lineno})"
 
 
-def _one_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
 class ModuleInstance(Instance):
     """An implementation built in this process; its module lives here."""
 
@@ -89,7 +85,7 @@ class ModuleInstance(Instance):
                 seed_generators(seed, "cpu")
                 module = implementation.factory(config)
         except Exception as error:
-            raise ImplementationError(f"constructing it raised {_one_line(error)}"
+            raise ImplementationError(f"constructing it raised {one_line(error)}"
                                       f"{_where(error)}") from error
         if isinstance(module, nn.Module):
             module = module.to(device=config.device, dtype=config.dtype).eval()
@@ -111,6 +107,7 @@ class ModuleInstance(Instance):
         caps = self._capabilities
         # The implementation gets copies: an in-place write is recorded, never propagated.
         named = ({"x": inputs.query} if caps.call == "self" else
+                 {"query": inputs.query, "key": inputs.key} if caps.call == "cross" else
                  {"query": inputs.query, "key": inputs.key, "value": inputs.value})
         copies = {name: tensor.clone() for name, tensor in named.items()}
         if tracer is not None:
@@ -164,7 +161,7 @@ class ModuleInstance(Instance):
             with contextlib.redirect_stdout(self._printed), tracer or contextlib.nullcontext():
                 output = self.module(*args, **kwargs)
         except Exception as error:
-            raise ImplementationError(f"forward raised {_one_line(error)}") from error
+            raise ImplementationError(f"forward raised {one_line(error)}") from error
         if inputs.cache:
             try:
                 output = self._cache.collect(output, q_len)
@@ -228,6 +225,11 @@ class ModuleInstance(Instance):
         if self._capabilities.call == "self":
             leaves = {"x": inputs.query.detach().clone().requires_grad_(True)}
             return leaves, inputs.with_tensors(leaves["x"])
+        if self._capabilities.call == "cross":
+            leaves = {name: getattr(inputs, name).detach().clone().requires_grad_(True)
+                      for name in ("query", "key")}
+            return leaves, replace(inputs, query=leaves["query"], key=leaves["key"],
+                                   value=leaves["key"])
         leaves = {name: getattr(inputs, name).detach().clone().requires_grad_(True)
                   for name in ("query", "key", "value")}
         return leaves, replace(inputs, query=leaves["query"], key=leaves["key"],
@@ -250,7 +252,7 @@ class ModuleInstance(Instance):
             try:
                 output.backward(cotangent)
             except Exception as error:
-                raise ImplementationError(f"backward raised {_one_line(error)}") from error
+                raise ImplementationError(f"backward raised {one_line(error)}") from error
         grads = {name: leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
                  for name, leaf in leaves.items()}
         params = {name: None if p.grad is None else p.grad.detach().clone()

@@ -30,6 +30,7 @@ import torch
 import conformance.worker.codec as codec
 import conformance.worker.confine as confine
 import conformance.worker.reachable as reachable
+from conformance.errors import one_line
 from conformance.inference.plan import InferenceError
 from conformance.loading.registry import MissingPackage, ResolveError, load_code, resolve
 from conformance.model.core import CoreObservation
@@ -165,11 +166,6 @@ def _memory_message(what: str, error: BaseException) -> str:
     if limit != resource.RLIM_INFINITY:
         text += f", under the worker's {limit / 2**30:.1f} GiB address-space limit"
     return f"{text} ({type(cause).__name__})"
-
-
-def _one_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 class Server:
@@ -329,7 +325,7 @@ class Server:
         except BaseException as error:
             # Anything else is this process's own code failing: perhaps because the submission
             # patched what it relies on. The checker sees a status, never a traceback object.
-            reply = Failure("status", f"the worker failed during {what}: {_one_line(error)}",
+            reply = Failure("status", f"the worker failed during {what}: {one_line(error)}",
                             WorkerStatus.WORKER_ERROR)
         return encode_frame({"id": number, "ok": False, "failure": codec.encode(reply, [])}, [])
 

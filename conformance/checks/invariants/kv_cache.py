@@ -10,6 +10,11 @@ than keys (Lq < Lk): its causal mask must be aligned bottom-right, row i of the 
 position p + i and seeing keys 0 .. p + i. Run in float32 and float64 (a kernel that runs in
 half precision only, in its own dtypes), without padding masks.
 
+Cross-attention with a cache of its context's keys and values (a decoder's over the encoder
+states, HuggingFace's ``past_key_value``): the queries fed in the same steps, each call given the
+context, its padding mask and the cache the calls before it returned, give the rows of one
+uncached call over the whole context with that mask, whatever the module's causality.
+
 Each decoding pass runs on a freshly built instance whose own state a plain call with other
 tokens has filled first: a module that keeps its cache in buffers (written by every call) then
 holds wrong keys and values wherever this pass did not write, so a step that reads a slot the
@@ -72,13 +77,15 @@ class KVCacheDecoding(Check):
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
-        strategy = cases(caps, context.device, causal=True, min_len=2, max_len=MAX_LEN,
-                         dtypes=wide_or_own_dtypes(caps))
+        cross = caps.call == "cross"
+        strategy = cases(caps, context.device, causal=not cross, min_len=2, max_len=MAX_LEN,
+                         dtypes=wide_or_own_dtypes(caps), masks="auto" if cross else "none")
         context.explore(strategy, lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:
         x = case.tensor(case.batch, case.q_len, case.d_model)
-        full = context.run(context.build(case), self._inputs(context, x, 0, cache=False), case)
+        full = context.run(context.build(case), self._inputs(context, case, x, 0, cache=False),
+                           case)
         tolerance = reordering_tolerance(context.judged(case.config.dtype), full)
         # A prefill of two tokens or more where the length allows: it has a causal mask to keep.
         prefix = min(case.q_len - 1, 2 + case.seed % max(1, case.q_len - 2))
@@ -87,7 +94,7 @@ class KVCacheDecoding(Check):
         for size in sizes:
             instance = context.build(case)
             # Whatever state the module keeps now holds other tokens (see the module docstring).
-            context.run(instance, self._inputs(context, other, 0, cache=False), case)
+            context.run(instance, self._inputs(context, case, other, 0, cache=False), case)
             try:
                 self._decode(context, instance, case, x, full, prefix, size, tolerance)
             except Violation as violation:
@@ -102,15 +109,21 @@ class KVCacheDecoding(Check):
         keys and values (a plain call with ``x`` first): then the failing pass read slots no
         call of it wrote."""
         instance = context.build(case)
-        context.run(instance, self._inputs(context, x, 0, cache=False), case)
+        context.run(instance, self._inputs(context, case, x, 0, cache=False), case)
         try:
             self._decode(context, instance, case, x, full, prefix, size, tolerance)
         except Violation:
             return False
         return True
 
-    def _inputs(self, context: CheckContext, x: torch.Tensor, position: int,
+    def _inputs(self, context: CheckContext, case: Case, x: torch.Tensor, position: int,
                 cache: bool) -> Inputs:
+        """A call of the tokens ``x`` at ``position``; in cross-attention, over the case's own
+        context and mask, the same at every call (only the queries step)."""
+        if context.capabilities.call == "cross":
+            memory = case.inputs("cross")
+            return Inputs(x, memory.key, memory.value, keep=memory.keep, position=position,
+                          cache=cache)
         inputs = Inputs.self_attention(x, causal=True)
         if context.capabilities.call == "qkv":
             inputs = Inputs(x, x.clone(), x.clone(), causal=True)
@@ -121,7 +134,7 @@ class KVCacheDecoding(Check):
                 full: torch.Tensor, prefix: int, size: int, tolerance: float) -> None:
         how = "token by token" if size == 1 else f"in chunks of {size}"
         for call, (start, end) in enumerate(_chunks(case.q_len, prefix, size)):
-            inputs = self._inputs(context, x[:, start:end], start, cache=True)
+            inputs = self._inputs(context, case, x[:, start:end], start, cache=True)
             span = f"position {start}" if end - start == 1 else f"positions {start}..{end - 1}"
             phase = (f"the prefill of positions 0..{end - 1}" if call == 0 else
                      f"the decode call for {span} ({how}, after a prefill of {prefix})")
@@ -141,13 +154,32 @@ class KVCacheDecoding(Check):
                 continue
             b, row, _ = worst_index(diff)
             position = start + row
+            against = ("one uncached call's over the whole context" if
+                       context.capabilities.call == "cross" else "the full causal forward's")
             raise Violation(
-                f"{phase}: output row {position} of batch {b} differs from the full causal "
-                f"forward's by {fmt(float(diff[b, row].max()))} (allowed {fmt(tolerance)})",
+                f"{phase}: output row {position} of batch {b} differs from {against} by "
+                f"{fmt(float(diff[b, row].max()))} (allowed {fmt(tolerance)})",
                 details=[f"sequence length {case.q_len}, prefill {prefix}, then {how}"],
-                hint=context.hint(lambda output=output, end=end: self._prefill_hint(
+                hint=context.hint(lambda output=output, start=start, end=end: self._cross_hint(
+                    context, case, output, x, start, end, tolerance))
+                if context.capabilities.call == "cross" else
+                context.hint(lambda output=output, end=end: self._prefill_hint(
                     context, case, output, x[:, :end], tolerance)) if call == 0 else
                 self._hint(context, output, full, call, start, end, size, row))
+
+    def _cross_hint(self, context: CheckContext, case: Case, output: torch.Tensor,
+                    x: torch.Tensor, start: int, end: int, tolerance: float) -> str | None:
+        """The context's mask dropped on cached calls, where the cached rows equal an uncached
+        call over the context without it."""
+        if case.kept is None:
+            return None
+        unmasked = replace(self._inputs(context, case, x, 0, cache=False), keep=None)
+        expected = context.run(context.build(case), unmasked, case)[:, start:end]
+        if float(abs_error(output, expected).max()) > tolerance:
+            return None
+        return ("a call with the cache attends to the context's masked keys: is the context's "
+                "padding mask applied only when the keys and values are computed, not when they "
+                "come from the cache?")
 
     def _prefill_hint(self, context: CheckContext, case: Case, output: torch.Tensor,
                       prefix: torch.Tensor, tolerance: float) -> str | None:
@@ -156,7 +188,7 @@ class KVCacheDecoding(Check):
         it is causal on request; else the float64 reference's, where weights are known), on a
         prefix where that differs from the module's own causal call."""
         caps = context.capabilities
-        masked = self._inputs(context, prefix, 0, cache=False)
+        masked = self._inputs(context, case, prefix, 0, cache=False)
         unmasked = replace(masked, causal=False)
         instance = context.build(case)
         if caps.causal == "optional":

@@ -46,6 +46,10 @@ def reference_gradients(weights: HeadWeights, inputs: Inputs, cotangent: torch.T
     if inputs.is_self:
         x = inputs.query.detach().to(dtype).requires_grad_(True)
         leaves, (q, k, v) = {"x": x}, (x, x, x)
+    elif inputs.shares_kv:
+        leaves = {name: getattr(inputs, name).detach().to(dtype).requires_grad_(True)
+                  for name in ("query", "key")}
+        q, k, v = leaves["query"], leaves["key"], leaves["key"]
     else:
         leaves = {name: getattr(inputs, name).detach().to(dtype).requires_grad_(True)
                   for name in ("query", "key", "value")}
