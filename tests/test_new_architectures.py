@@ -1,0 +1,85 @@
+"""What the suite makes of the new architectures (``tests/fixtures/new_architectures.py``, each
+proved by its own float64 oracle in ``tests/test_new_architectures_are_correct.py``), with
+nothing declared: every correct one checked without a failure, the layers no weight layout maps
+judged through their attention core, and every broken twin failing the check named for its bug
+(a warning where its bug shows in a dtype nobody declared)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance import Status
+from conformance.loading.registry import ResolveError, resolve
+from conformance.model.results import Route
+from conformance.run.many import check_many
+from tests.fixtures import new_architectures as arch
+
+UNCHECKABLE = {arch.PerceiverLatentAttention, arch.PerceiverMaskIgnored}
+"""Queries from the module itself (learned latents): said in one line, not checked yet."""
+
+CHECKED = [cls for cls in (*arch.CORRECT, *arch.BROKEN) if cls not in UNCHECKABLE]
+
+
+def spec(cls: type) -> str:
+    return f"tests.fixtures.new_architectures:{cls.__name__}"
+
+
+@pytest.fixture(scope="module")
+def checked():
+    targets = [(spec(cls), resolve(spec(cls))[0]) for cls in CHECKED]
+    results = check_many(targets, devices=["cpu"], jobs=2)
+    by_name: dict[str, dict] = {}
+    for result in results:
+        by_name.setdefault(result.implementation.split(":")[-1], {})[result.check] = result
+    return by_name
+
+
+@pytest.mark.parametrize("cls", [c for c in arch.CORRECT if c not in UNCHECKABLE],
+                         ids=lambda c: c.__name__)
+def test_no_correct_layer_fails(checked, cls):
+    results = checked[cls.__name__]
+    failed = {name: r.reason for name, r in results.items()
+              if r.status in (Status.FAILED, Status.SUITE_ERROR)}
+    assert not failed
+    assert sum(r.status is Status.PASSED for r in results.values()) >= 8
+
+
+@pytest.mark.parametrize(("cls", "check"), [(c, n) for c, n in arch.BROKEN.items()
+                                            if c not in UNCHECKABLE],
+                         ids=lambda v: getattr(v, "__name__", v))
+def test_each_twin_fails_the_check_named_for_its_bug(checked, cls, check):
+    result = checked[cls.__name__][check]
+    assert result.status in (Status.FAILED, Status.WARNED), result
+    if result.status is Status.WARNED:
+        assert "assumed rather than declared" in result.reason  # a dtype nobody declared
+
+
+@pytest.mark.parametrize("name", ["MultiHeadLatentAttention", "MultiHeadLatentAttentionAbsorbed",
+                                  "DifferentialAttention", "T5Attention"])
+def test_a_layer_no_weight_layout_maps_is_judged_through_its_core(checked, name):
+    for check in ("scale", "row_stochastic"):
+        assert checked[name][check].route is Route.CORE
+        assert checked[name][check].status in (Status.PASSED, Status.WARNED)
+
+
+def test_t5_no_scaling_beside_its_bias_is_a_warning_and_its_positions_are_measured(checked):
+    scale = checked["T5Attention"]["scale"]
+    assert scale.status is Status.WARNED and "T5's convention" in scale.hint
+    permutation = checked["T5Attention"]["permutation"]
+    assert permutation.status is Status.SKIPPED and "measured: relative" in permutation.reason
+
+
+def test_the_hints_name_the_mistakes(checked):
+    assert "rotary" in checked["MLAScaleNopeOnly"]["scale"].hint
+    assert "split into the 2 maps" in checked["DifferentialScaleFullWidth"]["scale"].hint
+    assert "after the softmax" in checked["T5MaskAfterSoftmax"]["row_stochastic"].hint
+    assert "padding mask undoes" in checked["T5DecoderCausalDroppedWithMask"]["causal"].hint
+    assert "from the cache" in checked["CrossAttentionCacheIgnoresMask"]["kv_cache"].hint
+    assert "positions" in checked["RopeBf16Positions"]["low_precision"].hint
+
+
+@pytest.mark.parametrize("cls", sorted(UNCHECKABLE, key=lambda c: c.__name__),
+                         ids=lambda c: c.__name__)
+def test_latent_queries_are_said_uncheckable_in_one_line(cls):
+    with pytest.raises(ResolveError, match="queries come from the module itself"):
+        resolve(spec(cls))
