@@ -17,7 +17,7 @@ from tests.fixtures import new_architectures as arch
 UNCHECKABLE = {arch.PerceiverLatentAttention, arch.PerceiverMaskIgnored}
 """Queries from the module itself (learned latents): said in one line, not checked yet."""
 
-CHECKED = [cls for cls in (*arch.CORRECT, *arch.BROKEN) if cls not in UNCHECKABLE]
+CHECKED = [cls for cls in (*arch.CORRECT, *arch.BROKEN, *arch.KERNELS) if cls not in UNCHECKABLE]
 
 
 def spec(cls: type) -> str:
@@ -34,7 +34,8 @@ def checked():
     return by_name
 
 
-@pytest.mark.parametrize("cls", [c for c in arch.CORRECT if c not in UNCHECKABLE],
+@pytest.mark.parametrize("cls", [c for c in (*arch.CORRECT, arch.softcap_kernel)
+                                 if c not in UNCHECKABLE],
                          ids=lambda c: c.__name__)
 def test_no_correct_layer_fails(checked, cls):
     results = checked[cls.__name__]
@@ -44,7 +45,10 @@ def test_no_correct_layer_fails(checked, cls):
     assert sum(r.status is Status.PASSED for r in results.values()) >= 8
 
 
-@pytest.mark.parametrize(("cls", "check"), [(c, n) for c, n in arch.BROKEN.items()
+TWINS = {**arch.BROKEN, **{f: check for f, check in arch.KERNELS.items() if check}}
+
+
+@pytest.mark.parametrize(("cls", "check"), [(c, n) for c, n in TWINS.items()
                                             if c not in UNCHECKABLE],
                          ids=lambda v: getattr(v, "__name__", v))
 def test_each_twin_fails_the_check_named_for_its_bug(checked, cls, check):
@@ -76,6 +80,8 @@ def test_the_hints_name_the_mistakes(checked):
     assert "padding mask undoes" in checked["T5DecoderCausalDroppedWithMask"]["causal"].hint
     assert "from the cache" in checked["CrossAttentionCacheIgnoresMask"]["kv_cache"].hint
     assert "positions" in checked["RopeBf16Positions"]["low_precision"].hint
+    assert ("sm_scale is ignored when logit_softcap is given"
+            in checked["softcap_kernel_scale_dropped"]["kernel"].hint)
 
 
 @pytest.mark.parametrize("cls", sorted(UNCHECKABLE, key=lambda c: c.__name__),

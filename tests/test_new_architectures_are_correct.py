@@ -538,3 +538,29 @@ def test_the_collection_says_what_each_twin_breaks():
         assert check in checks
         assert cls.__doc__.startswith("BROKEN twin:") and f"Caught by: {check}" in cls.__doc__
         assert any(issubclass(cls, correct) for correct in arch.CORRECT)
+
+
+# -- 8. a kernel with a softmax scale and a softcap ------------------------------------------------
+
+@pytest.mark.parametrize(("causal", "scale", "cap"), [(False, None, 0.0), (True, 0.3, 0.0),
+                                                      (False, 0.7, 2.0), (True, None, 1.5)])
+def test_the_softcap_kernel_is_scaled_capped_then_masked_attention(causal, scale, cap):
+    q, k, v = randn(2, 3, 2, 4, seed=1), randn(2, 5, 2, 4, seed=2), randn(2, 5, 2, 4, seed=3)
+    logits = torch.einsum("bqhd,bkhd->bhqk", q, k) * (4 ** -0.5 if scale is None else scale)
+    if cap:
+        logits = cap * torch.tanh(logits / cap)
+    if causal:  # bottom-right: query i is position i + 2 of 5
+        allowed = torch.arange(5)[None, :] <= torch.arange(3)[:, None] + 2
+        logits = logits.masked_fill(~allowed, float("-inf"))
+    expected = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(logits, -1), v)
+    seen = arch.softcap_kernel(q, k, v, causal=causal, sm_scale=scale, logit_softcap=cap)
+    torch.testing.assert_close(seen, expected)
+
+
+def test_the_softcap_kernel_twin_drops_the_scale_only_with_a_softcap():
+    q, k, v = randn(1, 4, 2, 4, seed=4), randn(1, 4, 2, 4, seed=5), randn(1, 4, 2, 4, seed=6)
+    twin, right = arch.softcap_kernel_scale_dropped, arch.softcap_kernel
+    torch.testing.assert_close(twin(q, k, v, sm_scale=0.9), right(q, k, v, sm_scale=0.9))
+    torch.testing.assert_close(twin(q, k, v, logit_softcap=2.0), right(q, k, v, logit_softcap=2.0))
+    both = dict(sm_scale=2.0, logit_softcap=2.0)
+    assert (twin(q, k, v, **both) - right(q, k, v, **both)).abs().max() > 1e-3

@@ -17,6 +17,9 @@ argument:
 - ALiBi slopes (the paper's, one per head) through its own keyword: logits s q_i . k_j -
   m_h |i - j| (FlashAttention's symmetric bias), with as many queries as keys, causal where it
   takes causal.
+- an explicit scale (twice the default) together with each other argument it takes (causal
+  with fewer queries than keys, a window, a softcap, ALiBi slopes): each argument's effect with
+  the others present, so a scale dropped when a softcap is given is seen.
 - the log-sum-exp it returns: logsumexp_j(s q_i . k_j) per (batch, head, query) in natural log,
   against the float64 reference's by the same rule; in base 2 it is a warning (a Triton kernel's
   exp2 arithmetic, which only its author can say is meant), any other value a failure.
@@ -150,6 +153,40 @@ class Kernel(Check):
                 words = f"{kernel.scale_argument}={scale:.4g}"
                 self._agree(context, case, instance, given, weights, words, scale=scale,
                             ignored=default)
+            scale = SCALE_FACTORS[-1] * default
+            for words, causal, extra, options in self._others(kernel, case, offset):
+                given = replace(inputs, causal=causal, options=(
+                    (kernel.scale_argument, scale), *extra))
+                self._agree(context, case, instance, given, weights,
+                            f"{kernel.scale_argument}={scale:.4g} and {words}", scale=scale,
+                            ignored=default, **options)
+
+    @staticmethod
+    def _others(kernel: KernelArguments, case: Case, offset: int | None
+                ) -> list[tuple[str, bool, tuple, dict[str, object]]]:
+        """The kernel's other arguments as (words, causal, its options, the reference's), each
+        applicable at ``case``: what an explicit scale is checked together with."""
+        found = []
+        causal = kernel.alignment is not None
+        allowed = (allowed_keys(case.batch, case.q_len, case.kv_len, None, True, offset=offset)
+                   if causal and offset is not None else None)
+        if allowed is not None and case.q_len < case.kv_len:
+            found.append((f"causal=True over {case.kv_len} keys", True, (), dict(allowed=allowed)))
+        if kernel.window_argument is not None and offset is not None:
+            window = WINDOWS[0]
+            found.append((f"{kernel.window_argument}={window}", False,
+                          ((kernel.window_argument, window),),
+                          dict(allowed=window_keys(case.q_len, case.kv_len, window, offset))))
+        if kernel.softcap_argument is not None and (not causal or allowed is not None):
+            found.append((f"{kernel.softcap_argument}={SOFTCAP:g}", causal,
+                          ((kernel.softcap_argument, SOFTCAP),),
+                          dict(softcap=SOFTCAP, allowed=allowed)))
+        if kernel.alibi_argument is not None and case.q_len == case.kv_len:
+            found.append((f"{kernel.alibi_argument}=the paper's slopes", causal,
+                          ((ALIBI_OPTION, kernel.alibi_argument),),
+                          dict(encoding=PositionEncoding(alibi=AlibiBias(symmetric=True)),
+                               causal=causal)))
+        return found
 
     def _agree(self, context: CheckContext, case: Case, instance: Instance, inputs: Inputs,
                weights: HeadWeights, words: str, *, ignored: float | None = None,
@@ -163,9 +200,11 @@ class Kernel(Check):
             b, row, feature = seen.worst
             hint = None
             if ignored is not None and self._seen(output, weights, inputs, dtype,
-                                                  scale=ignored)[0].ok:
+                                                  **{**options, "scale": ignored})[0].ok:
+                others = words.partition(" and ")[2]
                 hint = (f"the output is the default scale's (1/sqrt({case.head_dim})): "
-                        f"{words.partition('=')[0]} is ignored")
+                        f"{words.partition('=')[0]} is ignored"
+                        + (f" when {others.partition('=')[0]} is given" if others else ""))
             raise Violation(f"with {words}, the output differs from the float64 reference: "
                             f"{seen.describe()}; largest at batch {b}, row {row}, feature "
                             f"{feature}", hint=hint)
