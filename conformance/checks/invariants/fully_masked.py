@@ -40,12 +40,15 @@ from conformance.model.weights import user_path
 from conformance.numerics.tolerance import abs_error, eps, only_rows, unchanged_tolerance, worst_index
 
 POLICY_WORDS = {"zeros": "zeros", "nan": "NaN", "uniform": "uniform over all keys"}
+OWN_KEY = "its own key alone (each row attends to the key at its own position)"
 FINITE = "finite output (their weights not measured: no weight layout)"
 """What is known of a fully masked row without weight access: its output is finite."""
 
 
-def classify_row(weights: torch.Tensor, dtype: torch.dtype) -> str:
-    """What a fully masked row's attention weights look like."""
+def classify_row(weights: torch.Tensor, dtype: torch.dtype, row: int | None = None) -> str:
+    """What a fully masked row's attention weights look like; with the ``row``'s index, a row
+    that attends to its own key alone (torchtune's padding masks keep the diagonal: a consistent
+    fallback, whichever row) is said so."""
     if bool(torch.isnan(weights).any()):
         return "NaN"
     if float(weights.abs().max()) <= eps(dtype):
@@ -53,6 +56,11 @@ def classify_row(weights: torch.Tensor, dtype: torch.dtype) -> str:
     uniform = 1.0 / weights.numel()
     if float((weights - uniform).abs().max()) <= 16 * eps(dtype):
         return "uniform over all keys"
+    if row is not None and row < weights.numel():
+        own = torch.zeros_like(weights)
+        own[row] = 1.0
+        if float((weights - own).abs().max()) <= 16 * eps(dtype):
+            return OWN_KEY
     return "other (weights " + ", ".join(fmt(float(w)) for w in weights[:6]) + ")"
 
 
@@ -212,8 +220,8 @@ class FullyMasked(Check):
         if caps.weights:
             attention = measure_attention(instance, case, caps.call, keep=case.keep(),
                                           causal=case.causal)
-            seen = {(b, h, row): classify_row(attention[b, h, row],
-                                               context.judged(case.config.dtype))
+            dtype = context.judged(case.config.dtype)
+            seen = {(b, h, row): classify_row(attention[b, h, row], dtype, row)
                     for b, row in fully_masked for h in range(case.num_heads)}
         else:
             output = context.run(instance, case.inputs(caps.call), case)
