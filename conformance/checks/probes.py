@@ -87,8 +87,8 @@ def measure_attention(instance: Instance, case: Case, call: str, *,
 
     Loads probe weights into ``instance`` (its own weights are replaced). ``gain`` sets the
     logits' spread; 0 makes every logit 0, so each row spreads its weight evenly over the keys it
-    may see (no weight can underflow, even in float16). Raises ImplementationError when the
-    output shows the probe did not reach it as declared.
+    may see (no weight can underflow, even in float16). Raises ProbeUnfit where the
+    output shows the probe's premise does not hold for this layer.
     """
     return probe(instance, case, call, keep=keep, causal=causal, gain=gain).attention
 
@@ -139,7 +139,10 @@ def probe(instance: Instance, case: Case, call: str, *, keep: torch.Tensor | Non
     blocks = output.reshape(case.batch, case.q_len, heads, value_dim).permute(0, 2, 1, 3)
     stray = blocks[..., kv_len:].abs()
     if stray.numel() and float(torch.nan_to_num(stray, nan=0.0).max()) > 1e-3:
-        raise ImplementationError(
+        # The probe's premise (the output is the weights' rows) does not hold for this layer:
+        # the suite's instrument does not fit, which is no finding about the layer.
+        raise ProbeUnfit(
             "with one-hot values and identity projections, output features past kv_len are "
-            f"{float(stray.max()):.3g}, not 0: forward does not use its projections as declared")
+            f"{float(stray.max()):.3g}, not 0: the layer computes more than its projections and "
+            "attention, so the attention-matrix probe can't read its weights")
     return Probe(attention=blocks[..., :kv_len], logits=q @ k.transpose(-1, -2), bias=bias)

@@ -54,8 +54,7 @@ class CheckContext:
     seed: int | None = None
     observations: list[str] = field(default_factory=list)
     warnings: list[Finding] = field(default_factory=list)
-    """Robustness findings (see ``explore``); the check's verdict is WARNED when it has one and
-    no failure."""
+    """Robustness findings (see ``explore``): WARNED where one is and no failure."""
     broken: dict[str, str] = field(default_factory=dict)
     """Declared features the gate saw fail, ``{feature: problem}`` (see GateOutcome)."""
     on_example: Callable[[], None] | None = None
@@ -71,15 +70,15 @@ class CheckContext:
     :mod:`conformance.checks.invariants.limits`), shared by the checks of one implementation on
     one device, so each is probed once."""
     unfit: list[str] = field(default_factory=list)
-    """Searches of this check that found no case at all among the configurations the
-    implementation builds for (see ``explore``); where every search did, the check is skipped."""
+    """Why searches of this check found no case at all (see ``explore``); where every search
+    did, the check is skipped with the first reason."""
     searches: int = 0
+    doubts: dict[str, None] = field(default_factory=dict)  # why a measurement had no case
     examples_key: bytes | None = None
     """Where the settings' example database keeps this check's failing examples (by
     implementation, check and device; see ``keep_examples``): None where it has none."""
     route: Route | None = None  # what the check judged through, where it has two ways
     budget: Budget = field(default_factory=lambda: Budget(None))
-    """The check's time budget (see :mod:`conformance.checks.invariants.budget`)."""
     _refused_keys: list[Config] = field(default_factory=list, repr=False)
 
     def rows(self, case: Case) -> torch.Tensor:
@@ -189,8 +188,9 @@ class CheckContext:
                 raise UnsatisfiedAssumption()
             try:
                 return verify(case)
-            except ProbeUnfit as unfit:
-                raise UnsatisfiedAssumption() from unfit  # no case for a measurement
+            except ProbeUnfit as unfit:  # no case for a measurement: the instrument's doubt
+                self.doubts.setdefault(str(unfit).splitlines()[0], None)
+                raise UnsatisfiedAssumption() from unfit
             except ImplementationError as error:
                 if error.fatal or _repeated(error) or not self.limits.probe(
                         case, call, self.capabilities.max_len):
@@ -200,8 +200,7 @@ class CheckContext:
         return within
 
     def _refused(self, key: Config) -> None:
-        """Say, in one observation kept up to date, every configuration this check found
-        refused."""
+        """Say every configuration this check found refused, in one observation kept current."""
         self.observations[:] = [o for o in self.observations if not o.startswith(REFUSED)]
         self._refused_keys = list(dict.fromkeys([*self._refused_keys, key]))
         self.observations.append(self.limits.note(self._refused_keys))
@@ -283,8 +282,9 @@ class CheckContext:
             return Finding(error, last.get("case"))
         except Unsatisfiable:
             if not self._refused_keys:
-                # No case at all: none this search needs fits what the module builds for.
-                self.unfit.append(unfit_words(self.capabilities.shapes))
+                # No case at all: none it needs fits what the module builds for, or its
+                # instrument does not fit the module (said as it is).
+                self.unfit.append(next(iter(self.doubts), None) or unfit_words(self.capabilities.shapes))
                 return None
             # Every case was rejected: each at a configuration the implementation refuses.
             return Finding(Violation(
