@@ -10,7 +10,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from conformance.generation.cases import Case
+from conformance.model.check_names import THROUGH_THE_CORE
 from conformance.model.forms import PositionEncoding
+from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Config
 from conformance.numerics.core_fit import (
     BiasForm,
@@ -93,4 +95,21 @@ def core_departures(instance: Instance, inputs: Inputs, tried: int, error: float
         return None
     return (f"weights: none taken (no assignment of {tried} tried reproduces its output, closest "
             f"relative error {error:.1e}, and its attention core is not one softmax of q·kᵀ: "
-            f"{'; '.join(departures)}): the checks that need weights judge it through its core")
+            f"{'; '.join(departures)}): {' and '.join(THROUGH_THE_CORE)} judge it through its "
+            "core, the other checks that need weights are skipped")
+
+
+def unmapped_note(instance: Instance, inputs: Inputs, words: str, remedy: Remedy) -> Note:
+    """``words`` (why no weights were found) and what follows: where its attention core shows
+    in a forward of ``inputs``, the checks that need weights judge it there (a weights
+    declaration could name no q, k, v its core does not have); else they are skipped, and which
+    weights to declare."""
+    try:
+        seen = instance.observe(inputs).sites
+    except ImplementationError:
+        seen = ()
+    if seen:
+        return Note(f"{words}; {' and '.join(THROUGH_THE_CORE)} judge it through its attention "
+                    "core, observed in its forward; the other checks that need weights are "
+                    "skipped")
+    return Note(f"{words}; the checks that need weights are skipped", remedy)

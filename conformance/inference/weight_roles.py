@@ -7,7 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 from conformance.errors import clipped
-from conformance.inference.core_observed import capped, core_departures, core_softcap
+from conformance.inference.core_observed import (
+    capped,
+    core_departures,
+    core_softcap,
+    unmapped_note,
+)
 from conformance.inference.encoding_search import (
     hypotheses,
     position_dependent,
@@ -102,9 +107,9 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
     if found.layout is None:
         called = ", ".join(dict.fromkeys(user_path(s.path)
                                          for s in found_trace.sources)) or "none"
-        notes.append(Note(f"no assignment of its parameters to q, k, v (and an output "
-                          f"projection) fits: called layers with a 2-D weight: {called}; the "
-                          "checks that need weights are skipped", WEIGHTS_REMEDY))
+        notes.append(unmapped_note(instance, inputs, f"no assignment of its parameters to q, k, v (and "
+                              f"an output projection) fits: called layers with a 2-D weight: "
+                              f"{called}", WEIGHTS_REMEDY))
         return outcome
     encoding, unexplained = found.encoding if found.reproduced else None, ()
     if encoding is not None and encoding.rotary is not None:

@@ -18,6 +18,11 @@ CHECK_NAMES: tuple[str, ...] = (
 )
 
 
+THROUGH_THE_CORE: tuple[str, ...] = ("row_stochastic", "scale")
+"""The checks with a second route: where no weight layout maps a layer, they judge it through
+its attention core, observed in its forward (:class:`conformance.model.results.Route`)."""
+
+
 def unknown_checks(names: Iterable[str]) -> str | None:
     """What is wrong with ``names`` in words (``unknown check 'paddng' (did you mean padding?)``),
     or None when every one is a check."""
