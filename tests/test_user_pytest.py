@@ -28,6 +28,9 @@ def test_attention_impl_from_a_users_own_repository(tmp_path):
     assert "PASSED test_theirs.py::test_their_own" in done.stdout
     assert "attention-conformance: implementations under test: user_styles:EinsumAttention" \
         in done.stdout
+    # What inference settled, in pytest's words, before any verdict.
+    assert "Interface (inferred; items marked declared were given):" in done.stdout
+    assert "--attention-declare" in done.stdout
 
 
 def test_parametrize_with_checks_in_a_users_test_file(tmp_path):

@@ -26,7 +26,7 @@ from conformance.frontends.pytest_options import (
     pasteable_id,
     runner_options,
 )
-from conformance.frontends.report import Reproduction, failure_block
+from conformance.frontends.report import Reproduction, failure_block, inferred
 from conformance.generation.cases import Case
 from conformance.generation.strategies import available_devices, fixed_features
 from conformance.loading.registry import ResolveError, is_located, registered, resolve
@@ -163,8 +163,12 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     search = config.stash[_RUNNER]
     seed = f"; seed {search.seed}" if search.seed is not None else ""
     replay = f"; replaying {search.replay!r}" if search.replay is not None else ""
+    # What inference settled (a bundled registration says nothing): as check prints it, in
+    # pytest's words.
+    notes = {s.name: getattr(s, "notes", ()) for s in _subjects(config)}
     return [f"attention-conformance: profile {search.profile}{seed}{replay}; devices {devices}",
-            f"attention-conformance: implementations under test: {names}"]
+            f"attention-conformance: implementations under test: {names}",
+            *inferred(notes, interface="pytest")]
 
 
 def catalogue_reproduction(config: pytest.Config):
