@@ -60,7 +60,8 @@ def test_a_note_and_an_error_carry_their_remedy_to_the_words():
         words = error_words(error, "pytest")
     assert words == ("m.py::M: M: forward takes no input tensor: add --attention-declare "
                      "call=self to call it as f(x[, mask]), or --attention-declare call=qkv to "
-                     "call it as f(q, k, v[, mask])")
+                     "call it as f(q, k, v[, mask]), or --attention-declare call=cross to call "
+                     "it as f(x, context[, mask])")
 
 
 def test_a_failure_block_says_the_remedy_for_its_interface():

@@ -219,7 +219,8 @@ def output_form(plan: Plan, config: Config, notes: list[str | Note], returns: st
 def _rows_of_its_own(plan: Plan, config: Config, first: object) -> int | None:
     """The output's row count where it stays the same for inputs of another length (queries the
     module holds itself), else None."""
-    if not isinstance(first, torch.Tensor) or first.dim() != 3 or plan.convention.call == "qkv":
+    if (not isinstance(first, torch.Tensor) or first.dim() != 3 or plan.convention.call == "qkv"
+            or first.shape[0] != config.batch):  # (length, batch, width) is transposed, not this
         return None
     longer = replace(config, q_len=config.q_len + 3, kv_len=config.kv_len + 3)
     try:

@@ -86,10 +86,18 @@ CONTEXT_LENGTH = 7
 def _settle_cross(plan: Plan, module: torch.nn.Module, config: Config, label: str,
                   notes: list[str]) -> None:
     """Confirm two required tensors as queries' states and the context keys and values come
-    from: a context of another length runs, and the output has the queries' rows."""
+    from: a context of another length runs, the output has the queries' rows, and another
+    context changes it. A second argument the output ignores is no context: the module is
+    called as it was read before (self-attention, that argument left to the gate to report)."""
     first, second = plan.convention.inputs
-    output = _call(module, torch.randn(2, 5, config.d_model),
-                   torch.randn(2, CONTEXT_LENGTH, config.d_model))
+    x = torch.randn(2, 5, config.d_model)
+    output = _call(module, x, torch.randn(2, CONTEXT_LENGTH, config.d_model))
+    other = _call(module, x, torch.randn(2, CONTEXT_LENGTH, config.d_model))
+    if isinstance(output, torch.Tensor) and isinstance(other, torch.Tensor) and \
+            tuple(output.shape[:2]) == (2, 5) and torch.equal(output, other):
+        plan.convention = replace(plan.convention, call="self", inputs=(first,),
+                                  call_guessed=False)
+        return
     if isinstance(output, torch.Tensor) and tuple(output.shape[:2]) == (2, 5):
         notes.append(f"{second}: the context keys and values come from (probed: one of "
                      f"{CONTEXT_LENGTH} tokens runs beside {first} of 5, and the output has "
