@@ -109,7 +109,7 @@ def test_the_modern_forms_were_understood_and_checked(report):
         "modern_styles:MetaLlamaCachedAttention": {"kv_cache", "kv_groups"},
         "modern_styles:MistralStyleAttention": {"kv_cache", "kv_groups", "sliding_window",
                                                 "position_shift"},
-        "modern_styles:LocalCausalAttention": {"sliding_window", "reference", "head_split"},
+        "modern_styles:LocalCausalAttention": {"reference", "head_split"},
         # The float64 reference applies their RoPE and ALiBi: the reference checks ran.
         "modern_styles:MPTAlibiAttention": {"alibi", "position_shift", "reference", "head_split",
                                             "scale"},
@@ -126,6 +126,11 @@ def test_the_modern_forms_were_understood_and_checked(report):
     for name, checks in ran.items():
         assert {check: verdicts[name][check] for check in checks} == dict.fromkeys(
             checks, "passed"), name
+    # window_size=W lets each row see W + 1 keys: FlashAttention's count, or a window off by
+    # one; only its author knows which, so its window is checked as it counts, and doubted.
+    window = next(r for r in payload["results"] if r["check"] == "sliding_window"
+                  and r["implementation"] == "modern_styles:LocalCausalAttention")
+    assert window["status"] == "warning" and "each row sees 4 keys" in window["reason"]
 
 
 def test_every_homework_style_matches_the_reference_whatever_its_names(report):

@@ -58,6 +58,14 @@ def window_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFo
             how = (f"probed: built with {name}={window.PROBE_WINDOW}, the last row sees "
                    f"{len(seen)} positions")
             remedy = Remedy.to("window_arg", f"{name}:{other}", "say the other count was meant")
+            if convention == "left":
+                # One more key than its own argument says: FlashAttention's count, or a window
+                # off by one; only its author knows which was meant.
+                capabilities.doubt(window=(
+                    f"built with {name}={window.PROBE_WINDOW}, each row sees "
+                    f"{window.PROBE_WINDOW + 1} keys ({window.PROBE_WINDOW} before it and "
+                    f"itself): FlashAttention's window_size counts so, most layers' "
+                    f"{name} counts {window.PROBE_WINDOW} keys in all; checked as it counts"))
     plan.window_offset = -1 if convention == "left" else 0
     capabilities.set(window="config")
     notes.append(Note(f"{name}: a causal sliding window, {window.CONVENTION_WORDS[convention]} "

@@ -121,6 +121,9 @@ class Doubts:
         variant: a variant of the published position encoding (a RoPE turned the other way
             round, ALiBi added before the logits' scaling), intent only its author knows;
             ``reference`` warns.
+        window: a window argument whose value W lets each row see W + 1 keys (W before it and
+            itself, FlashAttention's count), where nothing says which count its author meant
+            (most layers' W keys is the other); ``sliding_window`` warns.
     """
 
     mask_problem: str | None = None
@@ -130,6 +133,7 @@ class Doubts:
     weights: str | None = None
     encoding: str | None = None
     variant: str | None = None
+    window: str | None = None
 
 
 @dataclass(frozen=True)

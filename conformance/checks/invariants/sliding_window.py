@@ -18,6 +18,7 @@ from conformance.checks.invariants.violation import Violation
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
+from conformance.model.remedies import Remedy
 from conformance.model.spec import Capabilities
 from conformance.numerics.reference import allowed_keys
 from conformance.numerics.tolerance import abs_error, eps, unchanged_tolerance, worst_index
@@ -50,6 +51,10 @@ class SlidingWindow(Check):
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
+        context.doubt(caps.doubts.window,
+                      "behaviour can't tell FlashAttention's count from a window off by one: "
+                      "the conventions differ in the wild, a mismatch with one's own argument "
+                      "does not", Remedy.to("window_arg", None, "say which count is meant"))
         context.explore(cases(caps, context.device, causal=True, min_len=10, max_len=20),
                         lambda case: self.influence(context, case))
         if caps.weights:
