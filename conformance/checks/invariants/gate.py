@@ -61,8 +61,9 @@ class GateOutcome:
     constraint: Constraint | None = None
     """The configurations its constructor accepts, where it rejects some (found here)."""
     refused: dict[str, str] = field(default_factory=dict)
-    """Dtypes nobody declared whose basic call raises where another's runs: ``{dtype: why}``;
-    the other checks run without them."""
+    """Dtypes nobody declared whose basic call (or, where the first dtype takes the mask, whose
+    masked call) raises where another's runs: ``{dtype: why}``; the other checks run without
+    them."""
 
     @property
     def blocked(self) -> bool:
@@ -210,7 +211,13 @@ class Gate:
         for dtype in others:
             problem = try_call(context, base_case(caps, dtype, device))
             if problem is None and caps.mask is not None and "mask" not in broken:
-                problem = try_call(context, base_case(caps, dtype, device, kept=(3, 5)))
+                masked = call_problem(context, base_case(caps, dtype, device, kept=(3, 5)))
+                if masked is not None and masked.raised and dtype in caps.probed_dtypes:
+                    # Nobody declared it, and it raises only with the mask the first dtype
+                    # takes (GPT-2's upcast path adds a float32 mask): a refusal, said.
+                    outcome.refused[dtype_name(dtype)] = f"with a mask: {masked.words}"
+                    continue
+                problem = None if masked is None else masked.words
             if problem is None:
                 kept_dtypes.append(dtype)
             else:
