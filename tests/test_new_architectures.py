@@ -91,3 +91,8 @@ def test_the_hints_name_the_mistakes(checked):
 def test_latent_queries_are_said_uncheckable_in_one_line(cls):
     with pytest.raises(ResolveError, match="queries come from the module itself"):
         resolve(spec(cls))
+
+
+def test_what_inference_found_missing_is_said_as_inferred_not_declared(checked):
+    assert checked["T5Attention"]["kv_cache"].reason == "inferred: no KV cache"
+    assert checked["T5Attention"]["causal"].reason == "inferred: non-causal attention"

@@ -21,7 +21,7 @@ from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.budget import Budget, budget_seconds
 from conformance.checks.invariants.gate import GateOutcome
 from conformance.checks.invariants.limits import Limits
-from conformance.checks.invariants.violation import CheckFailed, NotApplicable, Violation
+from conformance.checks.invariants.violation import CheckFailed, Lacking, NotApplicable, Violation
 from conformance.checks.picture import picture
 from conformance.checks.precision import FLOAT32_NOISE
 from conformance.generation.cases import Case
@@ -178,6 +178,8 @@ class Runner:
                                reason=BLOCKED)
         effective = _without(outcome.effective, without)
         skip = check.device_skip_reason(device) or check.skip_reason(effective)
+        if isinstance(skip, Lacking):  # said as where it comes from: a declaration or inference
+            skip = skip.said(inferred=bool(subject.notes))
         reports_broken = any(feature in outcome.broken for feature in check.owns)
         if skip is not None and not reports_broken:
             if check.skip_reason(subject.capabilities) is None:

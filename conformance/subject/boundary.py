@@ -185,6 +185,8 @@ class Subject(ABC):
     expected_failures: Mapping[str, str]
     expected_warnings: Mapping[str, str] = MappingProxyType({})
     """Checks known to warn; under ``strict`` they are expected failures."""
+    notes: tuple = ()
+    """What inference said of it (empty where everything was declared)."""
 
     @abstractmethod
     def instantiate(self, config: Config, seed: int) -> Instance:

@@ -19,7 +19,7 @@ import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt
-from conformance.checks.invariants.violation import Violation
+from conformance.checks.invariants.violation import Lacking, Violation
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
@@ -57,7 +57,7 @@ class Alibi(Check):
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if capabilities.alibi is None:
-            return "declares no ALiBi position bias"
+            return Lacking("no ALiBi position bias")
         if not capabilities.weights:
             return "needs canonical weight access to zero the content logits"
         if not {torch.float32, torch.float64} & set(capabilities.dtypes):

@@ -18,7 +18,7 @@ import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import expect_finite_rows, fmt, reference_applies
-from conformance.checks.invariants.violation import Violation
+from conformance.checks.invariants.violation import Lacking, Violation
 from conformance.checks.mask_mistakes import Mistake, mask_mistakes, weights_mistake
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
@@ -132,7 +132,7 @@ class Causal(Check):
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if capabilities.causal == "never":
-            return "declares non-causal attention"
+            return Lacking("non-causal attention")
         return None
 
     def run(self, context: CheckContext) -> None:

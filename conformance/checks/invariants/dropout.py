@@ -23,7 +23,7 @@ import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import expect_finite_rows, fmt
-from conformance.checks.invariants.violation import Violation
+from conformance.checks.invariants.violation import Lacking, Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases, wide_or_own_dtypes
 from conformance.model.spec import Capabilities
@@ -63,7 +63,7 @@ class Dropout(Check):
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if capabilities.dropout == "none":
-            return "declares no dropout"
+            return Lacking("no dropout")
         return None
 
     def _rate(self, context: CheckContext) -> float:

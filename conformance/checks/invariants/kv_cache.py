@@ -30,7 +30,7 @@ import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt, reference_applies
-from conformance.checks.invariants.violation import Violation
+from conformance.checks.invariants.violation import Lacking, Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases, wide_or_own_dtypes
 from conformance.model.spec import Capabilities
@@ -72,7 +72,7 @@ class KVCacheDecoding(Check):
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if capabilities.kv_cache is None:
-            return "declares no KV cache"
+            return Lacking("no KV cache")
         return None
 
     def run(self, context: CheckContext) -> None:

@@ -18,7 +18,7 @@ import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt
-from conformance.checks.invariants.violation import Violation
+from conformance.checks.invariants.violation import Lacking, Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.remedies import Option, Remedy
@@ -43,7 +43,7 @@ class KVGroups(Check):
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if capabilities.kv_heads is None:
-            return "declares no grouped key/value heads"
+            return Lacking("no grouped key/value heads")
         if not capabilities.weights:
             return "needs canonical weight access to change one key/value head"
         return None

@@ -26,7 +26,7 @@ import torch
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.gate import LOW_PRECISION, base_pair
 from conformance.checks.invariants.verify import agree_with_reference, expect_finite_rows, reference_applies
-from conformance.checks.invariants.violation import CheckFailed, Finding, Violation
+from conformance.checks.invariants.violation import CheckFailed, Finding, Lacking, Violation
 from conformance.generation.cases import Case, dtype_name
 from conformance.generation.strategies import SEEDS, cases, fixed_features, window_padding
 from conformance.model.spec import Capabilities
@@ -76,7 +76,7 @@ class LowPrecision(Check):
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if not any(d in LOW_PRECISION for d in capabilities.dtypes):
-            return "declares no float16 or bfloat16"
+            return Lacking("no float16 or bfloat16")
         return None
 
     def run(self, context: CheckContext) -> None:

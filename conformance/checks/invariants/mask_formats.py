@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt, mask_skip_reason
-from conformance.checks.invariants.violation import Violation
+from conformance.checks.invariants.violation import Lacking, Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.spec import Capabilities
@@ -30,7 +30,7 @@ class MaskFormats(Check):
         if capabilities.mask is None:
             return mask_skip_reason(capabilities)
         if not capabilities.mask_formats:
-            return "declares one mask format"
+            return Lacking("one mask format")
         return None
 
     def run(self, context: CheckContext) -> None:

@@ -15,7 +15,7 @@ import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt
-from conformance.checks.invariants.violation import Violation
+from conformance.checks.invariants.violation import Lacking, Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.spec import Capabilities
@@ -47,7 +47,7 @@ class Packed(Check):
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if capabilities.packed is None:
-            return "declares no packed sequences (cu_seqlens or a block-diagonal mask)"
+            return Lacking("no packed sequences (cu_seqlens or a block-diagonal mask)")
         return None
 
     def run(self, context: CheckContext) -> None:

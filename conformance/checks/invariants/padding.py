@@ -22,7 +22,7 @@ import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import expect_finite_rows, fmt, reference_applies
-from conformance.checks.invariants.violation import CheckFailed, Violation
+from conformance.checks.invariants.violation import CheckFailed, Lacking, Violation
 from conformance.checks.mask_mistakes import Mistake, named, weights_mistake
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
@@ -64,7 +64,7 @@ class Padding(Check):
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if capabilities.mask is None and not capabilities.doubts.mask_problem:
-            return "declares no padding mask"
+            return Lacking("no padding mask")
         return None
 
     def run(self, context: CheckContext) -> None:

@@ -19,7 +19,7 @@ import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt
-from conformance.checks.invariants.violation import Violation
+from conformance.checks.invariants.violation import Lacking, Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.forms import CacheStyle
@@ -52,7 +52,7 @@ class PositionShift(Check):
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if capabilities.relative is None:
-            return "declares no relative position encoding (RoPE, ALiBi)"
+            return Lacking("no relative position encoding (RoPE, ALiBi)")
         if not {torch.float32, torch.float64} & set(capabilities.dtypes):
             return "run in float32 or float64, and it declares neither"
         if not (_through_positions(capabilities) or _through_mask(capabilities)):

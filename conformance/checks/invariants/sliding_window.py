@@ -14,7 +14,7 @@ import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt
-from conformance.checks.invariants.violation import Violation
+from conformance.checks.invariants.violation import Lacking, Violation
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
@@ -46,7 +46,7 @@ class SlidingWindow(Check):
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if capabilities.window is None:
-            return "declares no sliding window"
+            return Lacking("no sliding window")
         return None
 
     def run(self, context: CheckContext) -> None:

@@ -10,6 +10,7 @@ from dataclasses import replace
 import torch
 
 from conformance.checks.invariants.violation import (
+    Lacking,
     Violation,
 )
 from conformance.generation.cases import Case
@@ -126,7 +127,7 @@ def mask_skip_reason(capabilities: Capabilities) -> str | None:
         return None
     if capabilities.doubts.mask_problem:
         return "no mask convention could be inferred for its mask argument (see padding)"
-    return "declares no padding mask"
+    return Lacking("no padding mask")
 
 
 def fmt(value: float) -> str:

@@ -59,6 +59,14 @@ class NotApplicable(ConformanceError):
     check is skipped with that reason, never failed."""
 
 
+class Lacking(str):
+    """A skip reason that says what the implementation does not have ("no KV cache"): said as
+    declared where it was, or as inferred where inference found it (``said``)."""
+
+    def said(self, inferred: bool) -> str:
+        return f"inferred: {self}" if inferred else f"declares {self}"
+
+
 class Finding(NamedTuple):
     """A warning a check found: the violation (or implementation error) and its minimal case."""
 
