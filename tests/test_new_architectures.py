@@ -73,6 +73,7 @@ def test_t5_no_scaling_beside_its_bias_is_a_warning_and_its_positions_are_measur
     assert scale.status is Status.WARNED and "T5's convention" in scale.hint
     permutation = checked["T5Attention"]["permutation"]
     assert permutation.status is Status.SKIPPED and "measured: relative" in permutation.reason
+    assert checked["T5Attention"]["position_shift"].status is Status.PASSED  # j - i alone
 
 
 def test_the_hints_name_the_mistakes(checked):

@@ -27,6 +27,7 @@ from conformance.model.forms import (
 from conformance.model.remedies import Note, Option, Remedy
 from conformance.model.spec import Config
 from conformance.model.weights import WeightLayout, WeightLayoutError
+from conformance.numerics.core_fit import BiasForm
 from conformance.numerics.reference import reference_attention
 from conformance.subject.boundary import ImplementationError
 from conformance.subject.in_process import InProcessSubject
@@ -89,10 +90,15 @@ def encoding_inside(plan: Plan, declared: Declarations, capabilities: Capabiliti
         # Its attention core shows where the position dependence is: a bias in its logits that
         # the tokens don't move (a learned relative bias, T5's), not tokens mixed up.
         capabilities.set(positional=f"a position bias in its logits (measured: {measured.value})")
+        relative = measured is BiasForm.RELATIVE
+        if relative:
+            capabilities.set(relative="bias")
         notes.append(f"a position bias in its logits: its output depends on the tokens' "
                      f"positions, and at its attention core the logits carry a bias the tokens "
                      f"don't move that is {WORDS[measured]} (measured from two forwards): the "
-                     "checks that assume position-free attention skip")
+                     "checks that assume position-free attention skip"
+                     + ("; position_shift checks that shifting every position changes nothing"
+                        if relative else ""))
         return
     if found is None and stated is None and outcome.dependent:
         # Said, and still checked as position-free: a layer that mixes tokens up (heads split

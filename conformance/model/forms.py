@@ -13,7 +13,9 @@ from typing import Literal
 
 import torch
 
-RelativeEncoding = Literal["rotary", "alibi"]
+RelativeEncoding = Literal["rotary", "alibi", "bias"]
+"""A relative position encoding inside: RoPE, ALiBi, or a learned bias of j − i measured at the
+attention core (T5's buckets)."""
 """A relative position encoding inside the module: logits depend on positions only through
 i - j (RoPE rotates q and k by their positions; ALiBi adds -m_h (i - j))."""
 

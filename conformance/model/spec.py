@@ -258,7 +258,8 @@ class Capabilities:
             parts.append("grouped key/value heads" + (
                 f" ({self.kv_heads})" if isinstance(self.kv_heads, int) else ""))
         if self.relative:
-            parts.append({"rotary": "rotary positions", "alibi": "ALiBi"}[self.relative])
+            parts.append({"rotary": "rotary positions", "alibi": "ALiBi",
+                          "bias": "a relative position bias"}[self.relative])
         if self.window is not None:
             parts.append("sliding window" + (
                 f" of {self.window}" if isinstance(self.window, int) else ""))

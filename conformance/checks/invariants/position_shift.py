@@ -2,7 +2,8 @@
 
 Property: for an implementation with a relative position encoding inside (RoPE rotates q_i and
 k_j by angles proportional to i and j, so q_i . k_j depends on i - j alone; ALiBi adds
--m_h (i - j)), the output for tokens at positions s .. s + L - 1 equals the output for the same
+-m_h (i - j); a learned bias measured at the attention core as a function of j - i, T5's
+buckets), the output for tokens at positions s .. s + L - 1 equals the output for the same
 tokens at 0 .. L - 1, within the reordering tolerance plus what rounding a rotation angle costs
 (8 eps (s + L) relative); in float32 and float64 (the property is about positions; half
 precision is judged elsewhere). The shift goes through the declared position argument; without one,
@@ -89,7 +90,7 @@ class PositionShift(Check):
         if float(diff.max()) <= allowed:
             return
         b, row, _ = worst_index(diff)
-        encoding = {"rotary": "RoPE", "alibi": "ALiBi"}[caps.relative]
+        encoding = {"rotary": "RoPE", "alibi": "ALiBi", "bias": "its position bias"}[caps.relative]
         unpaired = caps.relative == "rotary" and case.head_dim % 2 == 1
         raise Violation(
             f"shifting every position by {shift} ({how}) changed output row {row} of batch {b} "
@@ -100,7 +101,10 @@ class PositionShift(Check):
             hint=(f"{encoding} makes attention depend on i - j only: are q and k rotated with "
                   "the same pairing (half-split vs interleaved) and the same positions?"
                   if caps.relative == "rotary" else
-                  "ALiBi's bias is -m (i - j): does it use absolute positions somewhere?"))
+                  "ALiBi's bias is -m (i - j): does it use absolute positions somewhere?"
+                  if caps.relative == "alibi" else
+                  "its bias measured as a function of j - i: does it count positions from "
+                  "somewhere the shift moves (the mask's padding, a cache)?"))
 
     @staticmethod
     def _padded(context: CheckContext, instance, inputs: Inputs, case: Case,
