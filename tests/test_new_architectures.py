@@ -97,3 +97,16 @@ def test_latent_queries_are_said_uncheckable_in_one_line(cls):
 def test_what_inference_found_missing_is_said_as_inferred_not_declared(checked):
     assert checked["T5Attention"]["kv_cache"].reason == "inferred: no KV cache"
     assert checked["T5Attention"]["causal"].reason == "inferred: non-causal attention"
+
+
+def test_a_layer_without_weights_is_drawn_from_its_core():
+    from conformance.checks.picture import picture
+    from conformance.generation.cases import Case
+    from conformance.subject.in_process import InProcessSubject
+
+    impl = resolve(spec(arch.T5MaskAfterSoftmax))[0]
+    case = Case(batch=1, q_len=4, kv_len=4, num_heads=2, head_dim=2, dtype="float32", kept=(2,))
+    drawn = picture(InProcessSubject(impl), impl.capabilities, case, "row 0 sums to 0.53")
+    assert drawn.unavailable is None and "attention core" in drawn.where
+    assert all(abs(sum(row) - 1) <= 1e-6 for row in drawn.reference)
+    assert any(abs(sum(row) - 1) > 1e-3 for row in drawn.measured)  # the mask after softmax

@@ -22,8 +22,10 @@ import torch
 
 from conformance.checks.probes import probe, probe_unfit_reason
 from conformance.generation.cases import Case
+from conformance.model.core import CoreKind
 from conformance.model.picture import Matrix, Picture
 from conformance.model.spec import Capabilities
+from conformance.numerics.core_fit import fitted_scale, logit_bias
 from conformance.numerics.reference import allowed_keys, reference_attention
 from conformance.subject.boundary import CapabilityError, Subject
 
@@ -83,9 +85,13 @@ def _drawn(subject: Subject, capabilities: Capabilities, case: Case, named: bool
         return _probabilities(subject, capabilities, case, named, batch, head, instance)
     keep, allowed = _allowed(case)
     if weights is None:
+        core = _core(capabilities, case, named, batch, head, instance)
+        if core is not None:
+            return core
         return Picture(batch, head, **_marks(case, keep, allowed, batch),
                        unavailable="the attention probabilities can't be measured: its weights "
-                                   "can't be read (no weight layout)")
+                                   "can't be read (no weight layout), and no attention core "
+                                   "shows in its forward")
     inputs = case.inputs(capabilities.call)
     output = instance.forward(inputs).to(torch.float64).cpu()
     expected = reference_attention(weights, inputs.query, inputs.key, inputs.value, keep=keep,
@@ -122,6 +128,39 @@ def _probabilities(subject: Subject, capabilities: Capabilities, case: Case, nam
     return Picture(batch, head, measured=_matrix(measured[batch, head]),
                    reference=_matrix(reference[batch, head]),
                    **_marks(case, keep, allowed, batch), where=_where(named))
+
+
+def _core(capabilities: Capabilities, case: Case, named: bool, batch: int, head: int,
+          instance) -> Picture | None:
+    """The weights its attention core multiplies the values by (observed in its forward), beside
+    softmax(q·kᵀ / sqrt(w) + the bias the tokens don't move) over the keys the case allows, from
+    the q and k the core computed; None where no core shows. Its groups are read batch first."""
+    call = capabilities.call
+    first = instance.observe(case.inputs(call)).sites
+    second = instance.observe(replace(case, seed=case.seed + 7717).inputs(call)).sites
+    shown = [(a, b) for a, b in zip(first, second, strict=False) if a.kind is CoreKind.SOFTMAX
+             and a.used is not None and a.used.shape == a.probabilities.shape]
+    if not shown or shown[0][0].used.shape[0] % case.batch:
+        return None
+    site, other = shown[0]
+    per = site.used.shape[0] // case.batch
+    keep, allowed = _allowed(case)
+    fitted, _ = fitted_scale(site, other)
+    bias = torch.nan_to_num(logit_bias(site, other, fitted), nan=0.0) if fitted == fitted else 0.0
+    scores = site.scores / math.sqrt(site.widths[0]) + bias
+    scores = scores.masked_fill(~allowed.repeat_interleave(per, dim=0), -math.inf)
+    reference = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    measured = site.used.to(torch.float64).cpu()
+    if named and head < per:
+        group = batch * per + head
+    else:
+        group = int((measured - reference).abs().nan_to_num(nan=math.inf).amax(dim=(-2, -1))
+                    .argmax())
+    batch, head = divmod(group, per)
+    return Picture(batch, head, measured=_matrix(measured[group]),
+                   reference=_matrix(reference[group]), **_marks(case, keep, allowed, batch),
+                   where=(_where(named) + ": the weights its attention core multiplies the values "
+                          "by, observed in its forward (its groups read batch first)"))
 
 
 def _allowed(case: Case) -> tuple[torch.Tensor | None, torch.Tensor]:
