@@ -460,6 +460,18 @@ def test_packed_twin_merges_the_sequences():
     assert (wrong[3:] - right[3:]).abs().max() > 1e-3
 
 
+def test_packed_optional_offsets_are_causal_attention_per_sequence():
+    module = build(arch.PackedOptionalOffsets, 12, 3)
+    x = randn(9, 12, seed=14)
+    packed = module(x, CU_SEQLENS, 4)
+    for start, end in BOUNDS:
+        q, k, v = (heads(t, 3) for t in linear(x[None, start:end], module.qkv).chunk(3, dim=-1))
+        expected = linear(merge(attention(q, k, v, causal(end - start))), module.out)[0]
+        torch.testing.assert_close(packed[start:end], expected)
+    with pytest.raises(TypeError):
+        module(x)  # no offsets: it can't run
+
+
 def causal_rope_oracle(m, x, keep):
     length = x.shape[1]
     positions = torch.arange(length)
@@ -495,7 +507,7 @@ def test_bfloat16_positions_twin_drifts_past_256_tokens():
 
 def run(module, x, keep):
     """The module's output for a batch x (B, L, D) and a keep mask (B, L) or None."""
-    if isinstance(module, arch.PackedCausalRopeAttention):
+    if isinstance(module, (arch.PackedCausalRopeAttention, arch.PackedOptionalOffsets)):
         batch, length, width = x.shape
         cu = torch.arange(0, (batch + 1) * length, length, dtype=torch.int32)
         return module(x.reshape(batch * length, width), cu, length).reshape(batch, length, -1)
@@ -518,7 +530,8 @@ def test_every_class_builds_and_runs_at_every_size_and_dtype(cls):
             for length in (1, 3):
                 x = randn(2, length, d_model, seed=length).to(dtype)
                 for keep in (None, kept(2, length, (length, 1))):
-                    if isinstance(module, arch.PackedCausalRopeAttention) and keep is not None:
+                    packed = (arch.PackedCausalRopeAttention, arch.PackedOptionalOffsets)
+                    if isinstance(module, packed) and keep is not None:
                         continue
                     out = run(typed, x, keep)
                     rows = module.latents.shape[0] if hasattr(module, "latents") else length

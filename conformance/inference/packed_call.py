@@ -48,6 +48,9 @@ def settle_call(plan: Plan, label: str, notes: list[str]) -> None:
     """Confirm a guessed q, k, v call, or find the packed form instead (``plan.convention``
     changes); InferenceError where neither runs."""
     convention = plan.convention
+    if convention.packed and not convention.packed_only and convention.call == "self":
+        _settle_optional_offsets(plan, label, notes)
+        return
     if not convention.call_guessed:
         return
     built = _module(plan)
@@ -77,6 +80,34 @@ def settle_call(plan: Plan, label: str, notes: list[str]) -> None:
         f"{label}: forward({first}, {second}, {third}) takes three required arguments that "
         f"are not named query, key, value; called as q, k, v it raises {_reason(qkv)}, called "
         f"as packed tokens with offsets {_reason(packed)}", CALL_REMEDY)
+
+
+def _settle_optional_offsets(plan: Plan, label: str, notes: list[str]) -> None:
+    """A packed argument with a default: where the call without it raises and packed tokens
+    with offsets run, it is called packed from the gate on (its offsets are needed)."""
+    built = _module(plan)
+    if built is None:
+        return
+    module, config = built
+    plain = _call(module, torch.randn(2, 5, config.d_model))
+    if isinstance(plain, torch.Tensor) and tuple(plain.shape[:2]) == (2, 5):
+        return  # it runs unpacked: packing is probed as a feature of its own
+    convention = plan.convention
+    offsets = {convention.packed: torch.tensor([0, 4, 9], dtype=torch.int32)}
+    if convention.max_seqlen:
+        offsets[convention.max_seqlen] = 5
+    try:
+        with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
+            packed = module(torch.randn(9, config.d_model), **offsets)
+    except Exception:  # not the packed form either: the gate reports the plain call
+        return
+    packed = packed[0] if isinstance(packed, (tuple, list)) and packed else packed
+    if isinstance(packed, torch.Tensor) and tuple(packed.shape) == (9, config.d_model):
+        plan.convention = replace(convention, packed_only=True, call_guessed=False)
+        notes.append(f"{convention.inputs[0]}, {convention.packed}: packed tokens (total, D) and "
+                     f"int32 offsets (probed: called without {convention.packed} it raises "
+                     f"{_reason(plain)}; called packed it returns the tokens' shape); a batch is "
+                     "checked packed, each element one sequence")
 
 
 CONTEXT_LENGTH = 7
