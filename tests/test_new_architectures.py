@@ -7,6 +7,7 @@ judged through their attention core, and every broken twin failing the check nam
 from __future__ import annotations
 
 import pytest
+import torch
 
 from conformance import Status
 from conformance.loading.registry import ResolveError, resolve
@@ -110,3 +111,24 @@ def test_a_layer_without_weights_is_drawn_from_its_core():
     assert drawn.unavailable is None and "attention core" in drawn.where
     assert all(abs(sum(row) - 1) <= 1e-6 for row in drawn.reference)
     assert any(abs(sum(row) - 1) > 1e-3 for row in drawn.measured)  # the mask after softmax
+
+
+class _NeedsItsCache(torch.nn.Module):
+    """Its plain call fails: it indexes the cache it is given."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.mha = torch.nn.MultiheadAttention(d_model, num_heads, batch_first=True)
+
+    def forward(self, x, past_key_value=None, use_cache=False):
+        keys = torch.cat([past_key_value[0], x], 1)
+        return self.mha(x, keys, keys)[0]
+
+
+def test_an_unprobed_causality_is_never_stated_as_not_causal():
+    from conformance import infer
+
+    said = [str(note) for note in infer(_NeedsItsCache).notes]
+    assert any("causality not probed" in note for note in said)
+    assert any("its causality could not be probed" in note for note in said)
+    assert not any("the module is not causal" in note for note in said)

@@ -98,6 +98,7 @@ def causality(plan: Plan, declared: Declarations, capabilities: CapabilitiesFoun
         causal = is_causal(build(), probe_case(heads, head_dim), plan.convention.call)
     except ImplementationError:
         notes.append("causality not probed: the unmasked call fails")
+        capabilities.unprobed.add("causal")
         return
     if causal:
         capabilities.set(causal="always")

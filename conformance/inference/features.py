@@ -95,8 +95,10 @@ def cache_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFou
         return
     cross = plan.convention.call == "cross"
     if capabilities.caps.causal == "never" and not cross:
-        notes.append(f"{found.argument}: a KV cache argument, but the module is not causal: "
-                     "the cache is not checked")
+        why = ("its causality could not be probed" if "causal" in capabilities.unprobed
+               else "the module is not causal")
+        notes.append(f"{found.argument}: a KV cache argument, but {why}: the cache is not "
+                     "checked")
         return
     case = probe_case(heads, head_dim, kept=None, causal=True)
     problem = kv_cache.confirm(build, found, case, plan.convention.call)

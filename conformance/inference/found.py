@@ -19,6 +19,9 @@ class CapabilitiesFound:
 
     def __init__(self, **initial: object) -> None:
         self.caps = Capabilities()
+        self.unprobed: set[str] = set()
+        """Capabilities a step could not probe (``causal``: the unmasked call fails): what they
+        read is a default, which later steps must not state as found."""
         self._names: dict[str, None] = {}
         self.set(**initial)
 
@@ -39,9 +42,9 @@ class CapabilitiesFound:
     def fork(self) -> CapabilitiesFound:
         """A copy a tentative step may set things on, adopted only if the step holds."""
         copy = CapabilitiesFound()
-        copy.caps, copy._names = self.caps, dict(self._names)
+        copy.caps, copy._names, copy.unprobed = self.caps, dict(self._names), set(self.unprobed)
         return copy
 
     def adopt(self, other: CapabilitiesFound) -> None:
         """What ``other`` (a fork of this one) has found, as this one's."""
-        self.caps, self._names = other.caps, dict(other._names)
+        self.caps, self._names, self.unprobed = other.caps, dict(other._names), set(other.unprobed)
