@@ -132,3 +132,11 @@ def test_an_unprobed_causality_is_never_stated_as_not_causal():
     assert any("causality not probed" in note for note in said)
     assert any("its causality could not be probed" in note for note in said)
     assert not any("the module is not causal" in note for note in said)
+
+
+def test_an_instance_through_the_python_api_is_judged_at_its_core_too():
+    from conformance import check
+
+    torch.manual_seed(0)
+    (result,) = check(arch.MLAScaleNopeOnly(16, 4), checks=["scale"])
+    assert result.status is Status.FAILED and result.route is Route.CORE
