@@ -110,8 +110,7 @@ def core_scale_hint(site: AttentionSite, fitted: float, tolerance: float,
     return (f"matches scale {fitted:.3g}, which at this size is each of: " + "; or ".join(found))
 
 
-def observe(context: CheckContext, instance: Instance, inputs: Inputs,
-            case: Case) -> CoreObservation:
+def observe(instance: Instance, inputs: Inputs, case: Case) -> CoreObservation:
     """One forward of ``inputs`` with the core observed, its output validated as every check's
     is."""
     seen = instance.observe(inputs)
@@ -126,7 +125,7 @@ def require_core(context: CheckContext, unmapped: str) -> None:
     dtype = next((d for d in caps.dtypes if d in (torch.float32, torch.float64)), caps.dtypes[0])
     case = base_case(caps, dtype, context.device)
     try:
-        seen = observe(context, context.build(case), case.inputs(caps.call, use_mask=False), case)
+        seen = observe(context.build(case), case.inputs(caps.call, use_mask=False), case)
     except (ImplementationError, Violation) as error:
         raise NotApplicable(f"{unmapped}, and its forward did not run to observe its core "
                             f"({str(error).splitlines()[0]})") from error
@@ -135,11 +134,10 @@ def require_core(context: CheckContext, unmapped: str) -> None:
     context.route = Route.CORE
 
 
-def sites_of(context: CheckContext, instance: Instance, inputs: Inputs,
-             case: Case) -> tuple[AttentionSite, ...]:
+def sites_of(instance: Instance, inputs: Inputs, case: Case) -> tuple[AttentionSite, ...]:
     """The cores one forward shows; no example (ProbeUnfit) where it shows none at this case
     (its axes are ambiguous at these sizes: another as long as the queries)."""
-    seen = observe(context, instance, inputs, case)
+    seen = observe(instance, inputs, case)
     if not seen.sites:
         raise ProbeUnfit("no attention core could be told apart at this case")
     return seen.sites

@@ -59,7 +59,6 @@ class Node:
     children: list[Node] = field(default_factory=list)
     product: Product | None = None
     softmax: SoftmaxCall | None = None
-    inputs_of_op: tuple[Node, ...] = ()
 
 
 @dataclass
@@ -72,7 +71,6 @@ class Product:
     operands: tuple[torch.Tensor, torch.Tensor]
     nodes: tuple[Node, Node]
     output: torch.Tensor
-    node: Node
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -243,7 +241,7 @@ class CoreTracer(TorchFunctionMode):
             return
         product = Product(*letters, operands=tuple(t.detach().clone() for t in operands),
                           nodes=tuple(self.node(t) for t in operands),
-                          output=output.detach().clone(), node=node)
+                          output=output.detach().clone())
         node.product = product
         self.products.append(product)
 

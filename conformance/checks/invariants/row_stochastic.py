@@ -109,8 +109,7 @@ class RowStochastic(Check):
             hint=context.hint(lambda: self._mistake(context, case, measured, tolerance)))
 
     def verify_core(self, context: CheckContext, case: Case) -> None:
-        found = sites_of(context, context.build(case), case.inputs(context.capabilities.call),
-                         case)
+        found = sites_of(context.build(case), case.inputs(context.capabilities.call), case)
         rows = context.rows(case)[0]  # one mask for the batch: the same rows in every group
         tolerance = 2 * (case.kv_len + 2) * eps(context.judged(case.config.dtype))
         for index, site in enumerate(found):

@@ -169,8 +169,8 @@ class Scale(Check):
     def verify_core(self, context: CheckContext, case: Case) -> None:
         instance = context.build(case)
         call = context.capabilities.call
-        first = sites_of(context, instance, case.inputs(call), case)
-        second = sites_of(context, instance, second_inputs(case, call), case)
+        first = sites_of(instance, case.inputs(call), case)
+        second = sites_of(instance, second_inputs(case, call), case)
         if len(first) != len(second):
             raise ProbeUnfit("the forward computed another number of cores for other tokens")
         dtype = context.judged(case.config.dtype)
@@ -208,8 +208,8 @@ class Scale(Check):
                                                                             num_heads=3)):
             instance = context.build(tried)
             call = context.capabilities.call
-            first = sites_of(context, instance, tried.inputs(call), tried)
-            second = sites_of(context, instance, second_inputs(tried, call), tried)
+            first = sites_of(instance, tried.inputs(call), tried)
+            second = sites_of(instance, second_inputs(tried, call), tried)
             if index >= min(len(first), len(second)):
                 continue
             fitted, _ = fitted_scale(first[index], second[index])
