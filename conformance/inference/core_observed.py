@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from conformance.generation.cases import Case
 from conformance.model.check_names import THROUGH_THE_CORE
+from conformance.model.core import AttentionSite
 from conformance.model.forms import PositionEncoding
 from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Config
@@ -61,14 +62,18 @@ def position_bias(instance: Instance, config: Config, call: str) -> BiasForm | N
     return BiasForm.NONE
 
 
-def core_softcap(instance: Instance, inputs: Inputs) -> float | None:
-    """The logit softcap c its attention core applies (c·tanh(·) before the softmax, observed),
-    or None."""
+def observed_sites(instance: Instance, inputs: Inputs) -> tuple[AttentionSite, ...]:
+    """The attention cores one forward of ``inputs`` shows (none where it fails): what the weight
+    step reads once, for the three uses below."""
     try:
-        seen = instance.observe(inputs)
+        return instance.observe(inputs).sites
     except ImplementationError:
-        return None
-    return next((site.softcap for site in seen.sites if site.softcap is not None), None)
+        return ()
+
+
+def core_softcap(sites: tuple[AttentionSite, ...]) -> float | None:
+    """The logit softcap c the cores apply (c·tanh(·) before the softmax, observed), or None."""
+    return next((site.softcap for site in sites if site.softcap is not None), None)
 
 
 def capped(encodings: Iterable[PositionEncoding | None], softcap: float | None
@@ -81,16 +86,11 @@ def capped(encodings: Iterable[PositionEncoding | None], softcap: float | None
             yield replace(encoding or PositionEncoding(), softcap=softcap)
 
 
-def core_departures(instance: Instance, inputs: Inputs, tried: int, error: float) -> str | None:
-    """Where the attention cores a forward of ``inputs`` shows depart from textbook attention by
-    design (two maps combined, sinks), why no weights are taken (``tried`` assignments came
-    within ``error`` of its output at best): the checks that need weights then judge it
-    through its core. None where it shows no such core, or the forward fails."""
-    try:
-        seen = instance.observe(inputs)
-    except ImplementationError:
-        return None
-    departures = tuple(dict.fromkeys(words for site in seen.sites for words in site.departures()))
+def core_departures(sites: tuple[AttentionSite, ...], tried: int, error: float) -> str | None:
+    """Where the cores depart from textbook attention by design (two maps combined, sinks), why
+    no weights are taken (``tried`` assignments came within ``error`` of its output at best):
+    the checks that need weights then judge it through its core. None where none does."""
+    departures = tuple(dict.fromkeys(words for site in sites for words in site.departures()))
     if not departures:
         return None
     return (f"weights: none taken (no assignment of {tried} tried reproduces its output, closest "
@@ -99,16 +99,11 @@ def core_departures(instance: Instance, inputs: Inputs, tried: int, error: float
             "core, the other checks that need weights are skipped")
 
 
-def unmapped_note(instance: Instance, inputs: Inputs, words: str, remedy: Remedy) -> Note:
-    """``words`` (why no weights were found) and what follows: where its attention core shows
-    in a forward of ``inputs``, the checks that need weights judge it there (a weights
-    declaration could name no q, k, v its core does not have); else they are skipped, and which
-    weights to declare."""
-    try:
-        seen = instance.observe(inputs).sites
-    except ImplementationError:
-        seen = ()
-    if seen:
+def unmapped_note(sites: tuple[AttentionSite, ...], words: str, remedy: Remedy) -> Note:
+    """``words`` (why no weights were found) and what follows: where an attention core shows,
+    the checks that need weights judge it there (a weights declaration could name no q, k, v
+    its core does not have); else they are skipped, and which weights to declare."""
+    if sites:
         return Note(f"{words}; {' and '.join(THROUGH_THE_CORE)} judge it through its attention "
                     "core, observed in its forward; the other checks that need weights are "
                     "skipped")

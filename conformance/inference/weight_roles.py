@@ -11,6 +11,7 @@ from conformance.inference.core_observed import (
     capped,
     core_departures,
     core_softcap,
+    observed_sites,
     unmapped_note,
 )
 from conformance.inference.encoding_search import (
@@ -90,7 +91,8 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
                      f"failed ({clipped(str(error), 120)}): the checks that need weights are skipped")
         return outcome
     root = instance.module
-    softcap = core_softcap(instance, inputs)
+    sites = observed_sites(instance, inputs)
+    softcap = core_softcap(sites)
     found = search(found_trace, root, heads, causal=causal, threshold=threshold,
                    encodings=lambda layout, weights: capped(hypotheses(
                        root.inner, cls, weights.head_dim, dependent=outcome.dependent,
@@ -107,9 +109,9 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
     if found.layout is None:
         called = ", ".join(dict.fromkeys(user_path(s.path)
                                          for s in found_trace.sources)) or "none"
-        notes.append(unmapped_note(instance, inputs, f"no assignment of its parameters to q, k, v (and "
-                              f"an output projection) fits: called layers with a 2-D weight: "
-                              f"{called}", WEIGHTS_REMEDY))
+        notes.append(unmapped_note(sites, f"no assignment of its parameters to q, k, v (and an "
+                                   f"output projection) fits: called layers with a 2-D weight: "
+                                   f"{called}", WEIGHTS_REMEDY))
         return outcome
     encoding, unexplained = found.encoding if found.reproduced else None, ()
     if encoding is not None and encoding.rotary is not None:
@@ -157,7 +159,7 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
                          "lower precision and cast (position tables in float32?); the gate "
                          "measures the gap, and every check judges float64 runs by it")
     else:
-        unmapped = core_departures(instance, inputs, found.tried, found.error)
+        unmapped = core_departures(sites, found.tried, found.error)
         if unmapped is not None:  # no textbook weights to find: checked through its core
             notes.append(unmapped)
             return WeightOutcome(dependent=outcome.dependent, float32_parts=outcome.float32_parts)
