@@ -35,10 +35,10 @@ def _module(plan: Plan) -> tuple[torch.nn.Module, Config] | None:
     return None
 
 
-def _call(module: torch.nn.Module, *args: object) -> torch.Tensor | None:
+def _call(module: torch.nn.Module, *args: object, **kwargs: object) -> torch.Tensor | None:
     try:
         with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
-            output = module(*args)
+            output = module(*args, **kwargs)
     except Exception as error:  # the call form is wrong, whatever it raises
         return error
     return output[0] if isinstance(output, (tuple, list)) and output else output
@@ -96,12 +96,8 @@ def _settle_optional_offsets(plan: Plan, label: str, notes: list[str]) -> None:
     offsets = {convention.packed: torch.tensor([0, 4, 9], dtype=torch.int32)}
     if convention.max_seqlen:
         offsets[convention.max_seqlen] = 5
-    try:
-        with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
-            packed = module(torch.randn(9, config.d_model), **offsets)
-    except Exception:  # not the packed form either: the gate reports the plain call
-        return
-    packed = packed[0] if isinstance(packed, (tuple, list)) and packed else packed
+    packed = _call(module, torch.randn(9, config.d_model), **offsets)
+    # Where the packed form fails too, the gate reports the plain call.
     if isinstance(packed, torch.Tensor) and tuple(packed.shape) == (9, config.d_model):
         plan.convention = replace(convention, packed_only=True, call_guessed=False)
         notes.append(f"{convention.inputs[0]}, {convention.packed}: packed tokens (total, D) and "
