@@ -36,13 +36,6 @@ NO_CORE = ("no attention core is visible in its forward either (no softmax over 
 SECOND_STREAM = 7717
 """Where the second forward of a scale fit draws its tokens (another input, the same mask)."""
 
-LOGIT_RESIDUAL = 0.05
-"""Largest change in logits between two inputs that a single scale of q·kᵀ may leave
-unexplained, relative to the change's own spread: a bias the tokens don't move cancels; a
-softcap's tanh at the usual caps (30, 50) bends the logits by well under 1 %; a transform that
-leaves more is not one scale, and the scale is not judged at that core."""
-
-
 NOT_ONE_SCALE = ("at some core the logits are not one scale of q·kᵀ plus what the tokens don't "
                  "move (a transform bends them): the scale was not judged there")
 
@@ -74,10 +67,10 @@ def core_words(site: AttentionSite, index: int, count: int) -> str:
     return f"{which} ({site.how})"
 
 
-def core_scale_hint(site: AttentionSite, fitted: float, tolerance: float,
-                    case: Case) -> str | None:
-    """The likely bug a fitted scale ``fitted`` matches at ``site``, or None; the bugs equal at
-    this size named together (the measurement can't tell them apart)."""
+def scale_mistakes(site: AttentionSite, fitted: float, tolerance: float,
+                   case: Case) -> list[str]:
+    """The likely bugs, in words, a fitted scale ``fitted`` matches at ``site``: several where
+    they are equal at this size (the measurement can't tell them apart)."""
     width = site.widths[0]
     named: list[tuple[str, float]] = []
     if site.term_widths:
@@ -100,14 +93,18 @@ def core_scale_hint(site: AttentionSite, fitted: float, tolerance: float,
               ("1 (no scaling): is the 1/sqrt(w) factor missing?", 1.0),
               (f"1/w = 1/{width}: is 1/sqrt(w) applied twice?", 1 / width),
               (f"sqrt(w) = sqrt({width}): multiplied instead of divided?", math.sqrt(width))]
-    found = [words for words, candidate in named
-             if not math.isclose(candidate, 1 / math.sqrt(width))
-             and matches(fitted, candidate, tolerance)]
-    if not found:
+    return [words for words, candidate in named
+            if not math.isclose(candidate, 1 / math.sqrt(width))
+            and matches(fitted, candidate, tolerance)]
+
+
+def scale_hint(mistakes: list[str], fitted: float) -> str | None:
+    """The hint of :func:`scale_mistakes`' findings: one named, several said together."""
+    if not mistakes:
         return None
-    if len(found) == 1:
-        return f"matches scale {found[0]}"
-    return (f"matches scale {fitted:.3g}, which at this size is each of: " + "; or ".join(found))
+    if len(mistakes) == 1:
+        return f"matches scale {mistakes[0]}"
+    return f"matches scale {fitted:.3g}, which at this size is each of: " + "; or ".join(mistakes)
 
 
 def observe(instance: Instance, inputs: Inputs, case: Case) -> CoreObservation:
@@ -146,6 +143,14 @@ def sites_of(instance: Instance, inputs: Inputs, case: Case) -> tuple[AttentionS
 def second_inputs(case: Case, call: str) -> Inputs:
     """Other tokens for ``case``, with its mask."""
     return replace(case, seed=case.seed + SECOND_STREAM).inputs(call)
+
+
+def two_forwards(instance: Instance, case: Case, call: str
+                 ) -> tuple[tuple[AttentionSite, ...], tuple[AttentionSite, ...]]:
+    """The cores of two forwards of ``case``'s shapes, its own tokens and other ones (the same
+    mask): what a scale or a bias is measured from (:mod:`conformance.numerics.core_fit`)."""
+    return (sites_of(instance, case.inputs(call), case),
+            sites_of(instance, second_inputs(case, call), case))
 
 
 def scale_tolerance(dtype: torch.dtype) -> float:

@@ -9,13 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
-from conformance.generation.cases import Case
+from conformance.generation.cases import dtype_name
+from conformance.inference.probing import probe_case
 from conformance.model.check_names import THROUGH_THE_CORE
 from conformance.model.core import AttentionSite
 from conformance.model.forms import PositionEncoding
 from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Config
 from conformance.numerics.core_fit import (
+    LOGIT_RESIDUAL,
     BiasForm,
     bias_form,
     bias_tolerance,
@@ -23,10 +25,6 @@ from conformance.numerics.core_fit import (
     logit_bias,
 )
 from conformance.subject.boundary import CapabilityError, ImplementationError, Inputs, Instance
-
-LOGIT_RESIDUAL = 0.05
-"""As the scale check's (:mod:`conformance.checks.core_route`): a core whose logits one scale of
-q·kᵀ does not explain is not measured."""
 
 WORDS = {
     BiasForm.RELATIVE: "a function of the distance j − i alone (relative, as T5's buckets)",
@@ -40,9 +38,9 @@ def position_bias(instance: Instance, config: Config, call: str) -> BiasForm | N
     two plain forwards of other tokens (the most position-dependent form any core shows; a
     causal mask it applies itself is no bias: masked keys are left out); None where no core
     could be measured."""
-    case = Case(batch=config.batch, q_len=config.q_len, kv_len=config.kv_len,
-                num_heads=config.num_heads, head_dim=config.d_model // config.num_heads,
-                dtype=str(config.dtype).removeprefix("torch."), seed=3)
+    case = probe_case(config.num_heads, config.d_model // config.num_heads, kept=None,
+                      mask_seed=None, batch=config.batch, q_len=config.q_len,
+                      kv_len=config.kv_len, dtype=dtype_name(config.dtype))
     try:
         first = instance.observe(case.inputs(call))
         second = instance.observe(replace(case, seed=4).inputs(call))

@@ -16,6 +16,12 @@ import torch
 
 from conformance.model.core import AttentionSite, CoreKind
 
+LOGIT_RESIDUAL = 0.05
+"""Largest change in logits between two inputs that a single scale of q·kᵀ may leave
+unexplained, relative to the change's own spread (see :func:`fitted_scale`): a bias the tokens
+don't move cancels; a softcap's tanh at the usual caps (30, 50) bends the logits by well under
+1 %; a transform that leaves more is not one scale, and no scale or bias is measured there."""
+
 BIAS_ULPS = 16
 """Units in the last place of the logits' dtype (times their size) a bias may vary by and be
 no position dependence: the rounding of logits and of their fitted part."""

@@ -26,16 +26,15 @@ from dataclasses import replace
 import torch
 
 from conformance.checks.core_route import (
-    LOGIT_RESIDUAL,
     NOT_ONE_SCALE,
     core_cases,
-    core_scale_hint,
     core_words,
     matches,
     require_core,
+    scale_hint,
+    scale_mistakes,
     scale_tolerance,
-    second_inputs,
-    sites_of,
+    two_forwards,
     weights_skip_reason,
 )
 from conformance.checks.diagnosis import scale_groups
@@ -52,7 +51,14 @@ from conformance.generation.strategies import (
     wide_or_own_dtypes,
 )
 from conformance.model.results import Route
-from conformance.numerics.core_fit import BiasForm, bias_form, bias_tolerance, fitted_scale, logit_bias
+from conformance.numerics.core_fit import (
+    LOGIT_RESIDUAL,
+    BiasForm,
+    bias_form,
+    bias_tolerance,
+    fitted_scale,
+    logit_bias,
+)
 from conformance.numerics.tolerance import eps
 
 RESIDUAL = 0.05
@@ -167,10 +173,7 @@ class Scale(Check):
                         f"1/sqrt({case.head_dim}) = {fmt(expected)}", hint=hint)
 
     def verify_core(self, context: CheckContext, case: Case) -> None:
-        instance = context.build(case)
-        call = context.capabilities.call
-        first = sites_of(instance, case.inputs(call), case)
-        second = sites_of(instance, second_inputs(case, call), case)
+        first, second = two_forwards(context.build(case), case, context.capabilities.call)
         if len(first) != len(second):
             raise ProbeUnfit("the forward computed another number of cores for other tokens")
         dtype = context.judged(case.config.dtype)
@@ -206,15 +209,13 @@ class Scale(Check):
         words = None
         for tried in (case, replace(case, head_dim=8, num_heads=2), replace(case, head_dim=6,
                                                                             num_heads=3)):
-            instance = context.build(tried)
-            call = context.capabilities.call
-            first = sites_of(instance, tried.inputs(call), tried)
-            second = sites_of(instance, second_inputs(tried, call), tried)
+            first, second = two_forwards(context.build(tried), tried, context.capabilities.call)
             if index >= min(len(first), len(second)):
                 continue
             fitted, _ = fitted_scale(first[index], second[index])
-            words = core_scale_hint(first[index], fitted, tolerance, tried)
-            if words is None or ", which at this size is each of" not in words:
+            mistakes = scale_mistakes(first[index], fitted, tolerance, tried)
+            words = scale_hint(mistakes, fitted)
+            if len(mistakes) <= 1:  # none, or one told apart from the others
                 return words if tried is case or words is None else (
                     f"{words} (measured at head_dim {tried.head_dim}, {tried.num_heads} heads, "
                     "where the candidates are apart)")
