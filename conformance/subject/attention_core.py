@@ -59,11 +59,6 @@ def _walk(start: Node, onward: str) -> Iterable[Node]:
                 frontier.append(other)
 
 
-def _descends(node: Node, start: Node) -> bool:
-    """Whether ``node`` is ``start`` or made from it without a product in between."""
-    return node is start or any(n is node for n in _walk(start, "children"))
-
-
 def _fits(product: Product, shape: tuple[int, ...]) -> bool:
     """Whether ``product``'s output is the logits of ``shape``: the same, or shorter along one
     axis (columns joined on: attention sinks), or the same values in another shape."""
@@ -129,12 +124,15 @@ def _value_product(tracer: CoreTracer, start: Node) -> tuple[Product, int] | Non
     """The first product that multiplies (something made from) the probabilities ``start`` with
     token-derived values, and which of its operands the probabilities are."""
     order = {id(p): i for i, p in enumerate(tracer.products)}
+    reached = list(_walk(start, "children"))
+    # Made from the probabilities without a product in between (walked once, not per product).
+    descends = {id(start)} | {id(node) for node in reached}
     candidates = []
-    for node in _walk(start, "children"):
+    for node in reached:
         product = node.product
         if product is None:
             continue
-        sides = [i for i, operand in enumerate(product.nodes) if _descends(operand, start)]
+        sides = [i for i, operand in enumerate(product.nodes) if id(operand) in descends]
         if len(sides) == 1 and product.nodes[1 - sides[0]].tainted:
             candidates.append((order[id(product)], product, sides[0]))
     if not candidates:
