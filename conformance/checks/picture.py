@@ -136,6 +136,7 @@ def _core(capabilities: Capabilities, case: Case, named: bool, batch: int, head:
     """The weights its attention core multiplies the values by (observed in its forward), beside
     softmax(q·kᵀ / sqrt(w) + the bias the tokens don't move) over the keys the case allows, from
     the q and k the core computed; None where no core shows. Its groups are read batch first."""
+    # Evidence, not a check: its output is not validated, and a forward with no core is None.
     call = capabilities.call
     first = instance.observe(case.inputs(call)).sites
     second = instance.observe(second_inputs(case, call)).sites
