@@ -10,16 +10,13 @@ import pytest
 import torch
 
 from conformance import Status
-from conformance.loading.registry import ResolveError, resolve
+from conformance.loading.registry import resolve
 from conformance.model.check_names import THROUGH_THE_CORE
 from conformance.model.results import Route
 from conformance.run.many import check_many
 from tests.fixtures import new_architectures as arch
 
-UNCHECKABLE = {arch.PerceiverLatentAttention, arch.PerceiverMaskIgnored}
-"""Queries from the module itself (learned latents): said in one line, not checked yet."""
-
-CHECKED = [cls for cls in (*arch.CORRECT, *arch.BROKEN, *arch.KERNELS) if cls not in UNCHECKABLE]
+CHECKED = [*arch.CORRECT, *arch.BROKEN, *arch.KERNELS]
 
 
 def spec(cls: type) -> str:
@@ -36,9 +33,7 @@ def checked():
     return by_name
 
 
-@pytest.mark.parametrize("cls", [c for c in (*arch.CORRECT, arch.softcap_kernel)
-                                 if c not in UNCHECKABLE],
-                         ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [*arch.CORRECT, arch.softcap_kernel], ids=lambda c: c.__name__)
 def test_no_correct_layer_fails(checked, cls):
     results = checked[cls.__name__]
     failed = {name: r.reason for name, r in results.items()
@@ -50,8 +45,7 @@ def test_no_correct_layer_fails(checked, cls):
 TWINS = {**arch.BROKEN, **{f: check for f, check in arch.KERNELS.items() if check}}
 
 
-@pytest.mark.parametrize(("cls", "check"), [(c, n) for c, n in TWINS.items()
-                                            if c not in UNCHECKABLE],
+@pytest.mark.parametrize(("cls", "check"), list(TWINS.items()),
                          ids=lambda v: getattr(v, "__name__", v))
 def test_each_twin_fails_the_check_named_for_its_bug(checked, cls, check):
     result = checked[cls.__name__][check]
@@ -61,7 +55,8 @@ def test_each_twin_fails_the_check_named_for_its_bug(checked, cls, check):
 
 
 @pytest.mark.parametrize("name", ["MultiHeadLatentAttention", "MultiHeadLatentAttentionAbsorbed",
-                                  "DifferentialAttention", "T5Attention"])
+                                  "DifferentialAttention", "T5Attention",
+                                  "PerceiverLatentAttention"])
 def test_a_layer_no_weight_layout_maps_is_judged_through_its_core(checked, name):
     routed = {check for check, r in checked[name].items() if r.route is Route.CORE}
     assert routed == set(THROUGH_THE_CORE)  # what inference's note says
@@ -88,11 +83,25 @@ def test_the_hints_name_the_mistakes(checked):
             in checked["softcap_kernel_scale_dropped"]["kernel"].hint)
 
 
-@pytest.mark.parametrize("cls", sorted(UNCHECKABLE, key=lambda c: c.__name__),
-                         ids=lambda c: c.__name__)
-def test_latent_queries_are_said_uncheckable_in_one_line(cls):
-    with pytest.raises(ResolveError, match="queries come from the module itself"):
-        resolve(spec(cls))
+def test_queries_of_its_own_are_found_and_only_the_keys_are_generated(checked):
+    (implementation,) = resolve(spec(arch.PerceiverLatentAttention))
+    caps, notes = implementation.capabilities, implementation.notes
+    assert (caps.call, caps.queries, caps.causal) == ("latent", 4, "never")
+    assert caps.mask is not None and implementation.weight_layout is None
+    assert any("its queries are its own: 4 output rows" in str(note) for note in notes)
+    results = checked["PerceiverLatentAttention"]
+    assert results["permutation"].status is Status.PASSED  # the keys moved, not the latents
+    assert results["causal"].reason == "inferred: non-causal attention"
+
+
+def test_declaring_latent_for_a_layer_whose_queries_are_its_tokens_is_one_line():
+    from conformance import infer
+    from conformance.inference.plan import InferenceError
+    from conformance.model.declaration_sources import from_mapping
+
+    with pytest.raises(InferenceError, match="call=latent is declared, but its output has a row "
+                                             "per token"):
+        infer(arch.T5Attention, declared=from_mapping({"call": "latent"}, "test"))
 
 
 def test_what_inference_found_missing_is_said_as_inferred_not_declared(checked):

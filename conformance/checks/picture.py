@@ -22,7 +22,7 @@ import torch
 
 from conformance.checks.core_route import second_inputs
 from conformance.checks.probes import probe, probe_unfit_reason
-from conformance.generation.cases import Case
+from conformance.generation.cases import Case, own_queries
 from conformance.model.core import CoreKind
 from conformance.model.picture import Matrix, Picture
 from conformance.model.spec import Capabilities
@@ -194,8 +194,10 @@ def _enlarged(case: Case, capabilities: Capabilities) -> Case | None:
 
     q_len = length if case.q_len == case.kv_len else max(1, round(case.q_len * length
                                                                   / case.kv_len))
-    return replace(case, q_len=q_len, kv_len=length, num_heads=heads, head_dim=width,
-                   kept=None if case.kept is None else tuple(scaled(k) for k in case.kept))
+    return own_queries(replace(case, q_len=q_len, kv_len=length, num_heads=heads, head_dim=width,
+                               kept=None if case.kept is None else tuple(scaled(k) for k in
+                                                                         case.kept)),
+                       capabilities)
 
 
 def _differ(drawn: Picture) -> bool:

@@ -7,11 +7,11 @@ a user can paste: ``Case(batch=2, q_len=2, kv_len=2, num_heads=2, head_dim=1, se
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 
-from conformance.model.spec import CallConvention, Config
+from conformance.model.spec import CallConvention, Capabilities, Config
 from conformance.numerics.reference import allowed_keys
 from conformance.subject.boundary import Inputs
 
@@ -157,7 +157,9 @@ class Case:
         if call == "self":
             return Inputs.self_attention(self.tensor(self.batch, self.q_len, self.d_model),
                                          mask, self.causal)
-        if call == "cross":
+        if call in ("cross", "latent"):
+            # latent: the queries are the module's own; ``query`` only stands for their rows
+            # (never passed to it), so every output row is compared as a cross-attention's.
             context = self.tensor(self.batch, self.kv_len, self.d_model, stream=1)
             return Inputs(query=self.tensor(self.batch, self.q_len, self.d_model, stream=0),
                           key=context, value=context, keep=mask, causal=self.causal)
@@ -166,3 +168,9 @@ class Case:
             key=self.tensor(self.batch, self.kv_len, self.d_model, stream=1),
             value=self.tensor(self.batch, self.kv_len, self.d_model, stream=2),
             keep=mask, causal=self.causal)
+
+
+def own_queries(case: Case, caps: Capabilities) -> Case:
+    """``case`` with as many queries as the module holds, where its queries are its own (the
+    ``latent`` call: its output has that many rows whatever the input): never causal."""
+    return case if caps.queries is None else replace(case, q_len=caps.queries, causal=False)

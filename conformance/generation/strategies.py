@@ -163,10 +163,14 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
         min_len = max(min_len, 2)
     max_batch = min(max_batch, caps.max_batch or max_batch)
     batch = draw(_integers(max(min_batch, 2 if masks == "fully_masked" else 1), max_batch))
-    q_len = draw(_just_or_integers(max(min(batch, max_len), min_len), min_len, max_len))
-    kv_len = q_len
-    if cross and caps.cross_attention and not causal:
-        kv_len = draw(_just_or_integers(q_len, min_len, max_len))
+    if caps.queries is not None:  # the module's own queries: their count is not drawn
+        q_len = caps.queries
+        kv_len = draw(_just_or_integers(max(min(batch, max_len), min_len), min_len, max_len))
+    else:
+        q_len = draw(_just_or_integers(max(min(batch, max_len), min_len), min_len, max_len))
+        kv_len = q_len
+        if cross and caps.cross_attention and not causal:
+            kv_len = draw(_just_or_integers(q_len, min_len, max_len))
     num_heads = draw(_heads(caps, min_heads, max_heads, grouped))
     # Drawn only where declared: an implementation without these forms gets the very cases it
     # got before they existed.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 import conformance.inference.weight_roles as weight_roles
-from conformance.generation.cases import dtype_name
+from conformance.generation.cases import dtype_name, own_queries
 from conformance.generation.constraints import Constraint
 from conformance.inference.found import CapabilitiesFound
 from conformance.inference.plan import InferenceError, Plan
@@ -115,7 +115,8 @@ def dropout_form(plan: Plan, capabilities: CapabilitiesFound, probe, heads: int,
     if plan.roles.dropout:
         capabilities.set(dropout="config")
         return
-    inputs = probe_case(heads, head_dim, kept=None).inputs(plan.convention.call)
+    inputs = own_queries(probe_case(heads, head_dim, kept=None), capabilities.caps).inputs(
+        plan.convention.call)
     try:
         changes = not torch.equal(probe.forward(inputs, training=True, seed=1),
                                   probe.forward(inputs, training=True, seed=2))

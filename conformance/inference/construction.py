@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-from dataclasses import replace
 
 import torch
 
@@ -13,6 +12,7 @@ from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constrain
 from conformance.inference.convention import ForwardConvention, mask_family, read_forward
 from conformance.inference.fixed_sizes import needs_no_arguments, width_constraint
 from conformance.inference.found import CapabilitiesFound
+from conformance.inference.latent import own_query_count
 from conformance.inference.plan import CALL_REMEDY, SIZES_REMEDY, InferenceError, Plan, first_call
 from conformance.inference.probing import probe_case, sequence_first
 from conformance.inference.roles import ConstructorRoles, read_roles
@@ -54,7 +54,7 @@ def forward_convention(cls: type, declared: Declarations, label: str) -> Forward
     if declared.call:
         convention.call = declared.call
         convention.call_guessed = False
-        convention.inputs = (convention.inputs[:1] if declared.call == "self" else
+        convention.inputs = (convention.inputs[:1] if declared.call in ("self", "latent") else
                              (*convention.inputs, "context")[:2] if declared.call == "cross"
                              else (*convention.inputs, "k", "v")[:3])
         convention.by_keyword = False
@@ -202,35 +202,19 @@ def output_form(plan: Plan, config: Config, notes: list[str | Note], returns: st
                              heads=config.num_heads if plan.roles.heads else None,
                              kv_len=config.kv_len)
     if problem is not None:
-        rows = _rows_of_its_own(plan, config, first)
-        if rows is not None:
-            raise InferenceError(
-                f"its output has {rows} rows for inputs of {config.q_len} and of "
-                f"{config.q_len + 3} tokens: its queries come from the module itself (learned "
-                "latents, Perceiver-style), a form the suite does not check yet")
+        plan.queries = own_query_count(plan, config, first)
+        if plan.queries is not None:  # queries of its own: see inference.latent
+            plan.convention.call = "latent"
+            return
         raise InferenceError(str(problem))
+    if plan.convention.call == "latent":
+        raise InferenceError(f"call=latent is declared, but its output has a row per token "
+                             f"({config.q_len} for {config.q_len}): its queries are the input's")
     roles = plan.roles
     if (roles.output and isinstance(first, torch.Tensor)
             and first.shape[-1] == config.num_heads * config.d_model and config.num_heads > 1):
         plan.per_head_output = True
         notes.append(f"{roles.output} read as each head's width: the heads are concatenated")
-
-
-def _rows_of_its_own(plan: Plan, config: Config, first: object) -> int | None:
-    """The output's row count where it stays the same for inputs of another length (queries the
-    module holds itself), else None."""
-    if (not isinstance(first, torch.Tensor) or first.dim() != 3 or plan.convention.call == "qkv"
-            or first.shape[0] != config.batch):  # (length, batch, width) is transposed, not this
-        return None
-    longer = replace(config, q_len=config.q_len + 3, kv_len=config.kv_len + 3)
-    try:
-        other = first_call(plan, longer)
-    except Exception:  # the longer call's own failure: no evidence either way
-        return None
-    other = other[0] if isinstance(other, tuple) else other
-    rows = first.shape[1]
-    same = isinstance(other, torch.Tensor) and other.dim() == 3 and other.shape[1] == rows
-    return rows if same and rows != config.q_len else None
 
 
 def sequence_order(plan: Plan, declared: Declarations, build, heads: int, head_dim: int,

@@ -111,6 +111,8 @@ class ForwardConvention:
             text = f"self-attention forward({', '.join(self.inputs)}"
         elif self.call == "cross":
             text = f"cross-attention forward({', '.join(self.inputs)}"
+        elif self.call == "latent":
+            text = f"attention from queries of its own to forward({', '.join(self.inputs)}"
         else:
             text = f"forward({', '.join(self.inputs)}"
         if self.mask:

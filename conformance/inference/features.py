@@ -8,6 +8,7 @@ from dataclasses import replace
 import conformance.inference.kv_cache as kv_cache
 import conformance.inference.packing as packing
 import conformance.inference.window as window
+from conformance.generation.cases import own_queries
 from conformance.inference.found import CapabilitiesFound
 from conformance.inference.plan import WIDE_WINDOW, InferenceError, Plan
 from conformance.inference.probing import BOOLEAN_POLARITY, infer_mask, probe_case
@@ -189,7 +190,8 @@ def mask_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFoun
         notes.append(f"{argument}: {declared_mask.describe()} (declared)")
     elif argument:
         causal = capabilities.caps.causal == "always"
-        search = infer_mask(build(), probe_case(heads, head_dim, causal=causal),
+        search = infer_mask(build(), own_queries(probe_case(heads, head_dim, causal=causal),
+                                                 capabilities.caps),
                             plan.convention.call, plan.convention.mask_family, argument,
                             name_settles=plan.convention.mask_name_settles)
         if search.convention is None:

@@ -27,6 +27,7 @@ from conformance.inference.construction import (
 from conformance.inference.features import cache_form, mask_form, packed_form, window_form
 from conformance.inference.fixed_sizes import fixed_width, hidden_heads
 from conformance.inference.found import CapabilitiesFound
+from conformance.inference.latent import latent_form
 from conformance.inference.packed_call import settle_call
 from conformance.inference.plan import InferenceError, Inferred, Plan
 from conformance.inference.position import alibi_counting, encoding_inside, position_input
@@ -37,6 +38,7 @@ from conformance.inference.variadic_call import settle_by_trial
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.remedies import Note, as_notes
 from conformance.model.spec import Config
+from conformance.model.weights import WeightLayout
 from conformance.numerics.threads import one_thread
 from conformance.subject.in_process import InProcessSubject
 
@@ -109,6 +111,8 @@ def infer(cls: type, *, name: str | None = None, declared: Declarations | None =
     except DeclarationError as error:
         raise InferenceError(str(error)) from error
     output_form(plan, config, notes, returns)
+    if plan.queries is not None:  # found by calling it: the convention said first is its own
+        notes[0] = plan.convention.describe()
     capabilities = CapabilitiesFound(shapes=constraint.pairs if constraint else None,
                                      returns_tensor=returns == "tensor", padded_queries=padded)
     if padded is not None:
@@ -122,6 +126,9 @@ def infer(cls: type, *, name: str | None = None, declared: Declarations | None =
         implementation = plan.implementation(label, **capabilities.given(**changes))
         return InProcessSubject(implementation).instantiate(config, seed=0)
 
+    if plan.queries is not None:  # queries of its own: no weights, nothing causal, no cache
+        latent_form(plan, declared, capabilities, build, heads, head_dim, notes)
+        return _inferred(plan, label, declared, capabilities, None, notes)
     sequence_order(plan, declared, build, heads, head_dim, notes)
     probe = build()
     causality(plan, declared, capabilities, build, heads, head_dim, notes)
@@ -153,6 +160,12 @@ def infer(cls: type, *, name: str | None = None, declared: Declarations | None =
         packed_form(plan, declared, capabilities, build, heads, head_dim, notes)
     except DeclarationError as error:
         raise InferenceError(str(error)) from error
+    return _inferred(plan, label, declared, capabilities, layout, notes)
+
+
+def _inferred(plan: Plan, label: str, declared: Declarations, capabilities: CapabilitiesFound,
+              layout: WeightLayout | None, notes: list[str | Note]) -> Inferred:
+    """The declaration found: the dtypes settled last, every note said."""
     dtypes_form(declared, capabilities, notes)
     said = as_notes(notes)
     implementation = replace(plan.implementation(label, **capabilities.given()), weight_layout=layout,

@@ -144,6 +144,9 @@ class Plan:
     instance: nn.Module | None = None
     """An instance checked as it is: every build is a deep copy of it (its configuration and
     weights), never a new one, and the instance itself is never changed."""
+    queries: int | None = None
+    """Queries the module holds itself (its output's rows for inputs of any length): found by
+    behaviour, see :mod:`conformance.inference.latent`."""
 
     def head_count(self) -> int | None:
         """The head count every configuration has, None where an argument sets it."""
@@ -226,7 +229,7 @@ def first_call(plan: Plan, config: Config) -> torch.Tensor | tuple:
     shape = (config.batch, config.q_len, config.d_model)
     if plan.convention.sequence_first:
         shape = (config.q_len, config.batch, config.d_model)
-    count = {"self": 1, "cross": 2}.get(plan.convention.call, 3)
+    count = {"self": 1, "latent": 1, "cross": 2}.get(plan.convention.call, 3)
     inputs = [torch.randn(shape) for _ in range(count)]
     kwargs = (dict(zip(plan.convention.inputs, inputs, strict=True)) if plan.convention.by_keyword
               else {})

@@ -97,7 +97,8 @@ def mask_behaviour(instance: Instance, case: Case, call: str,
         case = replace(case, kept=(case.kept[0],) * case.batch, shared_mask=True)
     inputs = replace(case.inputs(call), mask_convention=convention)
     keep = inputs.keep
-    rows = keep if inputs.is_self else torch.ones_like(keep)
+    rows = keep if inputs.is_self else torch.ones(keep.shape[0], inputs.query.shape[1],
+                                                  dtype=torch.bool, device=keep.device)
     try:
         before = instance.forward(inputs)
         if tuple(before.shape[:2]) != tuple(inputs.query.shape[:2]):

@@ -82,8 +82,9 @@ class DeclarationSpec:
 
 
 SPECS: tuple[DeclarationSpec, ...] = (
-    DeclarationSpec.one_of("call", "f(x, mask), f(q, k, v, mask) or f(x, context, mask)",
-                           ("self", "qkv", "cross")),
+    DeclarationSpec.one_of("call", "f(x, mask), f(q, k, v, mask), f(x, context, mask) or "
+                           "f(x, mask) attending from queries of its own (latent)",
+                           ("self", "qkv", "cross", "latent")),
     DeclarationSpec("mask", "KIND:LAYOUT[+causal][@ARG]",
                     "the padding mask: KIND keep_int, keep_int32, keep_bool, keep_float, "
                     "ignore_bool, additive (-inf), additive_min; LAYOUT key_padding (B, Lk), "

@@ -28,10 +28,12 @@ from conformance.model.remedies import Note, as_notes
 if TYPE_CHECKING:
     from conformance.model.weights import WeightLayout
 
-CallConvention = Literal["self", "qkv", "cross"]
+CallConvention = Literal["self", "qkv", "cross", "latent"]
 """``"self"``: ``f(x[, mask])``; ``"qkv"``: ``f(query, key, value[, mask])``; ``"cross"``:
 ``f(x, context[, mask])``, queries from ``x``, keys and values from ``context`` (a decoder's
-cross-attention over encoder states: one tensor for both, of its own length)."""
+cross-attention over encoder states: one tensor for both, of its own length); ``"latent"``:
+``f(x[, mask])`` whose queries are the module's own (Perceiver's learned latents): keys and
+values from ``x``, one output row per query it holds, ``Capabilities.queries`` of them."""
 
 Causality = Literal["never", "always", "optional"]
 """Whether the implementation masks the future: never, always, or when asked through an argument."""
@@ -146,6 +148,8 @@ class Capabilities:
         causal: whether it masks the future.
         causal_argument: keyword that turns causality on, when ``causal == "optional"``.
         cross_attention: whether ``kv_len != q_len`` is supported (``"qkv"`` only).
+        queries: for the ``"latent"`` call, how many queries the module holds itself (its
+            output's rows, whatever the input's length): every case has ``q_len`` this.
         max_len: the longest sequence it accepts (a ``block_size`` buffer, say).
         heads: a fixed number of heads (1 for single-head modules), or ``None`` for any.
         shapes: the (num_heads, head_dim) pairs it can be built for, where its constructor
@@ -207,6 +211,7 @@ class Capabilities:
     causal: Causality = "never"
     causal_argument: str | None = None
     cross_attention: bool = False
+    queries: int | None = None
     max_len: int | None = None
     heads: int | None = None
     shapes: tuple[tuple[int, int], ...] | None = None
@@ -244,11 +249,13 @@ class Capabilities:
 
     def describe(self) -> str:
         call = {"self": "self-attention f(x[, mask])", "qkv": "f(q, k, v[, mask])",
-                "cross": "cross-attention f(x, context[, mask])"}[self.call]
+                "cross": "cross-attention f(x, context[, mask])",
+                "latent": f"attention from {self.queries} queries of its own to x: f(x[, mask])"
+                }[self.call]
         parts = [call, self.mask.describe() if self.mask else "no mask"]
         parts.append({"never": "not causal", "always": "always causal",
                       "optional": f"causal when {self.causal_argument}=True"}[self.causal])
-        if self.cross_attention:
+        if self.cross_attention and self.call != "latent":
             parts.append("cross-attention")
         if self.heads is not None:
             parts.append(f"{self.heads} head(s)")
@@ -311,6 +318,11 @@ class Implementation:
             raise ValueError(f"{self.name}: cross-attention needs the 'qkv' or 'cross' call "
                              "convention")
         caps = self.capabilities
+        if (caps.call == "latent") != (caps.queries is not None):
+            raise ValueError(f"{self.name}: the 'latent' call convention goes with queries (how "
+                             "many it holds), and queries with it")
+        if caps.call == "latent" and caps.causal != "never":
+            raise ValueError(f"{self.name}: queries of its own are no tokens: nothing is causal")
         if caps.causal == "optional" and not caps.causal_argument:
             raise ValueError(f"{self.name}: causal='optional' needs causal_argument")
         if (caps.kv_cache is not None and not caps.cache_argument) or (

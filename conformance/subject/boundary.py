@@ -106,7 +106,8 @@ class Inputs:
 class Gradients:
     """What one backward pass gave: the output, and the gradient of ``sum(output * cotangent)``
     with respect to each input (``"x"`` for self-attention, ``"query"`` and ``"key"`` (the
-    context) for cross-attention, else ``"query"``, ``"key"``, ``"value"``; zeros where the
+    context) for cross-attention, ``"key"`` alone for queries of the module's own, else
+    ``"query"``, ``"key"``, ``"value"``; zeros where the
     output does not depend on it) and each parameter (``None`` where autograd gave none)."""
 
     output: torch.Tensor

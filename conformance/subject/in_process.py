@@ -107,6 +107,7 @@ class ModuleInstance(Instance):
         caps = self._capabilities
         # The implementation gets copies: an in-place write is recorded, never propagated.
         named = ({"x": inputs.query} if caps.call == "self" else
+                 {"key": inputs.key} if caps.call == "latent" else  # its queries are its own
                  {"query": inputs.query, "key": inputs.key} if caps.call == "cross" else
                  {"query": inputs.query, "key": inputs.key, "value": inputs.value})
         copies = {name: tensor.clone() for name, tensor in named.items()}
@@ -225,11 +226,12 @@ class ModuleInstance(Instance):
         if self._capabilities.call == "self":
             leaves = {"x": inputs.query.detach().clone().requires_grad_(True)}
             return leaves, inputs.with_tensors(leaves["x"])
-        if self._capabilities.call == "cross":
+        if self._capabilities.call in ("cross", "latent"):
+            names = ("key",) if self._capabilities.call == "latent" else ("query", "key")
             leaves = {name: getattr(inputs, name).detach().clone().requires_grad_(True)
-                      for name in ("query", "key")}
-            return leaves, replace(inputs, query=leaves["query"], key=leaves["key"],
-                                   value=leaves["key"])
+                      for name in names}
+            return leaves, replace(inputs, query=leaves.get("query", inputs.query),
+                                   key=leaves["key"], value=leaves["key"])
         leaves = {name: getattr(inputs, name).detach().clone().requires_grad_(True)
                   for name in ("query", "key", "value")}
         return leaves, replace(inputs, query=leaves["query"], key=leaves["key"],

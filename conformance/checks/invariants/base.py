@@ -175,8 +175,8 @@ class CheckContext:
     def _within_limits(self, verify: Callable[[Case], str | None]
                        ) -> Callable[[Case], str | None]:
         """``verify``, where a case at a configuration the implementation refuses (see
-        :mod:`conformance.checks.invariants.limits`) is no example: rejected, as generation
-        would have left it out had the gate's probe tried it, and said once per check."""
+        :mod:`conformance.checks.invariants.limits`) is no example: rejected, as generation would
+        have left it out had the gate's probe tried it, and said once per check."""
         def call(probe: Case) -> None:
             self.run(self.build(probe), probe.inputs(self.capabilities.call), probe)
 
@@ -193,7 +193,7 @@ class CheckContext:
                 raise UnsatisfiedAssumption() from unfit
             except ImplementationError as error:
                 if error.fatal or _repeated(error) or not self.limits.probe(
-                        case, call, self.capabilities.max_len):
+                        case, call, self.capabilities):
                     raise
                 self._refused(limit_key(case))
                 raise UnsatisfiedAssumption() from error

@@ -20,7 +20,7 @@ from conformance.checks.invariants.gate import LOW_PRECISION, base_case
 from conformance.checks.invariants.verify import expect_finite_rows, fmt
 from conformance.checks.invariants.violation import CheckFailed, Violation
 from conformance.checks.mask_mistakes import named
-from conformance.generation.cases import Case, dtype_name
+from conformance.generation.cases import Case, dtype_name, own_queries
 from conformance.generation.strategies import cases
 from conformance.numerics.tolerance import abs_error, only_rows, reordering_tolerance, worst_index
 from conformance.subject.boundary import ImplementationError, Inputs
@@ -61,7 +61,8 @@ class Contract(Check):
         first = caps.dtypes[0]
         single = [base_case(caps, first, context.device, q_len=1, kv_len=1)]
         if caps.cross_attention:
-            single += [replace(single[0], kv_len=3), replace(single[0], q_len=3, kv_len=1)]
+            single += [replace(single[0], kv_len=3), own_queries(replace(single[0], q_len=3,
+                                                                          kv_len=1), caps)]
         context.explore(cases(caps, context.device,
                               masks="auto"),
                         lambda case: self.verify(context, case), examples=single)

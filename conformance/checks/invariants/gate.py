@@ -27,7 +27,7 @@ from conformance.checks.invariants.verify import (
 )
 from conformance.checks.invariants.violation import Violation
 from conformance.checks.precision import Precision, classify, reference_gap, rounding_noise
-from conformance.generation.cases import Case, dtype_name
+from conformance.generation.cases import Case, dtype_name, own_queries
 from conformance.generation.constraints import Constraint, discover
 from conformance.generation.strategies import fixed_features, shared_masks
 from conformance.model.spec import Capabilities
@@ -90,7 +90,7 @@ def base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) ->
     case = Case(batch=2, q_len=length, kv_len=length, num_heads=heads, head_dim=head_dim,
                 dtype=dtype_name(dtype), device=device, seed=0, causal=caps.causal == "always",
                 **fixed_features(caps))
-    case = replace(case, **changes)
+    case = own_queries(replace(case, **changes), caps)
     if case.causal and case.q_len != case.kv_len and "causal" not in changes:
         case = replace(case, causal=False)  # causal cases have as many queries as keys
     if case.kept is not None and shared_masks(caps):
@@ -270,9 +270,9 @@ class Gate:
         in the declared layout with the right shapes (a layout that changes form at some head
         count limits the configurations as much as a constructor that refuses them)."""
         caps = context.capabilities
-        case = Case(batch=2, q_len=3, kv_len=3, num_heads=heads, head_dim=head_dim,
-                    dtype=dtype_name(caps.dtypes[0]), device=context.device,
-                    **fixed_features(caps))
+        case = own_queries(Case(batch=2, q_len=3, kv_len=3, num_heads=heads, head_dim=head_dim,
+                                dtype=dtype_name(caps.dtypes[0]), device=context.device,
+                                **fixed_features(caps)), caps)
         try:
             instance = context.subject.instantiate(case.config, 0)
             inputs = case.inputs(caps.call)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from conformance.generation.cases import Case, dtype_name
-from conformance.model.spec import Config
+from conformance.generation.cases import Case, dtype_name, own_queries
+from conformance.model.spec import Capabilities, Config
 from conformance.subject.boundary import ImplementationError
 
 REFUSED = "refuses "
@@ -55,17 +55,18 @@ class Limits:
         """Whether ``case``'s configuration is already known to be refused."""
         return bool(self.probed.get(limit_key(case)))
 
-    def probe(self, case: Case, call: Callable[[Case], object], max_len: int | None) -> bool:
+    def probe(self, case: Case, call: Callable[[Case], object], caps: Capabilities) -> bool:
         """Whether ``case``'s configuration is refused: ``call`` (build and call once, raising
         ImplementationError where that fails) fails on both of the gate's shapes there."""
         key = limit_key(case)
         if key not in self.probed:
             problems = []
             for batch, length in SHAPES:
-                length = min(length, max_len or length)
+                length = min(length, caps.max_len or length)
                 try:
-                    call(replace(case, batch=batch, q_len=length, kv_len=length, kept=None,
-                                 mask_seed=None, shared_mask=False, seed=batch))
+                    call(own_queries(replace(case, batch=batch, q_len=length, kv_len=length,
+                                             kept=None, mask_seed=None, shared_mask=False,
+                                             seed=batch), caps))
                 except ImplementationError as error:
                     if error.fatal:
                         raise

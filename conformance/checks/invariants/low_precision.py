@@ -27,7 +27,7 @@ from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.gate import LOW_PRECISION, base_pair
 from conformance.checks.invariants.verify import agree_with_reference, expect_finite_rows, reference_applies
 from conformance.checks.invariants.violation import CheckFailed, Finding, Lacking, Violation
-from conformance.generation.cases import Case, dtype_name
+from conformance.generation.cases import Case, dtype_name, own_queries
 from conformance.generation.strategies import SEEDS, cases, fixed_features, window_padding
 from conformance.model.spec import Capabilities
 from conformance.numerics.position_encoding import exact_integers
@@ -111,8 +111,8 @@ class LowPrecision(Check):
             length = exact_integers(dtype) + PAST_EXACT
             if caps.max_len is not None and caps.max_len < length:
                 continue
-            past = replace(self.long_case(caps, context.device, dtype_name(dtype)), batch=1,
-                           q_len=length, kv_len=length, kept=None)
+            past = own_queries(replace(self.long_case(caps, context.device, dtype_name(dtype)),
+                                       batch=1, q_len=length, kv_len=length, kept=None), caps)
             context.explore(SEEDS.map(lambda seed, c=past: replace(c, seed=seed)),
                             lambda case: self.verify(context, case, gain=POSITION_GAIN),
                             max_examples=1)
@@ -131,7 +131,7 @@ class LowPrecision(Check):
                     **fixed_features(caps))
         if case.window is not None and keep is not None:
             case = window_padding(case, case.window)  # every row keeps a key in its window
-        return case
+        return own_queries(case, caps)
 
     def verify(self, context: CheckContext, case: Case, offset: float = 0.0,
                gain: float = 1.0) -> None:

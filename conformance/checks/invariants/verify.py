@@ -13,7 +13,7 @@ from conformance.checks.invariants.violation import (
     Lacking,
     Violation,
 )
-from conformance.generation.cases import Case
+from conformance.generation.cases import Case, own_queries
 from conformance.model.forms import PositionEncoding
 from conformance.model.spec import Capabilities
 from conformance.model.weights import HeadWeights
@@ -37,8 +37,8 @@ def revealing(capabilities: Capabilities, case: Case) -> Case | None:
         return None
     same_length = case.causal or capabilities.call == "self" or case.q_len == case.kv_len
     kept = None if case.kept is None else (length - 2,) * case.batch
-    shown = replace(case, q_len=length if same_length else case.q_len, kv_len=length,
-                    kept=kept, mask_seed=None)
+    shown = own_queries(replace(case, q_len=length if same_length else case.q_len, kv_len=length,
+                                kept=kept, mask_seed=None), capabilities)
     return None if shown == case else shown
 
 
