@@ -5,10 +5,13 @@
 - ``integration``: the catalogue, inference, the worker or a front end on a few implementations.
 - ``e2e``: whole runs as users make them, over many implementations: the expected-results matrix
   and the mutant zoo, inference on every bundled class, the collections through the command line,
-  hostile and crashing submissions, the example class graded. These are also ``slow``.
+  hostile and crashing submissions, the example class graded. These are also ``slow``, but for
+  the whole-catalogue proofs' tests about one bundled implementation of the sample that keeps
+  every form (``tests/sample.py``): those are ``sampled`` instead.
 
-``make test`` runs every tier; ``pytest -m "not slow"`` is the quick loop, ``-m unit`` the
-quickest. A file missing below is an error, so a new one gets a tier.
+``make test`` runs ``-m "not slow"``: unit, integration and the sample (at most 6 minutes on two
+cores, from a fresh clone); ``make test-all`` runs everything (what ``.ci/run`` runs); ``-m unit``
+is the quickest. A file missing below is an error, so a new one gets a tier.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from tests.sample import bundled_sample
 
 UNIT = {
     "test_architecture", "test_grading_inputs", "test_grading_outputs", "test_grading_rubric",
@@ -36,13 +41,23 @@ INTEGRATION = {
     "test_time_budget", "test_shared_checks", "test_reports",
     "test_user_pytest",
     "test_wild_styles_are_correct", "test_docs_examples", "test_new_architectures_are_correct",
-    "test_new_architectures", "test_library_held_out",
+    "test_new_architectures", "test_library_held_out", "test_tiers",
 }
 E2E = {
     "test_containment", "test_expected_results", "test_grading_cli", "test_grading_example",
     "test_grading_shards", "test_inference", "test_library_layers", "test_no_false_alarms",
     "test_thirdparty", "test_wheel", "test_worker", "test_worker_hostile", "test_watch",
 }
+MOVED_TO_SLOW = {
+    ("test_new_architectures", "checked"):
+        "infers and checks thirty hand-written layers of new architectures at once (a minute of "
+        "one core); their float64 oracle proofs stay in make test",
+    ("test_real_layer_causes", "checked"):
+        "infers and checks every real-layer cause's layer and twin at once (half a minute of one "
+        "core); the proofs of those layers stay in make test",
+}
+"""Integration tests in the slow tier, by (file, the fixture that makes them slow), each with why:
+``make test`` stays within 6 minutes."""
 TIERS = {**dict.fromkeys(UNIT, "unit"), **dict.fromkeys(INTEGRATION, "integration"),
          **dict.fromkeys(E2E, "e2e")}
 
@@ -73,5 +88,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if tier is None:
             raise pytest.UsageError(f"{stem}.py has no tier: add it to tests/conftest.py")
         item.add_marker(tier)
-        if tier == "e2e":
+        for (file, fixture), why in MOVED_TO_SLOW.items():
+            if stem == file and fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.slow(why=why))
+        if tier != "e2e":
+            continue
+        about = _implementation(item)
+        if about is not None and about in bundled_sample():
+            item.add_marker("sampled")
+        else:
             item.add_marker("slow")
+
+
+def _implementation(item: pytest.Item) -> str | None:
+    """The bundled implementation a parametrized test is about (its ``name``, or its mutant
+    ``module``'s), else None."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if isinstance(params.get("name"), str):
+        return params["name"]
+    implementation = getattr(params.get("module"), "IMPLEMENTATION", None)
+    return getattr(implementation, "name", None)
