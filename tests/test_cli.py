@@ -139,3 +139,27 @@ def test_the_zygote_starts_early_only_where_this_process_will_fork_workers():
     assert not early(["check", "my_attention.py::MyAttention", "--no-isolate"])
     assert not early(["grade", "--no-sandbox", "submissions", "--rubric", "rubric.toml"])
     assert not early(["list"]) and not early([])
+
+
+def test_a_run_that_checked_nothing_is_never_ok(capsys, tmp_path):
+    """Every check skipped on the only device asked for (cuda, absent here): exit 2, said per
+    device, and the JSON is not ok; beside a device that checked something, said but no exit 2."""
+    report = tmp_path / "r.json"
+    code, out, _ = run(capsys, "check", "textbook", "--device", "cuda", "--json", str(report))
+    assert code == 2
+    assert "Nothing checked: textbook on cuda (cuda is not available on this machine)" in out
+    assert "NOTHING CHECKED" in out and "OK: no unexpected failure" not in out
+    summary = json.loads(report.read_text())["summary"]
+    assert summary["ok"] is False
+    assert summary["unchecked"] == [{"implementation": "textbook", "device": "cuda",
+                                     "why": "cuda is not available on this machine"}]
+    code, out, _ = run(capsys, "check", "textbook", "--device", "cpu", "--device", "cuda",
+                       "--check", "gate")
+    assert code == 0 and "Nothing checked: textbook on cuda" in out
+
+
+def test_an_unknown_device_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["check", "textbook", "--device", "cpu,cuda"])
+    assert exited.value.code == 2
+    assert "unknown device 'cpu,cuda'" in capsys.readouterr().err

@@ -223,3 +223,12 @@ def test_a_suite_error_is_never_charged_to_the_student(rubric):
     assert item.state is State.NOT_EVALUATED and item.points == 0
     assert item.checks[0].why.startswith("the grader's own error")
     assert graded.status is RunStatus.PARTLY_EVALUATED  # a person looks at it
+
+
+def test_a_submission_every_check_of_which_skipped_is_not_evaluated_never_full_marks(rubric):
+    """A device the grader could not use (every check skipped, the gate too) checked nothing:
+    no points, and the submission says it was only partly evaluated."""
+    skipped = {check: S for check in ALL_PASS}
+    graded = score(rubric, outcome(skipped, {"gate": S, "causal": S}))
+    assert graded.total == 0 and graded.status is RunStatus.PARTLY_EVALUATED
+    assert all(item.state is State.NOT_EVALUATED for item in graded.items)

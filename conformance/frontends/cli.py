@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -44,7 +45,7 @@ from conformance.model.check_names import CHECK_NAMES
 from conformance.model.declaration_sources import parse_init
 from conformance.model.declaration_specs import SPECS, DeclarationSpec, Form, validate
 from conformance.model.declarations import DeclarationError, Declarations
-from conformance.model.results import CheckResult, Status
+from conformance.model.results import CheckResult, Status, checked_nowhere
 from conformance.run.isolated import BadInput, Interfaces, Isolated, Target
 from conformance.run.many import check_many
 from conformance.worker.local import CALL_SECONDS
@@ -75,7 +76,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="also write JUnit XML (a testcase per check and device), for CI "
                             "test viewers")
     check.add_argument("--device", action="append", dest="devices", metavar="DEVICE",
-                       help="cpu, cuda or mps (repeatable; default: every available one)")
+                       type=_device,
+                       help="cpu, cuda, cuda:N or mps (repeatable; default: every available one)")
     check.add_argument("--check", action="append", dest="checks", choices=CHECK_NAMES,
                        metavar="NAME", help=f"only these checks (repeatable): {', '.join(CHECK_NAMES)}")
     check.add_argument("--seed", type=int,
@@ -253,7 +255,10 @@ def _check(args: argparse.Namespace) -> int:
             args.json.write_text(text)
     if any(r.status is Status.SUITE_ERROR for r in results):
         return EXIT_USAGE  # the suite's own error: no verdict, as for bad input (exit 2)
-    return EXIT_FAILED if any(r.is_failure for r in results) else EXIT_OK
+    if any(r.is_failure for r in results):
+        return EXIT_FAILED
+    # An implementation no device checked anything of has no verdict: never OK (exit 2).
+    return EXIT_USAGE if checked_nowhere(results) else EXIT_OK
 
 
 def _watch(args: argparse.Namespace, declared: Declarations, devices: Sequence[str],
@@ -286,6 +291,14 @@ def _jobs(args: argparse.Namespace) -> int:
     if args.jobs:
         return args.jobs
     return 1 if os.environ.get("PYTEST_XDIST_WORKER") else os.cpu_count() or 1
+
+
+def _device(name: str) -> str:
+    """A device the run can name (whether this machine has it is the run's to say)."""
+    if re.fullmatch(r"cpu|mps|cuda(:\d+)?", name):
+        return name
+    raise argparse.ArgumentTypeError(f"unknown device {name!r}: cpu, cuda, cuda:N or mps (repeat "
+                                     "--device for several)")
 
 
 def _well_formed(spec: str) -> None:

@@ -15,7 +15,7 @@ import torch
 
 from conformance.frontends.interface_language import Interface, notes_words, remedy_words
 from conformance.model.remedies import Note
-from conformance.model.results import CheckResult, Route, Status
+from conformance.model.results import CheckResult, Route, Status, checked_nowhere, unchecked
 
 LABELS = {
     Status.PASSED: "PASS",
@@ -166,7 +166,13 @@ def summary(results: Sequence[CheckResult], seconds: float) -> str:
         verdict += (f" ({counts[Status.WARNED]} warning(s): findings beyond the contract's "
                     "normal range, in assumed dtypes or about an intent inference can't know; "
                     "--strict fails on them)")
-    return f"{wrap(text)}\n{wrap(verdict)}"
+    nowhere = checked_nowhere(results)
+    if nowhere and not counts[Status.FAILED] and not counts[Status.SUITE_ERROR]:
+        verdict = (f"NOTHING CHECKED: every check of {', '.join(nowhere)} skipped on every "
+                   "device: no verdict, not OK (the lines above say why)")
+    lines = [wrap(f"Nothing checked: {u.implementation} on {u.device} ({u.why})", 0, 6)
+             for u in unchecked(results)]
+    return "\n".join([*lines, wrap(text), wrap(verdict)])
 
 
 def inferred(notes: Mapping[str, Sequence[Note]], interface: Interface = "cli") -> list[str]:
@@ -226,6 +232,7 @@ def render_json(results: Sequence[CheckResult], *,
                             for name, (declares, notes) in interfaces.items()],
         "results": [r.to_dict() for r in results],
         "summary": {**counts, "seconds": round(seconds, 3),
+                    "unchecked": [u._asdict() for u in unchecked(results)],
                     "ok": counts[Status.FAILED.value] == 0
-                    and counts[Status.SUITE_ERROR.value] == 0},
+                    and counts[Status.SUITE_ERROR.value] == 0 and not checked_nowhere(results)},
     }

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from conformance.model.remedies import Remedy
 
@@ -84,3 +85,34 @@ class CheckResult:
         if self.picture is None:
             del data["picture"]  # a report's JSON is as it was unless pictures were asked for
         return data
+
+
+class Unchecked(NamedTuple):
+    """An implementation on a device where every check skipped: nothing was judged there."""
+
+    implementation: str
+    device: str
+    why: str
+    """The gate's skip reason (it says why the whole device is out), else the commonest one."""
+
+
+def unchecked(results: Iterable[CheckResult]) -> list[Unchecked]:
+    """Each (implementation, device) of ``results`` whose every check skipped, in the order they
+    first appear. A run with such a pair checked nothing there: never reported as OK for it."""
+    groups: dict[tuple[str, str], list[CheckResult]] = {}
+    for result in results:
+        groups.setdefault((result.implementation, result.device), []).append(result)
+    found = []
+    for (name, device), group in groups.items():
+        if any(r.status is not Status.SKIPPED for r in group):
+            continue
+        gate = next((r.reason for r in group if r.check == "gate"), None)
+        reasons = [r.reason for r in group]
+        found.append(Unchecked(name, device, gate or max(reasons, key=reasons.count)))
+    return found
+
+
+def checked_nowhere(results: Sequence[CheckResult]) -> list[str]:
+    """The implementations of ``results`` no device checked anything of."""
+    judged = {r.implementation for r in results if r.status is not Status.SKIPPED}
+    return list(dict.fromkeys(r.implementation for r in results if r.implementation not in judged))
