@@ -35,3 +35,26 @@ def one_line(error: BaseException, limit: int | None = None) -> str:
     text = str(error)
     line = clipped(text, limit) if limit is not None else (text.strip().splitlines() or [""])[0]
     return f"{type(error).__name__}: {line}".rstrip(": ")
+
+
+def raised_by_its_code(error: BaseException) -> str | None:
+    """Where ``error`` was raised in code the suite called (``file:line`` of the deepest frame
+    outside the suite, torch and the standard library, below the suite's last frame), or None
+    where it is the suite's own (raised in the suite, or in torch called by the suite itself)."""
+    import os
+    import sysconfig
+    import traceback
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    library = {os.path.abspath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib")}
+    frames = traceback.extract_tb(error.__traceback__)
+    last_ours = max((i for i, f in enumerate(frames) if os.path.abspath(f.filename).startswith(
+        here + os.sep)), default=-1)
+
+    def its_own(filename: str) -> bool:
+        path = os.path.abspath(filename)
+        return not (path.startswith(here + os.sep) or f"{os.sep}torch{os.sep}" in path
+                    or any(path.startswith(lib + os.sep) for lib in library))
+
+    theirs = [f for f in frames[last_ours + 1:] if its_own(f.filename)]
+    return f"{os.path.basename(theirs[-1].filename)}:{theirs[-1].lineno}" if theirs else None

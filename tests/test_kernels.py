@@ -399,3 +399,23 @@ def test_a_layer_refusing_float64_nobody_declared_is_checked_without_it():
     declared = check(kernel_refusals.Float32OnlyLayer, devices=["cpu"], checks=["contract"],
                      declare={"dtypes": "float32,float64"})
     assert declared[0].status is Status.FAILED  # declared, float64 is its contract
+
+
+def test_a_kernel_that_takes_no_gradient_on_the_cpu_is_forward_only_never_a_traceback():
+    inferred = infer_function(kernel_refusals.no_grad_on_cpu_attention)
+    assert inferred.implementation.capabilities.forward_only
+    assert any("raises NotImplementedError: FlexAttention does not support backward on CPU for "
+               "inputs that require gradients" in n for n in texts(inferred.notes))
+    results = {r.check: r for r in check(inferred.implementation, devices=["cpu"])}
+    assert not [r.reason for r in results.values() if r.status is Status.FAILED]
+    assert results["autograd"].status is Status.SKIPPED
+    assert results["path_agreement"].status is Status.PASSED
+
+
+def test_a_dropout_rate_the_kernel_raises_on_is_stated_and_dropout_skips():
+    inferred = infer_function(kernel_refusals.no_dropout_attention)
+    assert inferred.implementation.capabilities.dropout == "none"
+    assert any(n.startswith("dropout_p=0.5 raises (ValueError: dropout not supported in this "
+                            "build): dropout is refused") for n in texts(inferred.notes))
+    (result,) = check(inferred.implementation, devices=["cpu"], checks=["dropout"])
+    assert result.status is Status.SKIPPED

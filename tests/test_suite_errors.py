@@ -41,3 +41,39 @@ def test_the_command_line_exits_2_on_a_suite_error(broken_scale, capsys):
     assert code == 2
     assert "SUITE ERROR: the suite itself failed in 1 check(s)" in out
     assert "ERROR textbook · scale [cpu]" in out
+
+
+def _its_code():
+    raise NotImplementedError("FlexAttention does not support backward on CPU")
+
+
+def test_what_a_modules_own_code_raises_while_probed_is_one_line_and_says_where():
+    from conformance.loading.registry import ResolveError, _probed
+
+    with pytest.raises(ResolveError, match=r"Layer: its code raised NotImplementedError: "
+                                           r"FlexAttention does not support backward on CPU at "
+                                           r"test_suite_errors\.py:\d+ while the suite probed"):
+        _probed(_its_code, "Layer")
+
+
+def test_the_suites_own_exception_while_inferring_is_the_suites():
+    from conformance.errors import clipped, raised_by_its_code
+    from conformance.loading.registry import _probed
+
+    with pytest.raises(AttributeError) as raised:
+        _probed(lambda: clipped(None, 3), "Layer")  # raised inside the suite: not the module's
+    assert raised_by_its_code(raised.value) is None
+
+
+def test_the_command_line_says_an_internal_error_in_one_line(monkeypatch, capsys):
+    import conformance.frontends.cli as cli
+
+    def broken(args):
+        raise KeyError("a key the suite forgot")
+
+    monkeypatch.setattr(cli, "_check", broken)
+    assert main(["check", "textbook"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attention-conformance: internal error (the suite's own, not the code "
+                          "checked): KeyError: 'a key the suite forgot'; please report it")
+    assert "Traceback" not in err

@@ -20,6 +20,7 @@ from pathlib import Path
 from conformance._version import __version__
 from conformance.benchmark.decode import DEFAULT_CONTEXTS
 from conformance.benchmark.ladder import DEFAULT_LENGTHS
+from conformance.errors import one_line
 from conformance.frontends import grade as grading_cli
 from conformance.frontends.bench_command import run_bench
 from conformance.frontends.command_targets import (
@@ -373,6 +374,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "debug", False):
             traceback.print_exc()
         print(f"attention-conformance: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as error:  # the suite's own defect: said as the suite's, never a verdict
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        print(f"attention-conformance: internal error (the suite's own, not the code checked): "
+              f"{one_line(error, 200)}; please report it (--debug shows where)", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -161,10 +161,11 @@ def page_size(cls: type[CacheKernelModule], dtype: torch.dtype) -> tuple[int | N
                   + "; ".join(refused) + "): the cache is checked contiguous")
 
 
-def cache_function_class(function, layout: str, grouped: bool) -> type[CoreFunctionModule]:
+def cache_function_class(function, layout: str, grouped: bool,
+                         dropout: bool = True) -> type[CoreFunctionModule]:
     """A CacheKernelModule subclass calling ``function``, whose forward takes (q, k, v), a
     ``kv_cache`` (a :class:`KernelCache`) and the function's other keywords."""
-    dense = core_function_class(function, layout, grouped)
+    dense = core_function_class(function, layout, grouped, dropout)
     parameters = [p for p in inspect.signature(function).parameters.values()
                   if p.name not in LEFT_OUT][1:]
     tensors = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)

@@ -18,6 +18,7 @@ projections included. The weights are the suite's own projections, known by cons
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import replace
 
@@ -25,13 +26,14 @@ import torch
 
 from conformance.generation.cases import dtype_name
 from conformance.inference.cache_function import cache_function_class, is_cache_kernel, page_size
-from conformance.inference.function_wrapper import core_function_class
+from conformance.inference.function_wrapper import DROPOUT_ARGUMENTS, core_function_class
 from conformance.inference.infer import infer
 from conformance.inference.kernel_arguments import (
     call_output,
     kernel_arguments,
     per_head,
     refusal,
+    refuses,
 )
 from conformance.inference.plan import ALL_DTYPES, InferenceError, Inferred
 from conformance.inference.varlen_function import dense_view, is_varlen
@@ -171,6 +173,10 @@ def _nowhere(label: str, refused: dict[torch.dtype, str]) -> InferenceError:
                           f"({_names(refused)}; float32: {main}), {where}")
 
 
+DROPOUT_TRIED = 0.5
+"""The rate a kernel's dropout argument is tried at: one it raises on is refused (stated)."""
+
+
 def forward_only(function, dtype: torch.dtype) -> str | None:
     """Why ``function`` is forward only, by behaviour, or None: with inputs that require
     gradients its output carries none (computed outside autograd), or its backward raises
@@ -179,7 +185,10 @@ def forward_only(function, dtype: torch.dtype) -> str | None:
     q, k, v = (torch.randn(PROBE_SHAPE, generator=generator).to(dtype).requires_grad_(True)
                for _ in range(3))
     with torch.enable_grad():
-        out = call_output(function(q, k, v))
+        try:
+            out = call_output(function(q, k, v))
+        except NotImplementedError as error:  # FlexAttention on a CPU: no inputs needing grad
+            return f"it raises {refusal(error)} for inputs that require gradients"
         if out is None or not out.requires_grad:
             return "its output carries no gradient (computed outside autograd)"
         try:
@@ -250,7 +259,12 @@ def infer_function(function, *, name: str | None = None,
                            else function_layout(function, probing))
     grouped = takes_grouped(function, layout, probing)
     cached = is_cache_kernel(function)
-    cls = (cache_function_class if cached else core_function_class)(function, layout, grouped)
+    rate = next((n for n in inspect.signature(function).parameters if n in DROPOUT_ARGUMENTS),
+                None)
+    # A rate it raises on is its contract (FlashAttention builds without dropout): stated.
+    dropout_refused = rate and refuses(function, layout, probing, rate, DROPOUT_TRIED)
+    cls = (cache_function_class if cached else core_function_class)(
+        function, layout, grouped, dropout=not dropout_refused)
     cls.page, pages = page_size(cls, probing) if cached else (None, None)
     cls.compute_dtype = None if probing is torch.float32 else probing
     try:
@@ -274,7 +288,9 @@ def infer_function(function, *, name: str | None = None,
         dtypes = "dtypes " + _names(wanted) + " (declared)"
         capabilities = replace(inferred.implementation.capabilities, kernel=arguments)
     capabilities = replace(capabilities, forward_only=forward is not None)
-    found[:0] = _form_notes(cls, cached, grouped) + ([pages] if pages else [])
+    found[:0] = _form_notes(cls, cached, grouped) + ([pages] if pages else []) + (
+        [f"{rate}={DROPOUT_TRIED} {dropout_refused}: dropout is refused, a contract, not a "
+         "failure: dropout is not checked"] if dropout_refused else [])
     # The wrapper's constructor, forward and projections are the suite's own: nothing to say,
     # and inference's dtype note is replaced by what the probe found.
     notes = (note, dtypes, *(n for n in inferred.notes[2:]

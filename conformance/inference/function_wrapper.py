@@ -87,8 +87,8 @@ class CoreFunctionModule(HeadProjections):
         return self.merged(_StridedCotangent.apply(out), given)
 
 
-def core_function_class(function, layout: str = "bhld",
-                        grouped: bool = False) -> type[CoreFunctionModule]:
+def core_function_class(function, layout: str = "bhld", grouped: bool = False,
+                        dropout: bool = True) -> type[CoreFunctionModule]:
     """A CoreFunctionModule subclass calling ``function`` in ``layout``, whose forward carries
     the function's own parameter names (so its mask and causal arguments are read as for any
     class); ``grouped``: its constructor takes ``num_kv_heads`` (the function takes fewer
@@ -105,7 +105,8 @@ def core_function_class(function, layout: str = "bhld",
 
     forward.__signature__ = signature.replace(parameters=[
         inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *parameters])
-    rate = next((p.name for p in parameters if p.name in DROPOUT_ARGUMENTS), None)
+    # ``dropout`` False: the function refuses a rate above 0 (probed), so none is configured.
+    rate = next((p.name for p in parameters if p.name in DROPOUT_ARGUMENTS and dropout), None)
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None,
                  dropout: float = 0.0) -> None:

@@ -127,7 +127,7 @@ TRIED = {"scale": 0.5, "window": (2, 0), "softcap": 1.0}
 another form (a window as one int) raises, and the argument is not read as FlashAttention's."""
 
 
-def _refuses(function, layout: str, dtype: torch.dtype, name: str, value: object) -> str | None:
+def refuses(function, layout: str, dtype: torch.dtype, name: str, value: object) -> str | None:
     """Why ``function(..., name=value)`` raises on a small case, or None where it runs."""
     generator = torch.Generator().manual_seed(19)
     q, k, v = (per_head(layout, 4, generator, dtype) for _ in range(3))
@@ -179,7 +179,7 @@ def kernel_arguments(function, layout: str, caps: Capabilities,
         name = found[role]
         if not name:
             continue
-        problem = _refuses(function, layout, dtype, name, TRIED[role])
+        problem = refuses(function, layout, dtype, name, TRIED[role])
         if problem is None and name in UNSETTLED:
             problem = _not_a_scale(function, layout, dtype, name)
         if problem is not None:  # another meaning of the name: not this argument's form
@@ -194,7 +194,7 @@ def kernel_arguments(function, layout: str, caps: Capabilities,
         notes.append(words)
     alibi = next((n for n in ALIBI_ARGUMENTS if n in names), None)
     if alibi:
-        problem = _refuses(function, layout, dtype, alibi,
+        problem = refuses(function, layout, dtype, alibi,
                            torch.tensor(standard_slopes(2), dtype=torch.float32))
         notes.append(f"ALiBi slopes (heads,) given by {alibi}= (checked by kernel: -m_h |i - j| "
                      "added to the logits)" if problem is None else

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from conformance.errors import ConformanceError
+from conformance.errors import ConformanceError, one_line, raised_by_its_code
 from conformance.model.declarations import Declarations, merged
 from conformance.model.forms import MaskConvention
 from conformance.model.spec import (
@@ -118,6 +118,24 @@ def implementation(
     return declare
 
 
+def _probed(infer_it: Callable[[], Implementation], origin: str) -> list[Implementation]:
+    """The implementation inferred, or one line: what inference found it can't settle, or what
+    the module's own code raised while probed (never a traceback)."""
+    from conformance.inference import InferenceError
+
+    try:
+        return [infer_it()]
+    except InferenceError as error:
+        raise ResolveError(str(error)) from error
+    except Exception as error:
+        where = raised_by_its_code(error)
+        if where is None:
+            raise  # the suite's own: reported as the suite's by each front end
+        raise ResolveError(f"{origin}: its code raised {one_line(error, 160)} at {where} while "
+                           "the suite probed how to call it; declare how it is called (see "
+                           "docs/declarations.md), or fix what raised") from error
+
+
 def _as_implementations(obj: object, origin: str,
                         declared: Declarations | None = None) -> list[Implementation]:
     if isinstance(obj, Implementation):
@@ -127,28 +145,27 @@ def _as_implementations(obj: object, origin: str,
         if items and all(isinstance(item, Implementation) for item in items):
             return items
     if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
-        from conformance.inference import InferenceError, infer
+        from conformance.inference import infer
 
-        try:
-            return [infer(obj, name=origin, declared=declared).implementation]
-        except InferenceError as error:
-            raise ResolveError(str(error)) from error
+        return _probed(lambda: infer(obj, name=origin, declared=declared).implementation, origin)
     if isinstance(obj, type):
         raise ResolveError(f"{origin} is a class but not a torch.nn.Module: an attention layer "
                            "subclasses torch.nn.Module (and calls super().__init__() first)")
     if callable(obj) and not isinstance(obj, torch.nn.Module):  # a core attention function
-        from conformance.inference import InferenceError, infer_function
+        from conformance.inference import infer_function
 
         try:
-            return [infer_function(obj, name=origin, declared=declared).implementation]
-        except (InferenceError, ValueError, TypeError) as error:
+            return _probed(lambda: infer_function(obj, name=origin,
+                                                  declared=declared).implementation, origin)
+        except (ValueError, TypeError) as error:  # its signature's problem, said in one line
             raise ResolveError(str(error)) from error
     if isinstance(obj, torch.nn.Module):  # an instance: checked as it is
-        from conformance.inference import InferenceError, infer
+        from conformance.inference import infer
 
         try:
-            return [infer(type(obj), name=origin, declared=declared, instance=obj).implementation]
-        except InferenceError as error:
+            return _probed(lambda: infer(type(obj), name=origin, declared=declared,
+                                         instance=obj).implementation, origin)
+        except ResolveError as error:
             raise ResolveError(f"{origin} is an instance, checked as it is: {error}") from error
     if callable(obj):
         raise ResolveError(
