@@ -19,6 +19,20 @@ def test_flop_formula():
     projections = 2 * 2 * (2 * 8 + 2 * 8) * 16 * 16
     assert attention_flops(config, backward=False) == core + projections
     assert attention_flops(config, backward=True) == 3.5 * (core + projections)
+    # Causal: half the core, the work a causal kernel need do (FlashAttention's count).
+    assert attention_flops(config, backward=False, causal=True) == core / 2 + projections
+
+
+def test_peaks_come_from_the_datasheet_by_name_else_are_measured_and_said_so():
+    from conformance.benchmark.peak import known_peak, measured_peak
+
+    assert known_peak("NVIDIA H100 80GB HBM3", torch.bfloat16).tflops == 989.4
+    assert known_peak("NVIDIA H100 PCIe", torch.float16).tflops == 756.0  # not the SXM part
+    assert known_peak("NVIDIA A100-SXM4-80GB", torch.bfloat16).source == "datasheet (A100)"
+    assert known_peak("NVIDIA T4", torch.bfloat16) is None  # no bfloat16 tensor cores
+    assert known_peak("cpu", torch.float32) is None
+    measured = measured_peak("cpu", torch.float32)
+    assert measured.tflops > 0 and measured.source == "measured (a 1024^3 matmul)"
 
 
 def test_scaling_exponent_of_a_quadratic():
@@ -84,6 +98,9 @@ def test_bench_command_prints_table_json_and_plot(tmp_path, capsys):
     measured = [p for p in data["points"] if p["median_ms"] is not None]
     assert {p["implementation"] for p in measured} == {"textbook", "seed003-MultiHeadAttention"}
     assert all(p["ratio_to_sdpa"] > 0 and p["peak_mb"] >= 0 for p in measured)
+    assert all(p["tflops"] > 0 and 0 < p["peak_fraction"] for p in measured)
+    assert {p["peak_source"] for p in measured} == {"measured (a 1024^3 matmul)"}
+    assert "TFLOP/s" in out and "of peak" in out and "GFLOP" not in out
     # Settings in their own types; whether each point (and SDPA beside it) ran causal.
     settings = data["settings"]
     assert settings["batch"] == 2 and settings["rounds"] == 3 and settings["budget"] == 20.0
@@ -171,3 +188,12 @@ def test_bench_runs_on_the_threads_it_is_given(capsys, monkeypatch):
     assert main(["bench", "textbook", "--lengths", "16", "--threads", "1"]) == 0
     assert seen == [1] and torch.get_num_threads() == before
     assert "1 torch thread(s)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_torchs_backends_are_rows_beside_the_implementation(capsys):
+    assert main(["bench", "textbook", "--lengths", "16", "--rounds", "2", "--backends"]) == 0
+    out = capsys.readouterr().out
+    for row in ("sdpa[flash]", "sdpa[efficient]", "sdpa[cudnn]", "sdpa[math]"):
+        assert f"\n{row}\n" in out
+    # The CPU has no cuDNN kernel: a skipped row with torch's reason, never a crash.
+    assert "skipped: failed: forward raised RuntimeError: No viable backend" in out

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from conformance.benchmark.measure import WARMUP, attention_flops, peak_memory, time_interleaved
+from conformance.benchmark.peak import Peak, device_peak
 from conformance.generation.cases import Case, dtype_name
 from conformance.generation.strategies import fixed_features
 from conformance.model.spec import Implementation
@@ -33,7 +34,11 @@ class BenchPoint:
     sdpa_q1_ms: float | None = None
     sdpa_q3_ms: float | None = None
     ratio_to_sdpa: float | None = None
-    gflops: float | None = None
+    tflops: float | None = None
+    """Achieved TFLOP/s (see :func:`~conformance.benchmark.measure.attention_flops`)."""
+    peak_fraction: float | None = None
+    """``tflops`` as a fraction of the device's dense peak in the dtype (see ``peak_source``)."""
+    peak_source: str | None = None
     peak_mb: float | None = None
     sdpa_peak_mb: float | None = None
     skipped: str | None = None
@@ -73,6 +78,7 @@ def bench(implementations: Sequence[Implementation], baseline: Implementation, *
     beside every implementation, in the same run.
     """
     points: list[BenchPoint] = []
+    peak = device_peak(device, dtype) if implementations else None
     for impl in implementations:
         spent = 0.0
         last = 0.0
@@ -90,7 +96,7 @@ def bench(implementations: Sequence[Implementation], baseline: Implementation, *
             _progress(f"bench {impl.name}: length {length}")
             start = time.perf_counter()
             previous = _measure(impl, baseline, length, batch, heads, head_dim, dtype, device,
-                                backward, rounds)
+                                backward, rounds, peak)
             points.append(previous)
             last = time.perf_counter() - start
             spent += last
@@ -114,7 +120,7 @@ def predicted_cost(point: BenchPoint, seconds: float, rounds: int) -> float:
 
 def _measure(impl: Implementation, baseline: Implementation, length: int, batch: int,
              heads: int, head_dim: int, dtype: torch.dtype, device: str, backward: bool,
-             rounds: int) -> BenchPoint:
+             rounds: int, peak: Peak | None) -> BenchPoint:
     num_heads = impl.capabilities.heads or heads
     case = Case(batch=batch, q_len=length, kv_len=length, num_heads=num_heads,
                 head_dim=heads * head_dim // num_heads, dtype=dtype_name(dtype), device=device,
@@ -136,10 +142,13 @@ def _measure(impl: Implementation, baseline: Implementation, length: int, batch:
         return BenchPoint(impl.name, length, skipped=f"failed: {str(error).splitlines()[0]}",
                           causal=case.causal)
     ours, sdpa = timings["impl"], timings["sdpa"]
+    tflops = attention_flops(case.config, backward=backward, causal=case.causal) / ours.median / 1e12
     return BenchPoint(
         impl.name, length, median_ms=ours.median * 1e3, q1_ms=ours.q1 * 1e3, q3_ms=ours.q3 * 1e3,
         sdpa_median_ms=sdpa.median * 1e3, sdpa_q1_ms=sdpa.q1 * 1e3, sdpa_q3_ms=sdpa.q3 * 1e3,
         ratio_to_sdpa=ours.median / sdpa.median,
-        gflops=attention_flops(case.config, backward=backward) / ours.median / 1e9,
+        tflops=tflops,
+        peak_fraction=None if peak is None else tflops / peak.tflops,
+        peak_source=None if peak is None else peak.source,
         peak_mb=memory["impl"] / 2**20, sdpa_peak_mb=memory["sdpa"] / 2**20,
         causal=case.causal)

@@ -22,15 +22,16 @@ BACKWARD_FACTOR = 2.5
 """Backward costs about 2.5 x the forward (two matmuls per forward one, plus the softmax)."""
 
 
-def attention_flops(config: Config, *, backward: bool) -> float:
+def attention_flops(config: Config, *, backward: bool, causal: bool = False) -> float:
     """Floating-point operations of one call.
 
     Forward: the attention core 4 * B * H * Lq * Lk * Dh (q @ k^T and weights @ v, a multiply and
-    an add each) plus the four projections 2 * B * L * d_model^2 each (q and the output over Lq,
-    k and v over Lk). Forward + backward: (1 + 2.5) x the forward.
+    an add each; half of it causal, the work a causal kernel need do, as FlashAttention's own
+    benchmarks count) plus the four projections 2 * B * L * d_model^2 each (q and the output over
+    Lq, k and v over Lk). Forward + backward: (1 + 2.5) x the forward.
     """
     b, lq, lk, d = config.batch, config.q_len, config.kv_len, config.d_model
-    core = 4 * b * config.num_heads * lq * lk * config.head_dim
+    core = 4 * b * config.num_heads * lq * lk * config.head_dim / (2 if causal else 1)
     projections = 2 * b * (2 * lq + 2 * lk) * d * d
     forward = core + projections
     return forward * (1 + BACKWARD_FACTOR) if backward else forward

@@ -33,13 +33,13 @@ def table(points: Sequence[BenchPoint], heading: str) -> str:
     for name, rows in _by_implementation(points).items():
         lines.append(name)
         lines.append(f"  {'length':>7} {'median ms':>10} {'(IQR)':>17} {'x SDPA':>7} "
-                     f"{'GFLOP/s':>8} {'peak MB':>8} {'SDPA MB':>8}")
+                     f"{'TFLOP/s':>9} {'of peak':>8} {'peak MB':>8} {'SDPA MB':>8}")
         for p in rows:
             if p.skipped:
                 lines.append(f"  {p.length:>7}  skipped: {p.skipped}")
                 continue
             lines.append(f"  {p.length:>7} {p.median_ms:>10.3f} ({p.q1_ms:>7.3f}-{p.q3_ms:<7.3f})"
-                         f" {p.ratio_to_sdpa:>7.2f} {p.gflops:>8.2f} {p.peak_mb:>8.2f} "
+                         f" {p.ratio_to_sdpa:>7.2f} {p.tflops:>9.4g} {_percent(p):>8} {p.peak_mb:>8.2f} "
                          f"{p.sdpa_peak_mb:>8.2f}")
         time_exponent, memory_exponent = exponents(rows)
         if time_exponent is not None:
@@ -49,7 +49,14 @@ def table(points: Sequence[BenchPoint], heading: str) -> str:
                          f"L^{memory_exponent:.2f}{span}" if memory_exponent is not None else
                          f"  scaling: time ~ L^{time_exponent:.2f}{span}")
         lines.append("")
+    source = next((p.peak_source for p in points if p.peak_source), None)
+    if source:
+        lines.append(f"of peak: the device's dense peak in the dtype, {source}")
     return "\n".join(lines).rstrip()
+
+
+def _percent(point: BenchPoint) -> str:
+    return "-" if point.peak_fraction is None else f"{100 * point.peak_fraction:.1f}%"
 
 
 def to_json(points: Sequence[BenchPoint], settings: dict) -> dict:

@@ -12,6 +12,7 @@ import sys
 import torch
 
 from conformance.benchmark import noise
+from conformance.benchmark.backends import backend_rows
 from conformance.benchmark.decode import decode_bench, decode_table
 from conformance.benchmark.ladder import bench
 from conformance.benchmark.render import plot, plot_available, table, to_json
@@ -33,6 +34,8 @@ def run_bench(args: argparse.Namespace) -> int:
             impl.capabilities.kv_cache is not None or not args.decode)]
     if args.decode:
         return _bench_decode(args, implementations)
+    if args.backends:
+        implementations += backend_rows(SDPA)
     try:
         lengths = [int(n) for n in args.lengths.split(",")]
     except ValueError as error:

@@ -148,6 +148,9 @@ def _parser() -> argparse.ArgumentParser:
                        default="float32")
     bench.add_argument("--device", default="cpu")
     bench.add_argument("--backward", action="store_true", help="time forward + backward")
+    bench.add_argument("--backends", action="store_true",
+                       help="also time torch's SDPA backends alone (flash, efficient, cudnn, "
+                            "math), each a row beside the implementations")
     bench.add_argument("--decode", action="store_true",
                        help="time the decode step with the KV cache, per token, beside SDPA "
                             "with a cache (implementations that declare a cache)")
