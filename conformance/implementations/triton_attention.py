@@ -51,7 +51,7 @@ def _kernel(tail_masked: bool):
     import triton.language as tl
 
     @triton.jit
-    def forward(Q, K, V, O, sqb, sqh, sql, skb, skh, skl, svb, svh, svl, sob, soh, sol,
+    def forward(Q, K, V, Out, sqb, sqh, sql, skb, skh, skl, svb, svh, svl, sob, soh, sol,
                 H, LQ, LK, D, scale, CAUSAL: tl.constexpr, MASK_TAIL: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
         start_m = tl.program_id(0)
@@ -88,8 +88,8 @@ def _kernel(tail_masked: bool):
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # a row that sees no key gives 0
-        tl.store(O + b * sob + h * soh + rows[:, None] * sol + dims[None, :],
-                 out.to(O.dtype.element_ty), mask=(rows[:, None] < LQ) & (dims[None, :] < D))
+        tl.store(Out + b * sob + h * soh + rows[:, None] * sol + dims[None, :],
+                 out.to(Out.dtype.element_ty), mask=(rows[:, None] < LQ) & (dims[None, :] < D))
 
     return forward
 
