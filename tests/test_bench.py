@@ -32,7 +32,7 @@ def test_peaks_come_from_the_datasheet_by_name_else_are_measured_and_said_so():
     assert known_peak("NVIDIA T4", torch.bfloat16) is None  # no bfloat16 tensor cores
     assert known_peak("cpu", torch.float32) is None
     measured = measured_peak("cpu", torch.float32)
-    assert measured.tflops > 0 and measured.source == "measured (a 1024^3 matmul)"
+    assert measured.tflops > 0 and measured.source == "measured (a 2048^3 matmul)"
 
 
 def test_scaling_exponent_of_a_quadratic():
@@ -99,7 +99,7 @@ def test_bench_command_prints_table_json_and_plot(tmp_path, capsys):
     assert {p["implementation"] for p in measured} == {"textbook", "seed003-MultiHeadAttention"}
     assert all(p["ratio_to_sdpa"] > 0 and p["peak_mb"] >= 0 for p in measured)
     assert all(p["tflops"] > 0 and p["peak_fraction"] > 0 for p in measured)
-    assert {p["peak_source"] for p in measured} == {"measured (a 1024^3 matmul)"}
+    assert {p["peak_source"] for p in measured} == {"measured (a 2048^3 matmul)"}
     assert "TFLOP/s" in out and "of peak" in out and "GFLOP" not in out
     # Settings in their own types; whether each point (and SDPA beside it) ran causal.
     settings = data["settings"]

@@ -33,9 +33,9 @@ KNOWN_PEAKS: tuple[tuple[str, dict[torch.dtype, float]], ...] = (
 )
 """Dense peak TFLOP/s per dtype of the devices the field benches on (NVIDIA datasheets)."""
 
-MATMUL_SIZE = {"cuda": 8192, "cpu": 1024}
+MATMUL_SIZE = {"cuda": 8192, "cpu": 2048}
 """The square matmul a device's peak is measured with where no datasheet is known: large enough
-to fill it (a CPU's 1024^3 in float32 takes a few milliseconds)."""
+to fill it (a CPU's 2048^3 in float32 takes a fraction of a second)."""
 
 
 @dataclass(frozen=True)
