@@ -1,4 +1,5 @@
-"""What a submission prints is for the teacher only, and printing is never a reason for a zero.
+"""What a submission prints is for the teacher only, and printing is never a reason for a zero;
+what its exceptions say reaches the student bounded.
 
 A class of hostile submissions that print (what they read on the grading machine, their
 environment, 20 MB of debugging output at import and in forward) is graded: every student-facing
@@ -77,6 +78,31 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))
 '''
 
+EXCEPTOR = '''
+import os
+
+import torch
+from torch import nn
+
+
+def _secrets():
+    try:
+        with open("/etc/passwd") as handle:
+            read = " ".join(handle.read().split())
+    except OSError as error:
+        read = f"DENIED {error}"
+    return "LEAK-START " + "x" * 150 + " SECRET-TAIL " + read + " ENV " + repr(dict(os.environ))
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        raise RuntimeError(_secrets())
+'''
+
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
@@ -89,6 +115,8 @@ def graded(tmp_path_factory):
     shutil.copytree(HOSTILE / "writes_files", download / "planter")
     (download / "flooder").mkdir()
     (download / "flooder" / "attention.py").write_text(FLOODER)
+    (download / "exceptor").mkdir()
+    (download / "exceptor" / "attention.py").write_text(EXCEPTOR)
     # Where a student might guess the grader keeps what matters: the rubric, a classmate's code.
     (download / "snooper" / "targets.txt").write_text(
         f"{rubric_path}\n{download / 'flooder' / 'attention.py'}\n/etc/hostname\n")
@@ -132,3 +160,18 @@ def test_printing_megabytes_costs_nothing_but_its_warning(graded):
     assert flooder.outcome.printed_bytes > 20 * 1024 * 1000          # counted in full
     kept = (out / "printed" / "flooder.txt").read_text()
     assert "DEBUG-IMPORT line 0:" in kept and len(kept) < 64 * 1024  # the beginning, not 20 MB
+
+
+def test_what_a_submissions_exception_says_reaches_it_bounded(graded):
+    """Its exception message carries a file's contents and its environment: the student sees
+    the type and the message's start, cut, never what lies past it; the teacher sees it all."""
+    out, students = graded
+    assert students["exceptor"].score.total == 0
+    for name in ("feedback.md", "feedback.html", "results.json"):
+        facing = (out / "students" / "exceptor" / name).read_text()
+        assert "SECRET-TAIL" not in facing and " ENV {" not in facing, name
+    feedback = (out / "students" / "exceptor" / "feedback.md").read_text()
+    assert "RuntimeError: LEAK-START" in feedback
+    assert "the whole message is in your teacher's copy" in feedback
+    gate = students["exceptor"].outcome.targets[0].result("gate")
+    assert "SECRET-TAIL" in gate.reason  # the teacher's copy keeps it whole

@@ -18,6 +18,8 @@ import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
 
+from conformance.errors import clipped
+
 SUITE = str(Path(__file__).resolve().parents[2])
 """The grader's package folder (``conformance/``)."""
 
@@ -33,13 +35,40 @@ _PATH = re.compile(r"(?<![\w.~/-])/(?:[^\s\"'():;,<>/]+/)+[^\s\"'():;,<>/]+(?::\
 path in prose, and its ``:line``."""
 
 
+EXCEPTION_CHARS = 120
+"""What a student is shown of an exception's message: its first line, cut at a word past this.
+A submission's exception text is a channel into its own feedback (a hostile one raises with a
+readable file's contents in its message): the type, the start of the message, and their own
+file and line are what they need to fix it; the rest is in the teacher's copy (the class report
+and the stored results)."""
+
+LINE_CHARS = 300
+"""The longest line of any message a student is shown: the same channel, through a message the
+suite makes around the submission's words."""
+
+_EXCEPTION = re.compile(r"(?P<head>(?:raised )?\b[A-Z][A-Za-z0-9_]*(?:Error|Exception|Exit|"
+                        r"Warning|Interrupt)): (?P<message>[^\n]+)")
+_CUT = " (cut; the whole message is in your teacher's copy)"
+
+
 def for_student(text: str, files: Sequence[str] = ()) -> str:
     """``text`` in words a student can act on: the grader's paths and traceback frames
     removed, paths to the student's own ``files`` (as submitted, relative) given as those
-    names."""
+    names, and what a submission's exception says bounded (see :data:`EXCEPTION_CHARS`)."""
     if not text:
         return text
-    return _paths(_frames(text, files), files)
+    return _bounded(_paths(_frames(text, files), files))
+
+
+def _bounded(text: str) -> str:
+    """``text`` with each exception's message cut to EXCEPTION_CHARS and each line to
+    LINE_CHARS (at a word, saying so)."""
+    def cut(message: str, limit: int) -> str:
+        return message if len(message) <= limit else clipped(message, limit) + _CUT
+
+    text = _EXCEPTION.sub(lambda m: f"{m.group('head')}: {cut(m.group('message'), EXCEPTION_CHARS)}",
+                          text)
+    return "\n".join(cut(line, LINE_CHARS + len(_CUT)) for line in text.split("\n"))
 
 
 def hint_for_student(hint: str | None, files: Sequence[str] = ()) -> str | None:
