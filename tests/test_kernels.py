@@ -419,3 +419,37 @@ def test_a_dropout_rate_the_kernel_raises_on_is_stated_and_dropout_skips():
                             "build): dropout is refused") for n in texts(inferred.notes))
     (result,) = check(inferred.implementation, devices=["cpu"], checks=["dropout"])
     assert result.status is Status.SKIPPED
+
+
+def test_a_kernel_that_refuses_the_cpu_is_inferred_where_it_runs_and_the_cpu_is_its_refusal(
+        monkeypatch):
+    """The device boundary faked: "cuda" is this CPU with a flag the kernel reads. Inference
+    probes it there (its dtypes there), the CPU is a refusal stated, and a run on the CPU alone
+    checks nothing: skipped, saying why, never a failure, never OK."""
+    import functools
+
+    from conformance.inference import core_function
+
+    def fake_bridge(function, device):
+        @functools.wraps(function)
+        def on_fake_device(*args, **kwargs):
+            monkeypatch.setattr(kernel_refusals, "ON_DEVICE", True)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                monkeypatch.setattr(kernel_refusals, "ON_DEVICE", False)
+        return on_fake_device
+
+    monkeypatch.setattr(core_function, "accelerator", lambda: "cuda")
+    monkeypatch.setattr(core_function, "on_device", fake_bridge)
+    inferred = infer_function(kernel_refusals.device_only_attention)
+    caps = inferred.implementation.capabilities
+    assert caps.dtypes == (torch.float16, torch.bfloat16)
+    assert caps.refused_devices == (("cpu", "it raises in every dtype there; float32: "
+                                     "RuntimeError: No available kernel. Aborting execution."),)
+    (note,) = [n for n in texts(inferred.notes) if n.startswith("runs in")]
+    assert note.startswith("runs in float16, bfloat16 on cuda (probed")
+    assert "; refuses cpu (it raises in every dtype there" in note
+    results = check(inferred.implementation, devices=["cpu"], checks=["gate", "reference"])
+    assert {r.status for r in results} == {Status.SKIPPED}
+    assert results[0].reason.startswith("refuses cpu (probed: it raises in every dtype there")

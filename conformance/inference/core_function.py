@@ -18,6 +18,7 @@ projections included. The weights are the suite's own projections, known by cons
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from dataclasses import replace
@@ -96,6 +97,31 @@ def dtype_probe(function) -> tuple[tuple[torch.dtype, ...], dict[torch.dtype, st
     return tuple(runs), refused
 
 
+def accelerator() -> str | None:
+    """The device a kernel that refuses the CPU is inferred on: CUDA where it is here."""
+    return "cuda" if torch.cuda.is_available() else None
+
+
+def on_device(function, device: str):
+    """``function`` computing on ``device`` whatever device its tensors come from: each is
+    moved there, and what it returns moved back (``.to`` on both sides: gradients flow). Where
+    the tensors are on ``device`` already (the checks on that device), it is ``function``."""
+    @functools.wraps(function)
+    def bridged(*args, **kwargs):
+        home = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+
+        def there(value):
+            return value.to(device) if isinstance(value, torch.Tensor) else value
+
+        def back(value):
+            return value.to(home) if isinstance(value, torch.Tensor) and home else value
+
+        result = function(*map(there, args), **{k: there(v) for k, v in kwargs.items()})
+        return tuple(map(back, result)) if isinstance(result, tuple) else back(result)
+
+    return bridged
+
+
 def _slices_apart(function, axis: int, dtype: torch.dtype) -> bool | None:
     """Whether nudging the key/value inputs at index 0 of ``axis`` changes the output at that
     index alone; None when the function can't be called on these shapes."""
@@ -166,9 +192,8 @@ def _nowhere(label: str, refused: dict[torch.dtype, str]) -> InferenceError:
             f"{label} {main}: a kernel returns its output as a tensor of its query's shape and "
             "layout (or an (out, lse) pair)")
     where = ("and no CUDA device is here: a kernel that runs on CUDA only can't be checked on "
-             "this machine" if not torch.cuda.is_available() else
-             "a kernel that runs on CUDA only is not inferred yet: it can be registered with "
-             "its capabilities stated")
+             "this machine" if accelerator() is None else
+             f"nor on {accelerator()} in any dtype")
     return InferenceError(f"{label} runs nowhere here: on cpu it raises in every dtype "
                           f"({_names(refused)}; float32: {main}), {where}")
 
@@ -250,8 +275,18 @@ def infer_function(function, *, name: str | None = None,
         function, stated = dense_view(function), "blhd"
     core_function_class(function)  # the signature's own problem first, in one line
     runs, refused = dtype_probe(function)
-    if not runs:
-        raise _nowhere(label, refused)
+    where, elsewhere = "cpu", ()
+    if not runs:  # inferred where it runs: the accelerator, every probe bridged there
+        device = None if is_cache_kernel(function) else accelerator()
+        if device is None:
+            raise _nowhere(label, refused)
+        bridged = on_device(function, device)
+        runs_there, refused_there = dtype_probe(bridged)
+        if not runs_there:
+            raise _nowhere(label, refused)
+        main = refused.get(torch.float32, next(iter(refused.values())))
+        elsewhere = (("cpu", f"it raises in every dtype there; float32: {main}"),)
+        function, runs, refused, where = bridged, runs_there, refused_there, device
     probing = torch.float32 if torch.float32 in runs else runs[0]
     layout, how, remedy = ((stated, "varlen: packed tokens (total, heads, head_dim), a batch "
                                     "packed one sequence per element", None) if varlen else
@@ -280,14 +315,19 @@ def infer_function(function, *, name: str | None = None,
     if forward is not None:
         found.append(f"forward only: {forward} (probed): the gradient checks skip")
     if wanted is None:
-        dtypes = (f"runs in {_names(runs)} on cpu (probed: each is checked as its contract)"
-                  + _refusals(refused))
+        dtypes = (f"runs in {_names(runs)} on {where} (probed: each is checked as its "
+                  "contract; on another device, one it refuses there is stated by the gate and "
+                  "left out)" + _refusals(refused)
+                  + "".join(f"; refuses {device} ({why})" for device, why in elsewhere))
+        # Probed here, so probed on every other device too: FlashAttention's kernel runs
+        # float32 on a CPU and not on CUDA, where the gate states it and leaves it out.
         capabilities = replace(inferred.implementation.capabilities, dtypes=runs,
-                               assumed_dtypes=(), probed_dtypes=(), kernel=arguments)
+                               assumed_dtypes=(), probed_dtypes=runs, kernel=arguments)
     else:
         dtypes = "dtypes " + _names(wanted) + " (declared)"
         capabilities = replace(inferred.implementation.capabilities, kernel=arguments)
-    capabilities = replace(capabilities, forward_only=forward is not None)
+    capabilities = replace(capabilities, forward_only=forward is not None,
+                           refused_devices=elsewhere)
     found[:0] = _form_notes(cls, cached, grouped) + ([pages] if pages else []) + (
         [f"{rate}={DROPOUT_TRIED} {dropout_refused}: dropout is refused, a contract, not a "
          "failure: dropout is not checked"] if dropout_refused else [])

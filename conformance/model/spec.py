@@ -199,6 +199,9 @@ class Capabilities:
             failure.
         kernel: for a core function (a kernel over per-head tensors), its own arguments as
             inference measured them; ``kernel`` calls it through them.
+        refused_devices: devices it refuses, each with why (a kernel that runs on CUDA only,
+            probed: every dtype raises on the CPU): its contract; every check there is skipped
+            saying so, never failed.
         forward_only: a kernel function whose output carries no gradient (computed outside
             autograd, or a backward that raises NotImplementedError), probed: the checks'
             gradient parts skip, ``autograd`` skips; a backward that crashes otherwise is a bug
@@ -245,6 +248,7 @@ class Capabilities:
     returns_tensor: bool = False
     kernel: KernelArguments | None = None
     forward_only: bool = False
+    refused_devices: tuple[tuple[str, str], ...] = ()
     doubts: Doubts = Doubts()
 
     def describe(self) -> str:

@@ -169,6 +169,10 @@ class Runner:
         if device not in available_devices():
             return CheckResult(subject.name, name, device, Status.SKIPPED,
                                reason=f"{device} is not available on this machine")
+        refused = dict(subject.capabilities.refused_devices).get(device.split(":")[0])
+        if refused is not None:  # its contract: stated, never a failure
+            return CheckResult(subject.name, name, device, Status.SKIPPED,
+                               reason=f"refuses {device} (probed: {refused})")
         gate_result, outcome = self.gate(subject, device)
         if name == GATE.name:
             return gate_result
@@ -228,7 +232,8 @@ class Runner:
     def runs_checks(self, subject: Subject, device: str) -> bool:
         """Whether checks search on ``device``: it is here, and its gate (run now where it has
         not run, as run_check runs it) passed."""
-        if device not in available_devices():
+        if device not in available_devices() or device.split(":")[0] in dict(
+                subject.capabilities.refused_devices):
             return False
         with _as_a_check():
             return not self.gate(subject, device)[1].blocked
