@@ -232,3 +232,49 @@ def test_a_submission_every_check_of_which_skipped_is_not_evaluated_never_full_m
     graded = score(rubric, outcome(skipped, {"gate": S, "causal": S}))
     assert graded.total == 0 and graded.status is RunStatus.PARTLY_EVALUATED
     assert all(item.state is State.NOT_EVALUATED for item in graded.items)
+
+
+def _with_hints(graded_outcome: SubmissionOutcome, hints: dict[str, str]) -> SubmissionOutcome:
+    for target in graded_outcome.targets:
+        for result in target.results:
+            if result.check in hints:
+                result.hint = hints[result.check]
+    return graded_outcome
+
+
+SCALE = "the scale is 1/sqrt(d_model) = 1/sqrt(8): did you divide by sqrt(hidden_dim)?"
+
+
+def test_one_mistake_is_charged_once_in_the_first_item_that_loses_points_for_it(rubric):
+    """Scaled by sqrt(d_model): head_split and the numerics group both fail naming that bug.
+    head_split (first in rubric order) is charged; numerics is excused, keeps its points, and
+    says where the bug is charged."""
+    failing = {**ALL_PASS, "head_split": F, "reference": F, "scale": F}
+    hints = {"head_split": SCALE, "reference": SCALE.replace("8", "16"), "scale": SCALE}
+    graded = score(rubric, _with_hints(outcome(failing, {"gate": P, "causal": P}), hints))
+    assert graded.item("MHA.head_split").points == 0
+    numerics = graded.item("MHA.numerics")
+    assert (numerics.state, numerics.points, numerics.charged_to.key) == (
+        State.EXCUSED, 3, "MHA.head_split")
+    assert graded.total == 10
+    # A failure naming no bug, or another bug, is charged where it is.
+    unnamed = score(rubric, _with_hints(outcome(failing, {"gate": P, "causal": P}),
+                                        {"head_split": SCALE, "reference": SCALE}))
+    assert unnamed.item("MHA.numerics").state is State.FAILED  # scale names none
+    # The rubric can turn it off.
+    strict = dataclasses.replace(rubric, charge_once=False)
+    assert score(strict, _with_hints(outcome(failing, {"gate": P, "causal": P}),
+                                     hints)).total == 7
+
+
+def test_an_excused_item_says_where_its_bug_is_charged(rubric):
+    from conformance.grading.report.feedback import item_markdown
+
+    failing = {**ALL_PASS, "head_split": F, "reference": F, "scale": F}
+    graded = score(rubric, _with_hints(outcome(failing, {"gate": P, "causal": P}),
+                                       dict.fromkeys(("head_split", "reference", "scale"),
+                                                     SCALE)))
+    text = item_markdown(graded.item("MHA.numerics"))
+    assert text.startswith("**excused**: 3 / 3 point(s)")
+    label = graded.item("MHA.head_split").item.label
+    assert f'the same mistake as "{label}", where its points were taken' in text

@@ -6,11 +6,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from enum import Enum
 
 import torch
 
 from conformance.checks.mask_mistakes import named, output_mistake
 from conformance.model.forms import PositionEncoding, Rotary
+from conformance.model.results import Hint
 from conformance.model.weights import HeadWeights
 from conformance.numerics.position_encoding import encode
 from conformance.numerics.reference import allowed_keys, attention_output, reference_attention
@@ -23,36 +25,64 @@ tolerance (the mistake is computed in float64, the implementation is not), far t
 distance between two different mistakes."""
 
 
-def scale_candidates(head_dim: int, num_heads: int) -> dict[str, float]:
-    """Recognisable scales other than 1/sqrt(head_dim), each with the likely bug in words."""
+AMBIGUOUS = "which at this size is each of"
+"""How a hint says that mistakes equal at this size can't be told apart (no single kind)."""
+
+
+class Bug(str, Enum):
+    """The kinds of bug the diagnosis names (:class:`conformance.model.results.Hint`'s
+    ``kind``): one key per mistake, whichever check names it and in whatever words."""
+
+    SCALE_D_MODEL = "scale 1/sqrt(d_model)"
+    SCALE_MISSING = "scale missing"
+    SCALE_TWICE = "scale applied twice"
+    SCALE_NUM_HEADS = "scale 1/sqrt(num_heads)"
+    SCALE_INVERTED = "scale sqrt(head_dim)"
+    SOFTMAX_OVER_QUERIES = "softmax over the query axis"
+    OUTPUT_PROJECTION_SKIPPED = "output projection skipped"
+    KEY_PROJECTION_FOR_VALUES = "key projection used for the values"
+    SPLIT_WITHOUT_TRANSPOSE = "heads split without transpose"
+    MERGE_WITHOUT_TRANSPOSE = "heads merged without transpose"
+
+
+def _scales(head_dim: int, num_heads: int) -> list[tuple[Bug, str, float]]:
+    """Recognisable scales other than 1/sqrt(head_dim): (kind, the likely bug in words, value)."""
     d_model = head_dim * num_heads
-    candidates = {
-        f"1/sqrt(d_model) = 1/sqrt({d_model}): did you divide by sqrt(hidden_dim) instead of "
-        "sqrt(head_dim)?": 1 / math.sqrt(d_model),
-        "1 (no scaling): is the 1/sqrt(head_dim) factor missing?": 1.0,
-        f"1/head_dim = 1/{head_dim}: is 1/sqrt(head_dim) applied twice?": 1 / head_dim,
-        f"1/sqrt(num_heads) = 1/sqrt({num_heads}): divided by the head count?": 1 / math.sqrt(
-            num_heads),
-        f"sqrt(head_dim) = sqrt({head_dim}): multiplied instead of divided?": math.sqrt(head_dim),
-    }
+    candidates = [
+        (Bug.SCALE_D_MODEL, f"1/sqrt(d_model) = 1/sqrt({d_model}): did you divide by "
+         "sqrt(hidden_dim) instead of sqrt(head_dim)?", 1 / math.sqrt(d_model)),
+        (Bug.SCALE_MISSING, "1 (no scaling): is the 1/sqrt(head_dim) factor missing?", 1.0),
+        (Bug.SCALE_TWICE, f"1/head_dim = 1/{head_dim}: is 1/sqrt(head_dim) applied twice?",
+         1 / head_dim),
+        (Bug.SCALE_NUM_HEADS, f"1/sqrt(num_heads) = 1/sqrt({num_heads}): divided by the head "
+         "count?", 1 / math.sqrt(num_heads)),
+        (Bug.SCALE_INVERTED, f"sqrt(head_dim) = sqrt({head_dim}): multiplied instead of "
+         "divided?", math.sqrt(head_dim)),
+    ]
     correct = 1 / math.sqrt(head_dim)
     # A candidate equal to the correct scale (head_dim 1, one head) names no bug.
-    return {words: s for words, s in candidates.items() if not math.isclose(s, correct)}
+    return [(kind, words, s) for kind, words, s in candidates if not math.isclose(s, correct)]
 
 
-def scale_groups(head_dim: int, num_heads: int) -> list[tuple[str, float]]:
+def scale_candidates(head_dim: int, num_heads: int) -> dict[str, float]:
+    """Recognisable scales other than 1/sqrt(head_dim), each with the likely bug in words."""
+    return {words: s for _, words, s in _scales(head_dim, num_heads)}
+
+
+def scale_groups(head_dim: int, num_heads: int) -> list[tuple[Hint, float]]:
     """The recognisable scales, those equal at this size in words together (the output can't
-    tell them apart), the first named last."""
-    groups: list[tuple[list[str], float]] = []
-    for words, value in scale_candidates(head_dim, num_heads).items():
+    tell them apart: no single kind), the first named last."""
+    groups: list[tuple[list[tuple[Bug, str]], float]] = []
+    for kind, words, value in _scales(head_dim, num_heads):
         same = next((g for g in groups if math.isclose(g[1], value)), None)
         if same is None:
-            groups.append(([words], value))
+            groups.append(([(kind, words)], value))
         else:
-            same[0].insert(0, words)
-    return [(words[0] if len(words) == 1 else
-             f"{value:.3g}, which at this size is each of: " + "; or ".join(words), value)
-            for words, value in groups]
+            same[0].insert(0, (kind, words))
+    return [(Hint(named[0][1], named[0][0].value) if len(named) == 1 else
+             Hint(f"{value:.3g}, {AMBIGUOUS}: "
+                  + "; or ".join(words for _, words in named)), value)
+            for named, value in groups]
 
 
 def _misshaped(weights: HeadWeights, inputs: Inputs, *, causal: bool, split_transposed: bool,
@@ -239,23 +269,28 @@ def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causa
                                    start=inputs.position, **options).output
 
     variants: list[tuple[str, Callable[[], torch.Tensor]]] = [
-        (f"matches the reference at scale {words}", lambda s=s: ref(scale=s))
+        (Hint(f"matches the reference at scale {words}", words.kind), lambda s=s: ref(scale=s))
         for words, s in scale_groups(weights.head_dim, weights.num_heads)
     ]
-    variants.append(("rows sum to 1 along the query axis: softmax over the wrong dimension?",
+    variants.append((Hint("rows sum to 1 along the query axis: softmax over the wrong "
+                          "dimension?", Bug.SOFTMAX_OVER_QUERIES.value),
                      lambda: _softmax_over_queries(weights, inputs, causal, window, encoding)))
     if weights.w_o is not None:
-        variants.append(("matches the reference without its output projection: is W_o skipped?",
+        variants.append((Hint("matches the reference without its output projection: is W_o "
+                              "skipped?", Bug.OUTPUT_PROJECTION_SKIPPED.value),
                          lambda: ref(replace(weights, w_o=None, b_o=None))))
     if weights.w_v.shape == weights.w_k.shape:
-        variants.append(("matches the reference with the key projection used for the values: "
-                         "is k_proj applied to v?",
+        variants.append((Hint("matches the reference with the key projection used for the "
+                              "values: is k_proj applied to v?",
+                              Bug.KEY_PROJECTION_FOR_VALUES.value),
                          lambda: ref(replace(weights, w_v=weights.w_k, b_v=weights.b_k))))
-    variants.append(("matches heads split with view(B, H, L, Dh) and no transpose",
+    variants.append((Hint("matches heads split with view(B, H, L, Dh) and no transpose",
+                          Bug.SPLIT_WITHOUT_TRANSPOSE.value),
                      lambda: _misshaped(weights, inputs, causal=causal, split_transposed=False,
                                         merge_transposed=True, window=window,
                                         encoding=encoding)))
-    variants.append(("matches heads merged with reshape(B, L, H * Dh) and no transpose back",
+    variants.append((Hint("matches heads merged with reshape(B, L, H * Dh) and no transpose "
+                          "back", Bug.MERGE_WITHOUT_TRANSPOSE.value),
                      lambda: _misshaped(weights, inputs, causal=causal, split_transposed=True,
                                         merge_transposed=False, window=window,
                                         encoding=encoding)))

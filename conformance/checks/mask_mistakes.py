@@ -20,6 +20,7 @@ from enum import Enum
 import torch
 
 from conformance.model.forms import PositionEncoding
+from conformance.model.results import Hint
 from conformance.model.weights import HeadWeights
 from conformance.numerics.reference import allowed_keys, attention_output, reference_attention
 from conformance.numerics.tolerance import abs_error, only_rows
@@ -53,7 +54,7 @@ class Mistake(Enum):
 
 def named(mistake: Mistake | None) -> str | None:
     """``mistake`` in words, for a hint (None for none)."""
-    return None if mistake is None else mistake.words
+    return None if mistake is None else Hint(mistake.words, f"mask: {mistake.name.lower()}")
 
 
 @dataclass(frozen=True)

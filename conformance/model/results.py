@@ -31,6 +31,19 @@ class Status(str, Enum):
     every front end asks for it to be reported."""
 
 
+class Hint(str):
+    """A likely bug in words, with the kind of bug it names: ``kind`` is a stable key (the same
+    from every check that names that mistake, whatever its words and numbers), None where the
+    words name no single bug. A plain ``str`` hint is one of no known kind."""
+
+    kind: str | None
+
+    def __new__(cls, words: str, kind: str | None = None) -> Hint:
+        hint = super().__new__(cls, words)
+        hint.kind = kind
+        return hint
+
+
 class Route(str, Enum):
     """What a check judged an implementation through, where it has more than one way."""
 
@@ -72,6 +85,9 @@ class CheckResult:
     remedy: Remedy | None = None
     picture: Picture | None = None
     route: Route | None = None
+    bug: str | None = None
+    """The kind of bug ``hint`` names (:class:`Hint`), where it names one: two results with
+    the same ``bug`` are one mistake seen by two checks (grading charges it once)."""
 
     @property
     def is_failure(self) -> bool:

@@ -360,6 +360,7 @@ def _finding(status: Status, error: BaseException, case, implementation: str, ch
     if isinstance(error, Violation):
         result.details = list(error.details)
         result.hint = error.hint
+        result.bug = getattr(error.hint, "kind", None)
         result.remedy = error.remedy
     else:
         result.reason = f"the implementation failed: {result.reason}"

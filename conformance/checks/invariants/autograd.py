@@ -23,11 +23,13 @@ from dataclasses import replace
 import torch
 from hypothesis import strategies as st
 
+from conformance.checks.diagnosis import Bug
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt, revealing
 from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
+from conformance.model.results import Hint
 from conformance.model.spec import Capabilities
 from conformance.model.weights import user_path
 from conformance.numerics.tolerance import abs_error, only_rows, unchanged_tolerance, worst_index
@@ -265,8 +267,11 @@ class Autograd(Check):
                 unused.append(role)
         instance.write_weights(weights)
         if unused:
-            return (f"the output does not change when the {' and '.join(unused)} projection's "
-                    f"weights do: {'it is' if len(unused) == 1 else 'they are'} {NEVER_APPLIED}")
+            # The output projection alone: the bug the reference's diagnosis names too.
+            kind = Bug.OUTPUT_PROJECTION_SKIPPED.value if unused == ["output"] else None
+            return Hint(f"the output does not change when the {' and '.join(unused)} "
+                        f"projection's weights do: {'it is' if len(unused) == 1 else 'they are'} "
+                        f"{NEVER_APPLIED}", kind)
         return (f"every projection's weights change the output, yet {name} receives no gradient: "
                 "is it detached (.detach(), torch.no_grad())?")
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from conformance.checks.diagnosis import explain
 from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.likely_bug import likely_bug
 from conformance.checks.invariants.verify import expect_finite_rows, fmt, position_skip_reason
 from conformance.checks.invariants.violation import Violation
 from conformance.checks.mask_mistakes import named
@@ -106,10 +106,8 @@ class HeadSplit(Check):
                          f"reference {fmt(float(expected[b, row, feature]))}; mean error "
                          f"{fmt(seen.mean_error)}; same-dtype baseline error "
                          f"{fmt(seen.baseline_error)}"],
-                hint=context.hint(lambda: explain(output, weights, inputs, causal=case.causal,
-                                                  rows=rows, window=case.window,
-                                                  encoding=encoding)
-                                  or named(context.mask_mistake(case))))
+                hint=context.hint(lambda: likely_bug(context, case, instance, inputs, output,
+                                                     rows)))
 
         order = _relabelling(case.num_heads, weights.group, case.seed)
         if order == list(range(case.num_heads)):

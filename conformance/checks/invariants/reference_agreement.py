@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from conformance.checks.diagnosis import explain
 from conformance.checks.invariants.autograd import FD_STEP, finite_difference_problem
 from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.likely_bug import likely_bug
 from conformance.checks.invariants.verify import (
     agree_with_reference,
     expect_finite_rows,
@@ -140,10 +140,8 @@ class ReferenceAgreement(Check):
                 details=[f"implementation {fmt(float(output[b, row, feature]))}, reference "
                          f"{fmt(float(reference[b, row, feature]))}; same-dtype baseline error "
                          f"{fmt(seen.baseline_error)}"],
-                hint=context.hint(lambda: explain(output, weights, inputs, causal=case.causal,
-                                                  rows=rows, window=case.window,
-                                                  encoding=encoding)
-                                  or named(context.mask_mistake(case))))
+                hint=context.hint(lambda: likely_bug(context, case, instance, inputs, output,
+                                                     rows)))
         if not bool(case.attendable_rows().all()) or context.capabilities.forward_only:
             return  # a fully masked row's gradient is the fully_masked check's business
         # Only the rows attention specifies count (not a padded query's).

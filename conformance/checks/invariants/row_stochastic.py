@@ -25,6 +25,7 @@ from conformance.checks.core_route import (
     require_core,
     sites_of,
 )
+from conformance.checks.diagnosis import Bug
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Violation
@@ -33,10 +34,11 @@ from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.core import AttentionSite
-from conformance.model.results import Route
+from conformance.model.results import Hint, Route
 from conformance.numerics.tolerance import eps, worst_index
 
-QUERY_AXIS = "rows sum to 1 along the query axis: softmax over the wrong dimension?"
+QUERY_AXIS = Hint("rows sum to 1 along the query axis: softmax over the wrong dimension?",
+                  Bug.SOFTMAX_OVER_QUERIES.value)
 MASK_AFTER_SOFTMAX = ("the weights are the softmax's probabilities times the padding mask: the mask "
                       "is applied after the softmax, so the kept keys' weights no longer sum to 1 "
                       "(mask the logits with -inf before the softmax)")

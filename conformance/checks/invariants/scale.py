@@ -50,7 +50,7 @@ from conformance.generation.strategies import (
     heads_apart,
     wide_or_own_dtypes,
 )
-from conformance.model.results import Route
+from conformance.model.results import Hint, Route
 from conformance.numerics.core_fit import (
     LOGIT_RESIDUAL,
     BiasForm,
@@ -168,7 +168,7 @@ class Scale(Check):
         hint = None
         for words, candidate in scale_groups(case.head_dim, case.num_heads):
             if abs(fitted - candidate) <= tolerance * candidate:
-                hint = f"matches scale {words}"
+                hint = Hint(f"matches scale {words}", words.kind)
         raise Violation(f"the fitted logit scale is {fmt(fitted)}, expected 1/sqrt(head_dim) = "
                         f"1/sqrt({case.head_dim}) = {fmt(expected)}", hint=hint)
 

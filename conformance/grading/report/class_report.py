@@ -20,7 +20,6 @@ beginning and end are in ``printed/ID.txt``.
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from conformance.grading.report.document import (
 )
 from conformance.grading.score.outcome import NEEDS_A_LOOK, RunStatus
 from conformance.grading.score.rubric import Rubric
-from conformance.grading.score.scoring import State
+from conformance.grading.score.scoring import State, bug_of, same_bug
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.results import Status
 
@@ -64,17 +63,18 @@ class Bug:
         return self.checks[0]
 
 
-def _masked(text: str) -> str:
-    return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "#", text)
+_masked = same_bug  # symptoms (failures naming no bug): their reasons, numbers aside
 
 
 def likely_bugs(students: list[Student]) -> list[Bug]:
     """The class's mistakes, most students first, each counted once per student.
 
-    A student's failed checks that name the same likely bug (numbers masked: "sqrt(6)" and
-    "sqrt(8)" are one) are one mistake; where a student has exactly one named bug, their failures
-    that name none are taken as its knock-ons (the same mistake seen by other checks). Failures
-    that name no bug are grouped by their reason, numbers masked, as symptoms."""
+    A student's failed checks that name the same likely bug (its kind, whichever check named it;
+    a hint of no known kind by its words, numbers masked: "sqrt(6)" and "sqrt(8)" are one) are
+    one mistake, as grading charges it once (:func:`~conformance.grading.score.scoring.bug_of`);
+    where a student has exactly one named bug, their failures that name none are taken as its
+    knock-ons (the same mistake seen by other checks). Failures that name no bug are grouped by
+    their reason, numbers masked, as symptoms."""
     groups: dict[tuple[bool, str], dict[str, set[str]]] = defaultdict(dict)
     wording: dict[tuple[bool, str], Counter] = defaultdict(Counter)
     for student in students:
@@ -85,9 +85,9 @@ def likely_bugs(students: list[Student]) -> list[Bug]:
                 if check.state is not State.FAILED or check.result is None:
                     continue
                 result = check.result
-                if result.hint:
-                    named[_masked(result.hint)].add(check.check)
-                    wording[(True, _masked(result.hint))][result.hint] += 1
+                if result.hint:  # one mistake here is one in the scores (charge_once)
+                    named[bug_of(result)].add(check.check)
+                    wording[(True, bug_of(result))][result.hint] += 1
                 else:
                     symptoms[_masked(result.reason)].add(check.check)
         if len(named) == 1:  # one bug named: the unnamed failures are its knock-ons
@@ -155,7 +155,7 @@ def _item_rates(rubric: Rubric, students: list[Student]) -> list[tuple[str, floa
     for item in rubric.items:
         states = [s.score.item(item.key).state for s in submitted]
         n = max(len(states), 1)
-        passed = sum(state is State.PASSED for state in states) / n
+        passed = sum(state in (State.PASSED, State.EXCUSED) for state in states) / n
         skipped = sum(state is State.NOT_EVALUATED for state in states) / n
         failed = sum(state in (State.FAILED, State.PARTIAL) for state in states) / n
         rates.append((item.key, passed, failed, skipped))

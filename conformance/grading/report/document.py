@@ -19,6 +19,8 @@ class Tone(str, Enum):
     FAILED = "failed"
     PARTIAL = "partial"
     NOT_EVALUATED = "not evaluated"
+    EXCUSED = "excused"
+    """Failed through a bug charged to an earlier item: its points kept."""
     HINT = "hint"
     """A note the reader may act on: the likely bug, a warning."""
     BAD = "bad"
@@ -145,7 +147,7 @@ body { font: 15px/1.5 -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-
 h1 { font-size: 1.6em; border-bottom: 1px solid #d0d7de; padding-bottom: .3em; }
 h2 { font-size: 1.25em; margin-top: 1.8em; border-bottom: 1px solid #eaeef2; padding-bottom: .2em; }
 h3 { font-size: 1.05em; margin-top: 1.4em; }
-h3.failed, h3.not-evaluated { color: #a40e26; } h3.partial { color: #9a6700; }
+h3.failed, h3.not-evaluated { color: #a40e26; } h3.partial { color: #9a6700; } h3.excused { color: #57606a; }
 dl.meta { display: grid; grid-template-columns: max-content auto; gap: .2em 1em; }
 dl.meta dt { font-weight: 600; color: #57606a; } dl.meta dd { margin: 0; }
 table { border-collapse: collapse; width: 100%; margin: .8em 0; }
@@ -157,6 +159,7 @@ table.items td:last-child, table.items th:last-child { text-align: right; white-
 tr.passed td:nth-child(2) { color: #1a7f37; font-weight: 600; }
 tr.failed td:nth-child(2) { color: #cf222e; font-weight: 600; }
 tr.partial td:nth-child(2) { color: #9a6700; font-weight: 600; }
+tr.excused td:nth-child(2) { color: #57606a; }
 tr.not-evaluated td:nth-child(2), tr.pending td:nth-child(2) { color: #57606a; font-style: italic; }
 p.passed { color: #1a7f37; } p.failed { color: #cf222e; } p.not-evaluated { color: #57606a; }
 .note { border-left: 4px solid #d0d7de; background: #f6f8fa; padding: .5em .9em; margin: .8em 0; }

@@ -92,6 +92,10 @@ def item_blocks(score: ItemScore, files: tuple[str, ...] = ()) -> list[Block]:
     """The detail of one item (checks that did not pass), as blocks (``files``: the
     student's, for the paths in messages)."""
     blocks: list[Block] = [Paragraph(f"Rule: {score.item.rule}.")]
+    if score.charged_to is not None:
+        blocks.append(Note(f"Not charged again: this is the same mistake as "
+                           f"\"{score.charged_to.label}\", where its points were taken; fixing "
+                           "it there fixes it here too."))
     for check in score.checks:
         if score.item.is_group:
             blocks.append(Paragraph(f"{check.check}: {check.label} — {TITLES.get(check.check, '')}",

@@ -143,7 +143,8 @@ def gradescope_results(rubric: Rubric, student: Student) -> dict:
                 "number": f"{index}.{position}",
                 "score": item.points,
                 "max_score": item.max_points,
-                "status": "passed" if item.state is State.PASSED else "failed",
+                "status": ("passed" if item.state in (State.PASSED, State.EXCUSED)
+                           else "failed"),
                 "output": feedback.item_markdown(item, files),
                 "output_format": "md",
                 "visibility": item.item.visibility,

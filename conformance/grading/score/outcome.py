@@ -181,5 +181,5 @@ def result_from_dict(data: dict) -> CheckResult:
     if fields.get("route") is not None:
         fields["route"] = Route(fields["route"])
     known = {"implementation", "check", "device", "reason", "counterexample", "details", "hint",
-             "observations", "seconds", "remedy", "route"}
+             "observations", "seconds", "remedy", "route", "bug"}
     return CheckResult(status=status, **{k: v for k, v in fields.items() if k in known})

@@ -9,6 +9,7 @@ A rubric is a TOML file (reference and worked example: ``docs/grading.md``)::
     profile = "quick"
     seed = 20260301
     strict = false                     # true: a warning (beyond the normal range) earns nothing
+    charge_once = true                 # a bug is charged in the first item it fails (see below)
 
     [limits]
     check_seconds = 20                 # one check
@@ -165,6 +166,10 @@ class Rubric:
     targets: tuple[Target, ...]
     strict: bool = False
     """A warning earns nothing (by default it earns the check's points)."""
+    charge_once: bool = True
+    """One mistake is charged once: an item whose every failed check names a likely bug an
+    earlier failed item was charged for (the same words, numbers aside) is excused, and its
+    feedback says which item it is charged to (:func:`conformance.grading.score.scoring.score`)."""
     github_classroom_prefix: str | None = None
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 

@@ -26,7 +26,7 @@ from conformance.model.declaration_sources import from_mapping
 from conformance.model.declarations import DeclarationError
 
 _TOP = {"assignment", "limits", "targets"}
-_ASSIGNMENT = {"name", "title", "due", "reference", "profile", "seed", "strict",
+_ASSIGNMENT = {"name", "title", "due", "reference", "profile", "seed", "strict", "charge_once",
                "github_classroom_prefix"}
 _LIMITS = {"check_seconds", "submission_seconds", "memory_mb"}
 _TARGET = {"class", "aliases", "interface", "items"}
@@ -66,6 +66,10 @@ def parse(data: dict, path: Path) -> Rubric:
     strict = assignment.get("strict", False)
     if not isinstance(strict, bool):
         raise RubricError(f"{where}: [assignment] strict {strict!r}: give true or false")
+    charge_once = assignment.get("charge_once", True)
+    if not isinstance(charge_once, bool):
+        raise RubricError(f"{where}: [assignment] charge_once {charge_once!r}: give true or "
+                          "false")
     due = assignment.get("due")
     if due is not None:
         due = _datetime(due, f"{where}: [assignment] due")
@@ -89,7 +93,7 @@ def parse(data: dict, path: Path) -> Rubric:
     rubric = Rubric(path=path, name=str(assignment.get("name", path.stem)),
                     title=str(assignment.get("title", assignment.get("name", path.stem))),
                     due=due, reference=reference, profile=profile, seed=seed, limits=limits,
-                    targets=targets, strict=strict,
+                    targets=targets, strict=strict, charge_once=charge_once,
                     github_classroom_prefix=assignment.get("github_classroom_prefix"),
                     raw=data)
     if rubric.max_points <= 0:

@@ -16,11 +16,16 @@ Rules (also in ``docs/grading.md``):
   not a failure of its own (skipped, not run; not a failed prerequisite, which is reported once
   where it failed) is ``partly evaluated``, and those items are listed with the reason;
 - a group scores ``points`` when every check passes (all-or-nothing), or ``points_each`` per
-  passing check, at most ``cap``.
+  passing check, at most ``cap``;
+- one mistake is charged once (``charge_once``, on by default): in rubric order, an item that
+  lost points, whose every failed check names a likely bug (its hint, numbers aside) that an
+  earlier item lost points for, is **excused**: it keeps its points and says which item the bug
+  is charged to. A failure that names no bug is charged where it is.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -36,6 +41,9 @@ class State(str, Enum):
     PARTIAL = "partial"
     FAILED = "failed"
     NOT_EVALUATED = "not evaluated"
+    EXCUSED = "excused"
+    """It failed through a bug an earlier item is charged for (``charge_once``): its points
+    kept."""
 
 
 @dataclass
@@ -65,6 +73,8 @@ class ItemScore:
     points: float
     state: State
     checks: list[CheckScore] = field(default_factory=list)
+    charged_to: Item | None = None
+    """Excused: the earlier item its bug is charged to."""
 
     @property
     def max_points(self) -> float:
@@ -199,6 +209,47 @@ def score(rubric: Rubric, outcome: SubmissionOutcome) -> SubmissionScore:
                                    [score_item(item, target, target_outcome, rubric.strict)
                                     for item in target.items]))
     scored = SubmissionScore(outcome.status, targets)
+    if rubric.charge_once:
+        _charge_once(scored.items)
     if scored.status is RunStatus.GRADED and scored.unevaluated:
         scored.status = RunStatus.PARTLY_EVALUATED
     return scored
+
+
+def same_bug(hint: str) -> str:
+    """What makes two hints of no known kind one: their words, numbers aside ("sqrt(6)" and
+    "sqrt(8)")."""
+    return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "#", hint)
+
+
+def bug_of(result: CheckResult) -> str | None:
+    """The mistake ``result`` names: its kind (the same from every check naming it, see
+    :class:`conformance.model.results.Hint`), else its hint's words, numbers aside; None where
+    it names none."""
+    if result.bug:
+        return f"kind: {result.bug}"
+    return same_bug(result.hint) if result.hint else None
+
+
+def _bugs(item: ItemScore) -> set[str] | None:
+    """The bugs ``item``'s failed checks name, or None where one names none (charged where it
+    is)."""
+    failed = [c for c in item.checks if c.state is State.FAILED]
+    bugs = {bug_of(c.result) if c.result is not None else None for c in failed}
+    return None if not failed or None in bugs else bugs
+
+
+def _charge_once(items: list[ItemScore]) -> None:
+    """Excuse, in order, each item that lost points only through bugs an earlier item lost
+    points for (see the module docstring)."""
+    charged: dict[str, Item] = {}
+    for item in items:
+        if item.points >= item.max_points:
+            continue
+        bugs = _bugs(item)
+        if bugs is not None and bugs <= charged.keys():
+            item.charged_to = charged[min(bugs)]
+            item.points, item.state = item.max_points, State.EXCUSED
+            continue
+        for bug in bugs or ():
+            charged.setdefault(bug, item.item)

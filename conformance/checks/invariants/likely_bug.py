@@ -1,0 +1,66 @@
+"""The likely bug behind an output that disagrees with the float64 reference, named only where
+the evidence tells it apart: the shared hint of ``reference`` and ``head_split``.
+
+Where the shrunk case can't tell two mistakes apart (one head of width 1: 1/sqrt(num_heads) and
+1/sqrt(d_model) are the same number), the diagnosis runs again on the same case at a size where
+every recognisable scale differs (2 heads of 4), and names the one that matches there: the hint
+then names one bug (a kind, :class:`conformance.model.results.Hint`), as the scale check does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from conformance.checks.diagnosis import AMBIGUOUS, explain, scale_groups
+from conformance.checks.invariants.base import CheckContext
+from conformance.checks.mask_mistakes import named
+from conformance.generation.cases import Case
+from conformance.model.results import Hint
+from conformance.model.spec import Capabilities
+from conformance.subject.boundary import Inputs, Instance
+
+APART = ((2, 4), (2, 8), (4, 4), (4, 8), (2, 16))
+"""(heads, head_dim) tried, in order, for a size where every recognisable scale differs."""
+
+
+def scales_apart(capabilities: Capabilities, case: Case) -> Case | None:
+    """``case`` at a size where every recognisable scale is a different number (and the module
+    builds for it), or None."""
+    for heads, head_dim in APART:
+        if capabilities.shapes is not None and (heads, head_dim) not in capabilities.shapes:
+            continue
+        if case.kv_heads and heads % case.kv_heads:
+            continue
+        if all(AMBIGUOUS not in words for words, _ in scale_groups(head_dim, heads)):
+            return replace(case, num_heads=heads, head_dim=head_dim)
+    return None
+
+
+def _explained(context: CheckContext, case: Case, instance: Instance, inputs: Inputs,
+               output: torch.Tensor, rows: torch.Tensor) -> str | None:
+    return explain(output, instance.read_weights(), inputs, causal=case.causal, rows=rows,
+                   window=case.window, encoding=context.capabilities.encoding)
+
+
+def likely_bug(context: CheckContext, case: Case, instance: Instance, inputs: Inputs,
+               output: torch.Tensor, rows: torch.Tensor) -> str | None:
+    """The known mistake ``output`` reproduces (told apart at another size where this one can't
+    tell), else the mask mistake it shows, else None."""
+    words = _explained(context, case, instance, inputs, output, rows)
+    if words is not None and AMBIGUOUS in words:
+        other = scales_apart(context.capabilities, case)
+        if other is not None:
+            def again() -> str | None:
+                built = context.build(other)
+                other_inputs = other.inputs(context.capabilities.call)
+                return _explained(context, other, built, other_inputs,
+                                  context.run(built, other_inputs, other), context.rows(other))
+
+            told = context.hint(again)
+            if told is not None and AMBIGUOUS not in told:
+                return Hint(f"{told} (told apart at {other.num_heads} heads of "
+                            f"{other.head_dim}: at this case's size several scales are one "
+                            "number)", getattr(told, "kind", None))
+    return words or named(context.mask_mistake(case))
