@@ -213,6 +213,18 @@ def test_the_self_test_tells_caught_mutants_from_uncovered_ones(mini):
     assert text.endswith("OK: the reference gets full marks and every graded bug costs its points")
 
 
+def test_the_self_test_names_the_items_no_mutant_lost_points_in(mini):
+    """With the mask mutant alone, nothing tests the scale item: said, not implied covered."""
+    _, rubric_path = mini
+    rubric = load(rubric_path)
+    mutants = [m for m in selftest.bundled_mutants() if m.name == "mutant-mask-inverted"]
+    result = selftest.run(rubric, jobs=1, mutants=mutants)
+    scale = next(item.key for item in rubric.items if "scale" in item.checks)
+    assert result.unexercised == [scale]
+    assert (f"items no mutant lost points in, so this self-test shows nothing about them: "
+            f"{scale}") in selftest.render(result)
+
+
 def test_a_mutant_keeping_the_points_of_its_check_fails_the_self_test(mini, monkeypatch, capsys):
     _, rubric_path = mini
 

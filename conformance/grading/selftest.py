@@ -68,6 +68,8 @@ class MutantRow:
     outside: str | None = None
     """Why the mutant's bug can't occur in this target (its check does not apply to the
     reference's interface: "declares no ALiBi position bias"), where it can't."""
+    lost_in: tuple[str, ...] = ()
+    """The items (keys) the mutant lost points in."""
 
 
 @dataclass
@@ -86,6 +88,15 @@ class SelfTest:
     reference_problems: list[str] = field(default_factory=list)
     rows: list[MutantRow] = field(default_factory=list)
     variants: list[VariantRow] = field(default_factory=list)
+    items: tuple[str, ...] = ()
+    """The rubric's items that award points (keys), in order."""
+
+    @property
+    def unexercised(self) -> list[str]:
+        """The items no mutant lost points in: the self-test shows nothing about them (a
+        rubric item whose bug no bundled mutant makes, or a check too weak to see it)."""
+        lost = {key for row in self.rows for key in row.lost_in}
+        return [key for key in self.items if key not in lost]
 
     @property
     def not_caught(self) -> list[MutantRow]:
@@ -177,7 +188,8 @@ def _row(rubric: Rubric, target: Target, mutant: Mutant, sandbox: SandboxKind) -
         told_apart = lost > 0 or (item.max_points == 0 and graded.total < graded.max_points)
         verdict = "caught" if told_apart else "NOT CAUGHT"
     return MutantRow(mutant, target.name, graded.total, graded.max_points,
-                     item.item.key if item else None, lost, item_points, verdict)
+                     item.item.key if item else None, lost, item_points, verdict,
+                     lost_in=tuple(i.item.key for i in graded.items if i.points < i.max_points))
 
 
 def reference_capabilities(rubric: Rubric, target: Target) -> Capabilities | None:
@@ -210,7 +222,8 @@ def run(rubric: Rubric, *, jobs: int = 1, mutants: list[Mutant] | None = None,
     """Grade the reference and every mutant against every target of matching causality, in the
     ``sandbox`` tier."""
     reference, outcome, problems = grade_reference(rubric, sandbox)
-    result = SelfTest(reference, outcome, problems)
+    result = SelfTest(reference, outcome, problems,
+                      items=tuple(item.key for item in rubric.items if item.max_points > 0))
     with tempfile.TemporaryDirectory(prefix="attention-variant-") as scratch:
         variant = variants.renamed(rubric.reference, Path(scratch) / "renamed")
         if variant is not None:
@@ -262,6 +275,10 @@ def render(result: SelfTest) -> str:
                  f"{len(result.rows) - covered} mutant(s) whose bug it does not grade, "
                  f"{elsewhere} of them losing points on other items, {outside} of them bugs of "
                  "a feature the assignment's classes do not have (not applicable)")
+    if result.rows and result.unexercised:
+        lines.append(f"items no mutant lost points in, so this self-test shows nothing about "
+                     f"them: {', '.join(result.unexercised)} (test them with a submission of "
+                     "your own that has their bug)")
     for variant in result.variants:
         lines.append(f"{variant.description}: {variant.score.total:g} / "
                      f"{variant.score.max_points:g}" + ("" if variant.problems else
