@@ -49,9 +49,13 @@ UNWRITTEN_HINT = ("a cached call reads a slot of the cache that no call of this 
 STALE_STREAM = 23
 """The random stream of the other tokens a pass's instance is called with first."""
 
-TOP_LEFT_HINT = ("the decode step attends to key 0 alone: is_causal=True with a cache aligns the "
-                 "causal mask top-left when Lq < Lk (pytorch #144858); align it bottom-right "
-                 "(mask = ones(Lq, Lk).tril(Lk - Lq)), or pass is_causal only when Lq == Lk")
+TOP_LEFT_HINT = ("the decode step attends to key 0 alone: the causal mask is aligned top-left "
+                 "(query i sees keys <= i) where queries are fewer than keys; with a cache, query "
+                 "i of Lq sees keys <= i + Lk - Lq (mask = ones(Lq, Lk).tril(Lk - Lq), a "
+                 "hand-written triu(1) shifted by Lk - Lq); SDPA's is_causal=True does the same "
+                 "(pytorch #144858): pass it only when Lq == Lk")
+"""Said whether the mask is hand-written or SDPA's: both align it top-left, and the words name
+the alignment, not a call the module may never make."""
 
 
 def _chunks(length: int, prefix: int, size: int) -> list[tuple[int, int]]:
