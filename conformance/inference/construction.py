@@ -184,7 +184,8 @@ def output_form(plan: Plan, config: Config, notes: list[str | Note], returns: st
         first = first_call(plan, config)
     except Exception as error:  # the gate reports a broken basic call; inference goes on
         notes.append(f"calling it as {plan.convention.describe()} without a mask raised "
-                     f"{type(error).__name__}: the output's form is not inferred")
+                     f"{type(error).__name__}: whether it returns one tensor or a tuple is not known "
+                     "from it (the checks report the failing call)")
         return
     if isinstance(first, tuple) and returns == "tensor":
         notes.append("forward returns a tuple, but it is declared to return one tensor: the "
