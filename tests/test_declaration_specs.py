@@ -133,3 +133,15 @@ def test_a_value_that_does_not_parse_is_one_line_naming_it(name):
 def test_every_declaration_with_a_grammar_has_a_bad_value_here():
     checked = {spec.name for spec in SPECS if spec.choices or spec.read}
     assert checked <= set(BAD) | {"init"}
+
+
+def test_the_grading_pages_interface_keys_are_the_tables_own():
+    """Every key a rubric's interface accepts is in docs/grading.md, with how a rubric writes
+    it, generated from the same table as the declarations page."""
+    from conformance.frontends.declarations_page import INTERFACE_BEGIN, INTERFACE_END, interface_table
+
+    page = (ROOT / "docs" / "grading.md").read_text()
+    shown = page[page.index(INTERFACE_BEGIN):page.index(INTERFACE_END) + len(INTERFACE_END)]
+    assert shown == interface_table()
+    for spec in SPECS:
+        assert f"| `{spec.key}` |" in shown

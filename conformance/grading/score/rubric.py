@@ -151,6 +151,13 @@ class Target:
         return self.declarations.causal in ("always", "optional")
 
 
+RUBRIC_VALUES = {
+    "constructor": '"keyword", or a list of the forms it must work in, e.g. ["positional", '
+                   '"keyword"]: the checks run on the first, each other is built and called once',
+}
+"""Interface keys a rubric takes otherwise than a declaration does (the docs' table says so)."""
+
+
 @dataclass(frozen=True)
 class Rubric:
     """A parsed, validated rubric."""
