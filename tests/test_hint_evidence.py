@@ -97,3 +97,15 @@ def test_scales_equal_at_this_size_are_named_together():
     groups = dict(scale_groups(head_dim=2, num_heads=4))
     merged = [words for words in groups if "each of" in words]
     assert merged and "1/sqrt(num_heads)" in merged[0] and "1/head_dim" in merged[0]
+
+
+def test_a_results_hint_is_plain_text_with_its_kind_beside_it():
+    """A hint naming a kind of bug reaches a result as a plain ``str`` (pytest-xdist's serializer
+    knows no subclass of it: a worker carrying one died), its kind in ``bug``."""
+    from conformance.model.results import CheckResult, Hint, Status
+
+    result = CheckResult("impl", "reference", "cpu", Status.FAILED,
+                         hint=Hint("matches the reference without its output projection",
+                                   "output projection skipped"))
+    assert type(result.hint) is str and result.bug == "output projection skipped"
+    assert type(result.to_dict()["hint"]) is str

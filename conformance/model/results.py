@@ -44,6 +44,15 @@ class Hint(str):
         return hint
 
 
+def plain(hint: str | None) -> tuple[str | None, str | None]:
+    """``hint`` as a plain ``str`` and the kind of bug it names: a result carries plain text
+    (it crosses processes through serializers that know ``str`` only: pytest-xdist's), its kind
+    beside it (``CheckResult.bug``)."""
+    if hint is None:
+        return None, None
+    return str(hint), getattr(hint, "kind", None)
+
+
 class Route(str, Enum):
     """What a check judged an implementation through, where it has more than one way."""
 
@@ -88,6 +97,11 @@ class CheckResult:
     bug: str | None = None
     """The kind of bug ``hint`` names (:class:`Hint`), where it names one: two results with
     the same ``bug`` are one mistake seen by two checks (grading charges it once)."""
+
+    def __post_init__(self) -> None:
+        if self.hint is not None and type(self.hint) is not str:  # a Hint: text, kind beside
+            self.hint, kind = plain(self.hint)
+            self.bug = self.bug or kind
 
     @property
     def is_failure(self) -> bool:

@@ -30,7 +30,7 @@ from conformance.generation.strategies import available_devices
 from conformance.loading.registry import resolve
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.picture import Picture
-from conformance.model.results import CheckResult, Status
+from conformance.model.results import CheckResult, Status, plain
 from conformance.model.spec import Capabilities, Implementation
 from conformance.numerics.threads import one_thread
 from conformance.run import shared
@@ -132,7 +132,7 @@ class Runner:
             if outcome.blocked:
                 result.status = Status.FAILED
                 result.reason = outcome.blocking
-                result.hint = outcome.hint
+                result.hint, result.bug = plain(outcome.hint)
                 result.details = ["every other check is blocked"]
             result.observations = [
                 *(f"refuses {dtype}, which nobody declared ({problem}): checked without it"
@@ -359,8 +359,7 @@ def _finding(status: Status, error: BaseException, case, implementation: str, ch
                          counterexample=repr(case) if case else None)
     if isinstance(error, Violation):
         result.details = list(error.details)
-        result.hint = error.hint
-        result.bug = getattr(error.hint, "kind", None)
+        result.hint, result.bug = plain(error.hint)
         result.remedy = error.remedy
     else:
         result.reason = f"the implementation failed: {result.reason}"
