@@ -97,7 +97,7 @@ def test_a_fix_saved_is_seen_and_ctrl_c_leaves_nothing(tmp_path):
             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             # A user's terminal: CI (where failing examples are never kept) is not set.
             env={**{k: v for k, v in os.environ.items() if k != "CI"},
-                 "PYTHONPATH": str(ROOT)})
+                 "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"})
         seen: list[str] = []
         _line(process, seen, 1)
         assert "failed: reference, scale · 1 passed" in seen[-1]
@@ -110,6 +110,12 @@ def test_a_fix_saved_is_seen_and_ctrl_c_leaves_nothing(tmp_path):
         assert fixed[0].startswith("  reference: passes now")  # the failing ones came first
         assert "3 passed" in fixed[-1]
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 130
+        try:
+            code = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # where it hangs: every thread's stack (faulthandler)
+            process.send_signal(signal.SIGABRT)
+            raise AssertionError("Ctrl-C did not end the watch in 30 s:\n"
+                                 + process.communicate(timeout=30)[0][-6000:]) from None
+        assert code == 130
     assert left == []
     assert (tmp_path / ".hypothesis" / "examples").is_dir()  # failures were kept to try first
