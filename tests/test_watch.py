@@ -97,7 +97,10 @@ def test_a_fix_saved_is_seen_and_ctrl_c_leaves_nothing(tmp_path):
             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             # A user's terminal: CI (where failing examples are never kept) is not set.
             env={**{k: v for k, v in os.environ.items() if k != "CI"},
-                 "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"})
+                 "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"},
+            # Started by a parent that ignores SIGINT, as a CI runner's worker may be: Ctrl-C
+            # still ends the watch (the ignored disposition is inherited; the watch resets it).
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
         seen: list[str] = []
         _line(process, seen, 1)
         assert "failed: reference, scale · 1 passed" in seen[-1]

@@ -15,6 +15,7 @@ Ctrl-C ends the loop between saves or during a run; the workers and the zygote e
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -102,6 +103,10 @@ def watch(check_once: CheckOnce, paths: Sequence[Path], checks: Sequence[str],
     """Check once, then again after every save of ``paths``, until Ctrl-C (or ``saves`` saves,
     for tests); the exit status of the last run (0: no failure), 130 on Ctrl-C."""
     findings: list[str] = []
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Inherited ignored (a parent that ignores it: a CI job, a test runner's worker): Ctrl-C
+        # is how a watch ends, so it raises KeyboardInterrupt here whatever the parent did.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     stamps = _stamps(paths)
     runs, status = 0, 0
     names = ", ".join(path.name for path in paths)
