@@ -15,6 +15,7 @@ from dataclasses import replace
 import torch
 from hypothesis.strategies import SearchStrategy
 
+from conformance.checks.diagnosis import AMBIGUOUS
 from conformance.checks.invariants.base import CheckContext
 from conformance.checks.invariants.gate import base_case
 from conformance.checks.invariants.verify import expect_output, position_skip_reason
@@ -104,7 +105,7 @@ def scale_hint(mistakes: list[str], fitted: float) -> str | None:
         return None
     if len(mistakes) == 1:
         return f"matches scale {mistakes[0]}"
-    return f"matches scale {fitted:.3g}, which at this size is each of: " + "; or ".join(mistakes)
+    return f"matches scale {fitted:.3g}, {AMBIGUOUS}: " + "; or ".join(mistakes)
 
 
 def observe(instance: Instance, inputs: Inputs, case: Case) -> CoreObservation:

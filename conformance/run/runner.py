@@ -169,7 +169,7 @@ class Runner:
         if device not in available_devices():
             return CheckResult(subject.name, name, device, Status.SKIPPED,
                                reason=f"{device} is not available on this machine")
-        refused = dict(subject.capabilities.refused_devices).get(device.split(":")[0])
+        refused = _refused(subject, device)
         if refused is not None:  # its contract: stated, never a failure
             return CheckResult(subject.name, name, device, Status.SKIPPED,
                                reason=f"refuses {device} (probed: {refused})")
@@ -232,8 +232,7 @@ class Runner:
     def runs_checks(self, subject: Subject, device: str) -> bool:
         """Whether checks search on ``device``: it is here, and its gate (run now where it has
         not run, as run_check runs it) passed."""
-        if device not in available_devices() or device.split(":")[0] in dict(
-                subject.capabilities.refused_devices):
+        if device not in available_devices() or _refused(subject, device) is not None:
             return False
         with _as_a_check():
             return not self.gate(subject, device)[1].blocked
@@ -265,6 +264,11 @@ class Runner:
             result.status = Status.FAILED
             result.reason = f"expected to fail ({expected}) but passed"
         return result
+
+
+def _refused(subject: Subject, device: str) -> str | None:
+    """Why ``subject`` refuses ``device`` (``cuda:1`` as ``cuda``), where it was probed to."""
+    return dict(subject.capabilities.refused_devices).get(device.split(":")[0])
 
 
 @contextlib.contextmanager

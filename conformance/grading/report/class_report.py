@@ -63,9 +63,6 @@ class Bug:
         return self.checks[0]
 
 
-_masked = same_bug  # symptoms (failures naming no bug): their reasons, numbers aside
-
-
 def likely_bugs(students: list[Student]) -> list[Bug]:
     """The class's mistakes, most students first, each counted once per student.
 
@@ -89,7 +86,7 @@ def likely_bugs(students: list[Student]) -> list[Bug]:
                     named[bug_of(result)].add(check.check)
                     wording[(True, bug_of(result))][result.hint] += 1
                 else:
-                    symptoms[_masked(result.reason)].add(check.check)
+                    symptoms[same_bug(result.reason)].add(check.check)
         if len(named) == 1:  # one bug named: the unnamed failures are its knock-ons
             (only,) = named.values()
             for checks in symptoms.values():

@@ -175,8 +175,9 @@ class Rubric:
     """A warning earns nothing (by default it earns the check's points)."""
     charge_once: bool = True
     """One mistake is charged once: an item whose every failed check names a likely bug an
-    earlier failed item was charged for (the same words, numbers aside) is excused, and its
-    feedback says which item it is charged to (:func:`conformance.grading.score.scoring.score`)."""
+    earlier failed item was charged for (the same kind of bug, see
+    :func:`conformance.grading.score.scoring.bug_of`) is excused, and its feedback says which item
+    it is charged to (:func:`conformance.grading.score.scoring.score`)."""
     github_classroom_prefix: str | None = None
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 

@@ -18,9 +18,10 @@ Rules (also in ``docs/grading.md``):
 - a group scores ``points`` when every check passes (all-or-nothing), or ``points_each`` per
   passing check, at most ``cap``;
 - one mistake is charged once (``charge_once``, on by default): in rubric order, an item that
-  lost points, whose every failed check names a likely bug (its hint, numbers aside) that an
-  earlier item lost points for, is **excused**: it keeps its points and says which item the bug
-  is charged to. A failure that names no bug is charged where it is.
+  lost points, whose every failed check names a likely bug (its kind, else its hint's words,
+  numbers aside: :func:`bug_of`) that an earlier item lost points for, is **excused**: it keeps
+  its points and says which item the bug is charged to. A failure that names no bug is charged
+  where it is.
 """
 
 from __future__ import annotations
