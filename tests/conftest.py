@@ -42,7 +42,7 @@ INTEGRATION = {
     "test_user_pytest",
     "test_wild_styles_are_correct", "test_docs_examples", "test_new_architectures_are_correct",
     "test_new_architectures", "test_library_held_out", "test_tiers", "test_triton_kernel",
-    "test_gpu_acceptance",
+    "test_gpu_acceptance", "test_gpu_worker",
 }
 E2E = {
     "test_containment", "test_expected_results", "test_grading_cli", "test_grading_example",

@@ -557,23 +557,23 @@ def test_an_unavailable_sandbox_is_refused_in_one_line():
 
 
 def test_an_accelerator_the_worker_cannot_reach_is_skipped_with_the_reason(monkeypatch):
-    """On a machine with CUDA, an isolated target's CUDA verdicts are skipped, saying why and
-    what to do, never failed: the worker can't start CUDA under its limits (measured on an H100:
-    a false alarm on every correct class before); its CPU verdicts are unchanged."""
+    """On a machine with a device the isolated worker does not open (Apple's MPS: only the CPU
+    and CUDA are admitted, see worker/gpu.py), an isolated target's verdicts there are skipped,
+    saying why and what to do, never failed; its CPU verdicts are unchanged."""
     from conformance.run import isolated
     from conformance.run.isolated import Isolated
     from conformance.run.many import check_many
 
-    monkeypatch.setattr(isolated, "available_devices", lambda: ["cpu", "cuda"])
+    monkeypatch.setattr(isolated, "available_devices", lambda: ["cpu", "mps"])
     spec = f"{SINGLE / 'attention.py'}::MultiHeadAttention"
-    results = check_many([(spec, Isolated())], devices=["cpu", "cuda"], checks=["gate", "padding"])
+    results = check_many([(spec, Isolated())], devices=["cpu", "mps"], checks=["gate", "padding"])
     by_device = {(r.device, r.check): r for r in results}
     assert by_device["cpu", "gate"].status.value == "passed"
     assert by_device["cpu", "padding"].status.value == "passed"
     for check in ("gate", "padding"):
-        skipped = by_device["cuda", check]
+        skipped = by_device["mps", check]
         assert skipped.status.value == "skipped"
-        assert skipped.reason.startswith("the isolated worker can't use cuda yet")
+        assert skipped.reason.startswith("the isolated worker can't use mps")
         assert "in process (not isolated)" in skipped.reason
 
 

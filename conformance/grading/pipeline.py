@@ -26,10 +26,17 @@ from conformance.grading.report.student import Student
 from conformance.grading.run.execution import run_submission
 from conformance.grading.run.store import Record, Store, versions
 from conformance.grading.score.outcome import RunStatus, SubmissionOutcome
-from conformance.grading.score.rubric import Rubric
+from conformance.grading.score.rubric import Rubric, RubricError
 from conformance.grading.score.scoring import SubmissionScore, score
 from conformance.worker import SandboxKind
 from conformance.worker.sandbox import resolve_kind
+
+
+def gpu_here() -> bool:
+    """Whether torch can use a CUDA GPU on this machine (a ``device = "cuda"`` rubric needs it)."""
+    import torch
+
+    return torch.cuda.is_available()
 
 
 class GradingInputError(ConformanceError):
@@ -108,6 +115,9 @@ def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
     :class:`~conformance.worker.SandboxUnavailable` before anything is done where there is none).
     """
     tier = resolve_kind(sandbox)  # one tier for the whole class
+    if rubric.device == "cuda" and not gpu_here():
+        raise RubricError(f"{rubric.path}: [assignment] device \"cuda\": this machine has no CUDA "
+                          "GPU torch can use; grade on a machine with one, or on \"cpu\"")
     out.mkdir(parents=True, exist_ok=True)
     submissions = find_submissions(folder, rubric, out)
     check_only(submissions, only)

@@ -72,14 +72,16 @@ def not_loaded(name: str, error: BaseException, devices: Sequence[str] | None,
             for check in (list(checks) if checks is not None else list(CHECK_NAMES))]
 
 
-WORKER_DEVICES = ("cpu",)
-"""Devices an isolated worker computes on. Measured on an H100 (torch 2.11): CUDA can't start
-under the worker's address-space limit (the driver's reservations exceed it: "out of memory")
-nor under its Landlock rules (the device files are not in them: "OS call failed")."""
+WORKER_DEVICES = ("cpu", "cuda")
+"""Devices an isolated worker computes on: a CUDA one where the run asks for it, admitted by its
+sandbox (``worker/gpu.py``: the device files, a data limit in place of the address-space one)."""
 
-WORKER_DEVICE_SKIP = ("the isolated worker can't use {device} yet (its address-space limit and "
-                      "its Landlock rules keep the driver out): check your own code on {device} "
-                      "in process (not isolated)")
+WORKER_DEVICE_SKIP = ("the isolated worker can't use {device} (only cpu and cuda): check your "
+                      "own code on {device} in process (not isolated)")
+
+
+def _kind(device: str) -> str:
+    return device.partition(":")[0]
 
 
 def preflight(subject: Subject) -> None:
@@ -119,8 +121,13 @@ def isolated_results(runner: Runner, spec: str, what: Isolated,
 
     twins = shared.wanted(runner.processes, list(checks) if checks is not None
                           else list(CHECK_NAMES))
+    wanted = list(devices or available_devices())
+    # An absent device is the runner's to skip; a present accelerator the worker can't reach.
+    usable = [d for d in wanted if _kind(d) in WORKER_DEVICES or d not in available_devices()]
+    gpu = any(_kind(d) == "cuda" and d in available_devices() for d in usable)
     try:
-        subjects = open_all(spec, declared, call_seconds=what.call_seconds, twins=twins)
+        subjects = open_all(spec, declared, call_seconds=what.call_seconds, twins=twins,
+                            accelerators=gpu)
     except WorkerStartError as error:
         raise BadInput(f"{spec}: {error}") from None
     except LoadError as error:
@@ -129,9 +136,6 @@ def isolated_results(runner: Runner, spec: str, what: Isolated,
         interfaces[origin(spec)] = ("not loaded", ())
         return not_loaded(origin(spec), error, devices, checks)
     names = list(checks) if checks is not None else list(CHECK_NAMES)
-    wanted = list(devices or available_devices())
-    # An absent device is the runner's to skip; a present accelerator the worker can't reach.
-    usable = [d for d in wanted if d in WORKER_DEVICES or d not in available_devices()]
     results: list[CheckResult] = []
     try:
         for subject in subjects:

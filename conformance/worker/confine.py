@@ -48,6 +48,9 @@ FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
 READ_RIGHTS = EXECUTE | READ_FILE | READ_DIR
 WRITE_RIGHTS = ~(MAKE_CHAR | MAKE_BLOCK | IOCTL_DEV)
 """Everything in a writable tree but device nodes and device ioctls."""
+DEVICE_RIGHTS = READ_FILE | WRITE_FILE | IOCTL_DEV | READ_DIR
+"""A device file the process may use: open it to read and write, and ``ioctl`` it (a GPU's
+driver is driven by ioctls); a folder of them (MIG's ``/dev/nvidia-caps``) listed."""
 NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
 
@@ -159,9 +162,10 @@ def _install_filter() -> None:
         raise ConfinementError(f"seccomp refused the socket filter: {os.strerror(errno)}")
 
 
-def restrict(read: Sequence[str], write: Sequence[str]) -> int:
-    """Confine this process to reading ``read`` and changing ``write`` (paths that don't exist
-    are left out), with no TCP and no sockets where the kernel allows; the Landlock ABI applied."""
+def restrict(read: Sequence[str], write: Sequence[str], devices: Sequence[str] = ()) -> int:
+    """Confine this process to reading ``read``, changing ``write`` and using the device files
+    ``devices`` (paths that don't exist are left out), with no TCP and no sockets where the kernel
+    allows; the Landlock ABI applied."""
     threads = len(os.listdir("/proc/self/task"))
     if threads != 1:
         raise ConfinementError(f"the sandbox must be applied by a single-threaded process "
@@ -182,6 +186,8 @@ def restrict(read: Sequence[str], write: Sequence[str]) -> int:
             _allow(ruleset, path, READ_RIGHTS & filesystem)
         for path in write:
             _allow(ruleset, path, WRITE_RIGHTS & filesystem)
+        for path in devices:
+            _allow(ruleset, path, DEVICE_RIGHTS & filesystem)
         libc = _libc()
         if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             errno = ctypes.get_errno()

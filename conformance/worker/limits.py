@@ -50,6 +50,11 @@ class Limits:
         header_bytes: largest JSON header accepted from the worker.
         submission_bytes: largest submission copied into the scratch directory.
         max_restarts: how many times a dead worker is started again for one subject.
+        accelerators: whether the worker may compute on the machine's NVIDIA GPU (its device
+            files admitted, ``RLIMIT_DATA`` in place of ``RLIMIT_AS``: see ``gpu.py``).
+        gpu_memory_bytes: GPU memory the worker may allocate on each device it uses.
+        compile_seconds: the least a request on a CUDA device is allowed (a Triton kernel's or
+            ``torch.compile``'s first call compiles, in seconds, and is no hang).
     """
 
     start_seconds: float = 60.0
@@ -66,6 +71,9 @@ class Limits:
     header_bytes: int = 4 * MiB
     submission_bytes: int = 64 * MiB
     max_restarts: int = 4
+    accelerators: bool = False
+    gpu_memory_bytes: int = 16 * GiB
+    compile_seconds: float = 300.0
 
     def scaled(self, **changes: float | int) -> Limits:
         """A copy with some limits changed (``dataclasses.replace``)."""

@@ -115,10 +115,12 @@ class TimedSubject(IsolatedSubject):
 
 def isolated(spec: str, declared: Declarations | None = None, *, name: str | None = None,
              call_seconds: float = CALL_SECONDS,
-             expected_failures: dict[str, str] | None = None, twins: int = 0) -> IsolatedSubject:
+             expected_failures: dict[str, str] | None = None, twins: int = 0,
+             accelerators: bool = False) -> IsolatedSubject:
     """The implementation an IMPL string names (``path/file.py::Attr`` or ``pkg.module:Attr``),
     in a worker running in place: a file from its own folder, a module from the current one.
-    ``twins``: how many more workers load it at once (see :meth:`IsolatedSubject.twin`).
+    ``twins``: how many more workers load it at once (see :meth:`IsolatedSubject.twin`);
+    ``accelerators``: it may use the machine's GPU (``Limits.accelerators``).
     Raises the worker's LoadError when it can't be loaded."""
     if "::" in spec:
         location, _, attribute = spec.partition("::")
@@ -128,23 +130,25 @@ def isolated(spec: str, declared: Declarations | None = None, *, name: str | Non
         directory, worker_spec = Path.cwd(), spec
     limits = Limits(request_seconds=call_seconds, load_seconds=LOAD_CALLS * call_seconds,
                     lifetime_seconds=24 * 3600.0, cpu_seconds=24 * 3600,
-                    max_restarts=RESTARTS)
+                    max_restarts=RESTARTS, accelerators=accelerators)
     return TimedSubject(directory, worker_spec, name=name, declared=declared, limits=limits,
                         expected_failures=expected_failures, timeout=CallLimits(call_seconds),
                         in_place=True, twins=twins)
 
 
 def open_all(spec: str, declared: Declarations | None = None, *,
-             call_seconds: float = CALL_SECONDS, twins: int = 0) -> list[IsolatedSubject]:
+             call_seconds: float = CALL_SECONDS, twins: int = 0,
+             accelerators: bool = False) -> list[IsolatedSubject]:
     """Every implementation ``spec`` names (a list of declared ones, say), each loaded in a
-    worker of its own (and ``twins`` more, where it names one). Raises the worker's LoadError
-    when the module can't be loaded."""
+    worker of its own (and ``twins`` more, where it names one); ``accelerators``: the workers
+    may use the machine's GPU. Raises the worker's LoadError when the module can't be loaded."""
     try:
-        return [isolated(spec, declared, call_seconds=call_seconds, twins=twins)]
+        return [isolated(spec, declared, call_seconds=call_seconds, twins=twins,
+                         accelerators=accelerators)]
     except LoadError as error:
         several = (error.status is WorkerStatus.INTERFACE_MISMATCH and error.defined_names
                    and "choose one with name=" in str(error))
         if not several:
             raise
-        return [isolated(spec, declared, name=name, call_seconds=call_seconds)
-                for name in error.defined_names]
+        return [isolated(spec, declared, name=name, call_seconds=call_seconds,
+                         accelerators=accelerators) for name in error.defined_names]

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Literal
 
 import conformance.worker.confine as confine
+import conformance.worker.gpu as gpu
 import conformance.worker.warm_start as warm_start
 from conformance.errors import ConformanceError
 from conformance.worker.limits import TORCH_ADDRESS_SPACE, Limits
@@ -241,7 +242,7 @@ def _ancestors(path: Path) -> list[str]:
     return args
 
 
-def _bwrap_argv(scratch: Path, uid: int | None) -> list[str]:
+def _bwrap_argv(scratch: Path, uid: int | None, devices: Sequence[str]) -> list[str]:
     argv = [_bwrap() or "bwrap", *NAMESPACES, "--die-with-parent", "--new-session",
             "--ro-bind", "/usr", "/usr"]
     for name in _SYSTEM[1:]:
@@ -252,7 +253,7 @@ def _bwrap_argv(scratch: Path, uid: int | None) -> list[str]:
             argv += ["--ro-bind", str(host), str(host)]
     for name in _ETC:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    argv += ["--proc", "/proc", "--dev", "/dev",
+    argv += ["--proc", "/proc", "--dev", "/dev", *gpu.bwrap_args(devices),
              # Private /tmp first: the scratch directory may live under the host's /tmp.
              "--perms", "1777", "--size", str(64 << 20), "--tmpfs", "/tmp"]
     for root in _python_roots():
@@ -307,11 +308,15 @@ def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence
     uid = worker_uid() if root and home is None else None
     protections = ["own session", "stdin closed",
                    "clean environment", "in place (no copy)" if home else "scratch copy",
-                   "rlimit cpu", "rlimit address space",
+                   "rlimit cpu", "rlimit address space" if not limits.accelerators else
+                   "rlimit data",
                    "rlimit file size", "no core dumps", "no new privileges"]
+    # A GPU worker: the driver's reservations exceed any address-space limit (gpu.py).
+    devices = gpu.device_files() if limits.accelerators else []
+    memory = (("RLIMIT_DATA", gpu.data_limit(limits, TORCH_ADDRESS_SPACE)) if limits.accelerators
+              else ("RLIMIT_AS", TORCH_ADDRESS_SPACE + limits.memory_bytes))
     rlimits = [("RLIMIT_CPU", limits.cpu_seconds, limits.cpu_seconds + 1),
-               ("RLIMIT_AS", TORCH_ADDRESS_SPACE + limits.memory_bytes,
-                TORCH_ADDRESS_SPACE + limits.memory_bytes),
+               (memory[0], memory[1], memory[1]),
                ("RLIMIT_FSIZE", limits.file_bytes, limits.file_bytes),
                ("RLIMIT_CORE", 0, 0),
                ("RLIMIT_NOFILE", limits.open_files, limits.open_files)]
@@ -332,15 +337,19 @@ def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence
     env = {**warm_start.base_environment(), "HOME": str(home),
            "TMPDIR": "/tmp" if tier == "bwrap" else str(home)}
     args = list(worker_args)
+    if limits.accelerators:
+        env.update(gpu.environment(os.environ))
+        args += ["--gpu-memory-bytes", str(limits.gpu_memory_bytes)]
+        protections += gpu.protections(limits, devices)
     if uid is not None:
         args += ["--uid", str(uid), "--gid", str(uid)]
     namespaces = fresh_proc = False
 
     if tier == "landlock":
-        args += _landlock_args(writable, listable)
+        args += _landlock_args(writable, listable) + gpu.landlock_args(devices)
     argv = warm_start.suite_command("conformance.worker", *args)
     if tier == "bwrap":
-        argv = [*_bwrap_argv(scratch, uid), "--", *argv]
+        argv = [*_bwrap_argv(scratch, uid, devices), "--", *argv]
         protections += ["filesystem: bwrap", "pid namespace", "network namespace",
                         "ipc namespace", "read-only system", "host filesystem hidden",
                         "private /tmp"]

@@ -29,6 +29,7 @@ import torch
 
 import conformance.worker.codec as codec
 import conformance.worker.confine as confine
+import conformance.worker.gpu as gpu
 import conformance.worker.reachable as reachable
 from conformance.errors import one_line
 from conformance.inference.plan import InferenceError
@@ -159,20 +160,24 @@ def _memory_message(what: str, error: BaseException) -> str:
     address-space limit (RuntimeError)``."""
     cause = error.__cause__ if isinstance(error, ImplementationError) and error.__cause__ else error
     asked = re.search(r"tried to allocate (\d+) bytes", str(cause))
-    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    limit, kind = resource.getrlimit(resource.RLIMIT_AS)[0], "address-space"
+    if limit == resource.RLIM_INFINITY:  # a GPU worker's is on its data (gpu.py)
+        limit, kind = resource.getrlimit(resource.RLIMIT_DATA)[0], "data"
     text = f"{what} ran out of memory"
     if asked:
         text += f": it asked for {int(asked.group(1)) / 2**30:.1f} GiB more"
     if limit != resource.RLIM_INFINITY:
-        text += f", under the worker's {limit / 2**30:.1f} GiB address-space limit"
+        text += f", under the worker's {limit / 2**30:.1f} GiB {kind} limit"
     return f"{text} ({type(cause).__name__})"
 
 
 class Server:
-    def __init__(self, channel: BlockingChannel, scratch: Path, output_keep: int) -> None:
+    def __init__(self, channel: BlockingChannel, scratch: Path, output_keep: int,
+                 gpu_memory_bytes: int = 0) -> None:
         self.channel = channel
         self.scratch = scratch
         self.output_keep = output_keep
+        self.gpu_memory_bytes = gpu_memory_bytes
         self.implementations: dict[str, Implementation] = {}
         self.instances: dict[int, WorkerInstance] = {}
         # Before any of the submission runs: what the suite's own code here relies on.
@@ -229,6 +234,7 @@ class Server:
             raise KeyError(f"instance {request.number} exists already")
         if request.random_state is not None:
             torch.default_generator.manual_seed(request.random_state)
+        gpu.share_memory(request.config.device, self.gpu_memory_bytes)
         instance = WorkerInstance(implementation, request.config, request.seed, self.output_keep)
         self.instances[request.number] = instance
         return request.number
@@ -361,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gid", type=int)
     parser.add_argument("--landlock-read", action="append", default=[], metavar="PATH")
     parser.add_argument("--landlock-write", action="append", default=[], metavar="PATH")
+    parser.add_argument("--landlock-device", action="append", default=[], metavar="PATH")
+    parser.add_argument("--gpu-memory-bytes", type=int, default=0)
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)  # workers share the cores with the checker and each other
@@ -371,9 +379,9 @@ def main(argv: list[str] | None = None) -> int:
         reachable.keep_imports_reachable()  # while still root: it opens what the uid can't pass
     if args.landlock_read or args.landlock_write:
         # As root still: the rules name places only root can open (the installation under /root).
-        confine.restrict(args.landlock_read, args.landlock_write)
+        confine.restrict(args.landlock_read, args.landlock_write, args.landlock_device)
     drop_privileges(args.uid, args.gid)
     channel = BlockingChannel(args.request_fd, args.reply_fd, args.header_limit,
                               args.message_limit)
-    Server(channel, Path.cwd(), args.output_keep).serve()
+    Server(channel, Path.cwd(), args.output_keep, args.gpu_memory_bytes).serve()
     return 0

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 import conformance.worker.codec as codec
+import conformance.worker.gpu as gpu
 from conformance.model.declarations import Declarations
 from conformance.model.spec import Config
 from conformance.subject.boundary import (
@@ -300,10 +301,10 @@ class IsolatedSubject(Subject):
     # Requests.
 
     def timeout(self, op: str, config: Config | None) -> float:
-        """Seconds allowed for one request (see ``timeout=``)."""
-        if callable(self._timeout):
-            return float(self._timeout(op, config))
-        return float(self._timeout if self._timeout is not None else self.limits.request_seconds)
+        """Seconds allowed for one request (see ``timeout=``; on a GPU: ``gpu.request_seconds``)."""
+        seconds = (self._timeout(op, config) if callable(self._timeout) else
+                   self._timeout if self._timeout is not None else self.limits.request_seconds)
+        return gpu.request_seconds(float(seconds), self.limits, config)
 
     def call(self, worker: WorkerProcess, op: str, request: Any, tensors: Sequence[torch.Tensor],
              config: Config | None, what: str) -> Any:

@@ -146,7 +146,8 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
     worker_limits = WorkerLimits(request_seconds=limits.check_seconds,
                                  load_seconds=limits.check_seconds,
                                  lifetime_seconds=limits.submission_seconds,
-                                 memory_bytes=limits.memory_mb * 2**20)
+                                 memory_bytes=limits.memory_mb * 2**20,
+                                 accelerators=rubric.device == "cuda")
     try:
         subject = IsolatedSubject(directory, spec, name=None, declared=declared,
                                   limits=worker_limits, expected_failures={}, timeout=deadline,
@@ -174,7 +175,7 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
             deadline.start_check()
             seen = len(subject.incidents)
             try:
-                result = runner.run_check(subject, check, "cpu",
+                result = runner.run_check(subject, check, rubric.device,
                                           without=_judged_elsewhere(target, check, outcome))
             except WorkerError as error:  # the worker can't be restarted any more
                 outcome.status, outcome.message = _status(error.status), str(error)

@@ -158,6 +158,10 @@ RUBRIC_VALUES = {
 """Interface keys a rubric takes otherwise than a declaration does (the docs' table says so)."""
 
 
+GRADING_DEVICES = ("cpu", "cuda")
+"""Devices a rubric may grade on (``[assignment] device``)."""
+
+
 @dataclass(frozen=True)
 class Rubric:
     """A parsed, validated rubric."""
@@ -178,6 +182,9 @@ class Rubric:
     earlier failed item was charged for (the same kind of bug, see
     :func:`conformance.grading.score.scoring.bug_of`) is excused, and its feedback says which item
     it is charged to (:func:`conformance.grading.score.scoring.score`)."""
+    device: str = "cpu"
+    """Where every check runs: ``cuda`` grades on the grader's GPU, in the sandbox
+    (``conformance/worker/gpu.py``); a grader without one refuses the rubric."""
     github_classroom_prefix: str | None = None
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -201,6 +208,7 @@ class Rubric:
         date are left out: changing them rescores stored results without running anything."""
         payload = {
             "profile": self.profile, "seed": self.seed, "limits": self.limits.to_dict(),
+            **({"device": self.device} if self.device != "cpu" else {}),
             "targets": [{"class": t.name, "aliases": list(t.aliases), "interface": t.interface,
                          "checks": list(t.checks)} for t in self.targets],
         }

@@ -14,6 +14,7 @@ from conformance._compat import tomllib
 from conformance.generation.profiles import PROFILE_NAMES
 from conformance.grading.score.rubric import (
     GATE,
+    GRADING_DEVICES,
     VISIBILITIES,
     Item,
     Rubric,
@@ -26,7 +27,7 @@ from conformance.model.declaration_sources import from_mapping
 from conformance.model.declarations import DeclarationError
 
 _TOP = {"assignment", "limits", "targets"}
-_ASSIGNMENT = {"name", "title", "due", "reference", "profile", "seed", "strict", "charge_once",
+_ASSIGNMENT = {"name", "title", "due", "reference", "profile", "seed", "strict", "charge_once", "device",
                "github_classroom_prefix"}
 _LIMITS = {"check_seconds", "submission_seconds", "memory_mb"}
 _TARGET = {"class", "aliases", "interface", "items"}
@@ -70,6 +71,10 @@ def parse(data: dict, path: Path) -> Rubric:
     if not isinstance(charge_once, bool):
         raise RubricError(f"{where}: [assignment] charge_once {charge_once!r}: give true or "
                           "false")
+    device = assignment.get("device", "cpu")
+    if device not in GRADING_DEVICES:
+        raise RubricError(f"{where}: [assignment] device {device!r}: choose one of "
+                          f"{', '.join(GRADING_DEVICES)}")
     due = assignment.get("due")
     if due is not None:
         due = _datetime(due, f"{where}: [assignment] due")
@@ -93,7 +98,7 @@ def parse(data: dict, path: Path) -> Rubric:
     rubric = Rubric(path=path, name=str(assignment.get("name", path.stem)),
                     title=str(assignment.get("title", assignment.get("name", path.stem))),
                     due=due, reference=reference, profile=profile, seed=seed, limits=limits,
-                    targets=targets, strict=strict, charge_once=charge_once,
+                    targets=targets, strict=strict, charge_once=charge_once, device=device,
                     github_classroom_prefix=assignment.get("github_classroom_prefix"),
                     raw=data)
     if rubric.max_points <= 0:
