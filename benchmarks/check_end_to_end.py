@@ -1,19 +1,22 @@
 """How long `attention-conformance check FILE::Class` takes, as a user types it, one at a time.
 
-    python benchmarks/check_end_to_end.py [--rounds 1] [--no-isolate] [--json PATH]
+    python benchmarks/check_end_to_end.py [--rounds 1] [--no-isolate] [--served] [--json PATH]
 
 Each module of the collections of correct modules (``tests/fixtures/{user,wild,modern}_styles.py``,
 the 40 of the README's measurement; ``--homework`` adds the ten homework styles) is checked
 through the command line, nothing declared, in a fresh interpreter: interpreter start, import,
 inference and the whole catalogue (the default: isolated in a worker process; ``--no-isolate``:
 in the CLI's own process). Prints each module's wall time, the median and the worst, and whether
-every one exited 0. Timings on a shared machine are noise: run it on an idle one.
+every one exited 0. ``--served`` starts ``attention-conformance serve`` first and times each
+check handed to it (the warm start; the server's own start is not counted, as a user starts it
+once). Timings on a shared machine are noise: run it on an idle one.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -40,8 +43,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--no-isolate", action="store_true")
     parser.add_argument("--homework", action="store_true")
+    parser.add_argument("--served", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    server = _serve() if args.served else None
     rows = []
     for spec in specs(args.homework):
         times, codes = [], []
@@ -59,6 +64,19 @@ def main() -> None:
           f"{max(seconds):.2f} s; every one exited 0: {all(r['exit'] == 0 for r in rows)}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    if server is not None:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)
+
+
+def _serve() -> subprocess.Popen:
+    """A server for this installation, once it listens."""
+    server = subprocess.Popen([sys.executable, "-m", "conformance", "serve"], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = server.stdout.readline()
+    if "serving at" not in line:
+        sys.exit(f"the server did not start: {line}")
+    return server
 
 
 if __name__ == "__main__":

@@ -130,6 +130,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
 
     commands.add_parser("list", help="list the registered implementations")
+    commands.add_parser("serve", help="stay warm: each check of this installation started "
+                                      "meanwhile runs here, without the cold start (Ctrl-C stops)")
     grading_cli.add_parser(commands)
 
     bench = commands.add_parser("bench", help="time and memory against sequence length, beside "
@@ -369,6 +371,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "grade":
         return grading_cli.run(args)
+    if args.command == "serve":
+        from conformance.frontends.serve import run
+
+        return run()
     try:
         if args.command == "bench":
             return run_bench(args)

@@ -53,8 +53,14 @@ def _will_fork_workers(argv: Sequence[str]) -> bool:
     return len(located) == 1 or (len(located) > 1 and _jobs(argv) == "1")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, hand_over: bool = True) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if hand_over:  # a warm ``serve`` runs it where one listens (served.py); else it runs here
+        from conformance.frontends import served
+
+        status = served.hand_over(arguments)
+        if status is not None:
+            return status
     if _will_fork_workers(arguments):
         from conformance.worker import warm_start
 

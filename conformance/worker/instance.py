@@ -61,6 +61,9 @@ class IsolatedInstance(Instance):
         self._worker = worker
         self._number = number
         self._construction: Pending | None = construction
+        self._deferred: list[tuple[str, Pending]] = []
+        """Requests whose reply carries nothing but success (writing weights), read with the
+        next request's: their round trip costs no wait of its own."""
         self._broken: BaseException | None = None
         self._finalizer = weakref.finalize(self, subject.release, worker, number)
 
@@ -75,6 +78,9 @@ class IsolatedInstance(Instance):
             except (ImplementationError, CapabilityError) as error:  # WorkerError included
                 self._broken = error
                 raise
+        while self._deferred:  # their failure is the next request's, raised before its reply
+            op, pending = self._deferred.pop(0)
+            self._subject.collect(self._worker, pending, op)
 
     def release(self) -> None:
         """Free it in the worker now (otherwise that happens with the next request after it is
@@ -113,8 +119,13 @@ class IsolatedInstance(Instance):
         return self._call("read_weights", InstanceRequest(self._number), what="reading weights")
 
     def write_weights(self, weights: HeadWeights) -> None:
-        self._call("write_weights", WriteWeightsRequest(self._number, weights),
-                   what="writing weights")
+        """Sent now, its reply read with the next request's (a failure is raised there)."""
+        if self._broken is not None:
+            raise self._broken
+        pending = self._subject.submit(self._worker, "write_weights",
+                                       WriteWeightsRequest(self._number, weights), (),
+                                       self.config, "writing weights")
+        self._deferred.append(("write_weights", pending))
 
     @property
     def stdout(self) -> str:

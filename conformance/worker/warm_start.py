@@ -102,6 +102,8 @@ class Zygote:
         self._buffer = b""
         self.ready: dict[str, Any] = {}
         self.alive = True
+        self.key = ""
+        """What environment it was started for (set where it is handed off)."""
 
     def wait_ready(self) -> bool:
         """Whether the zygote started, is one thread, and answered within START_SECONDS (asked
@@ -144,6 +146,13 @@ class Zygote:
         found, self._buffer = json_line(self._buffer, receive, deadline)
         return found
 
+    def disown(self) -> None:
+        """Let go of a zygote handed to a fork of this process (:func:`hand_off`): the fork owns
+        it now; this process's copy of its socket closes, the zygote lives on."""
+        self.alive = False
+        with contextlib.suppress(OSError):
+            self.channel.close()
+
     def close(self) -> None:
         """Stop the zygote: nothing of it needs an orderly end (what it forked lives on its
         own), so it is killed rather than waited for while it tears torch down."""
@@ -170,6 +179,24 @@ def _zygote(env: dict[str, str]) -> Zygote:
         if key not in _zygotes:
             _zygotes[key] = Zygote(base)
         return _zygotes[key]
+
+
+def hand_off() -> Zygote | None:
+    """Take this process's zygote out of its hands, ready, for a fork of it to own
+    (:func:`adopt` there, :meth:`Zygote.disown` here); None where there is none or it failed."""
+    with _zygotes_lock:
+        if not _zygotes:
+            return None
+        key = next(iter(_zygotes))
+        zygote = _zygotes.pop(key)
+    zygote.key = key
+    return zygote if zygote.wait_ready() else None
+
+
+def adopt(zygote: Zygote) -> None:
+    """In a fork: take ``zygote`` (handed off by the parent before the fork) as this process's."""
+    with _zygotes_lock:
+        _zygotes[zygote.key] = zygote
 
 
 def prestart() -> None:

@@ -1,0 +1,166 @@
+"""``attention-conformance serve``: a check handed to the warm server says and exits exactly what it
+says and exits run cold; what the server must not run (another installation's settings) runs
+cold; Ctrl-C reaches the served check; no server, or a socket folder others may enter, means the
+command runs in its own process."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import conformance.frontends.served as served
+from conformance.frontends.serve import refusal
+
+ROOT = Path(__file__).resolve().parents[1]
+CORRECT = "tests/fixtures/user_styles.py::FusedQKV"
+BROKEN_MODULE = '''
+import torch
+from torch import nn
+
+
+class Unscaled(nn.Module):
+    """Attention that forgets 1/sqrt(head_dim)."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.h = num_heads
+        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, -1).permute(2, 0, 3, 1, 4)
+        weights = (q @ k.transpose(-2, -1)).softmax(-1)
+        return self.out((weights @ v).transpose(1, 2).reshape(b, n, d))
+'''
+SLOW_MODULE = '''
+import time
+import torch
+from torch import nn
+
+
+class Slow(nn.Module):
+    """Correct attention, a second per call."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.inner = nn.MultiheadAttention(d_model, num_heads, batch_first=True)
+
+    def forward(self, x):
+        time.sleep(1.0)
+        return self.inner(x, x, x, need_weights=False)[0]
+'''
+CHECKS = ["--check", "gate", "--check", "padding", "--check", "scale"]
+
+
+def _environment(runtime: Path, **changes: str) -> dict[str, str]:
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), **changes}
+    env.pop(served.SWITCH, None)
+    return env
+
+
+def _check(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "conformance", "check", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _without_times(text: str) -> str:
+    return re.sub(r"\d+(\.\d+)? s\b", "T s", text)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A server listening in a private runtime folder of its own; its log, read when needed."""
+    runtime = tmp_path_factory.mktemp("runtime")
+    runtime.chmod(0o700)
+    log = runtime.parent / "serve.log"
+    env = _environment(runtime)
+    with log.open("w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "conformance", "serve"], cwd=ROOT,
+                                   env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while "serving at" not in log.read_text():
+        assert process.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.1)
+    yield env, log
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=30) == 0
+    assert not list((runtime / "attention-conformance").glob("*.sock"))  # it removed its socket
+
+
+def _served(log: Path, spec: str, count: int = 1) -> bool:
+    """Whether the server's log says ``spec`` ended ``count`` times (it says so within a second)."""
+    deadline = time.monotonic() + 10
+    while log.read_text().count(f"{spec}") < count:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def test_a_served_check_says_and_exits_what_a_cold_one_does(server, tmp_path):
+    env, log = server
+    (tmp_path / "unscaled.py").write_text(BROKEN_MODULE)
+    broken = f"{tmp_path / 'unscaled.py'}::Unscaled"
+    for spec, code in ((CORRECT, 0), (broken, 1)):
+        warm = _check(env, spec, *CHECKS)
+        cold = _check({**env, served.SWITCH: "0"}, spec, *CHECKS)
+        assert (warm.returncode, cold.returncode) == (code, code), warm.stderr
+        assert _without_times(warm.stdout) == _without_times(cold.stdout)
+        assert sorted(_without_times(warm.stderr).splitlines()) == \
+            sorted(_without_times(cold.stderr).splitlines())
+        assert _served(log, spec), log.read_text()
+    assert f"check {broken} {' '.join(CHECKS)}: exit 1" in log.read_text()
+
+
+def test_a_check_under_other_import_settings_runs_cold(server):
+    env, log = server
+    other = _check({**env, "ATTENTION_CONFORMANCE_WARM_START": "0"}, CORRECT, "--check", "gate")
+    assert other.returncode == 0 and "OK" in other.stdout
+    assert "refused: started under other settings (ATTENTION_CONFORMANCE_WARM_START)" in \
+        log.read_text()
+
+
+def test_ctrl_c_reaches_the_served_check(server, tmp_path):
+    env, log = server
+    (tmp_path / "slow.py").write_text(SLOW_MODULE)
+    slow = f"{tmp_path / 'slow.py'}::Slow"
+    client = subprocess.Popen([sys.executable, "-m", "conformance", "check", slow], cwd=ROOT,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    time.sleep(3)  # well into loading it (inference calls it: seconds)
+    assert client.poll() is None and _served(log, "serving at")
+    client.send_signal(signal.SIGINT)
+    assert client.wait(timeout=60) == 130, client.communicate()
+    assert time.monotonic() < deadline
+    assert _served(log, f"check {slow}: exit 130"), log.read_text()
+
+
+def test_no_server_or_an_open_folder_means_the_command_runs_here(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.delenv(served.SWITCH, raising=False)
+    tmp_path.chmod(0o700)
+    assert served.hand_over(["check", "x.py"]) is None  # no socket: not a moment lost
+    folder = served.socket_path().parent
+    folder.mkdir(mode=0o755)
+    os.chmod(folder, 0o755)
+    assert not served._private(folder)
+    assert served.hand_over(["check", "x.py"]) is None  # others may enter it: never connected
+    assert served.hand_over(["check", "--watch", "x.py"]) is None
+    assert served.hand_over(["grade", "class"]) is None
+
+
+def test_what_a_server_refuses():
+    mine = {"key": served.installation_key(), "argv": ["check", "x.py"], "env": dict(os.environ)}
+    assert refusal(mine) is None
+    assert refusal({**mine, "key": "elsewhere"}) == "another installation's command"
+    assert refusal({**mine, "argv": ["grade", "class"]}) == "'grade' is not served"
+    changed = {**mine, "env": {**os.environ, "TORCH_LOGS": "+dynamo"}}
+    assert refusal(changed) == "started under other settings (TORCH_LOGS)"
