@@ -371,10 +371,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "grade":
         return grading_cli.run(args)
-    if args.command == "serve":
-        from conformance.frontends.serve import run
-
-        return run()
+    if args.command == "serve":  # the command's entry starts it (frontends/entry.py)
+        print("attention-conformance: error: serve runs as its own command "
+              "(attention-conformance serve)", file=sys.stderr)
+        return EXIT_USAGE
     try:
         if args.command == "bench":
             return run_bench(args)

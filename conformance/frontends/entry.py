@@ -1,5 +1,9 @@
 """The ``attention-conformance`` command's entry: start what can start early, run the CLI, exit.
 
+A ``check`` is first offered to a warm ``attention-conformance serve`` of this installation
+(``served.py``, standard library only: nothing heavy is imported for the offer); where one takes
+it, its exit status is this command's. ``serve`` itself starts here (``serve.py``).
+
 Checking a user's file or grading runs student code in workers forked by a zygote
 (``conformance.worker.warm_start``); the zygote imports torch as the CLI does, so it is started
 before the CLI's own imports, and the two imports share the cores instead of taking turns. Only
@@ -53,14 +57,18 @@ def _will_fork_workers(argv: Sequence[str]) -> bool:
     return len(located) == 1 or (len(located) > 1 and _jobs(argv) == "1")
 
 
-def main(argv: Sequence[str] | None = None, *, hand_over: bool = True) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if hand_over:  # a warm ``serve`` runs it where one listens (served.py); else it runs here
-        from conformance.frontends import served
+    if arguments[:1] == ["serve"]:
+        from conformance.frontends.serve import run as serve
 
-        status = served.hand_over(arguments)
-        if status is not None:
-            return status
+        return serve()
+    # A warm ``serve`` runs it where one listens (served.py); else it runs here.
+    from conformance.frontends import served
+
+    status = served.hand_over(arguments)
+    if status is not None:
+        return status
     if _will_fork_workers(arguments):
         from conformance.worker import warm_start
 

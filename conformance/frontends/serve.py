@@ -7,7 +7,8 @@ started while it runs hands its command over, and the server forks a copy of its
 that command: its working directory, environment and standard streams (the client's own
 descriptors), the zygote warmed for it (:func:`~conformance.worker.warm_start.hand_off`; a new
 one is started for the next), its exit status sent back. The copy runs exactly the command's
-code path (``entry.main``), so verdicts, output and exit codes are those of a check run cold.
+code path (``cli.main``, as ``entry.main`` calls it), so verdicts, output and exit codes are those
+of a check run cold.
 
 Nothing runs in the server itself but the imports: it forks only while it runs one Python thread
 and CUDA is not started (``run.shared.forkable``, what the checker's own forks require; torch runs
@@ -102,7 +103,7 @@ def refusal(request: dict[str, Any]) -> str | None:
 def _become(request: dict[str, Any], fds: list[int], connection: socket.socket,
             listener: socket.socket, zygote) -> None:
     """In the fork: become the client's command, run it, send its status, end."""
-    from conformance.frontends import entry
+    from conformance.frontends.cli import main
     from conformance.worker import warm_start
 
     code = 1
@@ -126,7 +127,8 @@ def _become(request: dict[str, Any], fds: list[int], connection: socket.socket,
         if zygote is not None:
             warm_start.adopt(zygote)
         connection.sendall(json.dumps({"pid": os.getpid()}).encode() + b"\n")
-        code = entry.main(request["argv"], hand_over=False)
+        gc.freeze()  # as the command's entry does (frontends/entry.py)
+        code = main(request["argv"])
     except SystemExit as done:  # argparse's usage errors and --help
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
         if not isinstance(done.code, int) and done.code is not None:
