@@ -4,7 +4,9 @@ Mutants that scramble heads, mix batch and heads or use the key projection for t
 causal with a correct causal mask, fail the causal check (their outputs mix positions) but must
 not be told their mask hides the current token or shows the next one; the mutants whose causal
 mask is off by one are told so, with weight access (the output matches the reference under that
-mask) and without (which rows each position changes), called with q, k, v or with x alone.
+mask) and without (which rows each position changes), called with q, k, v or with x alone. Each
+mistake is named with its kind of bug, the one other checks give it; a softmax over the query
+axis (later queries share each key's weight) is named where the weights tell it apart.
 """
 
 from __future__ import annotations
@@ -16,20 +18,24 @@ from torch import nn
 
 from conformance import Implementation, Status
 from conformance.checks import mask_mistakes
+from conformance.checks.diagnosis import Bug
+from conformance.checks.invariants.causal import QUERY_AXIS
 from conformance.implementations.mutants import (
     batch_heads_mixed,
     causal_hides_current_token,
     causal_shows_next_token,
     heads_merged_without_transpose,
     heads_view_no_transpose,
+    mask_drops_causality,
     same_projection_for_k_and_v,
+    softmax_query_axis,
 )
 from conformance.implementations.mutants.textbook import TextbookAttention, declare
 from conformance.run.many import check_many
 
 CAUSAL_WORDS = (mask_mistakes.Mistake.HIDES_CURRENT.words, mask_mistakes.Mistake.SHOWS_NEXT.words,
                 mask_mistakes.Mistake.IGNORES_CAUSAL.words, mask_mistakes.Mistake.REPLACES_CAUSAL.words,
-                "the padding mask undoes the causal masking")
+                "the padding mask undoes the causal masking", "softmax over the query axis")
 
 
 def _mutant_class(module) -> type[TextbookAttention]:
@@ -92,3 +98,26 @@ def test_a_causal_mask_off_by_one_is_named(module, words, weights, call):
     result = _causal_result(_causal(module, weights=weights, call=call))
     assert result.status is Status.FAILED
     assert result.hint == words
+    # With its kind, the one other checks give the same mistake (a grade charges it once).
+    assert result.bug == mask_mistakes.kind_of(mask_mistakes.Mistake(words))
+
+
+def test_a_padding_mask_replacing_the_causal_one_is_named_with_its_kind():
+    result = _causal_result(mask_drops_causality.IMPLEMENTATION)
+    assert result.status is Status.FAILED
+    assert result.hint.startswith(mask_mistakes.Mistake.REPLACES_CAUSAL.words)
+    assert result.bug == mask_mistakes.kind_of(mask_mistakes.Mistake.REPLACES_CAUSAL)
+
+
+@pytest.mark.parametrize("call", ["qkv", "self"])
+def test_a_softmax_over_the_query_axis_is_named_with_its_kind(call):
+    result = _causal_result(_causal(softmax_query_axis, call=call))
+    assert result.status is Status.FAILED
+    assert result.hint == QUERY_AXIS and result.bug == Bug.SOFTMAX_OVER_QUERIES.value
+
+
+def test_a_softmax_over_the_query_axis_is_not_blamed_on_the_mask_without_weights():
+    """Called with q, k, v, which rows each key changes is the correct mask's pattern."""
+    result = _causal_result(_causal(softmax_query_axis, weights=False))
+    assert result.status is Status.FAILED
+    assert result.hint is None

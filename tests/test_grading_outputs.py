@@ -214,6 +214,25 @@ def test_feedback_for_students_who_did_not_get_graded(rubric, students):
     assert "### " not in missing  # the reason is said once, not per item
 
 
+def test_a_status_the_message_already_begins_with_is_said_once(rubric):
+    syntax = "syntax error in attention.py, line 17: expected ':'"
+    broken = student(rubric, "1010", [], status=RunStatus.SYNTAX_ERROR, message=syntax)
+    page = feedback.markdown(rubric, broken, AFTER)
+    assert f"> {syntax}" in page and "syntax error: syntax error" not in page
+    tests = outputs.gradescope_results(rubric, broken)["tests"]
+    assert not any("syntax error: syntax error" in test.get("output", "") for test in tests)
+    assert any(syntax in test.get("output", "") for test in tests)
+    whys = {check.why for item in broken.score.items for check in item.checks}
+    assert syntax in whys and not any("syntax error: syntax" in why for why in whys)
+    crashed = student(rubric, "1011", None, status=RunStatus.IMPORT_ERROR,
+                      message="import error in attention.py: ModuleNotFoundError: No module named "
+                              "'numpyy'")
+    assert dict(class_report.needs_a_look([crashed]))["1011"].startswith("import error in ")
+    # A message that does not begin with it keeps the status before it.
+    timed_out = student(rubric, "1012", None, status=RunStatus.TIMEOUT, message="ran 240 s")
+    assert dict(class_report.needs_a_look([timed_out]))["1012"] == "timeout: ran 240 s"
+
+
 def test_class_report_finds_common_bugs_and_who_needs_a_look(rubric, students, tmp_path):
     bugs = class_report.likely_bugs(students)
     assert bugs[0].check == "padding" and bugs[0].students == ("1002", "1003")

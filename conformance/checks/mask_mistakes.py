@@ -52,9 +52,14 @@ class Mistake(Enum):
         return self.value
 
 
+def kind_of(mistake: Mistake) -> str:
+    """The kind of bug ``mistake`` is (:class:`conformance.model.results.Hint`'s ``kind``)."""
+    return f"mask: {mistake.name.lower()}"
+
+
 def named(mistake: Mistake | None) -> str | None:
-    """``mistake`` in words, for a hint (None for none)."""
-    return None if mistake is None else Hint(mistake.words, f"mask: {mistake.name.lower()}")
+    """``mistake`` in words, for a hint, with its kind (None for none)."""
+    return None if mistake is None else Hint(mistake.words, kind_of(mistake))
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,26 @@ from dataclasses import replace
 
 import torch
 
+from conformance.checks.diagnosis import Bug, over_queries
 from conformance.checks.invariants.base import Check, CheckContext
-from conformance.checks.invariants.verify import expect_finite_rows, fmt, reference_applies
+from conformance.checks.invariants.verify import (
+    expect_finite_rows,
+    fmt,
+    reference_applies,
+    revealing,
+)
 from conformance.checks.invariants.violation import Lacking, Violation
-from conformance.checks.mask_mistakes import Mistake, mask_mistakes, weights_mistake
+from conformance.checks.mask_mistakes import (
+    Mistake,
+    kind_of,
+    mask_mistakes,
+    named,
+    weights_mistake,
+)
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
+from conformance.model.results import Hint
 from conformance.model.spec import Capabilities
 from conformance.numerics.reference import allowed_keys
 from conformance.numerics.tolerance import abs_error, eps, only_rows, unchanged_tolerance, worst_index
@@ -120,8 +133,62 @@ def _pattern_mistake(context: CheckContext, case: Case) -> Mistake | None:
         consistent &= fits | (set(CAUSAL_MISTAKES) - told)
         for mistake in fits:
             shown[mistake] += 1
-    named = [mistake for mistake in consistent if shown[mistake] >= 2]
-    return named[0] if len(named) == 1 and len(consistent) == 1 else None
+    fitting = [mistake for mistake in consistent if shown[mistake] >= 2]
+    return fitting[0] if len(fitting) == 1 and len(consistent) == 1 else None
+
+
+QUERY_AXIS = Hint("matches the reference with its softmax over the query axis (dim=-2 where -1 "
+                  "is meant): each key's weights are normalised over every query, later ones "
+                  "included, so a row changes with later positions: softmax over the wrong "
+                  "dimension?", Bug.SOFTMAX_OVER_QUERIES.value)
+"""Named with the kind the reference, scale and row_stochastic checks give this mistake."""
+
+
+def _mask_mistake(context: CheckContext, case: Case,
+                  attention: torch.Tensor | None) -> Mistake | None:
+    """The causal-mask mistake the module's behaviour reproduces on ``case`` (see
+    :meth:`Causal._mistake`), or None."""
+    caps = context.capabilities
+    found = None
+    if attention is not None:
+        tolerance = 4 * eps(context.judged(case.config.dtype))
+        found = weights_mistake(attention, None, causal=True, tolerance=tolerance,
+                                window=case.window, logits=torch.zeros_like(attention),
+                                only=CAUSAL_MISTAKES)
+    if found is None and reference_applies(caps):
+        found = context.mask_mistake(case, only=CAUSAL_MISTAKES)
+    elif found is None and not caps.positional:
+        found = _pattern_mistake(context, case)
+    return found
+
+
+def _query_axis(context: CheckContext, case: Case) -> Hint | None:
+    """QUERY_AXIS where the module's output reproduces a softmax over the query axis (weights
+    known, the reference applies) on ``case`` or, where that can't tell, its revealing case."""
+    caps = context.capabilities
+    if not reference_applies(caps):
+        return None
+    for tried in (case, revealing(caps, case)):
+        if tried is None:
+            continue
+        instance = context.build(tried)
+        inputs = tried.inputs(caps.call)
+        output = context.run(instance, inputs, tried)
+        if over_queries(output, instance.read_weights(), inputs, causal=tried.causal,
+                        rows=context.rows(tried), window=tried.window, encoding=caps.encoding):
+            return QUERY_AXIS
+    return None
+
+
+def causal_mistake(context: CheckContext, case: Case) -> Hint | None:
+    """The likely bug that makes the module's forward not causal on ``case``, named with its
+    kind: a causal-mask mistake its behaviour reproduces, else a softmax over the query axis
+    its output reproduces; None where neither is shown. What the causal check names (without a
+    padding mask), for a check whose failure follows from the forward not being causal."""
+    found = _mask_mistake(context, case, None)
+    if found is not None:
+        return named(found)
+    return context.hint(lambda: _query_axis(context, case))
 
 
 class Causal(Check):
@@ -186,7 +253,8 @@ class Causal(Check):
 
     def _mistake(self, context: CheckContext, case: Case, inputs: Inputs, *,
                  attention: torch.Tensor | None = None) -> str | None:
-        """The causal-mask mistake the module's behaviour reproduces, in words, or None.
+        """The causal-mask mistake the module's behaviour reproduces, in words with its kind
+        (:func:`~conformance.checks.mask_mistakes.named`), or None.
 
         With weight access: the weights ``attention`` measured with zero logits (when given)
         show it, or the output matches the float64 reference under that mask, on ``case`` or,
@@ -196,19 +264,14 @@ class Causal(Check):
         ignores the
         causal mask with a padding mask given (``inputs``), and is causal without one, has the
         padding mask replacing it; one that is causal without the padding mask and not with it
-        is said to be so."""
-        caps = context.capabilities
-        found = None
-        if attention is not None:
-            tolerance = 4 * eps(context.judged(case.config.dtype))
-            found = weights_mistake(attention, None, causal=True, tolerance=tolerance,
-                                    window=case.window, logits=torch.zeros_like(attention),
-                                    only=CAUSAL_MISTAKES)
-        if found is None and reference_applies(caps):
-            found = context.mask_mistake(case, only=CAUSAL_MISTAKES)
-        elif found is None and not caps.positional:
-            found = _pattern_mistake(context, case)
-        words = None if found is None else found.words
+        is said to be so. Where no mask mistake is shown, a softmax over the query axis the
+        output reproduces is named (see :func:`causal_mistake`)."""
+        found = _mask_mistake(context, case, attention)
+        if found is None:
+            axis = context.hint(lambda: _query_axis(context, case))
+            if axis is not None:
+                return axis
+        words = named(found)
         if found not in (None, Mistake.IGNORES_CAUSAL) or inputs.keep is None:
             return words
         try:
@@ -219,7 +282,8 @@ class Causal(Check):
         if not causal_without:
             return words
         if found is Mistake.IGNORES_CAUSAL:
-            return f"{Mistake.REPLACES_CAUSAL.words} (it is causal without a mask, not with one)"
+            return Hint(f"{Mistake.REPLACES_CAUSAL.words} (it is causal without a mask, not with "
+                        "one)", kind_of(Mistake.REPLACES_CAUSAL))
         return ("the module is causal without a mask, not with the padding mask given: the "
                 "padding mask undoes the causal masking")
 

@@ -20,19 +20,26 @@ tokens has filled first: a module that keeps its cache in buffers (written by ev
 holds wrong keys and values wherever this pass did not write, so a step that reads a slot the
 decode should have written (and did not) reads those, at every step after it, not the full
 forward's keys left there by an earlier call.
+
+Where the full forward is itself not causal (a row changes when later tokens are left out), no
+decoding can equal it: the failure is named as the causal check names the module's mistake, with
+the same kind of bug, so that one mistake is charged once.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.causal import causal_mistake
 from conformance.checks.invariants.verify import fmt, reference_applies
 from conformance.checks.invariants.violation import Lacking, Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases, wide_or_own_dtypes
+from conformance.model.results import Hint
 from conformance.model.spec import Capabilities
 from conformance.numerics.reference import reference_attention
 from conformance.numerics.tolerance import abs_error, reordering_tolerance, worst_index
@@ -56,6 +63,21 @@ TOP_LEFT_HINT = ("the decode step attends to key 0 alone: the causal mask is ali
                  "(pytorch #144858): pass it only when Lq == Lk")
 """Said whether the mask is hand-written or SDPA's: both align it top-left, and the words name
 the alignment, not a call the module may never make."""
+
+GROWS_HINT = ("does the cache grow along the sequence axis (keys and values concatenated on the "
+              "wrong axis)?")
+"""For a decode call that raised what reads as a shape mismatch (see :func:`_shape_mismatch`)."""
+
+_SHAPE_WORDS = re.compile(r"\b(sizes?|shapes?|dimensions?|dim)\b", re.IGNORECASE)
+_SHAPE_ERRORS = ("RuntimeError", "ValueError", "IndexError")
+
+
+def _shape_mismatch(message: str) -> bool:
+    """Whether an error, ``Type: first line``, reads as a shape mismatch (torch's "Sizes of
+    tensors must match", "shapes cannot be multiplied", "Dimension out of range"): only then is
+    the cache's axis a likely cause; any other exception is the module's own to explain."""
+    kind, _, text = message.partition(": ")
+    return kind in _SHAPE_ERRORS and _SHAPE_WORDS.search(text) is not None
 
 
 def _chunks(length: int, prefix: int, size: int) -> list[tuple[int, int]]:
@@ -145,10 +167,11 @@ class KVCacheDecoding(Check):
             try:
                 output = instance.forward(inputs)
             except ImplementationError as error:
-                raise Violation(
-                    f"{phase} raised: {str(error).removeprefix('forward raised ')}",
-                    hint=None if call == 0 else "does the cache grow along the sequence axis "
-                         "(keys and values concatenated on the wrong axis)?") from error
+                raised = (str(error).removeprefix("forward raised ").strip().splitlines()
+                          or [""])[0]
+                raise Violation(f"{phase} raised: {raised}",
+                                hint=GROWS_HINT if call > 0 and _shape_mismatch(raised)
+                                else None) from error
             expected_shape = (case.batch, end - start, case.d_model)
             if tuple(output.shape) != expected_shape:
                 raise Violation(f"{phase} returned shape {tuple(output.shape)}, expected "
@@ -160,16 +183,23 @@ class KVCacheDecoding(Check):
             position = start + row
             against = ("one uncached call's over the whole context" if
                        context.capabilities.call == "cross" else "the full causal forward's")
+            if context.capabilities.call == "cross":
+                hint = context.hint(lambda output=output, start=start, end=end: self._cross_hint(
+                    context, case, output, x, start, end, tolerance))
+            else:
+                # A forward that is not causal first: no cache can match it.
+                hint = context.hint(lambda end=end, position=position: self._leak_hint(
+                    context, case, x, full, position, end, tolerance))
+                if hint is None and call == 0:
+                    hint = context.hint(lambda output=output, end=end: self._prefill_hint(
+                        context, case, output, x[:, :end], tolerance))
+                elif hint is None:
+                    hint = self._hint(context, output, full, call, start, end, size, row)
             raise Violation(
                 f"{phase}: output row {position} of batch {b} differs from {against} by "
                 f"{fmt(float(diff[b, row].max()))} (allowed {fmt(tolerance)})",
                 details=[f"sequence length {case.q_len}, prefill {prefix}, then {how}"],
-                hint=context.hint(lambda output=output, start=start, end=end: self._cross_hint(
-                    context, case, output, x, start, end, tolerance))
-                if context.capabilities.call == "cross" else
-                context.hint(lambda output=output, end=end: self._prefill_hint(
-                    context, case, output, x[:, :end], tolerance)) if call == 0 else
-                self._hint(context, output, full, call, start, end, size, row))
+                hint=hint)
 
     def _cross_hint(self, context: CheckContext, case: Case, output: torch.Tensor,
                     x: torch.Tensor, start: int, end: int, tolerance: float) -> str | None:
@@ -184,6 +214,27 @@ class KVCacheDecoding(Check):
         return ("a call with the cache attends to the context's masked keys: is the context's "
                 "padding mask applied only when the keys and values are computed, not when they "
                 "come from the cache?")
+
+    def _leak_hint(self, context: CheckContext, case: Case, x: torch.Tensor, full: torch.Tensor,
+                   position: int, end: int, tolerance: float) -> str | None:
+        """Where the full forward, the property's own yardstick, is not causal: its row
+        ``position`` changes when the tokens from ``end`` on (which the failing call has not
+        been given) are left out, so no decoding can give it. The failure then follows from
+        that, and is named as the causal check names it (the same kind of bug: see
+        :func:`~conformance.checks.invariants.causal.causal_mistake`)."""
+        if end >= case.q_len:
+            return None
+        uncached = self._inputs(context, case, x[:, :end], 0, cache=False)
+        shorter = context.run(context.build(case), uncached, case)
+        if float(abs_error(shorter[:, position], full[:, position]).max()) <= tolerance:
+            return None
+        leak = (f"its output row {position} changes when the tokens after position {end - 1} "
+                "are left out, which no decoding can match before it is given them")
+        mistake = causal_mistake(context, case)
+        if mistake is None:  # measured, but no mistake named: the row may depend on the length
+            return (f"the full forward's {leak}: does it depend on later tokens, or on the "
+                    "sequence's length?")
+        return Hint(f"the full forward is not causal ({leak}): {mistake}", mistake.kind)
 
     def _prefill_hint(self, context: CheckContext, case: Case, output: torch.Tensor,
                       prefix: torch.Tensor, tolerance: float) -> str | None:

@@ -36,7 +36,7 @@ from conformance.grading.report.document import (
     render_html,
     render_markdown,
 )
-from conformance.grading.score.outcome import NEEDS_A_LOOK, RunStatus
+from conformance.grading.score.outcome import NEEDS_A_LOOK, RunStatus, status_line
 from conformance.grading.score.rubric import Rubric
 from conformance.grading.score.scoring import State, bug_of, same_bug
 from conformance.model.check_names import CHECK_NAMES
@@ -114,8 +114,7 @@ def needs_a_look(students: list[Student]) -> list[tuple[str, str]]:
             continue
         reasons = []
         if outcome.status in NEEDS_A_LOOK:
-            reasons.append(outcome.status.value + (f": {outcome.message}" if outcome.message
-                                                   else ""))
+            reasons.append(status_line(outcome.status, outcome.message))
         for target in outcome.targets:
             if target.status is RunStatus.NOT_FOUND and target.near_misses:
                 reasons.append(f"{target.target} not found; defines "

@@ -31,7 +31,7 @@ from conformance.grading.report.document import (
     render_markdown,
 )
 from conformance.grading.report.student_text import for_student, hint_for_student
-from conformance.grading.score.outcome import RunStatus
+from conformance.grading.score.outcome import RunStatus, status_line
 from conformance.grading.score.rubric import Rubric
 from conformance.grading.score.scoring import CheckScore, ItemScore, State
 from conformance.model.results import Status
@@ -107,8 +107,7 @@ def item_blocks(score: ItemScore, files: tuple[str, ...] = ()) -> list[Block]:
 
 
 def _outcome_line(status: RunStatus, message: str, files: tuple[str, ...] = ()) -> str:
-    message = for_student(message, files)
-    return status.value + (f": {message}" if message else "")
+    return status_line(status, for_student(message, files))
 
 
 def document(rubric: Rubric, student: Student, as_of: datetime) -> list[Block]:

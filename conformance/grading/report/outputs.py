@@ -29,7 +29,7 @@ from conformance.grading.report import feedback
 from conformance.grading.report.document import md_escape
 from conformance.grading.report.student_text import for_student
 from conformance.grading.run.store import versions
-from conformance.grading.score.outcome import WITHHELD, RunStatus
+from conformance.grading.score.outcome import WITHHELD, RunStatus, status_line
 from conformance.grading.score.rubric import Rubric
 from conformance.grading.score.scoring import State
 
@@ -119,7 +119,7 @@ def _target_test(target_score, index: int, files: tuple[str, ...] = ()) -> dict:
         return {"name": f"{name}: found and loaded", "number": f"{index}.0", "status": "failed",
                 "output": "The submission was not run.", "visibility": "visible"}
     message = for_student(outcome.message, files)
-    lines = [outcome.status.value + (f": {message}" if message else "")]
+    lines = [status_line(outcome.status, message)]
     if outcome.near_misses:
         lines.append("Close names in your code: " + ", ".join(outcome.near_misses))
     if outcome.interface:

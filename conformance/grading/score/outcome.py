@@ -7,6 +7,7 @@ outputs and resuming only ever see these types.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -47,6 +48,17 @@ NEEDS_A_LOOK = frozenset({RunStatus.CRASHED, RunStatus.TIMEOUT, RunStatus.INTERF
 WITHHELD = frozenset({RunStatus.GRADER_ERROR, RunStatus.MISSING_PACKAGE})
 """Statuses where the grader or its environment, not the submission, stopped the grading: no
 grade is given (an empty total, not a 0) until the teacher has fixed it and regraded."""
+
+
+def status_line(status: RunStatus, message: str) -> str:
+    """``status: message`` for a reader, the status said once: a message that already begins
+    with it ("syntax error in attention.py, line 17: ...") stands alone."""
+    if not message:
+        return status.value
+    if re.match(rf"{re.escape(status.value)}\b", message, re.IGNORECASE):
+        return message
+    return f"{status.value}: {message}"
+
 
 # When targets end differently, the submission's status is the most serious one.
 _SERIOUSNESS = [RunStatus.GRADER_ERROR, RunStatus.MISSING_PACKAGE, RunStatus.UNREADABLE, RunStatus.NO_CODE,

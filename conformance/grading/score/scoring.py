@@ -30,7 +30,12 @@ import re
 from dataclasses import dataclass, field
 from enum import Enum
 
-from conformance.grading.score.outcome import RunStatus, SubmissionOutcome, TargetOutcome
+from conformance.grading.score.outcome import (
+    RunStatus,
+    SubmissionOutcome,
+    TargetOutcome,
+    status_line,
+)
 from conformance.grading.score.rubric import Item, Rubric, Target, prerequisites
 from conformance.model.results import CheckResult, Status
 
@@ -160,7 +165,7 @@ def _check_score(target: Target, outcome: TargetOutcome | None, check: str,
     if result is None:
         if outcome.status is RunStatus.GRADED:
             return CheckScore(check, State.NOT_EVALUATED, "this check was not run")
-        why = outcome.status.value + (f": {outcome.message}" if outcome.message else "")
+        why = status_line(outcome.status, outcome.message)
         return CheckScore(check, State.NOT_EVALUATED, why)
     if _passed(result, strict):
         return CheckScore(check, State.PASSED, result=result)
