@@ -32,6 +32,7 @@ UNIT = {
 }
 INTEGRATION = {
     "test_behaviour_inference", "test_bench", "test_example_database", "test_causal_hints", "test_cli",
+    "test_kv_cache_hints",
     "test_declaration_parity", "test_declarations", "test_grading_execution",
     "test_grading_environment", "test_grading_printed_output",
     "test_homework_styles_are_correct", "test_library_caches_are_correct",
@@ -42,7 +43,7 @@ INTEGRATION = {
     "test_user_pytest",
     "test_wild_styles_are_correct", "test_docs_examples", "test_new_architectures_are_correct",
     "test_new_architectures", "test_library_held_out", "test_tiers", "test_triton_kernel",
-    "test_gpu_acceptance", "test_gpu_worker",
+    "test_gpu_acceptance", "test_gpu_worker", "test_kv_cache_assignment", "test_serve",
 }
 E2E = {
     "test_containment", "test_expected_results", "test_grading_cli", "test_grading_example",
