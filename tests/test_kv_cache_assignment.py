@@ -37,6 +37,9 @@ SINGLE_BUG = [
     # Also fails numerics, head_split and kv_cache (its full forward is not causal: no
     # decoding can match it), each naming the same kind of bug.
     ("2109", "no causal mask", "causal"),
+    # The rubric states the cache's layout (cache-layout = "bhld"): a correct attention whose
+    # cache keeps the heads merged, (B, L, d_model), is held to it.
+    ("2112", "the cache returned as (B, L, d_model), not (B, H, L, head_dim)", "kv_cache"),
 ]
 
 SYNTAX_ERROR = "2110"
@@ -64,7 +67,7 @@ def lost(student) -> set[str]:
 
 def test_the_grades_are_the_committed_ones(graded):
     out, result, _ = graded
-    assert len(result.graded) == 11 and not result.reused
+    assert len(result.graded) == 12 and not result.reused
     assert (out / "grades.csv").read_text() == (EXAMPLE / "expected" / "grades.csv").read_text()
 
 

@@ -161,3 +161,44 @@ def test_a_shape_mismatch_in_a_decode_call_suggests_the_cache_axis():
 ])
 def test_what_reads_as_a_shape_mismatch(message, shape):
     assert _shape_mismatch(message) is shape
+
+
+class MergedHeadsCache(CachedSelfAttention):
+    """Correct attention; its cache keeps the heads merged: (B, L, d_model) each."""
+
+    def forward(self, x, past_kv=None):
+        batch = x.shape[0]
+        split = None if past_kv is None else tuple(
+            part.view(batch, part.shape[1], self.num_heads, self.head_dim).transpose(1, 2)
+            for part in past_kv)
+        out, (k, v) = super().forward(x, split)
+        return out, tuple(part.transpose(1, 2).reshape(batch, part.shape[2], -1)
+                          for part in (k, v))
+
+
+@pytest.mark.parametrize(("cls", "layout", "holds"), [
+    (CachedSelfAttention, "bhld", True), (CachedSelfAttention, "blhd", False),
+    (CachedSelfAttention, "bld", False), (MergedHeadsCache, "bld", True),
+    (MergedHeadsCache, "bhld", False), (MergedHeadsCache, None, True)])
+def test_a_declared_cache_layout_holds_the_cache_to_it(cls, layout, holds):
+    """cache-layout: a returned cache in another form fails kv_cache, saying both forms and
+    naming the bug; one in the declared form (or with none declared) is judged on decoding."""
+    interface = {**INTERFACE, **({"cache-layout": layout} if layout else {})}
+    implementation = infer(cls, declared=from_mapping(interface, "test")).implementation
+    (result,) = check_many([(cls.__name__, implementation)], devices=["cpu"],
+                           checks=["kv_cache"])
+    if holds:
+        assert result.status is Status.PASSED, result.reason
+        return
+    assert result.status is Status.FAILED
+    assert f"not the declared layout {layout}: (k, v), each" in result.reason
+    assert result.bug == Bug.CACHE_LAYOUT.value
+
+
+def test_a_cache_layout_for_a_cache_not_returned_is_one_line():
+    from conformance.model.declarations import DeclarationError, Declarations
+
+    with pytest.raises(DeclarationError, match="the form of a returned cache"):
+        Declarations(kv_cache="buffers@start_pos", cache_layout="bhld").cache_layout_form()
+    with pytest.raises(DeclarationError, match="use bhld, blhd or bld"):
+        Declarations(cache_layout="hbld").cache_layout_form()

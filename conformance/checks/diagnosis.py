@@ -43,6 +43,7 @@ class Bug(str, Enum):
     KEY_PROJECTION_FOR_VALUES = "key projection used for the values"
     SPLIT_WITHOUT_TRANSPOSE = "heads split without transpose"
     MERGE_WITHOUT_TRANSPOSE = "heads merged without transpose"
+    CACHE_LAYOUT = "cache not in its declared layout"
 
 
 def _scales(head_dim: int, num_heads: int) -> list[tuple[Bug, str, float]]:

@@ -13,7 +13,7 @@ from conformance.inference.found import CapabilitiesFound
 from conformance.inference.plan import WIDE_WINDOW, InferenceError, Plan
 from conformance.inference.probing import BOOLEAN_POLARITY, infer_mask, probe_case
 from conformance.model.declarations import DeclarationError, Declarations
-from conformance.model.forms import QUERY_AXIS_LAYOUTS, PackedForm
+from conformance.model.forms import QUERY_AXIS_LAYOUTS, CacheStyle, PackedForm
 from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Config, Doubts
 from conformance.subject.in_process import InProcessSubject
@@ -108,12 +108,18 @@ def cache_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFou
                           f"failed ({problem}): the KV cache is not checked",
                           Remedy.to("kv_cache", None, "state how it is handed over")))
         return
-    capabilities.set(**found.capabilities())
+    layout = declared.cache_layout_form()
+    if layout is not None and found.style is not CacheStyle.RETURNED:
+        raise DeclarationError(f"cache-layout {layout.value}: the cache is handed over as "
+                               f"{found.describe()}, not returned: the layout holds only a "
+                               "returned cache")
+    capabilities.set(**found.capabilities(), cache_layout=layout)
+    held = f"; held to (k, v) each {layout.value} (declared)" if layout else ""
     against = ("the context's keys and values kept between calls; kv_cache checks the queries fed "
                "in steps, with the context's mask, against one uncached call" if cross else
                "kv_cache checks decoding against the full forward")
-    notes.append(Note(f"KV cache: {found.describe()} ({how}; probed: a prefill through it works); "
-                      + against,
+    notes.append(Note(f"KV cache: {found.describe()} ({how}; probed: a prefill through it works"
+                      f"{held}); " + against,
                       Remedy.to("kv_cache", None, "state another style")))
 
 

@@ -163,6 +163,11 @@ SPECS: tuple[DeclarationSpec, ...] = (
     DeclarationSpec("kv_cache", "STYLE@ARG[=module:Class] | none",
                     "its KV cache: returned@past_key_value, buffers@start_pos, "
                     "object@cache=mypkg.cache:KVCache, or none", read=lambda d: d.cache()),
+    DeclarationSpec("cache_layout", "bhld | blhd | bld",
+                    "the form a returned KV cache must have: (k, v), each (batch, heads, length, "
+                    "head_dim), (batch, length, heads, head_dim) or (batch, length, heads * "
+                    "head_dim); a cache in another form fails kv_cache",
+                    ("bhld", "blhd", "bld"), read=lambda d: d.cache_layout_form()),
     DeclarationSpec("packed", "FORM[@ARG]",
                     "packed sequences: cu_seqlens@ARG (tokens (1, T, D)), cu_seqlens_flat@ARG "
                     "(tokens (T, D)), or mask (a block-diagonal mask)",

@@ -19,6 +19,7 @@ from conformance.model.declaration_specs import SPECS
 from conformance.model.declared_layouts import FusedProjection, PackedInProjection, SeparateProjections
 from conformance.model.forms import (
     QUERY_AXIS_LAYOUTS,
+    CacheLayout,
     CacheStyle,
     MaskConvention,
     MaskKind,
@@ -145,6 +146,21 @@ class Declarations(_Declared):
             raise DeclarationError(f"kv-cache {self.kv_cache!r}: use returned@ARG, buffers@ARG, "
                                    "object@ARG=module:Class or none")
         return parsed, argument, factory or None
+
+    def cache_layout_form(self) -> CacheLayout | None:
+        """The declared form of a returned cache, or None."""
+        if self.cache_layout is None:
+            return None
+        try:
+            layout = CacheLayout(self.cache_layout)
+        except ValueError:
+            raise DeclarationError(f"cache-layout {self.cache_layout!r}: use bhld, blhd or "
+                                   "bld") from None
+        cache = self.cache()
+        if cache is not None and (cache == "none" or cache[0] is not CacheStyle.RETURNED):
+            raise DeclarationError(f"cache-layout {self.cache_layout!r} is the form of a "
+                                   "returned cache: declare kv-cache returned@ARG with it")
+        return layout
 
     def packing(self) -> tuple[PackedForm, str | None] | None:
         """(form, cu_seqlens argument), or None."""

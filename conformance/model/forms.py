@@ -143,6 +143,24 @@ class CacheStyle(str, Enum):
     ``DynamicCache``, or the module's own cache class)."""
 
 
+class CacheLayout(str, Enum):
+    """The form of a returned KV cache a declaration holds a module to (``cache-layout``): a pair
+    ``(k, v)``, each with these axes (``heads``: the key/value heads)."""
+
+    BHLD = "bhld"
+    """(batch, heads, length, head_dim): PyTorch's and HuggingFace's legacy cache."""
+    BLHD = "blhd"
+    """(batch, length, heads, head_dim): FlashAttention's ``k_cache``/``v_cache``."""
+    BLD = "bld"
+    """(batch, length, heads * head_dim): the heads merged."""
+
+    def shape(self, batch: int, heads: int, length: int, head_dim: int) -> tuple[int, ...]:
+        """The shape of each of ``k`` and ``v`` in this layout."""
+        return {CacheLayout.BHLD: (batch, heads, length, head_dim),
+                CacheLayout.BLHD: (batch, length, heads, head_dim),
+                CacheLayout.BLD: (batch, length, heads * head_dim)}[self]
+
+
 class PositionForm(str, Enum):
     """How a forward argument takes the positions of the tokens."""
 

@@ -14,6 +14,7 @@ import torch
 
 from conformance.model.forms import (
     AlibiSlopes,
+    CacheLayout,
     CacheStyle,
     KernelArguments,
     MaskConvention,
@@ -179,7 +180,9 @@ class Capabilities:
         kv_cache: how a KV cache is handed over between decoding calls (see CacheStyle);
             ``cache_argument`` names the keyword (the start position for ``buffers``),
             ``cache_options`` are keywords a cached call adds (``use_cache=True``), and
-            ``cache_factory`` ("module:Class") builds a fresh cache object for ``object``.
+            ``cache_factory`` ("module:Class") builds a fresh cache object for ``object``;
+            ``cache_layout``: the form a returned cache must have (see CacheLayout), where one
+            was declared (a cache in another form fails kv_cache).
         packed: how packed variable-length sequences are passed (see PackedForm);
             ``packed_argument`` names the cu_seqlens keyword, ``max_seqlen_argument`` the
             longest sequence's.
@@ -237,6 +240,7 @@ class Capabilities:
     cache_argument: str | None = None
     cache_options: tuple[tuple[str, object], ...] = ()
     cache_factory: str | None = None
+    cache_layout: CacheLayout | None = None
     packed: PackedForm | None = None
     packed_argument: str | None = None
     max_seqlen_argument: str | None = None
@@ -275,7 +279,8 @@ class Capabilities:
             parts.append("sliding window" + (
                 f" of {self.window}" if isinstance(self.window, int) else ""))
         if self.kv_cache is not None:
-            parts.append(f"KV cache ({self.kv_cache.value} through {self.cache_argument})")
+            held = f", (k, v) each {self.cache_layout.value}" if self.cache_layout else ""
+            parts.append(f"KV cache ({self.kv_cache.value} through {self.cache_argument}{held})")
         if self.packed is not None:
             parts.append(f"packed sequences ({self.packed.value})")
         parts.append("canonical weights" if self.weights else "no weight access")
@@ -333,6 +338,8 @@ class Implementation:
                 caps.kv_cache is not None and caps.causal == "never" and caps.call != "cross"):
             raise ValueError(f"{self.name}: a KV cache needs cache_argument, and causal "
                              "attention unless it caches a cross-attention's context")
+        if caps.cache_layout is not None and caps.kv_cache is not CacheStyle.RETURNED:
+            raise ValueError(f"{self.name}: cache_layout is the form of a returned cache")
         if caps.kv_cache is CacheStyle.OBJECT and not caps.cache_factory:
             raise ValueError(f"{self.name}: an object cache needs cache_factory ('module:Class')")
         if caps.window is not None and caps.causal != "always":

@@ -25,7 +25,7 @@ import torch
 
 from conformance.errors import ConformanceError
 from conformance.model.forms import CacheStyle, PositionForm
-from conformance.model.spec import Capabilities
+from conformance.model.spec import Capabilities, Config
 from conformance.subject.call_arguments import positions_argument
 
 
@@ -51,15 +51,28 @@ def _present(rest: tuple) -> object:
     return None
 
 
+def _form(value: object) -> str:
+    """What a returned cache is, in a few words."""
+    if isinstance(value, torch.Tensor):
+        return f"one tensor of shape {tuple(value.shape)}"
+    if isinstance(value, (tuple, list)):
+        parts = ", ".join(f"shape {tuple(v.shape)}" if isinstance(v, torch.Tensor)
+                          else type(v).__name__ for v in value)
+        return f"a {type(value).__name__} of {len(value)} ({parts})"
+    return f"a {type(value).__name__}"
+
+
 class CacheSession:
     """The cache of one built implementation: what the next cached call passes, and what it
     keeps from the call's output."""
 
-    def __init__(self, capabilities: Capabilities) -> None:
+    def __init__(self, capabilities: Capabilities, config: Config | None = None) -> None:
         self._caps = capabilities
+        self._config = config
         self._state: object = None
         self.length = 0
         """Tokens the cache holds."""
+        self._batch = 0
 
     def arguments(self, position: int, batch: int, length: int,
                   device: torch.device | str) -> dict[str, object]:
@@ -73,6 +86,7 @@ class CacheSession:
         elif position != self.length:
             raise ValueError(f"a cached call at position {position}, but the cache holds "
                              f"{self.length} tokens")
+        self._batch = batch
         kwargs: dict[str, object] = dict(caps.cache_options)
         if caps.kv_cache is CacheStyle.BUFFERS:
             form = (caps.position_form if caps.positions == caps.cache_argument
@@ -96,4 +110,21 @@ class CacheSession:
                     "its output (expected (output, present))")
             self._state = present
         self.length += length
+        if self._caps.cache_layout is not None and self._config is not None:
+            self._hold(self._state)
         return first
+
+    def _hold(self, present: object) -> None:
+        """Raise CacheProtocolError where ``present`` is not the declared layout: (k, v), each
+        of the layout's shape for the tokens the cache holds (key/value heads: the config's)."""
+        config, layout = self._config, self._caps.cache_layout
+        expected = layout.shape(self._batch, config.kv_heads, self.length, config.head_dim)
+        tensors = (isinstance(present, (tuple, list)) and len(present) == 2
+                   and all(isinstance(part, torch.Tensor) for part in present))
+        if tensors and all(tuple(part.shape) == expected for part in present):
+            return
+        shown = (f"(k, v) of shapes {tuple(present[0].shape)} and {tuple(present[1].shape)}"
+                 if tensors else _form(present))
+        raise CacheProtocolError(
+            f"the present cache holding {self.length} token(s) is {shown}, not the declared "
+            f"layout {layout.value}: (k, v), each {expected}")

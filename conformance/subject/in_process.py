@@ -79,7 +79,7 @@ class ModuleInstance(Instance):
         self._capabilities = implementation.capabilities
         self._printed = io.StringIO()
         self._input_writes: list[str] = []
-        self._cache = CacheSession(implementation.capabilities)
+        self._cache = CacheSession(implementation.capabilities, config)
         try:
             with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(self._printed):
                 seed_generators(seed, "cpu")

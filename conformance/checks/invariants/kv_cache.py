@@ -33,6 +33,7 @@ from dataclasses import replace
 
 import torch
 
+from conformance.checks.diagnosis import Bug
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.causal import causal_mistake
 from conformance.checks.invariants.verify import fmt, reference_applies
@@ -67,6 +68,13 @@ the alignment, not a call the module may never make."""
 GROWS_HINT = ("does the cache grow along the sequence axis (keys and values concatenated on the "
               "wrong axis)?")
 """For a decode call that raised what reads as a shape mismatch (see :func:`_shape_mismatch`)."""
+
+LAYOUT_WORDS = "the present cache holding"
+"""How a cache not in its declared layout is said (``subject/cache_session.py``)."""
+LAYOUT_HINT = Hint("return the cache as the assignment states it: keys and values each with "
+                   "their heads split, in the declared axis order (view and transpose them as "
+                   "for the attention itself, before returning them)", Bug.CACHE_LAYOUT.value)
+"""A cache in another form than declared (``cache-layout``)."""
 
 _SHAPE_WORDS = re.compile(r"\b(sizes?|shapes?|dimensions?|dim)\b", re.IGNORECASE)
 _SHAPE_ERRORS = ("RuntimeError", "ValueError", "IndexError")
@@ -167,8 +175,11 @@ class KVCacheDecoding(Check):
             try:
                 output = instance.forward(inputs)
             except ImplementationError as error:
-                raised = (str(error).removeprefix("forward raised ").strip().splitlines()
-                          or [""])[0]
+                text = str(error)
+                if not text.startswith("forward raised "):  # a cache not as declared
+                    raise Violation(f"{phase}: {text}", hint=LAYOUT_HINT
+                                    if text.startswith(LAYOUT_WORDS) else None) from error
+                raised = (text.removeprefix("forward raised ").strip().splitlines() or [""])[0]
                 raise Violation(f"{phase} raised: {raised}",
                                 hint=GROWS_HINT if call > 0 and _shape_mismatch(raised)
                                 else None) from error
