@@ -192,6 +192,8 @@ MUTANT_KINDS = {
     "in_place_input": "in_place", "kv_with_q_length": "shapes", "mask_required": "interface",
     "inference_path_unscaled": "scale", "scale_missing": "scale",
     "scale_applied_twice": "scale", "scale_sqrt_d_model": "scale",
+    "causal_scale_sqrt_d_model": "scale", "causal_softmax_query_axis": "softmax_axis",
+    "causal_heads_merged_without_transpose": "heads_merge",
     "mask_after_softmax": "mask_after_softmax",
     "mask_first_head_only": "mask_misapplied", "mask_on_query_axis": "mask_misapplied",
     "nan_repaired_after_softmax": "nan_repair", "norm_without_dim": "batch_reduction",
@@ -208,6 +210,7 @@ MUTANT_KINDS = {
 HINT_KINDS = [
     ("matches the reference at scale", {"scale"}), ("matches scale", {"scale"}),
     ("rows sum to 1 along the query axis", {"softmax_axis"}),
+    ("with its softmax over the query axis", {"softmax_axis"}),
     ("without its output projection", {"output_projection"}),
     ("the output projection's weights do", {"output_projection"}),
     ("key projection used for the values", {"same_projection"}),

@@ -157,3 +157,35 @@ def test_a_hostile_error_message_shows_no_more_than_its_start(graded):
     assert all(text.count("dump follows") <= 1 for path, text in mine.items()
                if path.endswith("feedback.md")), {p: t.count("dump follows") for p, t in mine.items()}
     assert json.loads((out / "students" / HOSTILE / "results.json").read_text())["score"] == 10
+
+
+SELF_TEST_MUTANTS = ("mutant-causal-hides-current-token", "mutant-causal-shows-next-token",
+                     "mutant-causal-scale-sqrt-d-model", "mutant-causal-softmax-query-axis",
+                     "mutant-causal-heads-merged-without-transpose", "mutant-cache-wrong-axis",
+                     "mutant-cache-not-updated", "mutant-cache-causal-top-left")
+"""A bug for each item of this causal, cached assignment: its mask (two ways), scale, softmax
+axis, head merge, cache axis, stale cache and top-left decode."""
+
+
+def test_the_self_test_exercises_every_item_of_a_causal_cached_rubric():
+    """The bundled causal mutants reach every item (the scale's and the softmax axis' too, which
+    only non-causal mutants did before), and a mutant whose one bug an earlier item is charged
+    for (charge_once) counts as caught, saying where."""
+    from conformance.grading import selftest
+
+    chosen = [m for m in selftest.bundled_mutants() if m.name in SELF_TEST_MUTANTS]
+    assert len(chosen) == len(SELF_TEST_MUTANTS)
+    result = selftest.run(load(EXAMPLE / "rubric.toml"), jobs=2, mutants=chosen)
+    rows = {row.mutant.name: row for row in result.rows}
+    assert {name: row.verdict for name, row in rows.items()} == \
+        dict.fromkeys(SELF_TEST_MUTANTS, "caught")
+    assert result.unexercised == []
+    hides = rows["mutant-causal-hides-current-token"]
+    assert hides.lost == 0 and hides.charged_to is not None
+    # One mistake, charged once: the scale is not charged again to head_split; the heads' merge
+    # (its mixed rows make a row see later positions) is charged to causal, and only there
+    # (kv_cache: the mutants have no cache to grade).
+    assert rows["mutant-causal-scale-sqrt-d-model"].lost_in == (f"{TARGET}.numerics",
+                                                                f"{TARGET}.kv_cache")
+    assert rows["mutant-causal-heads-merged-without-transpose"].lost_in == (
+        f"{TARGET}.causal", f"{TARGET}.kv_cache")

@@ -70,6 +70,9 @@ class MutantRow:
     reference's interface: "declares no ALiBi position bias"), where it can't."""
     lost_in: tuple[str, ...] = ()
     """The items (keys) the mutant lost points in."""
+    charged_to: str | None = None
+    """The earlier item its check's item was excused for (charge_once: the same bug, charged
+    there): the mutant is told apart, once."""
 
 
 @dataclass
@@ -95,7 +98,9 @@ class SelfTest:
     def unexercised(self) -> list[str]:
         """The items no mutant lost points in: the self-test shows nothing about them (a
         rubric item whose bug no bundled mutant makes, or a check too weak to see it)."""
+        # An item excused for a bug charged to an earlier one saw that bug: it counts.
         lost = {key for row in self.rows for key in row.lost_in}
+        lost |= {row.item for row in self.rows if row.charged_to and row.item}
         return [key for key in self.items if key not in lost]
 
     @property
@@ -185,11 +190,16 @@ def _row(rubric: Rubric, target: Target, mutant: Mutant, sandbox: SandboxKind) -
         verdict = "caught elsewhere" if graded.total < graded.max_points else "not covered"
     else:
         lost, item_points = item.max_points - item.points, item.max_points
-        told_apart = lost > 0 or (item.max_points == 0 and graded.total < graded.max_points)
+        # Excused for the same bug charged to an earlier item (charge_once): caught there.
+        charged_to = (item.charged_to.key if item.state is State.EXCUSED and item.charged_to
+                      else None)
+        told_apart = (lost > 0 or charged_to is not None
+                      or (item.max_points == 0 and graded.total < graded.max_points))
         verdict = "caught" if told_apart else "NOT CAUGHT"
     return MutantRow(mutant, target.name, graded.total, graded.max_points,
                      item.item.key if item else None, lost, item_points, verdict,
-                     lost_in=tuple(i.item.key for i in graded.items if i.points < i.max_points))
+                     lost_in=tuple(i.item.key for i in graded.items if i.points < i.max_points),
+                     charged_to=charged_to if item is not None else None)
 
 
 def reference_capabilities(rubric: Rubric, target: Target) -> Capabilities | None:
@@ -258,7 +268,8 @@ def render(result: SelfTest) -> str:
         header = ("mutant", "bug", "target", "catches", "rubric item", "lost", "score", "verdict")
         table = [header] + [
             (row.mutant.name, row.mutant.bug, row.target, row.mutant.catches, row.item or "-",
-             f"{row.lost:g}/{row.item_points:g}" if row.item else "-",
+             (f"charged to {row.charged_to}" if row.charged_to else
+              f"{row.lost:g}/{row.item_points:g}") if row.item else "-",
              f"{row.score:g}/{row.max_points:g}", row.verdict) for row in result.rows]
         widths = [min(max(len(r[i]) for r in table), 48) for i in range(len(header))]
         lines.append("")

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import torch
 
-from conformance.checks.diagnosis import Bug, over_queries
+from conformance.checks.diagnosis import Bug, explain, over_queries
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import (
     expect_finite_rows,
@@ -164,7 +164,10 @@ def _mask_mistake(context: CheckContext, case: Case,
 
 def _query_axis(context: CheckContext, case: Case) -> Hint | None:
     """QUERY_AXIS where the module's output reproduces a softmax over the query axis (weights
-    known, the reference applies) on ``case`` or, where that can't tell, its revealing case."""
+    known, the reference applies) on ``case`` or, where that can't tell, its revealing case; else
+    another known mistake of the computation it reproduces there that mixes positions (heads
+    merged or split without their transpose: :func:`~conformance.checks.diagnosis.explain`),
+    named with its kind as the reference check names it."""
     caps = context.capabilities
     if not reference_applies(caps):
         return None
@@ -174,10 +177,22 @@ def _query_axis(context: CheckContext, case: Case) -> Hint | None:
         instance = context.build(tried)
         inputs = tried.inputs(caps.call)
         output = context.run(instance, inputs, tried)
-        if over_queries(output, instance.read_weights(), inputs, causal=tried.causal,
-                        rows=context.rows(tried), window=tried.window, encoding=caps.encoding):
+        weights = instance.read_weights()
+        if over_queries(output, weights, inputs, causal=tried.causal, rows=context.rows(tried),
+                        window=tried.window, encoding=caps.encoding):
             return QUERY_AXIS
+        words = explain(output, weights, inputs, causal=tried.causal, rows=context.rows(tried),
+                        window=tried.window, encoding=caps.encoding)
+        kind = getattr(words, "kind", None)
+        if kind in MIXES_POSITIONS:
+            return Hint(f"{words}: rows of different positions are mixed, so a row changes "
+                        "with later ones", kind)
     return None
+
+
+MIXES_POSITIONS = (Bug.MERGE_WITHOUT_TRANSPOSE.value, Bug.SPLIT_WITHOUT_TRANSPOSE.value)
+"""The mistakes of the computation that make a correctly masked forward depend on later
+positions (the scale's, the projections' do not: the causal check never fails for them)."""
 
 
 def causal_mistake(context: CheckContext, case: Case) -> Hint | None:

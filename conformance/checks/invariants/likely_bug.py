@@ -2,9 +2,11 @@
 the evidence tells it apart: the shared hint of ``reference`` and ``head_split``.
 
 Where the shrunk case can't tell two mistakes apart (one head of width 1: 1/sqrt(num_heads) and
-1/sqrt(d_model) are the same number), the diagnosis runs again on the same case at a size where
-every recognisable scale differs (2 heads of 4), and names the one that matches there: the hint
-then names one bug (a kind, :class:`conformance.model.results.Hint`), as the scale check does.
+1/sqrt(d_model) are the same number), or can't tell any from the correct output (a minimal causal
+case: the one row with two keys differs by less than a match's tolerance), the diagnosis runs
+again on the same case at a size where every recognisable scale differs (2 heads of 4), and names
+the one that matches there: the hint then names one bug (a kind,
+:class:`conformance.model.results.Hint`), as the scale check does.
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ def likely_bug(context: CheckContext, case: Case, instance: Instance, inputs: In
     """The known mistake ``output`` reproduces (told apart at another size where this one can't
     tell), else the mask mistake it shows, else None."""
     words = _explained(context, case, instance, inputs, output, rows)
-    if words is not None and AMBIGUOUS in words:
+    # Where this case can't tell (several scales one number, or every mistake too close to the
+    # correct output at a minimal size: a causal row of two keys), at a size that can.
+    if words is None or AMBIGUOUS in words:
         other = scales_apart(context.capabilities, case)
         if other is not None:
             def again() -> str | None:
@@ -60,7 +64,9 @@ def likely_bug(context: CheckContext, case: Case, instance: Instance, inputs: In
 
             told = context.hint(again)
             if told is not None and AMBIGUOUS not in told:
+                why = ("several scales are one number" if words is not None else
+                       "the mistake and the correct output are too close to tell")
                 return Hint(f"{told} (told apart at {other.num_heads} heads of "
-                            f"{other.head_dim}: at this case's size several scales are one "
-                            "number)", getattr(told, "kind", None))
+                            f"{other.head_dim}: at this case's size {why})",
+                            getattr(told, "kind", None))
     return words or named(context.mask_mistake(case))

@@ -39,6 +39,7 @@ from conformance.checks.core_route import (
 )
 from conformance.checks.diagnosis import scale_groups
 from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.likely_bug import likely_bug
 from conformance.checks.invariants.row_stochastic import QUERY_AXIS, over_queries
 from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Violation
@@ -162,7 +163,8 @@ class Scale(Check):
                 "the attention weights are not softmax(s * q.k) over the keys for any single "
                 f"scale s (log-weight residual {fmt(residual)})",
                 hint=QUERY_AXIS if over_queries(
-                    measured.attention, 2 * (case.kv_len + 2) * eps(case.config.dtype)) else None)
+                    measured.attention, 2 * (case.kv_len + 2) * eps(case.config.dtype)) else
+                context.hint(lambda: self._computed(context, case)))
         if abs(fitted - expected) <= tolerance * expected:
             return
         hint = None
@@ -171,6 +173,16 @@ class Scale(Check):
                 hint = Hint(f"matches scale {words}", words.kind)
         raise Violation(f"the fitted logit scale is {fmt(fitted)}, expected 1/sqrt(head_dim) = "
                         f"1/sqrt({case.head_dim}) = {fmt(expected)}", hint=hint)
+
+    @staticmethod
+    def _computed(context: CheckContext, case: Case) -> str | None:
+        """Where no single scale fits the weights: the known mistake of the computation the
+        module's own output reproduces (the reference's diagnosis, :func:`likely_bug`: heads
+        merged without their transpose, ...), so that one mistake is named alike everywhere."""
+        instance = context.build(case)
+        inputs = case.inputs(context.capabilities.call)
+        output = context.run(instance, inputs, case)
+        return likely_bug(context, case, instance, inputs, output, context.rows(case))
 
     def verify_core(self, context: CheckContext, case: Case) -> None:
         first, second = two_forwards(context.build(case), case, context.capabilities.call)
