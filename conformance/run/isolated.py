@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from conformance.checks.catalogue import GATE
-from conformance.checks.invariants.gate import base_case
 from conformance.errors import ConformanceError
+from conformance.generation.base_case import base_case
 from conformance.generation.constraints import discover
 from conformance.generation.strategies import available_devices
 from conformance.model.check_names import CHECK_NAMES

@@ -19,9 +19,9 @@ from dataclasses import replace
 import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
-from conformance.checks.invariants.gate import base_case
 from conformance.checks.invariants.verify import agree_with_reference, fmt, reference_applies
 from conformance.checks.invariants.violation import CheckFailed, Violation
+from conformance.generation.base_case import base_case
 from conformance.generation.cases import dtype_name
 from conformance.model.forms import Rotary, Setting
 from conformance.model.spec import Capabilities

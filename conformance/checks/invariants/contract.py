@@ -16,10 +16,11 @@ from dataclasses import replace
 import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
-from conformance.checks.invariants.gate import LOW_PRECISION, base_case
+from conformance.checks.invariants.gate import LOW_PRECISION
 from conformance.checks.invariants.verify import expect_finite_rows, fmt
 from conformance.checks.invariants.violation import CheckFailed, Violation
 from conformance.checks.mask_mistakes import named
+from conformance.generation.base_case import base_case
 from conformance.generation.cases import Case, dtype_name, own_queries
 from conformance.generation.strategies import cases
 from conformance.numerics.tolerance import abs_error, only_rows, reordering_tolerance, worst_index

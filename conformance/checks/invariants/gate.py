@@ -27,9 +27,10 @@ from conformance.checks.invariants.verify import (
 )
 from conformance.checks.invariants.violation import Violation
 from conformance.checks.precision import Precision, classify, reference_gap, rounding_noise
+from conformance.generation.base_case import base_case
 from conformance.generation.cases import Case, dtype_name, own_queries
 from conformance.generation.constraints import Constraint, discover
-from conformance.generation.strategies import fixed_features, shared_masks
+from conformance.generation.strategies import fixed_features
 from conformance.model.spec import Capabilities
 from conformance.subject.boundary import ImplementationError
 from conformance.subject.output_shape import output_problem
@@ -68,34 +69,6 @@ class GateOutcome:
     @property
     def blocked(self) -> bool:
         return self.blocking is not None
-
-
-def base_pair(caps: Capabilities) -> tuple[int, int]:
-    """(num_heads, head_dim) of the small configuration: 2 heads of 4 (or the fixed count), or
-    the buildable pair nearest to it."""
-    fixed_kv = caps.kv_heads if isinstance(caps.kv_heads, int) else 1
-    preferred = (caps.heads or 2 * fixed_kv, 4)
-    if caps.shapes is None or preferred in caps.shapes:
-        return preferred
-    return min(caps.shapes, key=lambda p: (abs(p[0] - preferred[0]) + abs(p[1] - 4), p))
-
-
-def base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) -> Case:
-    """The gate's small configuration: batch 2, length 5, 2 heads of 4 (see base_pair), causal
-    where the implementation always is (the case says what it computes, as generated ones do).
-
-    A mask (``kept``) is made the same for every batch element where the format is shared."""
-    length = min(5, caps.max_len or 5)
-    heads, head_dim = base_pair(caps)
-    case = Case(batch=2, q_len=length, kv_len=length, num_heads=heads, head_dim=head_dim,
-                dtype=dtype_name(dtype), device=device, seed=0, causal=caps.causal == "always",
-                **fixed_features(caps))
-    case = own_queries(replace(case, **changes), caps)
-    if case.causal and case.q_len != case.kv_len and "causal" not in changes:
-        case = replace(case, causal=False)  # causal cases have as many queries as keys
-    if case.kept is not None and shared_masks(caps):
-        case = replace(case, kept=(min(case.kept),) * case.batch, shared_mask=True)
-    return case
 
 
 class CallProblem(NamedTuple):

@@ -33,13 +33,13 @@ from dataclasses import replace
 import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
-from conformance.checks.invariants.gate import base_pair
 from conformance.checks.invariants.reference_agreement import (
     gradient_disagreement,
     gradient_words,
 )
 from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Violation
+from conformance.generation.base_case import base_pair
 from conformance.generation.cases import Case, dtype_name
 from conformance.generation.strategies import cases
 from conformance.model.forms import (

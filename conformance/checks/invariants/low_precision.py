@@ -24,9 +24,10 @@ from dataclasses import replace
 import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
-from conformance.checks.invariants.gate import LOW_PRECISION, base_pair
+from conformance.checks.invariants.gate import LOW_PRECISION
 from conformance.checks.invariants.verify import agree_with_reference, expect_finite_rows, reference_applies
 from conformance.checks.invariants.violation import CheckFailed, Finding, Lacking, Violation
+from conformance.generation.base_case import base_pair
 from conformance.generation.cases import Case, dtype_name, own_queries
 from conformance.generation.strategies import SEEDS, cases, fixed_features, window_padding
 from conformance.model.spec import Capabilities

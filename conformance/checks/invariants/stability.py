@@ -22,13 +22,13 @@ import torch
 
 from conformance.checks.diagnosis import form_hint
 from conformance.checks.invariants.base import Check, CheckContext
-from conformance.checks.invariants.gate import base_case, base_pair
 from conformance.checks.invariants.verify import (
     agree_with_reference,
     expect_finite_rows,
     position_skip_reason,
 )
 from conformance.checks.invariants.violation import Violation
+from conformance.generation.base_case import base_case, base_pair
 from conformance.generation.cases import Case
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS
 from conformance.generation.strategies import cases, wide_dtypes
