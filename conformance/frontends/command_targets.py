@@ -15,9 +15,6 @@ from conformance.model.spec import Implementation
 from conformance.run.isolated import BadInput, preflight
 from conformance.subject.in_process import InProcessSubject
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-"""The command line's exit statuses: every failure expected; an unexpected failure; bad input."""
-
 
 class UsageError(ConformanceError):
     """Bad input from the user: printed as one line, exit status 2."""

@@ -24,6 +24,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from conformance.frontends.exit_codes import EXIT_INTERRUPTED
+
 
 def _jobs(argv: Sequence[str]) -> str:
     """What ``--jobs``/``-j`` says (``1``, the default, when absent)."""
@@ -91,7 +93,7 @@ def run() -> None:
         if not isinstance(done.code, int) and done.code is not None:
             print(done.code, file=sys.stderr)
     except KeyboardInterrupt:
-        code = 130
+        code = EXIT_INTERRUPTED
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()

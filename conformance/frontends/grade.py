@@ -28,6 +28,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from conformance.frontends.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from conformance.grading import gradescope, merge, pipeline, selftest, shards
 from conformance.grading.intake.roster import Roster, RosterError
 from conformance.grading.intake.roster import load as load_roster
@@ -37,8 +38,6 @@ from conformance.grading.score.rubric import Rubric, RubricError
 from conformance.grading.score.rubric_file import load as load_rubric
 from conformance.worker import SandboxUnavailable
 from conformance.worker import sandbox as sandboxes
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 class _Usage(Exception):

@@ -36,6 +36,7 @@ import traceback
 from typing import Any, TextIO
 
 import conformance.frontends.served as served
+from conformance.frontends.exit_codes import EXIT_INTERRUPTED, EXIT_USAGE
 from conformance.run.shared import forkable
 
 POLL_SECONDS = 1.0
@@ -134,7 +135,7 @@ def _become(request: dict[str, Any], fds: list[int], connection: socket.socket,
         if not isinstance(done.code, int) and done.code is not None:
             print(done.code, file=sys.stderr)
     except KeyboardInterrupt:
-        code = 130
+        code = EXIT_INTERRUPTED
     except BaseException:
         traceback.print_exc()
     finally:
@@ -206,7 +207,7 @@ def run() -> int:
         return serve()
     except ServeError as error:
         print(f"attention-conformance: error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
 
 
 def serve(log: TextIO = sys.stdout) -> int:
