@@ -16,8 +16,8 @@ from conformance.benchmark.backends import backend_rows
 from conformance.benchmark.decode import decode_bench, decode_table
 from conformance.benchmark.ladder import bench
 from conformance.benchmark.render import plot, plot_available, table, to_json
-from conformance.frontends.command_targets import UsageError, resolved_targets
-from conformance.frontends.exit_codes import EXIT_OK
+from conformance.frontends.command_targets import resolved_targets
+from conformance.frontends.exit_codes import EXIT_OK, UsageError
 from conformance.frontends.report import wrap
 from conformance.generation.cases import DTYPES
 from conformance.generation.strategies import available_devices

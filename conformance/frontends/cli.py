@@ -23,8 +23,8 @@ from conformance.benchmark.ladder import DEFAULT_LENGTHS
 from conformance.errors import one_line
 from conformance.frontends import grade as grading_cli
 from conformance.frontends.bench_command import run_bench
-from conformance.frontends.command_targets import UsageError, resolved_targets
-from conformance.frontends.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from conformance.frontends.command_targets import resolved_targets
+from conformance.frontends.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from conformance.frontends.github_annotations import annotations, located, on_github
 from conformance.frontends.html_report import render_html
 from conformance.frontends.interface_language import error_words

@@ -1,12 +1,13 @@
 """The command line's IMPL arguments, resolved to implementations to check in this process, and
-:class:`UsageError`, the command line's bad input (one line, exit status 2).
+:class:`~conformance.frontends.exit_codes.UsageError`, the command line's bad input (one line,
+exit status 2).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conformance.errors import ConformanceError
+from conformance.frontends.exit_codes import UsageError
 from conformance.frontends.interface_language import error_words
 from conformance.loading.registry import ResolveError, registered, resolve
 from conformance.model import expectations
@@ -14,10 +15,6 @@ from conformance.model.declarations import Declarations
 from conformance.model.spec import Implementation
 from conformance.run.isolated import BadInput, preflight
 from conformance.subject.in_process import InProcessSubject
-
-
-class UsageError(ConformanceError):
-    """Bad input from the user: printed as one line, exit status 2."""
 
 
 def resolved_targets(specs: Sequence[str], expected: tuple[dict, dict] = ({}, {}),

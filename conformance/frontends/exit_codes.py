@@ -1,6 +1,9 @@
-"""The command line's exit statuses, said once for every command (``check``, ``bench``,
-``grade``, ``serve``) and the pytest-free front ends that return them (standard library only:
-the command's entry reads them before it imports anything heavy)."""
+"""How a command ends: the command line's exit statuses, said once for every command
+(``check``, ``bench``, ``grade``, ``serve``), and the one error for its bad input (standard
+library and the suite's base error only: the command's entry reads them before it imports
+anything heavy)."""
+
+from conformance.errors import ConformanceError
 
 EXIT_OK = 0
 """Nothing unexpected: every failure was expected (a mutant's, a declared one), or none."""
@@ -11,3 +14,8 @@ EXIT_USAGE = 2
 the suite's own internal error: never a verdict on the code."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT, as a shell reports it)."""
+
+
+class UsageError(ConformanceError):
+    """Bad input from the user, to any command: printed as one line, exit status
+    :data:`EXIT_USAGE`."""

@@ -28,7 +28,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from conformance.frontends.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from conformance.frontends.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from conformance.grading import gradescope, merge, pipeline, selftest, shards
 from conformance.grading.intake.roster import Roster, RosterError
 from conformance.grading.intake.roster import load as load_roster
@@ -38,10 +38,6 @@ from conformance.grading.score.rubric import Rubric, RubricError
 from conformance.grading.score.rubric_file import load as load_rubric
 from conformance.worker import SandboxUnavailable
 from conformance.worker import sandbox as sandboxes
-
-
-class _Usage(Exception):
-    """Bad input: one line, exit 2."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -102,7 +98,7 @@ def _as_of(text: str | None) -> datetime:
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise _Usage(f"--as-of {text!r}: give an ISO 8601 date-time, e.g. "
+        raise UsageError(f"--as-of {text!r}: give an ISO 8601 date-time, e.g. "
                      "2026-03-02T09:00:00Z") from None
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
@@ -117,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         rubric = load_rubric(args.rubric)
         if args.shard and (args.self_test or args.gradescope or args.merge):
-            raise _Usage("--shard grades part of a class: not with --self-test, --gradescope "
+            raise UsageError("--shard grades part of a class: not with --self-test, --gradescope "
                          "or --merge")
         if args.merge:
             return _merge(rubric, args)
@@ -126,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         if args.gradescope:
             return _gradescope(rubric, args)
         return _grade(rubric, args)
-    except (_Usage, RubricError, RosterError, pipeline.GradingInputError, shards.ShardError,
+    except (UsageError, RubricError, RosterError, pipeline.GradingInputError, shards.ShardError,
             merge.MergeError) as error:
         return _error(str(error))
 
@@ -142,7 +138,7 @@ def _sandbox(args: argparse.Namespace) -> sandboxes.Tier:
     try:
         tier = sandboxes.resolve_kind("filesystem")
     except SandboxUnavailable as error:
-        raise _Usage(f"{error}; or pass --no-sandbox to run student code without one") from None
+        raise UsageError(f"{error}; or pass --no-sandbox to run student code without one") from None
     print(f"sandbox: {tier}")
     return tier
 
@@ -156,7 +152,7 @@ def _check_reference(rubric: Rubric, sandbox: sandboxes.Tier, progress: Progress
     graded, _, problems = selftest.grade_reference(rubric, sandbox)
     progress.status("")
     if problems:
-        raise _Usage(f"the reference solution scores {graded.total:g} / {graded.max_points:g} "
+        raise UsageError(f"the reference solution scores {graded.total:g} / {graded.max_points:g} "
                      f"under {rubric.path}, not full marks ({problems[0]}); fix the rubric or "
                      "the reference (see --self-test)")
     return f"reference solution: {graded.total:g} / {graded.max_points:g} (full marks)"
@@ -164,7 +160,7 @@ def _check_reference(rubric: Rubric, sandbox: sandboxes.Tier, progress: Progress
 
 def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
     if args.submissions is None:
-        raise _Usage("name the SUBMISSIONS folder")
+        raise UsageError("name the SUBMISSIONS folder")
     roster: Roster | None = load_roster(args.roster) if args.roster else None
     only = {part.strip() for part in args.only.split(",") if part.strip()} if args.only else None
     as_of = _as_of(args.as_of)
@@ -199,7 +195,7 @@ def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
 
 def _merge(rubric: Rubric, args: argparse.Namespace) -> int:
     if args.submissions is not None or args.only:
-        raise _Usage("--merge combines shard outputs: give no SUBMISSIONS and no --only")
+        raise UsageError("--merge combines shard outputs: give no SUBMISSIONS and no --only")
     roster: Roster | None = load_roster(args.roster) if args.roster else None
     merged = merge.merge(args.merge, rubric, args.out, roster=roster, as_of=_as_of(args.as_of))
     count = merged.outputs[0].shard.count
@@ -212,7 +208,7 @@ def _merge(rubric: Rubric, args: argparse.Namespace) -> int:
 
 def _self_test(rubric: Rubric, args: argparse.Namespace) -> int:
     if rubric.reference is None:
-        raise _Usage(f"{rubric.path}: the self-test needs a reference solution: add "
+        raise UsageError(f"{rubric.path}: the self-test needs a reference solution: add "
                      "reference = \"path/to/solution.py\" under [assignment]")
     sandbox = _sandbox(args)
     mutants = selftest.bundled_mutants()
@@ -230,7 +226,7 @@ def _self_test(rubric: Rubric, args: argparse.Namespace) -> int:
 def _gradescope(rubric: Rubric, args: argparse.Namespace) -> int:
     folder = args.submissions or gradescope.SUBMISSION
     if not folder.is_dir():
-        raise _Usage(f"no submission folder {folder}")
+        raise UsageError(f"no submission folder {folder}")
     as_of = _as_of(args.as_of)
     student = gradescope.autograde(rubric, folder, args.results,
                                    run_all_cells=args.run_all_cells, as_of=as_of,
