@@ -38,6 +38,9 @@ ONE_FLAG = {
     "textbook-causal": Declarations(causal="always"),
     "mutant-causal-shows-next-token": Declarations(causal="always"),
     "mutant-causal-hides-current-token": Declarations(causal="always"),
+    "mutant-causal-scale-sqrt-d-model": Declarations(causal="always"),
+    "mutant-causal-softmax-query-axis": Declarations(causal="always"),
+    "mutant-causal-heads-merged-without-transpose": Declarations(causal="always"),
     # Its bug is a declaration (non-causal) its behaviour contradicts: inference alone reads the
     # behaviour and says "always causal (probed)"; the declaration is the one flag.
     "mutant-encoder-with-causal-mask": Declarations(causal="never"),
