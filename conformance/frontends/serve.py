@@ -5,8 +5,8 @@ torch`` and the suite, a worker zygote importing torch again. ``serve`` pays tha
 listens on a UNIX socket (:mod:`conformance.frontends.served`, the client half); each ``check``
 started while it runs hands its command over, and the server forks a copy of itself that becomes
 that command: its working directory, environment and standard streams (the client's own
-descriptors), the zygote warmed for it (:func:`~conformance.worker.warm_start.hand_off`; a new
-one is started for the next), its exit status sent back. The copy runs exactly the command's
+descriptors), its workers forked by the server's own warm zygote through a channel of its own
+(:func:`~conformance.worker.warm_start.share`), its exit status sent back. The copy runs exactly the command's
 code path (``cli.main``, as ``entry.main`` calls it), so verdicts, output and exit codes are those
 of a check run cold.
 
@@ -164,13 +164,13 @@ def _take(connection: socket.socket, listener: socket.socket,
             connection.sendall(json.dumps({"refused": why}).encode() + b"\n")
             print(f"refused: {why}", file=log, flush=True)
             return
-        zygote = warm_start.hand_off()
+        zygote = warm_start.share()  # the server's own zygote, through a channel for the fork
         pid = os.fork()
         if pid == 0:
             _become(request, fds, connection, listener, zygote)
         running[pid] = (request["argv"], time.monotonic())
         if zygote is not None:
-            zygote.disown()
+            zygote.channel.close()  # the fork's now
     except (OSError, ValueError) as error:
         print(f"a request could not be read: {error}", file=log, flush=True)
     finally:
@@ -180,10 +180,7 @@ def _take(connection: socket.socket, listener: socket.socket,
 
 
 def _reap(running: dict[int, tuple[list[str], float]], log: TextIO) -> None:
-    """Collect every ended child (commands, and zygotes handed to them), saying how each command
-    ended."""
-    from conformance.worker import warm_start
-
+    """Collect every ended child (the commands), saying how each ended."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -195,10 +192,7 @@ def _reap(running: dict[int, tuple[list[str], float]], log: TextIO) -> None:
             argv, started = running.pop(pid)
             print(f"{' '.join(argv)}: exit {os.waitstatus_to_exitcode(status)} in "
                   f"{time.monotonic() - started:.2f} s", file=log, flush=True)
-            if not running:
-                # The next command's zygote, started once none runs: its import of torch would
-                # take a core from the command (a command that finds none starts its own).
-                warm_start.prestart()
+
 
 
 def run() -> int:

@@ -146,12 +146,15 @@ class Zygote:
         found, self._buffer = json_line(self._buffer, receive, deadline)
         return found
 
-    def disown(self) -> None:
-        """Let go of a zygote handed to a fork of this process (:func:`hand_off`): the fork owns
-        it now; this process's copy of its socket closes, the zygote lives on."""
-        self.alive = False
-        with contextlib.suppress(OSError):
-            self.channel.close()
+    @classmethod
+    def sharing(cls, channel: socket.socket, owner: Zygote) -> Zygote:
+        """A handle on ``owner``'s zygote through a channel of its own (:func:`share`): it
+        forks workers as the owner's does; closing it leaves the zygote to its owner."""
+        shared = cls.__new__(cls)
+        shared._lock = threading.Lock()
+        shared.process, shared.channel, shared._buffer = None, channel, b""
+        shared.ready, shared.alive, shared.key = dict(owner.ready), True, owner.key
+        return shared
 
     def close(self) -> None:
         """Stop the zygote: nothing of it needs an orderly end (what it forked lives on its
@@ -159,6 +162,8 @@ class Zygote:
         self.alive = False
         with contextlib.suppress(OSError):
             self.channel.close()
+        if self.process is None:  # a shared handle: the zygote is its owner's
+            return
         with contextlib.suppress(OSError):
             self.process.kill()
         self.process.wait()
@@ -178,23 +183,39 @@ def _zygote(env: dict[str, str]) -> Zygote:
     with _zygotes_lock:
         if key not in _zygotes:
             _zygotes[key] = Zygote(base)
+            _zygotes[key].key = key
         return _zygotes[key]
 
 
-def hand_off() -> Zygote | None:
-    """Take this process's zygote out of its hands, ready, for a fork of it to own
-    (:func:`adopt` there, :meth:`Zygote.disown` here); None where there is none or it failed."""
-    with _zygotes_lock:
-        if not _zygotes:
-            return None
-        key = next(iter(_zygotes))
-        zygote = _zygotes.pop(key)
-    zygote.key = key
-    return zygote if zygote.wait_ready() else None
+def share() -> Zygote | None:
+    """A channel of its own to this process's zygote (started if need be, waited for), for a
+    fork of this process to fork its workers through (:func:`adopt` it there): the zygote stays
+    this process's, and serves every channel it was given. None where it can't be had (a new one
+    is started next time)."""
+    env = base_environment()
+    zygote = _zygote(env)
+    if not zygote.wait_ready():
+        with _zygotes_lock:
+            _zygotes.pop(zygote.key, None)
+        return None
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with zygote._lock:
+            socket.send_fds(zygote.channel, [json.dumps({"share": True}).encode()],
+                            [theirs.fileno()])
+            answer = zygote._line(time.monotonic() + FORK_SECONDS)
+    except OSError:
+        answer = None
+    finally:
+        theirs.close()
+    if not answer or not answer.get("shared"):
+        ours.close()
+        return None
+    return Zygote.sharing(ours, zygote)
 
 
 def adopt(zygote: Zygote) -> None:
-    """In a fork: take ``zygote`` (handed off by the parent before the fork) as this process's."""
+    """In a fork: take ``zygote`` (a :func:`share` made before the fork) as this process's."""
     with _zygotes_lock:
         _zygotes[zygote.key] = zygote
 
@@ -216,7 +237,7 @@ def shared(env: dict[str, str]) -> Zygote | None:
 def zygote_pids() -> set[int]:
     """The pids of this process's live zygotes (long-lived by design: no worker's leftover)."""
     with _zygotes_lock:
-        return {z.process.pid for z in _zygotes.values() if z.alive}
+        return {z.process.pid for z in _zygotes.values() if z.alive and z.process is not None}
 
 
 def _forget_in_child() -> None:

@@ -26,6 +26,7 @@ import gc
 import json
 import os
 import random
+import select
 import signal
 import socket
 import sys
@@ -63,9 +64,10 @@ def run_worker(config: dict) -> int:
     return code
 
 
-def _supervise(config: dict, fds: list[int], channel: socket.socket) -> int:
+def _supervise(config: dict, fds: list[int], channels: list[socket.socket]) -> int:
     """The forked supervisor: what ``python supervisor.py CONFIG`` does, on the received fds."""
-    os.close(channel.detach())  # the checker's socket is the zygote's, never a worker's
+    for channel in channels:  # the checkers' sockets are the zygote's, never a worker's
+        os.close(channel.detach())
     os.setsid()
     control, status, output, request, reply = fds
     config["fds"] = {"1": output, "2": output, "3": request, "4": reply}
@@ -81,34 +83,67 @@ def _reap() -> None:
         pass
 
 
-def serve(channel: socket.socket) -> None:
+def serve(owner: socket.socket) -> None:
+    """Answer the checker's requests on ``owner`` (and on every channel it shares, see
+    ``warm_start.share``: a fork of a warm ``serve`` forks its workers here too), one at a time;
+    end when ``owner`` closes."""
+    channels = [owner]
     while True:
-        try:
-            message, fds, _, _ = socket.recv_fds(channel, 1 << 20, MAX_FDS)
-        except OSError:
-            return
-        _reap()
-        if not message:
-            return
-        try:
-            config = json.loads(message)
-            if len(fds) != 5:
-                raise ValueError(f"expected 5 descriptors, got {len(fds)}")
-            pid = os.fork()
-        except (ValueError, OSError) as error:
-            for fd in fds:
-                os.close(fd)
-            channel.sendall(json.dumps({"error": str(error)}).encode() + b"\n")
-            continue
-        if pid == 0:
-            code = 1
+        for channel in select.select(channels, [], [])[0]:
             try:
-                code = _supervise(config, fds, channel)
-            finally:
-                os._exit(code)
+                message, fds, _, _ = socket.recv_fds(channel, 1 << 20, MAX_FDS)
+            except OSError:
+                message, fds = b"", []
+            _reap()
+            if not message:
+                if channel is owner:
+                    return
+                channels.remove(channel)  # a sharer ended: the zygote goes on
+                channel.close()
+                continue
+            if not _answer(channel, message, fds, channels):
+                return
+
+
+def _answer(channel: socket.socket, message: bytes, fds: list[int],
+            channels: list[socket.socket]) -> bool:
+    """One request: a channel to share (``{"share": true}`` and its socket), or a worker's
+    supervisor to fork (its configuration and five descriptors). False where the reply can't be
+    sent to the owner (the zygote then ends)."""
+    try:
+        config = json.loads(message)
+        if config.get("share") is True:
+            if len(fds) != 1:
+                raise ValueError(f"expected 1 descriptor, got {len(fds)}")
+            channels.append(socket.socket(fileno=fds[0]))
+            return _reply(channel, {"shared": True}, channels)
+        if len(fds) != 5:
+            raise ValueError(f"expected 5 descriptors, got {len(fds)}")
+        pid = os.fork()
+    except (ValueError, OSError, AttributeError) as error:
         for fd in fds:
             os.close(fd)
-        channel.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        return _reply(channel, {"error": str(error)}, channels)
+    if pid == 0:
+        code = 1
+        try:
+            code = _supervise(config, fds, channels)
+        finally:
+            os._exit(code)
+    for fd in fds:
+        os.close(fd)
+    return _reply(channel, {"pid": pid}, channels)
+
+
+def _reply(channel: socket.socket, answer: dict, channels: list[socket.socket]) -> bool:
+    try:
+        channel.sendall(json.dumps(answer).encode() + b"\n")
+    except OSError:
+        if channel is channels[0]:
+            return False
+        channels.remove(channel)
+        channel.close()
+    return True
 
 
 def main() -> int:
