@@ -143,6 +143,55 @@ def test_ctrl_c_reaches_the_served_check(server, tmp_path):
     assert _served(log, f"check {slow}: exit 130"), log.read_text()
 
 
+WARM_MODULE = '''
+import sys
+
+ALREADY = "markdown" in sys.modules  # imported ahead by the zygote this worker was forked from?
+import markdown  # noqa: E402,F401
+import torch
+from torch import nn
+
+
+class NeedsItWarm(nn.Module):
+    """Correct attention that refuses to be built where its installed import was not there
+    before it: the proof that the worker had it from the zygote."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        if not ALREADY:
+            raise RuntimeError("markdown was not imported ahead")
+        self.inner = nn.MultiheadAttention(d_model, num_heads, batch_first=True)
+
+    def forward(self, x):
+        return self.inner(x, x, x, need_weights=False)[0]
+'''
+
+
+def test_a_files_installed_imports_are_imported_ahead_by_the_zygote(server, tmp_path):
+    """The server reads the file's imports (never runs it) and has its zygote import the
+    installed ones, so every worker has them: the module sees markdown before its own import
+    when served, not when run cold."""
+    env, log = server
+    (tmp_path / "warm.py").write_text(WARM_MODULE)
+    spec = f"{tmp_path / 'warm.py'}::NeedsItWarm"
+    warm = _check(env, spec, "--check", "gate")
+    assert warm.returncode == 0, (warm.stdout, log.read_text())
+    assert "imported ahead, for every worker: markdown" in log.read_text()
+    cold = _check({**env, served.SWITCH: "0"}, spec, "--check", "gate")
+    assert cold.returncode != 0 and "markdown was not imported ahead" in cold.stdout + cold.stderr
+
+
+def test_only_installed_packages_are_imported_ahead(tmp_path):
+    from conformance.frontends.serve import installed_imports
+
+    (tmp_path / "mine.py").write_text("x = 1\n")
+    (tmp_path / "user.py").write_text("import markdown.extensions\nimport mine\nimport json\n"
+                                      "from . import sibling\nfrom torch import nn\n")
+    found = installed_imports(["check", "user.py::Attention", "--check", "gate"], str(tmp_path))
+    assert "markdown.extensions" in found and "torch" in found
+    assert not {"mine", "json", "sibling"} & set(found)  # the user's own, the stdlib, relative
+
+
 def test_no_server_or_an_open_folder_means_the_command_runs_here(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     monkeypatch.delenv(served.SWITCH, raising=False)

@@ -6,7 +6,9 @@ listens on a UNIX socket (:mod:`conformance.frontends.served`, the client half);
 started while it runs hands its command over, and the server forks a copy of itself that becomes
 that command: its working directory, environment and standard streams (the client's own
 descriptors), its workers forked by the server's own warm zygote through a channel of its own
-(:func:`~conformance.worker.warm_start.share`), its exit status sent back. The copy runs exactly the command's
+(:func:`~conformance.worker.warm_start.share`), its exit status sent back. The installed packages
+the files a command names import (their source read, never run: transformers, say) are imported
+by that zygote first, so its workers have them too. The copy runs exactly the command's
 code path (``cli.main``, as ``entry.main`` calls it), so verdicts, output and exit codes are those
 of a check run cold.
 
@@ -20,19 +22,24 @@ stops on Ctrl-C (the checks running finish on their own).
 
 from __future__ import annotations
 
+import ast
 import atexit
 import contextlib
 import gc
+import importlib.util
 import json
 import os
 import random
 import select
 import signal
+import site
 import socket
 import sys
+import sysconfig
 import tempfile
 import time
 import traceback
+from pathlib import Path
 from typing import Any, TextIO
 
 import conformance.frontends.served as served
@@ -101,6 +108,40 @@ def refusal(request: dict[str, Any]) -> str | None:
     return None
 
 
+def _installed(name: str) -> bool:
+    """Whether top-level module ``name`` is an installed package's (in site-packages: never the
+    user's own code, nor anything found from the server's working directory)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    places = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
+    places.update(site.getsitepackages())
+    return (spec is not None and spec.origin is not None
+            and any(spec.origin.startswith(os.path.join(place, "")) for place in places))
+
+
+def installed_imports(argv: list[str], cwd: str) -> list[str]:
+    """The modules of installed packages the files a command names import (their source read,
+    never run), for the server's zygote to import ahead (``warm_start.preload``): a module that
+    imports transformers costs each worker that import once, not at every check."""
+    names: list[str] = []
+    for arg in argv[1:]:
+        file = arg.partition("::")[0]
+        if arg.startswith("-") or not file.endswith(".py"):
+            continue
+        try:
+            tree = ast.parse(Path(cwd, file).read_text())
+        except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.append(node.module)
+    return [name for name in dict.fromkeys(names) if _installed(name.partition(".")[0])]
+
+
 def _become(request: dict[str, Any], fds: list[int], connection: socket.socket,
             listener: socket.socket, zygote) -> None:
     """In the fork: become the client's command, run it, send its status, end."""
@@ -149,7 +190,8 @@ def _become(request: dict[str, Any], fds: list[int], connection: socket.socket,
 
 
 def _take(connection: socket.socket, listener: socket.socket,
-          running: dict[int, tuple[list[str], float]], log: TextIO) -> None:
+          running: dict[int, tuple[list[str], float]], log: TextIO,
+          preloaded: set[str]) -> None:
     """One client: refused, or forked to run its command."""
     from conformance.worker import warm_start
 
@@ -164,6 +206,13 @@ def _take(connection: socket.socket, listener: socket.socket,
             connection.sendall(json.dumps({"refused": why}).encode() + b"\n")
             print(f"refused: {why}", file=log, flush=True)
             return
+        wanted = [name for name in installed_imports(request["argv"], request["cwd"])
+                  if name not in preloaded]
+        if wanted:
+            done = warm_start.preload(wanted)
+            preloaded.update(done)
+            print(f"imported ahead, for every worker: {', '.join(done) or 'none'}", file=log,
+                  flush=True)
         zygote = warm_start.share()  # the server's own zygote, through a channel for the fork
         pid = os.fork()
         if pid == 0:
@@ -217,6 +266,7 @@ def serve(log: TextIO = sys.stdout) -> int:
 
     listener, path = _listen()
     running: dict[int, tuple[list[str], float]] = {}
+    preloaded: set[str] = set()
     # Ctrl-C stops it whatever its parent did (a background job of a script ignores SIGINT).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
@@ -229,7 +279,7 @@ def serve(log: TextIO = sys.stdout) -> int:
             _reap(running, log)
             if readable:
                 connection, _ = listener.accept()
-                _take(connection, listener, running, log)
+                _take(connection, listener, running, log, preloaded)
     except KeyboardInterrupt:
         return 0
     finally:

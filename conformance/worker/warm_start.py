@@ -214,6 +214,28 @@ def share() -> Zygote | None:
     return Zygote.sharing(ours, zygote)
 
 
+def preload(modules: list[str]) -> list[str]:
+    """Have this process's zygote import ``modules`` (installed packages only: the caller's to
+    choose), so that every worker it forks after has them; those it imported. A zygote that runs
+    more than one thread after them can't fork safely: it is stopped (a new one starts when
+    next wanted)."""
+    zygote = _zygote(base_environment())
+    if not modules or not zygote.wait_ready():
+        return []
+    try:
+        with zygote._lock:
+            zygote.channel.sendall(json.dumps({"import": list(modules)}).encode())
+            answer = zygote._line(time.monotonic() + START_SECONDS)
+    except OSError:
+        answer = None
+    if not answer or answer.get("threads") != 1:
+        with _zygotes_lock:
+            _zygotes.pop(zygote.key, None)
+        zygote.close()
+        return []
+    return list(answer.get("imported", []))
+
+
 def adopt(zygote: Zygote) -> None:
     """In a fork: take ``zygote`` (a :func:`share` made before the fork) as this process's."""
     with _zygotes_lock:

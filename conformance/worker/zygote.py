@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import json
 import os
 import random
@@ -112,6 +113,9 @@ def _answer(channel: socket.socket, message: bytes, fds: list[int],
     sent to the owner (the zygote then ends)."""
     try:
         config = json.loads(message)
+        if isinstance(config.get("import"), list):
+            return _reply(channel, {"imported": _preload(config["import"]),
+                                    "threads": _threads()}, channels)
         if config.get("share") is True:
             if len(fds) != 1:
                 raise ValueError(f"expected 1 descriptor, got {len(fds)}")
@@ -133,6 +137,21 @@ def _answer(channel: socket.socket, message: bytes, fds: list[int],
     for fd in fds:
         os.close(fd)
     return _reply(channel, {"pid": pid}, channels)
+
+
+def _preload(names: list) -> list[str]:
+    """Import the installed modules a checked file imports (``warm_start.preload``, for a warm
+    ``serve``: the user's own code, checked in place), so that every worker forked after has
+    them; those that import."""
+    imported = []
+    for name in names:
+        try:
+            importlib.import_module(str(name))
+        except Exception:  # one that does not import here is the worker's to say
+            continue
+        imported.append(str(name))
+    gc.freeze()  # shared with every fork, as the first imports are
+    return imported
 
 
 def _reply(channel: socket.socket, answer: dict, channels: list[socket.socket]) -> bool:
