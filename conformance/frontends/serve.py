@@ -210,7 +210,7 @@ def _take(connection: socket.socket, listener: socket.socket,
                   if name not in preloaded]
         if wanted:
             done = warm_start.preload(wanted)
-            preloaded.update(done)
+            preloaded.update(wanted)  # tried once: a failure (a stopped zygote) is not retried
             print(f"imported ahead, for every worker: {', '.join(done) or 'none'}", file=log,
                   flush=True)
         zygote = warm_start.share()  # the server's own zygote, through a channel for the fork
