@@ -17,6 +17,11 @@ from conformance.implementations.mutants.textbook import declare
 
 CATCHES = "head_split"
 
+
+class CausalHeadsMergedWithoutTranspose(HeadsMergedWithoutTranspose):
+    """The class of its own a user would check (``FILE::CausalHeadsMergedWithoutTranspose``)."""
+
+
 IMPLEMENTATION = declare("mutant-causal-heads-merged-without-transpose",
-                         HeadsMergedWithoutTranspose, causal=True,
+                         CausalHeadsMergedWithoutTranspose, causal=True,
                          description="causal, and heads merged with reshape and no transpose")

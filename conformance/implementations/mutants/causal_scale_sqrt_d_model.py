@@ -14,5 +14,10 @@ from conformance.implementations.mutants.textbook import declare
 
 CATCHES = "scale"
 
-IMPLEMENTATION = declare("mutant-causal-scale-sqrt-d-model", ScaleSqrtDModel, causal=True,
+
+class CausalScaleSqrtDModel(ScaleSqrtDModel):
+    """The class of its own a user would check (``FILE::CausalScaleSqrtDModel``)."""
+
+
+IMPLEMENTATION = declare("mutant-causal-scale-sqrt-d-model", CausalScaleSqrtDModel, causal=True,
                          description="causal, and divides the logits by sqrt(d_model)")
