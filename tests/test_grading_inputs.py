@@ -267,3 +267,28 @@ def test_zipped_download_of_the_whole_class_is_accepted(tmp_path):
     assert [s.id for s in found] == ["1", "3"]
     with pytest.raises(GradingInputError, match="no such folder"):
         find_submissions(tmp_path / "nope", rubric, tmp_path / "out")
+
+
+def test_the_grade_command_extracts_a_downloaded_zip_once(tmp_path, monkeypatch, capsys):
+    """The command finds the submissions once (bad input said before any work) and grades
+    those: a class's zip is extracted one time, not once to check and again to grade."""
+    import conformance.grading.pipeline as pipeline
+    from conformance.frontends.cli import main
+
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("smithjohn_1_2_attention.py", "class A: pass\n")
+    (tmp_path / "download.zip").write_bytes(archive.getvalue())
+    rubric_for(tmp_path, "A")
+    extracted = []
+    real = pipeline.extract_zip
+
+    def counting(*args, **kwargs):
+        extracted.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "extract_zip", counting)
+    main(["grade", str(tmp_path / "download.zip"), "--rubric", str(tmp_path / "r.toml"),
+          "--out", str(tmp_path / "out"), "--no-sandbox"])
+    assert extracted == [tmp_path / "download.zip"], capsys.readouterr()
+    assert "graded 1" in capsys.readouterr().out

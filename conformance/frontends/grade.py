@@ -166,13 +166,15 @@ def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
     as_of = _as_of(args.as_of)
     shard = shards.parse(args.shard) if args.shard else None
     # Bad input before any work (and before the run's first line).
-    pipeline.check_only(pipeline.find_submissions(args.submissions, rubric, args.out), only)
+    found = pipeline.find_submissions(args.submissions, rubric, args.out)
+    pipeline.check_only(found, only)
     sandbox = _sandbox(args)
     progress = Progress(0)
     reference = _check_reference(rubric, sandbox, progress)
     result = pipeline.grade_class(args.submissions, rubric, args.out, jobs=_jobs(args.jobs),
                                   only=only, roster=roster, run_all_cells=args.run_all_cells,
-                                  progress=progress, as_of=as_of, shard=shard, sandbox=sandbox)
+                                  progress=progress, as_of=as_of, shard=shard, sandbox=sandbox,
+                                  found=found)
     statuses: dict[str, int] = {}
     for student in result.students:
         statuses[student.status.value] = statuses.get(student.status.value, 0) + 1

@@ -104,7 +104,8 @@ def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
                 only: set[str] | None = None, roster: Roster | None = None,
                 run_all_cells: bool = False, progress: Progress | None = None,
                 as_of: datetime | None = None, shard: shards.Shard | None = None,
-                sandbox: SandboxKind = "filesystem") -> ClassResult:
+                sandbox: SandboxKind = "filesystem",
+                found: list[Submission] | None = None) -> ClassResult:
     """Grade every submission in ``folder`` into ``out`` and write the outputs.
 
     Submissions already graded (same files, same execution-relevant rubric, same versions)
@@ -113,13 +114,15 @@ def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
     (:mod:`conformance.grading.shards`), and ``run.json`` says which part it is. Student code
     runs in the ``sandbox`` tier (by default a filesystem sandbox:
     :class:`~conformance.worker.SandboxUnavailable` before anything is done where there is none).
+    ``found``: the submissions :func:`find_submissions` already found in ``folder`` (a download's
+    zip is then not extracted a second time).
     """
     tier = resolve_kind(sandbox)  # one tier for the whole class
     if rubric.device == "cuda" and not gpu_here():
         raise RubricError(f"{rubric.path}: [assignment] device \"cuda\": this machine has no CUDA "
                           "GPU torch can use; grade on a machine with one, or on \"cpu\"")
     out.mkdir(parents=True, exist_ok=True)
-    submissions = find_submissions(folder, rubric, out)
+    submissions = found if found is not None else find_submissions(folder, rubric, out)
     check_only(submissions, only)
     everyone = submissions
     if shard is not None:
