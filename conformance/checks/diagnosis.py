@@ -254,20 +254,6 @@ def _softmax_over_queries(weights: HeadWeights, inputs: Inputs, causal: bool,
     return attention_output(attention, result.values, weights)
 
 
-def over_queries(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causal: bool,
-                 rows: torch.Tensor | None = None, window: int | None = None,
-                 encoding: PositionEncoding | None = None) -> bool:
-    """Whether ``output`` reproduces attention with its softmax over the query axis (the
-    reference's scores and values, each key's column normalised over the queries), on a case
-    where that differs from the correct computation: for checks that see its consequences (a
-    causal row that changes with later queries) and not the weights themselves."""
-    correct = reference_attention(weights, inputs.query, inputs.key, inputs.value,
-                                  keep=inputs.keep, causal=causal, window=window,
-                                  encoding=encoding, start=inputs.position).output
-    variant = _softmax_over_queries(weights, inputs, causal, window, encoding)
-    return reproduces(output, variant, correct, rows)
-
-
 def _matches(output: torch.Tensor, variant: torch.Tensor, rows: torch.Tensor | None) -> bool:
     scale = max(1.0, float(variant.abs().max()))
     return float(only_rows(abs_error(output, variant), rows).max()) <= MATCH * scale

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import torch
 
-from conformance.checks.diagnosis import Bug, explain, over_queries
+from conformance.checks.diagnosis import Bug, explain
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import (
     expect_finite_rows,
@@ -162,12 +162,12 @@ def _mask_mistake(context: CheckContext, case: Case,
     return found
 
 
-def _query_axis(context: CheckContext, case: Case) -> Hint | None:
-    """QUERY_AXIS where the module's output reproduces a softmax over the query axis (weights
-    known, the reference applies) on ``case`` or, where that can't tell, its revealing case; else
-    another known mistake of the computation it reproduces there that mixes positions (heads
-    merged or split without their transpose: :func:`~conformance.checks.diagnosis.explain`),
-    named with its kind as the reference check names it."""
+def _computation_mistake(context: CheckContext, case: Case) -> Hint | None:
+    """The known mistake of the computation (not the mask) the module's output reproduces
+    (weights known, the reference applies; :func:`~conformance.checks.diagnosis.explain`) on
+    ``case`` or, where that can't tell, its revealing case, where it is one that makes a masked
+    forward depend on later positions: a softmax over the query axis (QUERY_AXIS), heads merged
+    or split without their transpose; named with its kind as the reference check names it."""
     caps = context.capabilities
     if not reference_applies(caps):
         return None
@@ -176,14 +176,12 @@ def _query_axis(context: CheckContext, case: Case) -> Hint | None:
             continue
         instance = context.build(tried)
         inputs = tried.inputs(caps.call)
-        output = context.run(instance, inputs, tried)
-        weights = instance.read_weights()
-        if over_queries(output, weights, inputs, causal=tried.causal, rows=context.rows(tried),
-                        window=tried.window, encoding=caps.encoding):
-            return QUERY_AXIS
-        words = explain(output, weights, inputs, causal=tried.causal, rows=context.rows(tried),
-                        window=tried.window, encoding=caps.encoding)
+        words = explain(context.run(instance, inputs, tried), instance.read_weights(), inputs,
+                        causal=tried.causal, rows=context.rows(tried), window=tried.window,
+                        encoding=caps.encoding)
         kind = getattr(words, "kind", None)
+        if kind == Bug.SOFTMAX_OVER_QUERIES.value:
+            return QUERY_AXIS
         if kind in MIXES_POSITIONS:
             return Hint(f"{words}: rows of different positions are mixed, so a row changes "
                         "with later ones", kind)
@@ -197,13 +195,14 @@ positions (the scale's, the projections' do not: the causal check never fails fo
 
 def causal_mistake(context: CheckContext, case: Case) -> Hint | None:
     """The likely bug that makes the module's forward not causal on ``case``, named with its
-    kind: a causal-mask mistake its behaviour reproduces, else a softmax over the query axis
-    its output reproduces; None where neither is shown. What the causal check names (without a
+    kind: a causal-mask mistake its behaviour reproduces, else a mistake of the computation that
+    mixes positions its output reproduces (:func:`_computation_mistake`); None where neither is
+    shown. What the causal check names (without a
     padding mask), for a check whose failure follows from the forward not being causal."""
     found = _mask_mistake(context, case, None)
     if found is not None:
         return named(found)
-    return context.hint(lambda: _query_axis(context, case))
+    return context.hint(lambda: _computation_mistake(context, case))
 
 
 class Causal(Check):
@@ -279,11 +278,11 @@ class Causal(Check):
         ignores the
         causal mask with a padding mask given (``inputs``), and is causal without one, has the
         padding mask replacing it; one that is causal without the padding mask and not with it
-        is said to be so. Where no mask mistake is shown, a softmax over the query axis the
-        output reproduces is named (see :func:`causal_mistake`)."""
+        is said to be so. Where no mask mistake is shown, a mistake of the computation that mixes
+        positions the output reproduces is named (see :func:`causal_mistake`)."""
         found = _mask_mistake(context, case, attention)
         if found is None:
-            axis = context.hint(lambda: _query_axis(context, case))
+            axis = context.hint(lambda: _computation_mistake(context, case))
             if axis is not None:
                 return axis
         words = named(found)
