@@ -28,6 +28,10 @@ from conformance.model.forms import CacheStyle, PositionForm
 from conformance.model.spec import Capabilities, Config
 from conformance.subject.call_arguments import positions_argument
 
+NOT_AS_DECLARED = "the present cache holding"
+"""How a cache not in its declared layout is said (what kv_cache recognises it by: the words are
+all that crosses the worker's boundary of an error)."""
+
 
 class CacheProtocolError(ConformanceError):
     """The implementation did not hand the cache back as its declared style says; one line."""
@@ -126,5 +130,5 @@ class CacheSession:
         shown = (f"(k, v) of shapes {tuple(present[0].shape)} and {tuple(present[1].shape)}"
                  if tensors else _form(present))
         raise CacheProtocolError(
-            f"the present cache holding {self.length} token(s) is {shown}, not the declared "
+            f"{NOT_AS_DECLARED} {self.length} token(s) is {shown}, not the declared "
             f"layout {layout.value}: (k, v), each {expected}")

@@ -45,6 +45,7 @@ from conformance.model.spec import Capabilities
 from conformance.numerics.reference import reference_attention
 from conformance.numerics.tolerance import abs_error, reordering_tolerance, worst_index
 from conformance.subject.boundary import ImplementationError, Inputs
+from conformance.subject.cache_session import NOT_AS_DECLARED
 
 MAX_LEN = 12
 """Long enough for a prefill and several decode steps of each kind; each case costs L calls."""
@@ -69,8 +70,6 @@ GROWS_HINT = ("does the cache grow along the sequence axis (keys and values conc
               "wrong axis)?")
 """For a decode call that raised what reads as a shape mismatch (see :func:`_shape_mismatch`)."""
 
-LAYOUT_WORDS = "the present cache holding"
-"""How a cache not in its declared layout is said (``subject/cache_session.py``)."""
 LAYOUT_HINT = Hint("return the cache as the assignment states it: keys and values each with "
                    "their heads split, in the declared axis order (view and transpose them as "
                    "for the attention itself, before returning them)", Bug.CACHE_LAYOUT.value)
@@ -178,7 +177,7 @@ class KVCacheDecoding(Check):
                 text = str(error)
                 if not text.startswith("forward raised "):  # a cache not as declared
                     raise Violation(f"{phase}: {text}", hint=LAYOUT_HINT
-                                    if text.startswith(LAYOUT_WORDS) else None) from error
+                                    if text.startswith(NOT_AS_DECLARED) else None) from error
                 raised = (text.removeprefix("forward raised ").strip().splitlines() or [""])[0]
                 raise Violation(f"{phase} raised: {raised}",
                                 hint=GROWS_HINT if call > 0 and _shape_mismatch(raised)
