@@ -197,7 +197,7 @@ def test_a_cuda_rubric_on_a_grader_without_a_gpu_is_one_line(tmp_path, monkeypat
 
     import conformance.grading.pipeline as pipeline
 
-    monkeypatch.setattr(pipeline, "gpu_here", lambda: False)
+    monkeypatch.setattr(pipeline, "available_devices", lambda: ["cpu"])
     rubric = parse(tomllib.loads(RUBRIC.format(device='device = "cuda"')), tmp_path / "r.toml")
     (tmp_path / "class").mkdir()
     with pytest.raises(RubricError, match=r'device "cuda": this machine has no CUDA GPU'):

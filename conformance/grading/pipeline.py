@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from conformance.errors import ConformanceError
+from conformance.generation.strategies import available_devices
 from conformance.grading import shards
 from conformance.grading.intake.archives import ArchiveError, extract_zip
 from conformance.grading.intake.discovery import Submission, discover
@@ -30,13 +31,6 @@ from conformance.grading.score.rubric import Rubric, RubricError
 from conformance.grading.score.scoring import SubmissionScore, score
 from conformance.worker import SandboxKind
 from conformance.worker.sandbox import resolve_kind
-
-
-def gpu_here() -> bool:
-    """Whether torch can use a CUDA GPU on this machine (a ``device = "cuda"`` rubric needs it)."""
-    import torch
-
-    return torch.cuda.is_available()
 
 
 class GradingInputError(ConformanceError):
@@ -118,7 +112,7 @@ def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
     zip is then not extracted a second time).
     """
     tier = resolve_kind(sandbox)  # one tier for the whole class
-    if rubric.device == "cuda" and not gpu_here():
+    if rubric.device not in available_devices():
         raise RubricError(f"{rubric.path}: [assignment] device \"cuda\": this machine has no CUDA "
                           "GPU torch can use; grade on a machine with one, or on \"cpu\"")
     out.mkdir(parents=True, exist_ok=True)

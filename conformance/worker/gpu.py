@@ -61,11 +61,6 @@ def device_files(root: str = "/") -> list[str]:
     return found
 
 
-def present() -> bool:
-    """Whether this machine shows an NVIDIA GPU to its processes (its device files exist)."""
-    return bool(device_files())
-
-
 def environment(source: dict[str, str] | os._Environ[str]) -> dict[str, str]:
     """The part of ``source`` a GPU worker keeps (:data:`PASSED_ENVIRONMENT`)."""
     return {name: source[name] for name in PASSED_ENVIRONMENT if name in source}
