@@ -37,6 +37,11 @@ else none; ``partly_masked``: additionally at least one masked key in each; ``fu
 batch >= 2 and some elements with every key masked."""
 
 
+def device_kind(device: str) -> str:
+    """The kind of a device a run names: ``cuda:1`` is ``cuda``."""
+    return device.partition(":")[0]
+
+
 def available_devices() -> list[str]:
     """Every device this machine can run on: cpu, and cuda / mps when present."""
     devices = ["cpu"]

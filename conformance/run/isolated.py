@@ -15,7 +15,7 @@ from conformance.checks.catalogue import GATE
 from conformance.errors import ConformanceError
 from conformance.generation.base_case import base_case
 from conformance.generation.constraints import discover
-from conformance.generation.strategies import available_devices
+from conformance.generation.strategies import available_devices, device_kind
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import Note, Remedy, remedy_of
@@ -80,10 +80,6 @@ WORKER_DEVICE_SKIP = ("the isolated worker can't use {device} (only cpu and cuda
                       "own code on {device} in process (not isolated)")
 
 
-def _kind(device: str) -> str:
-    return device.partition(":")[0]
-
-
 def preflight(subject: Subject) -> None:
     """BadInput when the constructor raises for every generated configuration: said once, in
     a line, instead of every check failing (one that rejects some is the gate's to narrow
@@ -123,8 +119,8 @@ def isolated_results(runner: Runner, spec: str, what: Isolated,
                           else list(CHECK_NAMES))
     wanted = list(devices or available_devices())
     # An absent device is the runner's to skip; a present accelerator the worker can't reach.
-    usable = [d for d in wanted if _kind(d) in WORKER_DEVICES or d not in available_devices()]
-    gpu = any(_kind(d) == "cuda" and d in available_devices() for d in usable)
+    usable = [d for d in wanted if device_kind(d) in WORKER_DEVICES or d not in available_devices()]
+    gpu = any(device_kind(d) == "cuda" and d in available_devices() for d in usable)
     try:
         subjects = open_all(spec, declared, call_seconds=what.call_seconds, twins=twins,
                             accelerators=gpu)

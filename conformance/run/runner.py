@@ -26,7 +26,7 @@ from conformance.checks.picture import picture
 from conformance.checks.precision import FLOAT32_NOISE
 from conformance.generation.cases import Case
 from conformance.generation.profiles import examples_key, profile_settings
-from conformance.generation.strategies import available_devices
+from conformance.generation.strategies import available_devices, device_kind
 from conformance.loading.registry import resolve
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.picture import Picture
@@ -268,7 +268,7 @@ class Runner:
 
 def _refused(subject: Subject, device: str) -> str | None:
     """Why ``subject`` refuses ``device`` (``cuda:1`` as ``cuda``), where it was probed to."""
-    return dict(subject.capabilities.refused_devices).get(device.split(":")[0])
+    return dict(subject.capabilities.refused_devices).get(device_kind(device))
 
 
 @contextlib.contextmanager
