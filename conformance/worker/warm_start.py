@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 START_SECONDS = 60.0
@@ -120,19 +120,24 @@ class Zygote:
         """The pid of a supervisor forked with ``config`` and ``fds`` (control, status, output,
         request, reply); None when the zygote is gone or refused (the launcher starts the worker
         instead)."""
+        answer = self.ask(config, fds)
+        return None if answer is None else answer.get("pid")
+
+    def ask(self, request: dict[str, Any], fds: Sequence[int] = (),
+            seconds: float = FORK_SECONDS) -> dict[str, Any] | None:
+        """The zygote's answer to one request (with ``fds`` passed along), one at a time; None,
+        and this handle closed, where it is gone or gave none within ``seconds``."""
         with self._lock:
             if not self.alive:
                 return None
             try:
-                socket.send_fds(self.channel, [json.dumps(config).encode()], fds)
+                socket.send_fds(self.channel, [json.dumps(request).encode()], list(fds))
+                answer = self._line(time.monotonic() + seconds)
             except OSError:
-                self.close()
-                return None
-            answer = self._line(time.monotonic() + FORK_SECONDS)
+                answer = None
             if answer is None:
                 self.close()
-                return None
-            return answer.get("pid")
+            return answer
 
     def _line(self, deadline: float) -> dict[str, Any] | None:
         def receive(left: float) -> bytes | None:
@@ -192,20 +197,13 @@ def share() -> Zygote | None:
     fork of this process to fork its workers through (:func:`adopt` it there): the zygote stays
     this process's, and serves every channel it was given. None where it can't be had (a new one
     is started next time)."""
-    env = base_environment()
-    zygote = _zygote(env)
+    zygote = _zygote(base_environment())
     if not zygote.wait_ready():
-        with _zygotes_lock:
-            _zygotes.pop(zygote.key, None)
+        _drop(zygote)
         return None
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        with zygote._lock:
-            socket.send_fds(zygote.channel, [json.dumps({"share": True}).encode()],
-                            [theirs.fileno()])
-            answer = zygote._line(time.monotonic() + FORK_SECONDS)
-    except OSError:
-        answer = None
+        answer = zygote.ask({"share": True}, [theirs.fileno()])
     finally:
         theirs.close()
     if not answer or not answer.get("shared"):
@@ -222,18 +220,18 @@ def preload(modules: list[str]) -> list[str]:
     zygote = _zygote(base_environment())
     if not modules or not zygote.wait_ready():
         return []
-    try:
-        with zygote._lock:
-            zygote.channel.sendall(json.dumps({"import": list(modules)}).encode())
-            answer = zygote._line(time.monotonic() + START_SECONDS)
-    except OSError:
-        answer = None
+    answer = zygote.ask({"import": list(modules)}, seconds=START_SECONDS)
     if not answer or answer.get("threads") != 1:
-        with _zygotes_lock:
-            _zygotes.pop(zygote.key, None)
-        zygote.close()
+        _drop(zygote)
         return []
     return list(answer.get("imported", []))
+
+
+def _drop(zygote: Zygote) -> None:
+    """Stop ``zygote`` and forget it: the next worker wanted starts a new one."""
+    with _zygotes_lock:
+        _zygotes.pop(zygote.key, None)
+    zygote.close()
 
 
 def adopt(zygote: Zygote) -> None:
