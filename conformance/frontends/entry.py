@@ -17,14 +17,11 @@ deleted, zygotes stopped) first.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import gc
-import os
 import sys
 from collections.abc import Sequence
 
-from conformance.frontends.exit_codes import EXIT_INTERRUPTED
+from conformance.frontends.exit_codes import finish, status_of
 
 
 def _jobs(argv: Sequence[str]) -> str:
@@ -86,16 +83,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run() -> None:
     """``attention-conformance``: :func:`main` on the command line, then exit with its status."""
-    try:
-        code = main()
-    except SystemExit as done:  # argparse's usage errors and --help
-        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-        if not isinstance(done.code, int) and done.code is not None:
-            print(done.code, file=sys.stderr)
-    except KeyboardInterrupt:
-        code = EXIT_INTERRUPTED
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    atexit._run_exitfuncs()
-    os._exit(code)
+    finish(status_of(main))

@@ -23,7 +23,6 @@ stops on Ctrl-C (the checks running finish on their own).
 from __future__ import annotations
 
 import ast
-import atexit
 import contextlib
 import gc
 import importlib.util
@@ -43,7 +42,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import conformance.frontends.served as served
-from conformance.frontends.exit_codes import EXIT_INTERRUPTED, EXIT_USAGE
+from conformance.frontends.exit_codes import EXIT_USAGE, finish, status_of
 from conformance.run.shared import forkable
 
 POLL_SECONDS = 1.0
@@ -148,8 +147,7 @@ def _become(request: dict[str, Any], fds: list[int], connection: socket.socket,
     from conformance.frontends.cli import main
     from conformance.worker import warm_start
 
-    code = 1
-    try:
+    def command() -> int:
         listener.close()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -170,23 +168,19 @@ def _become(request: dict[str, Any], fds: list[int], connection: socket.socket,
             warm_start.adopt(zygote)
         connection.sendall(json.dumps({"pid": os.getpid()}).encode() + b"\n")
         gc.freeze()  # as the command's entry does (frontends/entry.py)
-        code = main(request["argv"])
-    except SystemExit as done:  # argparse's usage errors and --help
-        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-        if not isinstance(done.code, int) and done.code is not None:
-            print(done.code, file=sys.stderr)
-    except KeyboardInterrupt:
-        code = EXIT_INTERRUPTED
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
-        atexit._run_exitfuncs()
+        return main(request["argv"])
+
+    def tell(code: int) -> None:
         with contextlib.suppress(OSError):
             connection.sendall(json.dumps({"exit": code}).encode() + b"\n")
-        os._exit(code)
+
+    code = 1
+    try:
+        code = status_of(command)
+    except BaseException:  # as an interpreter would say it: this fork must still report and end
+        traceback.print_exc()
+    finally:
+        finish(code, lambda: tell(code))
 
 
 def _take(connection: socket.socket, listener: socket.socket,
@@ -241,7 +235,6 @@ def _reap(running: dict[int, tuple[list[str], float]], log: TextIO) -> None:
             argv, started = running.pop(pid)
             print(f"{' '.join(argv)}: exit {os.waitstatus_to_exitcode(status)} in "
                   f"{time.monotonic() - started:.2f} s", file=log, flush=True)
-
 
 
 def run() -> int:
