@@ -99,7 +99,7 @@ def _as_of(text: str | None) -> datetime:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(f"--as-of {text!r}: give an ISO 8601 date-time, e.g. "
-                     "2026-03-02T09:00:00Z") from None
+                         "2026-03-02T09:00:00Z") from None
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
@@ -113,8 +113,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         rubric = load_rubric(args.rubric)
         if args.shard and (args.self_test or args.gradescope or args.merge):
-            raise UsageError("--shard grades part of a class: not with --self-test, --gradescope "
-                         "or --merge")
+            raise UsageError("--shard grades part of a class: not with --self-test, "
+                             "--gradescope or --merge")
         if args.merge:
             return _merge(rubric, args)
         if args.self_test:
@@ -138,7 +138,8 @@ def _sandbox(args: argparse.Namespace) -> sandboxes.Tier:
     try:
         tier = sandboxes.resolve_kind("filesystem")
     except SandboxUnavailable as error:
-        raise UsageError(f"{error}; or pass --no-sandbox to run student code without one") from None
+        raise UsageError(f"{error}; or pass --no-sandbox to run student code "
+                         "without one") from None
     print(f"sandbox: {tier}")
     return tier
 
@@ -152,9 +153,9 @@ def _check_reference(rubric: Rubric, sandbox: sandboxes.Tier, progress: Progress
     graded, _, problems = selftest.grade_reference(rubric, sandbox)
     progress.status("")
     if problems:
-        raise UsageError(f"the reference solution scores {graded.total:g} / {graded.max_points:g} "
-                     f"under {rubric.path}, not full marks ({problems[0]}); fix the rubric or "
-                     "the reference (see --self-test)")
+        raise UsageError(f"the reference solution scores {graded.total:g} / "
+                         f"{graded.max_points:g} under {rubric.path}, not full marks "
+                         f"({problems[0]}); fix the rubric or the reference (see --self-test)")
     return f"reference solution: {graded.total:g} / {graded.max_points:g} (full marks)"
 
 
@@ -211,7 +212,7 @@ def _merge(rubric: Rubric, args: argparse.Namespace) -> int:
 def _self_test(rubric: Rubric, args: argparse.Namespace) -> int:
     if rubric.reference is None:
         raise UsageError(f"{rubric.path}: the self-test needs a reference solution: add "
-                     "reference = \"path/to/solution.py\" under [assignment]")
+                         "reference = \"path/to/solution.py\" under [assignment]")
     sandbox = _sandbox(args)
     mutants = selftest.bundled_mutants()
     pairs = sum(1 for m in mutants for t in rubric.targets if m.causal == t.causal)

@@ -33,8 +33,6 @@ from pathlib import Path
 SWITCH = "ATTENTION_CONFORMANCE_SERVE"
 """``0``: never hand a command to a server (run it in this process)."""
 
-SUITE = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 FIXED_AT_IMPORT = ("ATTENTION_CONFORMANCE_", "HYPOTHESIS", "TORCH", "PYTORCH", "OMP_", "MKL_",
                    "CUDA_", "PYTHON", "LD_", "TRITON")
 """Prefixes of environment variables read when the suite or torch is imported: a server started
@@ -45,7 +43,10 @@ SERVED = ("check",)
 
 
 def installation_key() -> str:
-    """What tells two installations apart: this interpreter and this ``conformance`` package."""
+    """What tells two installations apart: this interpreter and this ``conformance`` package
+    (``warm_start.SUITE``: imported here, where a server is about to be asked, not before)."""
+    from conformance.worker.warm_start import SUITE
+
     return hashlib.sha256(f"{sys.executable}\0{SUITE}".encode()).hexdigest()[:12]
 
 
