@@ -68,7 +68,8 @@ class IsolatedInstance(Instance):
         self._finalizer = weakref.finalize(self, subject.release, worker, number)
 
     def settle(self) -> None:
-        """Wait for the construction: its error, if it failed, is raised here."""
+        """Wait for the construction and for the weights written since (their replies): an error
+        of either is raised here."""
         if self._broken is not None:
             raise self._broken
         if self._construction is not None:

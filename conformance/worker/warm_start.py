@@ -103,7 +103,8 @@ class Zygote:
         self.ready: dict[str, Any] = {}
         self.alive = True
         self.key = ""
-        """What environment it was started for (set where it is handed off)."""
+        """Its key among this process's zygotes (the environment it was started with; set by
+        ``_zygote``, carried by a shared handle)."""
 
     def wait_ready(self) -> bool:
         """Whether the zygote started, is one thread, and answered within START_SECONDS (asked
