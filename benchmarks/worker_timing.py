@@ -8,7 +8,8 @@ Start-up is measured from asking for a worker to its first frame (started: inter
 ``ATTENTION_CONFORMANCE_WARM_START=0`` measures started workers only; a forward
 round trip against ``ModuleInstance.forward`` in this process at a small and a medium size; the
 full quick-profile catalogue on the textbook attention (``conformance/implementations/mutants/textbook.py``)
-isolated against in-process. torch runs on one thread on both sides. Medians are printed.
+isolated against in-process, with the CPU each side spent (where isolation's time goes). torch
+runs on one thread on both sides. Medians are printed.
 """
 
 from __future__ import annotations
@@ -90,15 +91,48 @@ def requests(sandbox: str) -> None:
         print(f"empty request (stdout): {empty * 1e6:.0f} us round trip")
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _worker_pid(subject: IsolatedSubject) -> int | None:
+    """The worker's pid: the supervisor's one child, where this process can see it (not in a
+    pid namespace of its own)."""
+    supervisor = subject._worker.pid
+    try:
+        children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if len(children) == 1 else None
+
+
 def catalogue(sandbox: str, repeats: int) -> None:
+    """The catalogue's wall time in process and isolated, one process each (no forks), and where
+    isolation's CPU goes: this process's (hypothesis, the references, encoding requests) and the
+    worker's (the implementation, decoding, restoring torch, encoding replies). Their sum against
+    the wall time says whether the two sides wait for each other (batching round trips would
+    help) or take turns computing (only cheaper requests would)."""
     (textbook, _) = IMPLEMENTATIONS
+    start = os.times()
     here = median_time(lambda: Runner("quick").run(InProcessSubject(textbook), devices=["cpu"]),
                        repeats)
+    here_cpu = (os.times().user + os.times().system - start.user - start.system) / repeats
     with IsolatedSubject(TEXTBOOK, "textbook.py::IMPLEMENTATIONS", name="textbook",
                          sandbox=sandbox) as subject:
+        worker = _worker_pid(subject)
+        Runner("quick").run(subject, devices=["cpu"])  # the worker's first calls warm it
+        start, worker_start = os.times(), _cpu_seconds(worker) if worker else 0.0
         there = median_time(lambda: Runner("quick").run(subject, devices=["cpu"]), repeats)
+        checker_cpu = (os.times().user + os.times().system - start.user - start.system) / repeats
+        worker_cpu = (_cpu_seconds(worker) - worker_start) / repeats if worker else None
     print(f"full catalogue on textbook (quick, cpu): in-process {here:.2f} s, isolated "
           f"{there:.2f} s ({there / here:.2f}x; start-up not included)")
+    split = (f"the worker {worker_cpu:.2f} s, together {checker_cpu + worker_cpu:.2f} s"
+             if worker_cpu is not None else "the worker's not visible from here")
+    print(f"CPU per catalogue: in-process {here_cpu:.2f} s; isolated: this process "
+          f"{checker_cpu:.2f} s, {split}")
 
 
 def main() -> None:
