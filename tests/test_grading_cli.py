@@ -195,10 +195,12 @@ def test_the_self_test_tells_caught_mutants_from_uncovered_ones(mini):
     # The causal mutant has no causal target to be graded against.
     # A dropout bug can't occur in a class with no dropout, nor a second mask format's in one
     # that takes one format: no student could make them.
-    assert verdicts == {"mutant-scale-missing": "caught", "mutant-mask-inverted": "caught",
-                        "mutant-output-projection-skipped": "not covered",
-                        "mutant-bool-mask-inverted": "not applicable",
-                        "mutant-dropout-on-logits": "not applicable"}
+    verdict = selftest.MutantVerdict
+    assert verdicts == {"mutant-scale-missing": verdict.CAUGHT,
+                        "mutant-mask-inverted": verdict.CAUGHT,
+                        "mutant-output-projection-skipped": verdict.NOT_COVERED,
+                        "mutant-bool-mask-inverted": verdict.NOT_APPLICABLE,
+                        "mutant-dropout-on-logits": verdict.NOT_APPLICABLE}
     assert result.ok and result.reference_problems == []
     text = selftest.render(result)
     assert "reference solution: 3 / 3 (full marks)" in text
@@ -239,6 +241,26 @@ def test_a_mutant_keeping_the_points_of_its_check_fails_the_self_test(mini, monk
     assert code == 1
     assert "mutant-scale-missing" in out and "NOT CAUGHT" in out
     assert "FAILED:" in out and "keep the points of the check that should catch them" in out
+
+
+def test_a_mutant_that_could_not_run_fails_the_self_test_with_its_status(mini, monkeypatch,
+                                                                       capsys):
+    """Points a mutant lost without running prove nothing: the row says so, with the status."""
+    _, rubric_path = mini
+
+    def timed_out(rubric, target, implementation, limits=None, *, sandbox="filesystem"):
+        return SubmissionOutcome(RunStatus.TIMEOUT, "it hung",
+                                 [TargetOutcome(target.name, RunStatus.TIMEOUT)])
+
+    monkeypatch.setattr(selftest, "run_registered", timed_out)
+    mutants = [m for m in selftest.bundled_mutants() if m.name == "mutant-scale-missing"]
+    result = selftest.run(load(rubric_path), mutants=mutants)
+    (row,) = result.rows
+    assert row.verdict is selftest.MutantVerdict.COULD_NOT_RUN and row.not_run == "timeout"
+    assert result.not_run == [row] and not result.ok
+    text = selftest.render(result)
+    assert "COULD NOT RUN (timeout)" in text
+    assert text.endswith("FAILED: 1 mutant(s) could not be run: mutant-scale-missing")
 
 
 def test_the_progress_line_shows_count_rate_and_time_left_on_a_terminal():

@@ -178,7 +178,7 @@ def test_the_self_test_exercises_every_item_of_a_causal_cached_rubric():
     result = selftest.run(load(EXAMPLE / "rubric.toml"), jobs=2, mutants=chosen)
     rows = {row.mutant.name: row for row in result.rows}
     assert {name: row.verdict for name, row in rows.items()} == \
-        dict.fromkeys(SELF_TEST_MUTANTS, "caught")
+        dict.fromkeys(SELF_TEST_MUTANTS, selftest.MutantVerdict.CAUGHT)
     assert result.unexercised == []
     hides = rows["mutant-causal-hides-current-token"]
     assert hides.lost == 0 and hides.charged_to is not None

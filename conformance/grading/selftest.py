@@ -11,13 +11,15 @@ indistinguishable from a correct solution if it also gets full marks.
 Both are trusted code (the instructor's and the suite's own), so they run on the temporary
 trusted path of :mod:`conformance.grading.run.execution`.
 
-Verdicts: ``caught``; ``NOT CAUGHT`` (the rubric grades the check but the mutant keeps its
-points: the profile or the checks are too weak); ``caught elsewhere`` (no item for the check,
-but the mutant loses points on others); ``not covered`` (no item for the check and full marks
-elsewhere: indistinguishable from a correct solution); ``not applicable`` (the same, for a bug
-of a feature the assignment's class does not have, ALiBi in an assignment without it: its check
-does not apply to the reference's interface, so no student can make it). The self-test fails on
-a reference short of full marks or on any ``NOT CAUGHT``.
+Verdicts (:class:`MutantVerdict`): ``caught``; ``NOT CAUGHT`` (the rubric grades the check but
+the mutant keeps its points: the profile or the checks are too weak); ``caught elsewhere`` (no
+item for the check, but the mutant loses points on others); ``not covered`` (no item for the
+check and full marks elsewhere: indistinguishable from a correct solution); ``not applicable``
+(the same, for a bug of a feature the assignment's class does not have, ALiBi in an assignment
+without it: its check does not apply to the reference's interface, so no student can make it);
+``COULD NOT RUN`` (its run ended in another status than graded: points it lost prove nothing).
+The self-test fails on a reference short of full marks, on any ``NOT CAUGHT`` and on any
+``COULD NOT RUN``.
 
 It also grades a correct solution written another way (:mod:`conformance.grading.run.variants`:
 the reference with its attributes renamed) and warns when an item is then not evaluated or
@@ -30,6 +32,7 @@ import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 
 from conformance.checks.catalogue import by_name
@@ -44,6 +47,18 @@ from conformance.grading.score.scoring import State, SubmissionScore, score
 from conformance.loading.registry import resolve
 from conformance.model.spec import Capabilities
 from conformance.worker import SandboxKind
+
+
+class MutantVerdict(str, Enum):
+    """What the self-test concludes of one mutant against one target (the module docstring says
+    when each is given)."""
+
+    CAUGHT = "caught"
+    NOT_CAUGHT = "NOT CAUGHT"
+    CAUGHT_ELSEWHERE = "caught elsewhere"
+    NOT_COVERED = "not covered"
+    NOT_APPLICABLE = "not applicable"
+    COULD_NOT_RUN = "COULD NOT RUN"
 
 
 @dataclass(frozen=True)
@@ -64,7 +79,7 @@ class MutantRow:
     item: str | None
     lost: float
     item_points: float
-    verdict: str
+    verdict: MutantVerdict
     outside: str | None = None
     """Why the mutant's bug can't occur in this target (its check does not apply to the
     reference's interface: "declares no ALiBi position bias"), where it can't."""
@@ -73,6 +88,15 @@ class MutantRow:
     charged_to: str | None = None
     """The earlier item its check's item was excused for (charge_once: the same bug, charged
     there): the mutant is told apart, once."""
+    not_run: str | None = None
+    """Where it could not be run (``COULD_NOT_RUN``): the run's status."""
+
+    @property
+    def shown(self) -> str:
+        """The verdict as the table shows it (a run that failed with its status)."""
+        if self.not_run is not None:
+            return f"{self.verdict.value} ({self.not_run})"
+        return self.verdict.value
 
 
 @dataclass
@@ -105,7 +129,7 @@ class SelfTest:
 
     @property
     def not_caught(self) -> list[MutantRow]:
-        return [row for row in self.rows if row.verdict == "NOT CAUGHT"]
+        return [row for row in self.rows if row.verdict is MutantVerdict.NOT_CAUGHT]
 
     @property
     def warnings(self) -> list[str]:
@@ -116,12 +140,12 @@ class SelfTest:
     @property
     def indistinguishable(self) -> list[MutantRow]:
         return [row for row in self.rows
-                if row.verdict == "not covered" and row.score >= row.max_points
+                if row.verdict is MutantVerdict.NOT_COVERED and row.score >= row.max_points
                 and row.outside is None]
 
     @property
     def not_run(self) -> list[MutantRow]:
-        return [row for row in self.rows if row.verdict.startswith("COULD NOT RUN")]
+        return [row for row in self.rows if row.verdict is MutantVerdict.COULD_NOT_RUN]
 
     @property
     def ok(self) -> bool:
@@ -184,10 +208,11 @@ def _row(rubric: Rubric, target: Target, mutant: Mutant, sandbox: SandboxKind) -
         # Points lost to a mutant that never ran prove nothing about the rubric.
         return MutantRow(mutant, target.name, graded.total, graded.max_points,
                          item.item.key if item else None, 0.0, 0.0,
-                         f"COULD NOT RUN ({outcome.status.value})")
+                         MutantVerdict.COULD_NOT_RUN, not_run=outcome.status.value)
     if item is None:
         lost, item_points = 0.0, 0.0
-        verdict = "caught elsewhere" if graded.total < graded.max_points else "not covered"
+        verdict = (MutantVerdict.CAUGHT_ELSEWHERE if graded.total < graded.max_points
+                   else MutantVerdict.NOT_COVERED)
     else:
         lost, item_points = item.max_points - item.points, item.max_points
         # Excused for the same bug charged to an earlier item (charge_once): caught there.
@@ -195,7 +220,7 @@ def _row(rubric: Rubric, target: Target, mutant: Mutant, sandbox: SandboxKind) -
                       else None)
         told_apart = (lost > 0 or charged_to is not None
                       or (item.max_points == 0 and graded.total < graded.max_points))
-        verdict = "caught" if told_apart else "NOT CAUGHT"
+        verdict = MutantVerdict.CAUGHT if told_apart else MutantVerdict.NOT_CAUGHT
     return MutantRow(mutant, target.name, graded.total, graded.max_points,
                      item.item.key if item else None, lost, item_points, verdict,
                      lost_in=tuple(i.item.key for i in graded.items if i.points < i.max_points),
@@ -218,12 +243,12 @@ def reference_capabilities(rubric: Rubric, target: Target) -> Capabilities | Non
 def _applicable(row: MutantRow, capabilities: Capabilities | None) -> MutantRow:
     """``row``, marked as outside the assignment where its bug's check does not apply to the
     target's class (a bug of ALiBi, a KV cache or RoPE in an assignment that has none)."""
-    if capabilities is None or row.verdict != "not covered":
+    if capabilities is None or row.verdict is not MutantVerdict.NOT_COVERED:
         return row
     outside = by_name(row.mutant.catches).skip_reason(capabilities)
     if outside is None:
         return row
-    return replace(row, verdict="not applicable", outside=outside)
+    return replace(row, verdict=MutantVerdict.NOT_APPLICABLE, outside=outside)
 
 
 def run(rubric: Rubric, *, jobs: int = 1, mutants: list[Mutant] | None = None,
@@ -251,7 +276,7 @@ def run(rubric: Rubric, *, jobs: int = 1, mutants: list[Mutant] | None = None,
             row = _applicable(row, interfaces[row.target])
             result.rows.append(row)
             if on_done:
-                on_done(f"{row.mutant.name} as {row.target}: {row.verdict}")
+                on_done(f"{row.mutant.name} as {row.target}: {row.shown}")
     return result
 
 
@@ -270,16 +295,16 @@ def render(result: SelfTest) -> str:
             (row.mutant.name, row.mutant.bug, row.target, row.mutant.catches, row.item or "-",
              (f"charged to {row.charged_to}" if row.charged_to else
               f"{row.lost:g}/{row.item_points:g}") if row.item else "-",
-             f"{row.score:g}/{row.max_points:g}", row.verdict) for row in result.rows]
+             f"{row.score:g}/{row.max_points:g}", row.shown) for row in result.rows]
         widths = [min(max(len(r[i]) for r in table), 48) for i in range(len(header))]
         lines.append("")
         for row in table:
             cells = [cell if len(cell) <= widths[i] else cell[:widths[i] - 1] + "…"
                      for i, cell in enumerate(row)]
             lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
-    caught = sum(row.verdict == "caught" for row in result.rows)
+    caught = sum(row.verdict is MutantVerdict.CAUGHT for row in result.rows)
     covered = sum(row.item is not None for row in result.rows)
-    elsewhere = sum(row.verdict == "caught elsewhere" for row in result.rows)
+    elsewhere = sum(row.verdict is MutantVerdict.CAUGHT_ELSEWHERE for row in result.rows)
     outside = sum(row.outside is not None for row in result.rows)
     lines.append("")
     lines.append(f"{caught} of {covered} mutants whose bug the rubric grades lose those points; "
