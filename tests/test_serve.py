@@ -5,6 +5,7 @@ command runs in its own process."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -179,6 +180,56 @@ def test_a_files_installed_imports_are_imported_ahead_by_the_zygote(server, tmp_
     assert "imported ahead, for every worker: markdown" in log.read_text()
     cold = _check({**env, served.SWITCH: "0"}, spec, "--check", "gate")
     assert cold.returncode != 0 and "markdown was not imported ahead" in cold.stdout + cold.stderr
+
+
+THREAD_AT_IMPORT = """import threading, time
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+"""
+ANSWER_AN_IMPORT = """import json, socket, sys
+sys.path.insert(0, sys.argv[1])
+from conformance.worker import zygote
+ours, theirs = socket.socketpair()
+print(zygote._threads())
+assert zygote._answer(theirs, json.dumps({"import": ["starts_a_thread", "not_there"]}).encode(),
+                      [], [theirs])
+print(ours.recv(4096).decode())
+"""
+
+
+def test_the_zygote_says_how_many_threads_it_runs_after_importing_ahead(tmp_path):
+    """A package that starts a thread when imported leaves the zygote unable to fork safely: its
+    answer counts the threads (and names only what imported), for the checker to stop it."""
+    (tmp_path / "starts_a_thread.py").write_text(THREAD_AT_IMPORT)
+    done = subprocess.run([sys.executable, "-c", ANSWER_AN_IMPORT, str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    before, answer = done.stdout.strip().splitlines()
+    assert json.loads(answer) == {"imported": ["starts_a_thread"], "threads": int(before) + 1}
+
+
+def test_a_zygote_running_threads_after_importing_ahead_is_stopped_and_replaced(monkeypatch):
+    """The checker's side: such a zygote is stopped and forgotten (nothing was imported ahead),
+    and the next worker wanted gets a new one."""
+    from conformance.worker import warm_start
+
+    class Threaded:
+        key, closed = "threaded", False
+
+        def wait_ready(self):
+            return True
+
+        def ask(self, request, fds=(), seconds=None):
+            assert request == {"import": ["markdown"]}
+            return {"imported": ["markdown"], "threads": 2}
+
+        def close(self):
+            self.closed = True
+
+    zygote = Threaded()
+    monkeypatch.setattr(warm_start, "_zygotes", {zygote.key: zygote})
+    monkeypatch.setattr(warm_start, "_zygote", lambda env: zygote)
+    assert warm_start.preload(["markdown"]) == []
+    assert zygote.closed and warm_start._zygotes == {}
 
 
 def test_only_installed_packages_are_imported_ahead(tmp_path):
