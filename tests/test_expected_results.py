@@ -209,7 +209,7 @@ MUTANT_KINDS = {
 
 HINT_KINDS = [
     ("matches the reference at scale", {"scale"}), ("matches scale", {"scale"}),
-    ("rows sum to 1 along the query axis", {"softmax_axis"}),
+    ("softmax over the wrong dimension", {"softmax_axis"}),
     ("with its softmax over the query axis", {"softmax_axis"}),
     ("without its output projection", {"output_projection"}),
     ("the output projection's weights do", {"output_projection"}),

@@ -46,6 +46,13 @@ class Bug(str, Enum):
     CACHE_LAYOUT = "cache not in its declared layout"
 
 
+SOFTMAX_OVER_QUERIES = Hint("the weights sum to 1 over the queries (each key's column), not over "
+                            "the keys (each query's row): softmax over the wrong dimension?",
+                            Bug.SOFTMAX_OVER_QUERIES.value)
+"""The likely bug where a softmax normalises over the query axis (``dim=-2``), whichever check
+finds it: the reference's diagnosis reproduces it, ``row_stochastic`` measures its columns."""
+
+
 def _scales(head_dim: int, num_heads: int) -> list[tuple[Bug, str, float]]:
     """Recognisable scales other than 1/sqrt(head_dim): (kind, the likely bug in words, value)."""
     d_model = head_dim * num_heads
@@ -273,8 +280,7 @@ def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causa
         (Hint(f"matches the reference at scale {words}", words.kind), lambda s=s: ref(scale=s))
         for words, s in scale_groups(weights.head_dim, weights.num_heads)
     ]
-    variants.append((Hint("rows sum to 1 along the query axis: softmax over the wrong "
-                          "dimension?", Bug.SOFTMAX_OVER_QUERIES.value),
+    variants.append((SOFTMAX_OVER_QUERIES,
                      lambda: _softmax_over_queries(weights, inputs, causal, window, encoding)))
     if weights.w_o is not None:
         variants.append((Hint("matches the reference without its output projection: is W_o "

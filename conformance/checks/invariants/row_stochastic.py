@@ -25,7 +25,7 @@ from conformance.checks.core_route import (
     require_core,
     sites_of,
 )
-from conformance.checks.diagnosis import Bug
+from conformance.checks.diagnosis import SOFTMAX_OVER_QUERIES
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Violation
@@ -34,11 +34,9 @@ from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.core import AttentionSite
-from conformance.model.results import Hint, Route
+from conformance.model.results import Route
 from conformance.numerics.tolerance import eps, worst_index
 
-QUERY_AXIS = Hint("rows sum to 1 along the query axis: softmax over the wrong dimension?",
-                  Bug.SOFTMAX_OVER_QUERIES.value)
 MASK_AFTER_SOFTMAX = ("the weights are the softmax's probabilities times the padding mask: the mask "
                       "is applied after the softmax, so the kept keys' weights no longer sum to 1 "
                       "(mask the logits with -inf before the softmax)")
@@ -118,7 +116,7 @@ class RowStochastic(Check):
             where = core_words(site, index, len(found))
             if site.over_keys is False:
                 raise Violation(f"{where}: the softmax normalises over another axis than the keys "
-                                "its weights are contracted with the values over", hint=QUERY_AXIS)
+                                "its weights are contracted with the values over", hint=SOFTMAX_OVER_QUERIES)
             if site.used is None:
                 continue  # SDPA normalises over the keys by construction
             if site.combined > 1:
@@ -157,7 +155,7 @@ class RowStochastic(Check):
         over the query axis (every finite column sums to 1 over the queries), or a mask mistake
         the module's output reproduces (see CheckContext.mask_mistake); else None."""
         if over_queries(measured, tolerance):
-            return QUERY_AXIS
+            return SOFTMAX_OVER_QUERIES
         return named(context.mask_mistake(case))
 
 

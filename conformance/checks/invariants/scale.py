@@ -37,10 +37,10 @@ from conformance.checks.core_route import (
     two_forwards,
     weights_skip_reason,
 )
-from conformance.checks.diagnosis import scale_groups
+from conformance.checks.diagnosis import SOFTMAX_OVER_QUERIES, scale_groups
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.likely_bug import likely_bug
-from conformance.checks.invariants.row_stochastic import QUERY_AXIS, over_queries
+from conformance.checks.invariants.row_stochastic import over_queries
 from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Violation
 from conformance.checks.probes import ProbeUnfit, probe
@@ -162,7 +162,7 @@ class Scale(Check):
             raise Violation(
                 "the attention weights are not softmax(s * q.k) over the keys for any single "
                 f"scale s (log-weight residual {fmt(residual)})",
-                hint=QUERY_AXIS if over_queries(
+                hint=SOFTMAX_OVER_QUERIES if over_queries(
                     measured.attention, 2 * (case.kv_len + 2) * eps(case.config.dtype)) else
                 context.hint(lambda: self._computed(context, case)))
         if abs(fitted - expected) <= tolerance * expected:
