@@ -17,7 +17,7 @@ import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.likely_bug import likely_bug
-from conformance.checks.invariants.verify import expect_finite_rows, fmt, position_skip_reason
+from conformance.checks.invariants.verify import expect_finite_rows, fmt, reference_skip_reason
 from conformance.checks.invariants.violation import Violation
 from conformance.checks.mask_mistakes import named
 from conformance.generation.cases import Case
@@ -66,10 +66,9 @@ class HeadSplit(Check):
     title = "output = concat of per-head attentions; relabelling heads changes nothing"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if position_skip_reason(capabilities):
-            return position_skip_reason(capabilities)
-        if not capabilities.weights:
-            return "needs canonical weight access for the per-head projections"
+        unreferenced = reference_skip_reason(capabilities, "for the per-head projections")
+        if unreferenced:
+            return unreferenced
         if capabilities.heads == 1:
             return "single-head implementation: no heads to split"
         return None

@@ -22,7 +22,7 @@ from conformance.checks.invariants.verify import (
     agree_with_reference,
     expect_finite_rows,
     fmt,
-    position_skip_reason,
+    reference_skip_reason,
 )
 from conformance.checks.invariants.violation import Violation
 from conformance.checks.mask_mistakes import named
@@ -93,11 +93,7 @@ class ReferenceAgreement(Check):
     title = "output and input gradients agree with the float64 reference (per-example tolerance)"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if position_skip_reason(capabilities):
-            return position_skip_reason(capabilities)
-        if not capabilities.weights:
-            return "needs canonical weight access to build the reference"
-        return None
+        return reference_skip_reason(capabilities)
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities

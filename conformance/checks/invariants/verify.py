@@ -114,10 +114,22 @@ def position_skip_reason(capabilities: Capabilities) -> str | None:
     return None
 
 
+def reference_skip_reason(capabilities: Capabilities,
+                          purpose: str = "to build the reference") -> str | None:
+    """Why a check that compares with the float64 reference built from the module's own weights
+    can't apply: a position encoding inside that the reference does not model (said first), or
+    no canonical weight access (``purpose``: what the check needs the weights for)."""
+    if position_skip_reason(capabilities):
+        return position_skip_reason(capabilities)
+    if not capabilities.weights:
+        return f"needs canonical weight access {purpose}"
+    return None
+
+
 def reference_applies(capabilities: Capabilities) -> bool:
     """Whether outputs can be compared with the float64 reference: weights are accessible and
     any position encoding inside is one the reference models."""
-    return capabilities.weights and position_skip_reason(capabilities) is None
+    return reference_skip_reason(capabilities) is None
 
 
 def mask_skip_reason(capabilities: Capabilities) -> str | None:
