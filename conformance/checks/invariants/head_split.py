@@ -16,10 +16,9 @@ from __future__ import annotations
 import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
-from conformance.checks.invariants.likely_bug import likely_bug
-from conformance.checks.invariants.verify import expect_finite_rows, fmt, reference_skip_reason
+from conformance.checks.invariants.likely_bug import expect_finite_or_mask_mistake, likely_bug
+from conformance.checks.invariants.verify import fmt, reference_skip_reason
 from conformance.checks.invariants.violation import Violation
-from conformance.checks.mask_mistakes import named
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.forms import PositionEncoding
@@ -82,11 +81,7 @@ class HeadSplit(Check):
     def verify(self, context: CheckContext, case: Case) -> None:
         instance, inputs, output, rows = context.first_call(case)
         weights = instance.read_weights()
-        try:
-            expect_finite_rows(output, rows)
-        except Violation as violation:
-            violation.hint = context.hint(lambda: named(context.mask_mistake(case)))
-            raise
+        expect_finite_or_mask_mistake(context, case, output, rows)
         encoding = context.capabilities.encoding
         expected = concatenated_heads(weights, inputs, causal=case.causal, window=case.window,
                                       encoding=encoding)
