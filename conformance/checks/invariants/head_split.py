@@ -17,7 +17,7 @@ import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.likely_bug import expect_finite_or_mask_mistake, likely_bug
-from conformance.checks.invariants.verify import fmt, reference_skip_reason
+from conformance.checks.invariants.verify import fmt, output_disagreement, reference_skip_reason
 from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
@@ -92,16 +92,12 @@ class HeadSplit(Check):
                                    start=inputs.position)
         seen = agreement(output, expected, baseline, judged, rows)
         if not seen.ok:
-            b, row, feature = seen.worst
-            raise Violation(
-                f"output differs from the concatenated per-head attentions: {seen.describe()}; "
-                f"largest at batch {b}, row {row}, feature {feature}",
-                details=[f"implementation {fmt(float(output[b, row, feature]))}, per-head "
-                         f"reference {fmt(float(expected[b, row, feature]))}; mean error "
-                         f"{fmt(seen.mean_error)}; same-dtype baseline error "
-                         f"{fmt(seen.baseline_error)}"],
-                hint=context.hint(lambda: likely_bug(context, case, instance, inputs, output,
-                                                     rows)))
+            violation = output_disagreement(seen, output, expected,
+                                            against="concatenated per-head attentions",
+                                            reference="per-head reference", mean_error=True)
+            violation.hint = context.hint(lambda: likely_bug(context, case, instance, inputs,
+                                                             output, rows))
+            raise violation
 
         order = _relabelling(case.num_heads, weights.group, case.seed)
         if order == list(range(case.num_heads)):

@@ -20,7 +20,7 @@ from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.likely_bug import expect_finite_or_mask_mistake, likely_bug
 from conformance.checks.invariants.verify import (
     agree_with_reference,
-    fmt,
+    output_disagreement,
     reference_skip_reason,
 )
 from conformance.checks.invariants.violation import Violation
@@ -123,15 +123,11 @@ class ReferenceAgreement(Check):
         seen, reference = agree_with_reference(output, weights, inputs, case, rows, judged=dtype,
                                                encoding=encoding)
         if not seen.ok:
-            b, row, feature = seen.worst
-            raise Violation(
-                f"output differs from the float64 reference: {seen.describe()}; largest at "
-                f"batch {b}, row {row}, feature {feature}",
-                details=[f"implementation {fmt(float(output[b, row, feature]))}, reference "
-                         f"{fmt(float(reference[b, row, feature]))}; same-dtype baseline error "
-                         f"{fmt(seen.baseline_error)}"],
-                hint=context.hint(lambda: likely_bug(context, case, instance, inputs, output,
-                                                     rows)))
+            violation = output_disagreement(seen, output, reference, against="float64 reference",
+                                            reference="reference")
+            violation.hint = context.hint(lambda: likely_bug(context, case, instance, inputs,
+                                                             output, rows))
+            raise violation
         if not bool(case.attendable_rows().all()) or context.capabilities.forward_only:
             return  # a fully masked row's gradient is the fully_masked check's business
         # Only the rows attention specifies count (not a padded query's).
