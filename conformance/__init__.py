@@ -15,7 +15,6 @@ Declare an implementation, then run the catalogue on it::
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from conformance._version import __version__
@@ -41,7 +40,6 @@ _EXPORTS = {
     "conformance.run.runner": ("Runner",),
     "conformance.subject.boundary": ("ImplementationError", "Inputs", "Instance", "Subject"),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [
     "CHECK_NAMES", "AlibiBias", "CacheStyle", "Capabilities", "CheckResult", "Config",
@@ -56,12 +54,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'conformance' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups don't come back here
-    return value
+    from conformance._exports import export  # on first use only: `import conformance` loads none
+
+    return export("conformance", globals(), name, _EXPORTS)
 
 
 def __dir__() -> list[str]:

@@ -17,7 +17,6 @@ failures come back as :class:`WorkerError` with a :class:`WorkerStatus` and one 
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 # Imported on first use (PEP 562): the worker's stdlib-only modules (the zygote's client, the
@@ -31,7 +30,6 @@ _EXPORTS = {
     "conformance.worker.instance": ("IsolatedInstance",),
     "conformance.worker.subject": ("IsolatedSubject", "TimeoutPolicy"),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [
     "TORCH_ADDRESS_SPACE",
@@ -54,17 +52,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    if name == "available_sandboxes":
-        from conformance.worker.sandbox import available
+    from conformance._exports import export
 
-        globals()[name] = available
-        return available
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'conformance.worker' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups don't come back here
-    return value
+    return export("conformance.worker", globals(), name, _EXPORTS,
+                  renamed={"available_sandboxes": ("conformance.worker.sandbox", "available")})
 
 
 def __dir__() -> list[str]:

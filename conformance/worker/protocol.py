@@ -3,11 +3,13 @@
 A request frame's header is ``{"id": n, "op": name, "body": ..., "release": [instance ids]}``;
 the reply's ``{"id": n, "ok": true, "body": ...}`` or ``{"id": n, "ok": false, "failure":
 Failure}``. Bodies go through :mod:`conformance.worker.codec` against the types below, so the
-checker accepts from the worker only values of the type it asked for.
+checker accepts from the worker only values of the type it asked for. A load request names its
+target in one of the forms :func:`check_spec` accepts; any other is refused before a worker starts.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -31,10 +33,24 @@ class Ready:
     torch: str
 
 
+_FILE_SPEC = re.compile(r"^(?!/)(?!.*(^|/)\.\.(/|$))[\w./-]+\.py::[A-Za-z_]\w*$")
+_MODULE_SPEC = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+
+
+def check_spec(spec: str) -> None:
+    """ValueError unless ``spec`` names a target a worker loads: a file inside the submission
+    (``dir/file.py::Attr``, relative, no ``..``) or a module (``package.module:Attr``); anything
+    else is refused before a worker starts."""
+    if not (_FILE_SPEC.match(spec) or _MODULE_SPEC.match(spec)):
+        raise ValueError(f"{spec!r}: give path/file.py::Attr (relative, inside the submission) "
+                         "or package.module:Attr")
+
+
 @dataclass(frozen=True)
 class LoadRequest:
     spec: str
-    """``path/file.py::Attr`` or ``package.module:Attr``, relative to the submission."""
+    """``path/file.py::Attr`` or ``package.module:Attr``, relative to the submission (a form
+    :func:`check_spec` accepts)."""
     declared: Declarations | None = None
 
 

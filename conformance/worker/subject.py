@@ -42,11 +42,10 @@ from conformance.worker.errors import LoadError, WorkerError, WorkerStartError, 
 from conformance.worker.instance import IsolatedInstance
 from conformance.worker.limits import Limits
 from conformance.worker.process import Pending, WorkerProcess
-from conformance.worker.protocol import REQUESTS, BuildRequest, Declaration, WorkerState
+from conformance.worker.protocol import REQUESTS, BuildRequest, Declaration, WorkerState, check_spec
 from conformance.worker.sandbox import SandboxKind
 from conformance.worker.sandbox import available as available_sandboxes
 from conformance.worker.submission_load import Launched, failure_of, launch, read
-from conformance.worker.target_spec import check_spec
 
 TimeoutPolicy = Callable[[str, "Config | None"], float]
 """``(operation, config of the instance or None) -> seconds`` for one request."""

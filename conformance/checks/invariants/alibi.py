@@ -22,7 +22,7 @@ from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Lacking, Violation
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
-from conformance.generation.strategies import cases
+from conformance.generation.strategies import cases, wide_dtypes
 from conformance.model.spec import Capabilities
 from conformance.numerics.position_encoding import head_slopes, standard_slopes
 from conformance.numerics.reference import allowed_keys
@@ -60,7 +60,7 @@ class Alibi(Check):
             return Lacking("no ALiBi position bias")
         if not capabilities.weights:
             return "needs canonical weight access to zero the content logits"
-        if not {torch.float32, torch.float64} & set(capabilities.dtypes):
+        if not wide_dtypes(capabilities):
             return "measured in float32 or float64, and it declares neither"
         return None
 

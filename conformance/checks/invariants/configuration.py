@@ -23,6 +23,7 @@ from conformance.checks.invariants.verify import agree_with_reference, fmt, refe
 from conformance.checks.invariants.violation import CheckFailed, Violation
 from conformance.generation.base_case import base_case
 from conformance.generation.cases import dtype_name
+from conformance.generation.strategies import wide_dtypes
 from conformance.model.forms import Rotary, Setting
 from conformance.model.spec import Capabilities
 
@@ -62,7 +63,7 @@ class Configuration(Check):
         encoding = capabilities.encoding
         if not reference_applies(capabilities) or encoding is None or encoding.rotary is None:
             return "needs weight access and the RoPE the reference models"
-        if not {torch.float32, torch.float64} & set(capabilities.dtypes):
+        if not wide_dtypes(capabilities):
             return "run in float32 or float64, and it declares neither"
         return None
 

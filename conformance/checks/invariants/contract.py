@@ -17,9 +17,9 @@ import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.gate import LOW_PRECISION
-from conformance.checks.invariants.verify import expect_finite_rows, fmt
+from conformance.checks.invariants.likely_bug import expect_finite_or_mask_mistake
+from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import CheckFailed, Violation
-from conformance.checks.mask_mistakes import named
 from conformance.generation.base_case import base_case
 from conformance.generation.cases import Case, dtype_name, own_queries
 from conformance.generation.strategies import cases
@@ -80,11 +80,7 @@ class Contract(Check):
 
         rows = context.rows(case)  # fully masked rows are the fully_masked check's
         if case.kept is None:  # with a padding mask, a NaN row is the mask checks' to judge
-            try:
-                expect_finite_rows(output, rows)
-            except Violation as violation:
-                violation.hint = context.hint(lambda: named(context.mask_mistake(case)))
-                raise
+            expect_finite_or_mask_mistake(context, case, output, rows)
         tolerance = reordering_tolerance(context.judged(case.config.dtype), output)
         for label, layout in (("transposed memory layout", _transposed_layout),
                               ("slice of a wider tensor", _slice_of_wider)):

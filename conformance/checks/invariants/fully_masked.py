@@ -22,16 +22,15 @@ from __future__ import annotations
 import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.likely_bug import expect_finite_or_mask_mistake
 from conformance.checks.invariants.platform import platform_or
 from conformance.checks.invariants.verify import (
     agree_with_reference,
-    expect_finite_rows,
     fmt,
     mask_skip_reason,
     reference_applies,
 )
 from conformance.checks.invariants.violation import Violation
-from conformance.checks.mask_mistakes import named
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
@@ -86,11 +85,7 @@ class FullyMasked(Check):
         empty = [b for b, count in enumerate(case.kept) if count == 0]
         rows = context.rows(case)
         output = context.run(instance, inputs, case)
-        try:
-            expect_finite_rows(output, rows)
-        except Violation as violation:
-            violation.hint = context.hint(lambda: named(context.mask_mistake(case)))
-            raise
+        expect_finite_or_mask_mistake(context, case, output, rows)
         control_keep = inputs.keep.clone()
         control_keep[empty] = True
         control = context.run(instance, inputs.with_mask(control_keep), case)

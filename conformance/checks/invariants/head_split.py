@@ -16,10 +16,9 @@ from __future__ import annotations
 import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
-from conformance.checks.invariants.likely_bug import likely_bug
-from conformance.checks.invariants.verify import expect_finite_rows, fmt, position_skip_reason
+from conformance.checks.invariants.likely_bug import expect_finite_or_mask_mistake, likely_bug
+from conformance.checks.invariants.verify import fmt, output_disagreement, reference_skip_reason
 from conformance.checks.invariants.violation import Violation
-from conformance.checks.mask_mistakes import named
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.forms import PositionEncoding
@@ -66,10 +65,9 @@ class HeadSplit(Check):
     title = "output = concat of per-head attentions; relabelling heads changes nothing"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if position_skip_reason(capabilities):
-            return position_skip_reason(capabilities)
-        if not capabilities.weights:
-            return "needs canonical weight access for the per-head projections"
+        unreferenced = reference_skip_reason(capabilities, "for the per-head projections")
+        if unreferenced:
+            return unreferenced
         if capabilities.heads == 1:
             return "single-head implementation: no heads to split"
         return None
@@ -83,11 +81,7 @@ class HeadSplit(Check):
     def verify(self, context: CheckContext, case: Case) -> None:
         instance, inputs, output, rows = context.first_call(case)
         weights = instance.read_weights()
-        try:
-            expect_finite_rows(output, rows)
-        except Violation as violation:
-            violation.hint = context.hint(lambda: named(context.mask_mistake(case)))
-            raise
+        expect_finite_or_mask_mistake(context, case, output, rows)
         encoding = context.capabilities.encoding
         expected = concatenated_heads(weights, inputs, causal=case.causal, window=case.window,
                                       encoding=encoding)
@@ -98,16 +92,12 @@ class HeadSplit(Check):
                                    start=inputs.position)
         seen = agreement(output, expected, baseline, judged, rows)
         if not seen.ok:
-            b, row, feature = seen.worst
-            raise Violation(
-                f"output differs from the concatenated per-head attentions: {seen.describe()}; "
-                f"largest at batch {b}, row {row}, feature {feature}",
-                details=[f"implementation {fmt(float(output[b, row, feature]))}, per-head "
-                         f"reference {fmt(float(expected[b, row, feature]))}; mean error "
-                         f"{fmt(seen.mean_error)}; same-dtype baseline error "
-                         f"{fmt(seen.baseline_error)}"],
-                hint=context.hint(lambda: likely_bug(context, case, instance, inputs, output,
-                                                     rows)))
+            violation = output_disagreement(seen, output, expected,
+                                            against="concatenated per-head attentions",
+                                            reference="per-head reference", mean_error=True)
+            violation.hint = context.hint(lambda: likely_bug(context, case, instance, inputs,
+                                                             output, rows))
+            raise violation
 
         order = _relabelling(case.num_heads, weights.group, case.seed)
         if order == list(range(case.num_heads)):

@@ -7,6 +7,10 @@ case: the one row with two keys differs by less than a match's tolerance), the d
 again on the same case at a size where every recognisable scale differs (2 heads of 4), and names
 the one that matches there: the hint then names one bug (a kind,
 :class:`conformance.model.results.Hint`), as the scale check does.
+
+Behind a row that has keys to attend to and is NaN or inf, the likely bug is a mask applied
+wrongly: :func:`expect_finite_or_mask_mistake` names the one the case shows, for every check that
+first asks for finite rows.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import torch
 
 from conformance.checks.diagnosis import AMBIGUOUS, explain, scale_groups
 from conformance.checks.invariants.base import CheckContext
+from conformance.checks.invariants.verify import expect_finite_rows
+from conformance.checks.invariants.violation import Violation
 from conformance.checks.mask_mistakes import named
 from conformance.generation.cases import Case
 from conformance.model.results import Hint
@@ -70,3 +76,15 @@ def likely_bug(context: CheckContext, case: Case, instance: Instance, inputs: In
                             f"{other.head_dim}: at this case's size {why})",
                             getattr(told, "kind", None))
     return words or named(context.mask_mistake(case))
+
+
+def expect_finite_or_mask_mistake(context: CheckContext, case: Case, output: torch.Tensor,
+                                  rows: torch.Tensor) -> None:
+    """Raise Violation if an output row in ``rows`` (one with keys to attend to) is NaN or inf
+    (:func:`~conformance.checks.invariants.verify.expect_finite_rows`), its hint the mask mistake
+    ``case`` shows, if any."""
+    try:
+        expect_finite_rows(output, rows)
+    except Violation as violation:
+        violation.hint = context.hint(lambda: named(context.mask_mistake(case)))
+        raise

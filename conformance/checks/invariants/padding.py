@@ -21,7 +21,8 @@ from dataclasses import replace
 import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
-from conformance.checks.invariants.verify import expect_finite_rows, fmt, reference_applies
+from conformance.checks.invariants.likely_bug import expect_finite_or_mask_mistake
+from conformance.checks.invariants.verify import fmt, reference_applies
 from conformance.checks.invariants.violation import CheckFailed, Lacking, Violation
 from conformance.checks.mask_mistakes import Mistake, named, weights_mistake
 from conformance.checks.probes import measure_attention
@@ -104,11 +105,7 @@ class Padding(Check):
         if inputs.is_self:
             rows = rows & keep.cpu()  # a masked position's own query changes too
         before = context.run(instance, inputs, case)
-        try:
-            expect_finite_rows(before, rows)
-        except Violation as violation:
-            violation.hint = context.hint(lambda: named(context.mask_mistake(case)))
-            raise
+        expect_finite_or_mask_mistake(context, case, before, rows)
         changed = case.replace_positions(inputs, ~keep, stream=11, scale=NOISE_SCALE)
         after = context.run(instance, changed, case)
         diff = only_rows(abs_error(after, before), rows)

@@ -22,7 +22,7 @@ from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Lacking, Violation
 from conformance.generation.cases import Case
-from conformance.generation.strategies import cases
+from conformance.generation.strategies import cases, wide_dtypes
 from conformance.model.forms import CacheStyle
 from conformance.model.spec import Capabilities
 from conformance.numerics.tolerance import abs_error, eps, only_rows, reordering_tolerance, worst_index
@@ -54,7 +54,7 @@ class PositionShift(Check):
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if capabilities.relative is None:
             return Lacking("no relative position encoding (RoPE, ALiBi)")
-        if not {torch.float32, torch.float64} & set(capabilities.dtypes):
+        if not wide_dtypes(capabilities):
             return "run in float32 or float64, and it declares neither"
         if not (_through_positions(capabilities) or _through_mask(capabilities)):
             return ("no way to shift positions alone: it takes no position argument and no mask "

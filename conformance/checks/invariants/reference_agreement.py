@@ -17,15 +17,13 @@ import torch
 
 from conformance.checks.invariants.autograd import FD_STEP, finite_difference_problem
 from conformance.checks.invariants.base import Check, CheckContext
-from conformance.checks.invariants.likely_bug import likely_bug
+from conformance.checks.invariants.likely_bug import expect_finite_or_mask_mistake, likely_bug
 from conformance.checks.invariants.verify import (
     agree_with_reference,
-    expect_finite_rows,
-    fmt,
-    position_skip_reason,
+    output_disagreement,
+    reference_skip_reason,
 )
 from conformance.checks.invariants.violation import Violation
-from conformance.checks.mask_mistakes import named
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.forms import PositionEncoding
@@ -93,11 +91,7 @@ class ReferenceAgreement(Check):
     title = "output and input gradients agree with the float64 reference (per-example tolerance)"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if position_skip_reason(capabilities):
-            return position_skip_reason(capabilities)
-        if not capabilities.weights:
-            return "needs canonical weight access to build the reference"
-        return None
+        return reference_skip_reason(capabilities)
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
@@ -123,25 +117,17 @@ class ReferenceAgreement(Check):
     def verify(self, context: CheckContext, case: Case) -> None:
         instance, inputs, output, rows = context.first_call(case)
         weights = instance.read_weights()
-        try:
-            expect_finite_rows(output, rows)
-        except Violation as violation:
-            violation.hint = context.hint(lambda: named(context.mask_mistake(case)))
-            raise
+        expect_finite_or_mask_mistake(context, case, output, rows)
         dtype = context.judged(case.config.dtype)
         encoding = context.capabilities.encoding
         seen, reference = agree_with_reference(output, weights, inputs, case, rows, judged=dtype,
                                                encoding=encoding)
         if not seen.ok:
-            b, row, feature = seen.worst
-            raise Violation(
-                f"output differs from the float64 reference: {seen.describe()}; largest at "
-                f"batch {b}, row {row}, feature {feature}",
-                details=[f"implementation {fmt(float(output[b, row, feature]))}, reference "
-                         f"{fmt(float(reference[b, row, feature]))}; same-dtype baseline error "
-                         f"{fmt(seen.baseline_error)}"],
-                hint=context.hint(lambda: likely_bug(context, case, instance, inputs, output,
-                                                     rows)))
+            violation = output_disagreement(seen, output, reference, against="float64 reference",
+                                            reference="reference")
+            violation.hint = context.hint(lambda: likely_bug(context, case, instance, inputs,
+                                                             output, rows))
+            raise violation
         if not bool(case.attendable_rows().all()) or context.capabilities.forward_only:
             return  # a fully masked row's gradient is the fully_masked check's business
         # Only the rows attention specifies count (not a padded query's).

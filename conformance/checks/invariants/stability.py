@@ -25,7 +25,7 @@ from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import (
     agree_with_reference,
     expect_finite_rows,
-    position_skip_reason,
+    reference_skip_reason,
 )
 from conformance.checks.invariants.violation import Violation
 from conformance.generation.base_case import base_case, base_pair
@@ -84,11 +84,7 @@ class Stability(Check):
     title = "logits ~1e4 (and q/k std ~80 in float16) stay finite and right; row shifts change nothing"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if position_skip_reason(capabilities):
-            return position_skip_reason(capabilities)
-        if not capabilities.weights:
-            return "needs canonical weight access to set the logit scale"
-        return None
+        return reference_skip_reason(capabilities, "to set the logit scale")
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities

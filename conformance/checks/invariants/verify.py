@@ -92,6 +92,23 @@ def agree_with_reference(output: torch.Tensor, weights: HeadWeights, inputs: Inp
     return agreement(output, expected, baselines, judged, rows, extra=extra), expected
 
 
+def output_disagreement(seen: Agreement, output: torch.Tensor, expected: torch.Tensor, *,
+                        against: str, reference: str, mean_error: bool = False) -> Violation:
+    """The violation of an ``output`` that disagrees with a float64 reference ``expected`` under
+    the tolerance rule (``seen``): the agreement in numbers and where its largest error is
+    (``against``: what the reference is, in the summary); in the details both values there
+    (``reference``: the reference's name) and the same-dtype baseline's error (and the mean error,
+    where ``mean_error``). Its hint is the caller's to measure, once these are read."""
+    b, row, feature = seen.worst
+    mean = f"mean error {fmt(seen.mean_error)}; " if mean_error else ""
+    return Violation(
+        f"output differs from the {against}: {seen.describe()}; largest at batch {b}, row {row}, "
+        f"feature {feature}",
+        details=[f"implementation {fmt(float(output[b, row, feature]))}, {reference} "
+                 f"{fmt(float(expected[b, row, feature]))}; {mean}same-dtype baseline error "
+                 f"{fmt(seen.baseline_error)}"])
+
+
 def expect_finite_rows(output: torch.Tensor, rows: torch.Tensor, *,
                        hint: str | None = None) -> None:
     """Raise Violation if an output row in ``rows`` (B, Lq) bool, a row with keys to attend to,
@@ -114,10 +131,22 @@ def position_skip_reason(capabilities: Capabilities) -> str | None:
     return None
 
 
+def reference_skip_reason(capabilities: Capabilities,
+                          purpose: str = "to build the reference") -> str | None:
+    """Why a check that compares with the float64 reference built from the module's own weights
+    can't apply: a position encoding inside that the reference does not model (said first), or
+    no canonical weight access (``purpose``: what the check needs the weights for)."""
+    if position_skip_reason(capabilities):
+        return position_skip_reason(capabilities)
+    if not capabilities.weights:
+        return f"needs canonical weight access {purpose}"
+    return None
+
+
 def reference_applies(capabilities: Capabilities) -> bool:
     """Whether outputs can be compared with the float64 reference: weights are accessible and
     any position encoding inside is one the reference models."""
-    return capabilities.weights and position_skip_reason(capabilities) is None
+    return reference_skip_reason(capabilities) is None
 
 
 def mask_skip_reason(capabilities: Capabilities) -> str | None:
