@@ -20,7 +20,7 @@ from conformance.checks.catalogue import GATE, by_name
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.budget import Budget, budget_seconds
 from conformance.checks.invariants.gate import GateOutcome
-from conformance.checks.invariants.limits import Limits
+from conformance.checks.invariants.limits import ConfigurationLimits
 from conformance.checks.invariants.search import Search
 from conformance.checks.invariants.violation import CheckFailed, Lacking, NotApplicable, Violation
 from conformance.checks.picture import picture
@@ -112,7 +112,7 @@ class Runner:
         """A falsifying example to run alone (``Case``), instead of a search: the checks verify
         their property on exactly that case (the gate still runs as always)."""
         self._gates: dict[tuple[str, str], tuple[CheckResult, GateOutcome]] = {}
-        self._limits: dict[tuple[str, str], Limits] = {}
+        self._limits: dict[tuple[str, str], ConfigurationLimits] = {}
         """Per implementation and device, the configurations re-probed inside checks
         (Search.limits): one check's finding spares the next its probe."""
 
@@ -195,7 +195,7 @@ class Runner:
             subject, effective, device, self.replay, broken=dict(outcome.broken),
             examples_key=(examples_key(subject.name, name, device)
                           if self.settings.database is not None else None),
-            limits=self._limits.setdefault((subject.name, device), Limits()),
+            limits=self._limits.setdefault((subject.name, device), ConfigurationLimits()),
             budget=Budget(self.time_budget))
         if outcome.precision is not None and outcome.precision.judged_as != torch.float64:
             context.precision = {torch.float64: outcome.precision.judged_as}

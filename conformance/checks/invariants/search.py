@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Flaky, Unsatisfiable, UnsatisfiedAssumption
 
 from conformance.checks.invariants.budget import Budget, BudgetSpent
-from conformance.checks.invariants.limits import REFUSED, Limits, limit_key, unfit_words
+from conformance.checks.invariants.limits import REFUSED, ConfigurationLimits, limit_key, unfit_words
 from conformance.checks.invariants.violation import CheckFailed, Finding, Severity, Violation, as_warning
 from conformance.checks.invariants.violation import reports_earlier_call as _repeated
 from conformance.checks.probes import ProbeUnfit
@@ -55,7 +55,7 @@ class Search:
     replay: Case | None = None
     """A falsifying example to verify alone: every search of the check is that one case (a
     reproduction, deterministic: the case carries its inputs' seed)."""
-    limits: Limits = field(default_factory=Limits)
+    limits: ConfigurationLimits = field(default_factory=ConfigurationLimits)
     """Configurations re-probed after a call raised inside a check (see
     :mod:`conformance.checks.invariants.limits`), shared by the checks of one implementation on
     one device, so each is probed once."""
