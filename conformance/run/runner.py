@@ -117,12 +117,14 @@ class Runner:
         (Search.limits): one check's finding spares the next its probe."""
 
     def _context(self, subject: Subject, capabilities, device: str, replay: Case | None = None,
-                 *, broken: dict[str, str] | None = None, **search) -> CheckContext:
+                 *, broken: dict[str, str] | None = None,
+                 precision: dict[torch.dtype, torch.dtype] | None = None, **search) -> CheckContext:
+        """A check's context; ``search``: the :class:`Search`'s own arguments (its budget, ...)."""
         return CheckContext(subject=subject, capabilities=capabilities, device=device,
                             search=Search(self.settings, seed=self.seed, replay=replay,
                                           on_example=self.progress.example if self.progress
                                           else None, **search),
-                            broken=broken or {})
+                            broken=broken or {}, precision=precision or {})
 
     def gate(self, subject: Subject, device: str) -> tuple[CheckResult, GateOutcome]:
         key = (subject.name, device)
@@ -191,14 +193,14 @@ class Runner:
             if check.skip_reason(subject.capabilities) is None:
                 skip = f"{skip} (the declared feature failed at the gate; see contract)"
             return CheckResult(subject.name, name, device, Status.SKIPPED, reason=skip)
+        judged_as = torch.float64 if outcome.precision is None else outcome.precision.judged_as
         context = self._context(
             subject, effective, device, self.replay, broken=dict(outcome.broken),
+            precision={torch.float64: judged_as} if judged_as != torch.float64 else None,
             examples_key=(examples_key(subject.name, name, device)
                           if self.settings.database is not None else None),
             limits=self._limits.setdefault((subject.name, device), ConfigurationLimits()),
             budget=Budget(self.time_budget))
-        if outcome.precision is not None and outcome.precision.judged_as != torch.float64:
-            context.precision = {torch.float64: outcome.precision.judged_as}
         subject.begin_check(name)
         result = _verdict(check, context, subject.name, device)
         result.seconds = context.search.budget.elapsed()
