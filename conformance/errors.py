@@ -1,9 +1,49 @@
-"""The root of the suite's exceptions: every error it raises for a user is a :class:`ConformanceError`.
+"""The root of the suite's exceptions, and the one list of them: every error it raises for a user is
+a :class:`ConformanceError`.
 
 Each layer defines its own errors where they arise (a declaration that can't be read, an IMPL that
 names nothing, a rubric, a worker that crashed, ...), all subclasses of this one, so a program that
 drives the suite can catch them in one clause. Their message is one line for the user. Where an
-error also is a standard one (a bad value is a ``ValueError``), it subclasses both.
+error also is a standard one (a bad value is a ``ValueError``), it subclasses both. Each class
+stays beside the code that raises it; this module only lists them.
+
+Every one of them, where it lives (under ``conformance.``) and when it is raised; a subclass is
+said after its base (``tests/test_errors.py`` keeps the table and the package the same):
+
+===================  ===========================  =======================================================
+Error                Module (conformance.)        Raised when
+===================  ===========================  =======================================================
+ConformanceError     errors                       the root: every error the suite raises for a user
+SuiteError           errors                       the suite itself failed in a check (its own defect)
+WeightLayoutError    model.weights                parameters don't match the declared weight layout
+ExpectationsError    model.expectations           an expected-failures file can't be used
+DeclarationError     model.declarations           a declaration can't be read
+ImplementationError  subject.boundary             the implementation raised, or returned no tensor
+CapabilityError      subject.boundary             a check asked for something undeclared (a suite bug)
+MaskEncodingError    subject.masks                a mask the convention can't express (a ValueError)
+CacheProtocolError   subject.cache_session        a cache handed back not as its declared style says
+Violation            checks.invariants.violation  a check's property does not hold (an AssertionError)
+NotApplicable        checks.invariants.violation  a check can't judge this implementation: skipped
+CheckFailed          checks.invariants.violation  a check failed: its violation and minimal case
+InferenceError       inference.plan               an interface can't be inferred; says what to declare
+ResolveError         loading.registry             an IMPL argument names nothing checkable
+MissingPackage       loading.registry             the code imports a package not installed (ResolveError)
+CodecError           worker.codec                 a value on the wire does not fit its type (ValueError)
+WorkerError          worker.errors                a call to an isolated implementation failed
+LoadError            worker.errors                the worker could not load the submission (WorkerError)
+WorkerStartError     worker.errors                the worker could not start (the machine's problem)
+ProtocolError        worker.errors                a malformed frame or message, from the worker or to it
+SandboxUnavailable   worker.sandbox               the requested sandbox does not work on this machine
+BadInput             run.isolated                 an isolated implementation is not checkable
+UsageError           frontends.exit_codes         bad input to any command (exit status EXIT_USAGE)
+GradingInputError    grading.pipeline             input that can't be graded (a folder, an --only id)
+ShardError           grading.shards               a --shard that can't be read (a ValueError)
+MergeError           grading.merge                shard outputs that can't be combined
+RosterError          grading.intake.roster        a roster that can't be read
+ArchiveError         grading.intake.archives      a student's archive that can't be used
+NotebookError        grading.intake.notebooks     a notebook that can't be read
+RubricError          grading.score.rubric         a rubric that can't be used
+===================  ===========================  =======================================================
 """
 
 from __future__ import annotations

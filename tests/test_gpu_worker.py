@@ -24,7 +24,7 @@ from conformance.grading.score.rubric_file import parse
 from conformance.subject.boundary import Inputs
 from conformance.worker import IsolatedSubject, WorkerError, WorkerStatus
 from conformance.worker import sandbox as sandbox_module
-from conformance.worker.limits import GiB, Limits
+from conformance.worker.limits import GiB, WorkerLimits
 
 FAKE_DEVICES = ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"]
 
@@ -49,7 +49,7 @@ def test_the_device_files_are_found_by_pattern(tmp_path):
 
 
 def test_a_cpu_worker_gets_no_device_and_keeps_its_address_space_limit(tmp_path, fake_gpu):
-    launch = sandbox_module.plan(tmp_path, Limits(), "none", [])
+    launch = sandbox_module.plan(tmp_path, WorkerLimits(), "none", [])
     assert [name for name, *_ in launch.rlimits if name in ("RLIMIT_AS", "RLIMIT_DATA")] == \
         ["RLIMIT_AS"]
     assert "CUDA_VISIBLE_DEVICES" not in launch.env
@@ -58,7 +58,7 @@ def test_a_cpu_worker_gets_no_device_and_keeps_its_address_space_limit(tmp_path,
 
 
 def test_a_gpu_worker_gets_a_data_limit_its_gpu_and_a_share_of_its_memory(tmp_path, fake_gpu):
-    limits = Limits(accelerators=True, memory_bytes=GiB, gpu_memory_bytes=8 * GiB)
+    limits = WorkerLimits(accelerators=True, memory_bytes=GiB, gpu_memory_bytes=8 * GiB)
     launch = sandbox_module.plan(tmp_path, limits, "none", [])
     rlimits = {name: soft for name, soft, _ in launch.rlimits}
     assert "RLIMIT_AS" not in rlimits
@@ -73,23 +73,23 @@ def test_a_gpu_worker_gets_a_data_limit_its_gpu_and_a_share_of_its_memory(tmp_pa
 
 @needs_landlock
 def test_landlock_admits_the_device_files_and_the_driver_read_only(tmp_path, fake_gpu):
-    launch = sandbox_module.plan(tmp_path, Limits(accelerators=True), "landlock", [])
+    launch = sandbox_module.plan(tmp_path, WorkerLimits(accelerators=True), "landlock", [])
     args = list(launch.worker_args)
     assert _pairs(args, "--landlock-device") == FAKE_DEVICES
     assert set(gpu.DRIVER_READ) <= set(_pairs(args, "--landlock-read"))
     assert not set(FAKE_DEVICES) & set(_pairs(args, "--landlock-write"))
-    cpu_only = sandbox_module.plan(tmp_path, Limits(), "landlock", [])
+    cpu_only = sandbox_module.plan(tmp_path, WorkerLimits(), "landlock", [])
     assert "--landlock-device" not in cpu_only.worker_args
 
 
 @needs_bwrap
 def test_bubblewrap_binds_the_device_files_into_its_dev(tmp_path, fake_gpu):
-    argv = sandbox_module.plan(tmp_path, Limits(accelerators=True), "bwrap", []).argv
+    argv = sandbox_module.plan(tmp_path, WorkerLimits(accelerators=True), "bwrap", []).argv
     dev = argv.index("--dev")
     for path in FAKE_DEVICES:
         at = argv.index(path)
         assert argv[at - 1] == "--dev-bind-try" and at > dev  # after its own /dev is made
-    assert "--dev-bind-try" not in sandbox_module.plan(tmp_path, Limits(), "bwrap", []).argv
+    assert "--dev-bind-try" not in sandbox_module.plan(tmp_path, WorkerLimits(), "bwrap", []).argv
 
 
 @needs_landlock
@@ -118,7 +118,7 @@ def test_a_landlock_device_rule_opens_the_device_and_nothing_else(tmp_path):
 
 
 def test_a_request_on_cuda_in_a_gpu_worker_may_compile():
-    gpu_limits, cpu_limits = Limits(accelerators=True), Limits()
+    gpu_limits, cpu_limits = WorkerLimits(accelerators=True), WorkerLimits()
     on_cuda = Config(batch=1, q_len=3, kv_len=3, d_model=8, num_heads=2, device="cuda")
     on_cpu = dataclasses.replace(on_cuda, device="cpu")
     assert gpu.request_seconds(2.0, gpu_limits, on_cuda) == gpu_limits.compile_seconds

@@ -12,7 +12,7 @@ import pytest
 
 from conformance.frontends.cli import main
 from conformance.grading import selftest
-from conformance.grading.progress import Progress
+from conformance.grading.progress import GradingProgress
 from conformance.grading.score.outcome import RunStatus, SubmissionOutcome, TargetOutcome
 from conformance.grading.score.rubric_file import load
 from conformance.model.results import CheckResult, Status
@@ -269,7 +269,7 @@ def test_the_progress_line_shows_count_rate_and_time_left_on_a_terminal():
             return True
 
     screen = Terminal()
-    progress = Progress(4, screen)
+    progress = GradingProgress(4, screen)
     progress.status("grading the reference solution (attention.py)")
     progress.status("")
     progress.advance("1001: graded 3/3")
@@ -279,7 +279,7 @@ def test_the_progress_line_shows_count_rate_and_time_left_on_a_terminal():
     assert text.startswith("\rgrading the reference solution (attention.py)\r")
     assert "\r[1/4] " in text and "/min · about " in text and "left · 1002: timeout 0/3" in text
     quiet = io.StringIO()
-    Progress(4, quiet).advance("1001")
+    GradingProgress(4, quiet).advance("1001")
     assert quiet.getvalue() == ""
 
 

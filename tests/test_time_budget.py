@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from conformance import Capabilities, Status, check
 from conformance.checks.invariants.base import CheckContext
 from conformance.checks.invariants.budget import MIN_EXAMPLES, Budget, BudgetSpent, budget_seconds
+from conformance.checks.invariants.search import Search
 from conformance.checks.invariants.violation import CheckFailed, Violation
 from conformance.frontends.cli import main
 from conformance.generation.cases import Case
@@ -70,11 +71,11 @@ def test_a_failure_found_before_the_budget_ran_out_stands():
 
 def test_a_failure_whose_shrinking_the_budget_stops_is_the_first_found():
     context = CheckContext(subject=None, capabilities=Capabilities(), device="cpu",
-                           settings=profile_settings("quick"), budget=Budget(0.0))
+                           search=Search(profile_settings("quick"), budget=Budget(0.0)))
     with pytest.raises(CheckFailed) as failed:
         context.explore(st.integers(1, 1000).map(_case), _fails_above_ten)
     assert isinstance(failed.value.error, Violation) and failed.value.case.q_len > 11
-    assert context.budget.unshrunk and not context.budget.cut
+    assert context.search.budget.unshrunk and not context.search.budget.cut
 
 
 def _case(length: int) -> Case:

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from conformance.worker import Limits, available_sandboxes
+from conformance.worker import WorkerLimits, available_sandboxes
 
 HOSTILE = Path(__file__).parent / "fixtures" / "hostile"
 
-FAST = Limits(start_seconds=60, load_seconds=30, request_seconds=2.0, lifetime_seconds=300,
-              cpu_seconds=300, memory_bytes=512 << 20, max_restarts=2)
+FAST = WorkerLimits(start_seconds=60, load_seconds=30, request_seconds=2.0, lifetime_seconds=300,
+                    cpu_seconds=300, memory_bytes=512 << 20, max_restarts=2)
 """Small limits, so hostile submissions cost the tests little time."""
 
 SANDBOXES = available_sandboxes()

@@ -18,7 +18,7 @@ from conformance.checks.invariants.dropout import Dropout
 from conformance.checks.invariants.fully_masked import FullyMasked
 from conformance.checks.invariants.gate import Gate
 from conformance.checks.invariants.head_split import HeadSplit
-from conformance.checks.invariants.kernel import Kernel
+from conformance.checks.invariants.kernel import KernelCheck
 from conformance.checks.invariants.kv_cache import KVCacheDecoding
 from conformance.checks.invariants.kv_groups import KVGroups
 from conformance.checks.invariants.low_precision import LowPrecision
@@ -42,7 +42,7 @@ CATALOGUE: tuple[Check, ...] = (
     Stability(), LowPrecision(), Dropout(), Autograd(), Determinism(), PathAgreement(),
     # The modern forms, each skipped (at no cost) by an implementation that doesn't declare it.
     KVGroups(), PositionShift(), Alibi(), SlidingWindow(), KVCacheDecoding(), Packed(),
-    Configuration(), Kernel(),
+    Configuration(), KernelCheck(),
 )
 """The checks after the gate, in report order."""
 

@@ -32,7 +32,7 @@ from conformance.frontends.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, U
 from conformance.grading import gradescope, merge, pipeline, selftest, shards
 from conformance.grading.intake.roster import Roster, RosterError
 from conformance.grading.intake.roster import load as load_roster
-from conformance.grading.progress import Progress
+from conformance.grading.progress import GradingProgress
 from conformance.grading.report import class_report
 from conformance.grading.score.rubric import Rubric, RubricError
 from conformance.grading.score.rubric_file import load as load_rubric
@@ -144,7 +144,7 @@ def _sandbox(args: argparse.Namespace) -> sandboxes.Tier:
     return tier
 
 
-def _check_reference(rubric: Rubric, sandbox: sandboxes.Tier, progress: Progress) -> str | None:
+def _check_reference(rubric: Rubric, sandbox: sandboxes.Tier, progress: GradingProgress) -> str | None:
     """The reference must get full marks before any student is graded: its score in words, or
     None without a reference."""
     if rubric.reference is None:
@@ -170,7 +170,7 @@ def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
     found = pipeline.find_submissions(args.submissions, rubric, args.out)
     pipeline.check_only(found, only)
     sandbox = _sandbox(args)
-    progress = Progress(0)
+    progress = GradingProgress(0)
     reference = _check_reference(rubric, sandbox, progress)
     result = pipeline.grade_class(args.submissions, rubric, args.out, jobs=_jobs(args.jobs),
                                   only=only, roster=roster, run_all_cells=args.run_all_cells,
@@ -216,7 +216,7 @@ def _self_test(rubric: Rubric, args: argparse.Namespace) -> int:
     sandbox = _sandbox(args)
     mutants = selftest.bundled_mutants()
     pairs = sum(1 for m in mutants for t in rubric.targets if m.causal == t.causal)
-    progress = Progress(pairs)
+    progress = GradingProgress(pairs)
     try:
         result = selftest.run(rubric, jobs=_jobs(args.jobs), mutants=mutants,
                               on_done=progress.advance, sandbox=sandbox)

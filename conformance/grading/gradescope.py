@@ -15,7 +15,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from conformance.grading.intake.discovery import Source, Submission, safe_id
+from conformance.grading.intake.discovery import Submission, SubmissionSource, safe_id
 from conformance.grading.intake.staging import stage
 from conformance.grading.report import feedback, outputs
 from conformance.grading.report.student import Student
@@ -50,7 +50,7 @@ def autograde(rubric: Rubric, submission_dir: Path = SUBMISSION, results: Path =
     download)."""
     student_id, name, email = _who(submission_dir)
     submission = Submission(id=student_id, name=name, layout="gradescope",
-                            sources=[Source(submission_dir, "")])
+                            sources=[SubmissionSource(submission_dir, "")])
     with tempfile.TemporaryDirectory(prefix="attention-gradescope-") as scratch:
         staged = stage(submission, Path(scratch) / student_id, run_all_cells=run_all_cells)
         if staged.problem is not None:

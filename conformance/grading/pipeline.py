@@ -21,7 +21,7 @@ from conformance.grading.intake.archives import ArchiveError, extract_zip
 from conformance.grading.intake.discovery import Submission, discover
 from conformance.grading.intake.roster import Roster
 from conformance.grading.intake.staging import Staged, stage
-from conformance.grading.progress import Progress
+from conformance.grading.progress import GradingProgress
 from conformance.grading.report import class_report, feedback, outputs
 from conformance.grading.report.student import Student
 from conformance.grading.run.execution import run_submission
@@ -96,7 +96,7 @@ def _run_one(staged: Staged, rubric: Rubric, sandbox: SandboxKind) -> Submission
 
 def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
                 only: set[str] | None = None, roster: Roster | None = None,
-                run_all_cells: bool = False, progress: Progress | None = None,
+                run_all_cells: bool = False, progress: GradingProgress | None = None,
                 as_of: datetime | None = None, shard: shards.Shard | None = None,
                 sandbox: SandboxKind = "filesystem",
                 found: list[Submission] | None = None) -> ClassResult:
@@ -141,7 +141,7 @@ def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
         else:
             todo.append(submission)
 
-    progress = progress or Progress(len(todo))
+    progress = progress or GradingProgress(len(todo))
     progress.total = len(todo)
     by_id = {s.id: s for s in submissions}
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))

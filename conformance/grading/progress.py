@@ -7,7 +7,7 @@ import time
 from typing import TextIO
 
 
-class Progress:
+class GradingProgress:
     """``[ 7/40] 3.1/min · about 10:40 left · smithjohn: timeout`` on one rewritten line: each
     finished student with the status it ended with (and its points when graded).
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from conformance.checks.catalogue import by_name
 from conformance.errors import ConformanceError
-from conformance.grading.intake.discovery import Source, Submission
+from conformance.grading.intake.discovery import Submission, SubmissionSource
 from conformance.grading.intake.staging import stage
 from conformance.grading.run import variants
 from conformance.grading.run.execution import run_registered, run_submission
@@ -187,7 +187,7 @@ def grade_reference(rubric: Rubric, sandbox: SandboxKind = "filesystem", path: P
         raise ValueError("the rubric names no reference solution ([assignment] reference)")
     path = path or rubric.reference
     submission = Submission(id="reference", name="reference", layout="file",
-                            sources=[Source(path, "" if path.is_dir() else path.name)])
+                            sources=[SubmissionSource(path, "" if path.is_dir() else path.name)])
     with tempfile.TemporaryDirectory(prefix="attention-reference-") as scratch:
         staged = stage(submission, Path(scratch) / "reference")
         if staged.problem is not None:

@@ -20,7 +20,8 @@ from conformance.checks.catalogue import GATE, by_name
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.budget import Budget, budget_seconds
 from conformance.checks.invariants.gate import GateOutcome
-from conformance.checks.invariants.limits import Limits
+from conformance.checks.invariants.limits import ConfigurationLimits
+from conformance.checks.invariants.search import Search
 from conformance.checks.invariants.violation import CheckFailed, Lacking, NotApplicable, Violation
 from conformance.checks.picture import picture
 from conformance.checks.precision import FLOAT32_NOISE
@@ -111,16 +112,19 @@ class Runner:
         """A falsifying example to run alone (``Case``), instead of a search: the checks verify
         their property on exactly that case (the gate still runs as always)."""
         self._gates: dict[tuple[str, str], tuple[CheckResult, GateOutcome]] = {}
-        self._limits: dict[tuple[str, str], Limits] = {}
+        self._limits: dict[tuple[str, str], ConfigurationLimits] = {}
         """Per implementation and device, the configurations re-probed inside checks
-        (CheckContext.limits): one check's finding spares the next its probe."""
+        (Search.limits): one check's finding spares the next its probe."""
 
-    def _context(self, subject: Subject, capabilities, device: str,
-                 replay: Case | None = None) -> CheckContext:
+    def _context(self, subject: Subject, capabilities, device: str, replay: Case | None = None,
+                 *, broken: dict[str, str] | None = None,
+                 precision: dict[torch.dtype, torch.dtype] | None = None, **search) -> CheckContext:
+        """A check's context; ``search``: the :class:`Search`'s own arguments (its budget, ...)."""
         return CheckContext(subject=subject, capabilities=capabilities, device=device,
-                            settings=self.settings, seed=self.seed,
-                            on_example=self.progress.example if self.progress else None,
-                            replay=replay)
+                            search=Search(self.settings, seed=self.seed, replay=replay,
+                                          on_example=self.progress.example if self.progress
+                                          else None, **search),
+                            broken=broken or {}, precision=precision or {})
 
     def gate(self, subject: Subject, device: str) -> tuple[CheckResult, GateOutcome]:
         key = (subject.name, device)
@@ -189,24 +193,24 @@ class Runner:
             if check.skip_reason(subject.capabilities) is None:
                 skip = f"{skip} (the declared feature failed at the gate; see contract)"
             return CheckResult(subject.name, name, device, Status.SKIPPED, reason=skip)
-        context = self._context(subject, effective, device, self.replay)
-        context.broken = dict(outcome.broken)
-        if self.settings.database is not None:
-            context.examples_key = examples_key(subject.name, name, device)
-        context.limits = self._limits.setdefault((subject.name, device), Limits())
-        if outcome.precision is not None and outcome.precision.judged_as != torch.float64:
-            context.precision = {torch.float64: outcome.precision.judged_as}
-        context.budget = Budget(self.time_budget)
+        judged_as = torch.float64 if outcome.precision is None else outcome.precision.judged_as
+        context = self._context(
+            subject, effective, device, self.replay, broken=dict(outcome.broken),
+            precision={torch.float64: judged_as} if judged_as != torch.float64 else None,
+            examples_key=(examples_key(subject.name, name, device)
+                          if self.settings.database is not None else None),
+            limits=self._limits.setdefault((subject.name, device), ConfigurationLimits()),
+            budget=Budget(self.time_budget))
         subject.begin_check(name)
         result = _verdict(check, context, subject.name, device)
-        result.seconds = context.budget.elapsed()
+        result.seconds = context.search.budget.elapsed()
         if self.pictures and result.counterexample and result.status in FINDINGS:
             result.picture = _picture(subject, context.capabilities, result)
         if effective is not outcome.effective:
             result.observations.append(
                 "run without " + ", ".join(sorted(without)) + ": the check that judges "
                 + ("it" if len(without) == 1 else "them") + " failed, and says so once")
-        return _budgeted(self._expectations(subject, result), context.budget)
+        return _budgeted(self._expectations(subject, result), context.search.budget)
 
     def run(self, subject: Subject, *, devices: Sequence[str] | None = None,
             checks: Iterable[str] | None = None) -> list[CheckResult]:
@@ -292,11 +296,12 @@ def _verdict(check: Check, context: CheckContext, implementation: str, device: s
         return CheckResult(implementation, check.name, device, Status.SUITE_ERROR,
                            reason=f"{SUITE_ERROR_WORDS} ({type(error).__name__}: {error})",
                            details=traceback.format_exc().splitlines()[-6:])
-    if context.unfit and len(context.unfit) == context.searches and not context.warnings:
+    search = context.search
+    if search.unfit and len(search.unfit) == search.searches and not context.warnings:
         return CheckResult(implementation, check.name, device, Status.SKIPPED,
-                           reason=context.unfit[0], observations=list(context.observations))
+                           reason=search.unfit[0], observations=list(context.observations))
     context.observations += [f"part of the check did not run: {words}"
-                             for words in dict.fromkeys(context.unfit)]
+                             for words in dict.fromkeys(search.unfit)]
     if context.warnings:
         error, case = context.warnings[0]
         result = _finding(Status.WARNED, error, case, implementation, check.name, device)

@@ -2,12 +2,13 @@
 
 :class:`IsolatedSubject` is a :class:`~conformance.subject.boundary.Subject` whose implementation lives in
 a worker process (``python -m conformance.worker``) started on a scratch copy of a submission,
-under :class:`Limits`, in the strongest sandbox this machine allows (:func:`available_sandboxes`).
+under :class:`WorkerLimits` (``Limits``, its former name, still imports), in the strongest sandbox
+this machine allows (:func:`available_sandboxes`).
 The catalogue runs on it unchanged and computes every verdict in the checker; the worker's
 failures come back as :class:`WorkerError` with a :class:`WorkerStatus` and one line of evidence.
 
     from conformance import Runner
-    from conformance.worker import IsolatedSubject, Limits
+    from conformance.worker import IsolatedSubject, WorkerLimits
 
     with IsolatedSubject("submissions/alice", "attention.py::MultiHeadAttention",
                          expected_failures={}) as subject:
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 _EXPORTS = {
     "conformance.worker.codec": ("CodecError", "decode", "encode"),
     "conformance.worker.errors": ("LoadError", "WorkerError", "WorkerStartError", "WorkerStatus"),
-    "conformance.worker.limits": ("TORCH_ADDRESS_SPACE", "Limits"),
+    "conformance.worker.limits": ("TORCH_ADDRESS_SPACE", "Limits", "WorkerLimits"),
     "conformance.worker.protocol": ("Declaration",),
     "conformance.worker.sandbox": ("SandboxKind", "SandboxUnavailable"),
     "conformance.worker.instance": ("IsolatedInstance",),
@@ -43,6 +44,7 @@ __all__ = [
     "SandboxUnavailable",
     "TimeoutPolicy",
     "WorkerError",
+    "WorkerLimits",
     "WorkerStartError",
     "WorkerStatus",
     "available_sandboxes",
@@ -66,7 +68,7 @@ if TYPE_CHECKING:
     from conformance.worker.codec import CodecError, decode, encode
     from conformance.worker.errors import LoadError, WorkerError, WorkerStartError, WorkerStatus
     from conformance.worker.instance import IsolatedInstance
-    from conformance.worker.limits import TORCH_ADDRESS_SPACE, Limits
+    from conformance.worker.limits import TORCH_ADDRESS_SPACE, Limits, WorkerLimits
     from conformance.worker.protocol import Declaration
     from conformance.worker.sandbox import SandboxKind, SandboxUnavailable
     from conformance.worker.sandbox import available as available_sandboxes

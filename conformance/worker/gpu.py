@@ -3,7 +3,7 @@
 Measured on an H100 (torch 2.11, an earlier session): CUDA could not start in a worker under its
 address-space limit (the driver reserves far more address space than any limit that means
 something: "out of memory") nor under its Landlock rules (the device files were not in them: "OS
-call failed"). A worker whose :class:`~conformance.worker.limits.Limits` has ``accelerators`` set
+call failed"). A worker whose :class:`~conformance.worker.limits.WorkerLimits` has ``accelerators`` set
 gets instead:
 
 - ``RLIMIT_DATA`` in place of ``RLIMIT_AS``: the driver's reservations are address space it never
@@ -17,7 +17,7 @@ gets instead:
 - a share of the GPU's memory (``torch.cuda.set_per_process_memory_fraction``), set when it first
   builds on a CUDA device, so that one submission can't take the whole card from the others;
 - requests on a CUDA device that may compile (a Triton kernel's first call, ``torch.compile``)
-  their own, longer limit (``Limits.compile_seconds``), said in the run's protections.
+  their own, longer limit (``WorkerLimits.compile_seconds``), said in the run's protections.
 
 A worker without ``accelerators`` gets none of this: no device file, the address-space limit.
 """
@@ -29,7 +29,7 @@ import os
 from collections.abc import Sequence
 
 from conformance.model.spec import Config
-from conformance.worker.limits import GiB, Limits
+from conformance.worker.limits import GiB, WorkerLimits
 
 DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
                 "/dev/nvidia[0-9]*", "/dev/nvidia-caps")
@@ -81,13 +81,13 @@ def bwrap_args(devices: Sequence[str]) -> list[str]:
     return [*args, "--ro-bind-try", "/sys", "/sys"]
 
 
-def data_limit(limits: Limits, worker_needs: int) -> int:
+def data_limit(limits: WorkerLimits, worker_needs: int) -> int:
     """``RLIMIT_DATA`` of a GPU worker: what the worker needs, the implementation's memory and
     :data:`DRIVER_DATA`."""
     return worker_needs + limits.memory_bytes + DRIVER_DATA
 
 
-def request_seconds(seconds: float, limits: Limits, config: Config | None) -> float:
+def request_seconds(seconds: float, limits: WorkerLimits, config: Config | None) -> float:
     """The limit of one request: ``seconds``, but no less than ``limits.compile_seconds`` for a
     request on a CUDA device of a GPU worker (its first call may compile a kernel)."""
     if limits.accelerators and config is not None and config.device.startswith("cuda"):
@@ -95,7 +95,7 @@ def request_seconds(seconds: float, limits: Limits, config: Config | None) -> fl
     return seconds
 
 
-def protections(limits: Limits, devices: Sequence[str]) -> list[str]:
+def protections(limits: WorkerLimits, devices: Sequence[str]) -> list[str]:
     """What a GPU worker's run header says about it."""
     return [f"gpu: {len(devices)} nvidia device file(s) admitted",
             f"rlimit data (not address space: the driver reserves it) + {DRIVER_DATA // GiB} GiB",

@@ -1,7 +1,7 @@
 """The one way a worker's supervisor is started: forked by the zygote, or started cold.
 
 :func:`start` takes the launch plan (``sandbox.py``) and the worker's three pipes, and returns
-the supervisor behind one handle (:class:`Supervisor`) and whether it was forked; the checker
+the supervisor behind one handle (:class:`SupervisorHandle`) and whether it was forked; the checker
 (``process.py``) uses the handle the same way whichever it was, and never branches on it.
 
 Both ways run the same code from the same configuration (built here, once): the supervisor's
@@ -38,7 +38,7 @@ import conformance.worker.warm_start as warm_start
 from conformance.worker.sandbox import SUPERVISOR, Launch
 
 
-class Supervisor(Protocol):
+class SupervisorHandle(Protocol):
     """A worker's supervisor, as the checker sees it (:class:`subprocess.Popen`'s names):
     closing ``stdin`` (the control pipe) stops the worker and kills its tree, ``stdout`` carries
     the JSON status lines, ``poll`` and ``wait`` tell when it has ended, ``kill`` ends it."""
@@ -58,7 +58,7 @@ class Supervisor(Protocol):
 class Started(NamedTuple):
     """What :func:`start` started, and how."""
 
-    supervisor: Supervisor
+    supervisor: SupervisorHandle
     forked: bool
     """Whether the zygote forked it (a warm start), rather than it being started."""
 
@@ -112,7 +112,7 @@ def close_quietly(*fds: int) -> None:
 
 class ForkedSupervisor:
     """A forked supervisor, seen as :class:`subprocess.Popen` sees a started one (the
-    :class:`Supervisor` names). It is the zygote's child, not ours: it has ended when its
+    :class:`SupervisorHandle` names). It is the zygote's child, not ours: it has ended when its
     process is gone (its pidfd is readable), and nothing here reaps it."""
 
     def __init__(self, pid: int, control: int, status: int) -> None:

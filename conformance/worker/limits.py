@@ -22,13 +22,13 @@ worker maps 0.62 GB after ``import torch``, the suite and loading a submission (
 glibc malloc arenas, thread stacks: address space, mostly never touched; 0.24 GB resident). Its
 peak over the whole quick catalogue on the textbook attention is 1.12 GB (0.49 GB resident), over
 the thorough one 2.3 GB (1.07 GB resident: larger generated cases). 3 GiB covers the quick
-profile with a margin; ``Limits.memory_bytes`` comes on top, for the implementation and larger
-cases.
+profile with a margin; ``WorkerLimits.memory_bytes`` comes on top, for the implementation and
+larger cases.
 """
 
 
 @dataclass(frozen=True)
-class Limits:
+class WorkerLimits:
     """Limits for one worker process (and everything it starts).
 
     Attributes:
@@ -75,6 +75,10 @@ class Limits:
     gpu_memory_bytes: int = 16 * GiB
     compile_seconds: float = 300.0
 
-    def scaled(self, **changes: float | int) -> Limits:
+    def scaled(self, **changes: float | int) -> WorkerLimits:
         """A copy with some limits changed (``dataclasses.replace``)."""
         return replace(self, **changes)
+
+
+Limits = WorkerLimits
+"""The name :class:`WorkerLimits` was public under (``conformance.worker.Limits``), kept importable."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from conformance.model.declarations import Declarations
 from conformance.model.spec import Config
 from conformance.worker.errors import LoadError, WorkerStatus
-from conformance.worker.limits import Limits
+from conformance.worker.limits import WorkerLimits
 from conformance.worker.subject import IsolatedSubject
 
 CALL_SECONDS = 10.0
@@ -120,7 +120,7 @@ def isolated(spec: str, declared: Declarations | None = None, *, name: str | Non
     """The implementation an IMPL string names (``path/file.py::Attr`` or ``pkg.module:Attr``),
     in a worker running in place: a file from its own folder, a module from the current one.
     ``twins``: how many more workers load it at once (see :meth:`IsolatedSubject.twin`);
-    ``accelerators``: it may use the machine's GPU (``Limits.accelerators``).
+    ``accelerators``: it may use the machine's GPU (``WorkerLimits.accelerators``).
     Raises the worker's LoadError when it can't be loaded."""
     if "::" in spec:
         location, _, attribute = spec.partition("::")
@@ -128,9 +128,9 @@ def isolated(spec: str, declared: Declarations | None = None, *, name: str | Non
         directory, worker_spec = path.parent, f"{path.name}::{attribute}"
     else:
         directory, worker_spec = Path.cwd(), spec
-    limits = Limits(request_seconds=call_seconds, load_seconds=LOAD_CALLS * call_seconds,
-                    lifetime_seconds=24 * 3600.0, cpu_seconds=24 * 3600,
-                    max_restarts=RESTARTS, accelerators=accelerators)
+    limits = WorkerLimits(request_seconds=call_seconds, load_seconds=LOAD_CALLS * call_seconds,
+                          lifetime_seconds=24 * 3600.0, cpu_seconds=24 * 3600,
+                          max_restarts=RESTARTS, accelerators=accelerators)
     return TimedSubject(directory, worker_spec, name=name, declared=declared, limits=limits,
                         expected_failures=expected_failures, timeout=CallLimits(call_seconds),
                         in_place=True, twins=twins)

@@ -4,7 +4,7 @@ The supervisor (``supervisor.py``) starts the worker under the limits and owns i
 ``launcher.py`` starts the supervisor, forked by this process's zygote or started cold, and hands
 back one handle whichever it was (this module never asks which). Requests and
 replies travel on two pipes; the worker's stdout and stderr share a third, drained while waiting
-for replies (the first ``Limits.output_keep`` bytes are kept, the rest counted and dropped:
+for replies (the first ``WorkerLimits.output_keep`` bytes are kept, the rest counted and dropped:
 printing never stops a worker); the supervisor reports on its status pipe how the worker ended.
 Every wait has a deadline; a worker that misses one or sends a malformed frame is killed with its
 whole tree and the call in flight raises :class:`WorkerError` with the evidence.
@@ -31,8 +31,8 @@ import conformance.worker.codec as codec
 import conformance.worker.launcher as launcher
 import conformance.worker.warm_start as warm_start
 from conformance.worker.errors import WorkerError, WorkerStartError, WorkerStatus, how_it_ended
-from conformance.worker.launcher import Supervisor, close_quietly
-from conformance.worker.limits import Limits
+from conformance.worker.launcher import SupervisorHandle, close_quietly
+from conformance.worker.limits import WorkerLimits
 from conformance.worker.protocol import Ready
 from conformance.worker.sandbox import Launch, SandboxKind, plan
 from conformance.worker.scratch import chown_tree, copy_submission, remove_tree
@@ -61,7 +61,7 @@ class WorkerProcess:
     and evidence); after a fatal one, ``dead`` holds it and every later request raises it.
     """
 
-    def __init__(self, submission: Path, *, limits: Limits, sandbox: SandboxKind = "auto",
+    def __init__(self, submission: Path, *, limits: WorkerLimits, sandbox: SandboxKind = "auto",
                  in_place: bool = False) -> None:
         self.limits = limits
         self.dead: WorkerError | None = None
@@ -73,7 +73,7 @@ class WorkerProcess:
         self._in_flight: list[Pending] = []
         self._last_reply = 0.0
         self._fds: list[int] = []
-        self._supervisor: Supervisor | None = None
+        self._supervisor: SupervisorHandle | None = None
         self.forked = False
         """Whether the worker was forked by the zygote (a warm start), not started (nothing
         else here depends on it)."""
@@ -332,7 +332,7 @@ class WorkerProcess:
         self._finalizer()
 
     @staticmethod
-    def _cleanup(fds: list[int], supervisors: list[Supervisor | None],
+    def _cleanup(fds: list[int], supervisors: list[SupervisorHandle | None],
                  scratch_root: Path) -> None:
         for supervisor in supervisors:
             if supervisor is not None and supervisor.poll() is None:

@@ -58,7 +58,7 @@ import conformance.worker.confine as confine
 import conformance.worker.gpu as gpu
 import conformance.worker.warm_start as warm_start
 from conformance.errors import ConformanceError
-from conformance.worker.limits import TORCH_ADDRESS_SPACE, Limits
+from conformance.worker.limits import TORCH_ADDRESS_SPACE, WorkerLimits
 
 SandboxKind = Literal["auto", "filesystem", "bwrap", "landlock", "unshare", "none"]
 Tier = Literal["bwrap", "landlock", "unshare", "none"]
@@ -295,7 +295,7 @@ def worker_uid() -> int:
     return FIRST_WORKER_UID + 16 * os.getpid() + next(_counter) % 16
 
 
-def plan(scratch: Path, limits: Limits, kind: SandboxKind, worker_args: Sequence[str], *,
+def plan(scratch: Path, limits: WorkerLimits, kind: SandboxKind, worker_args: Sequence[str], *,
          home: Path | None = None) -> Launch:
     """How to start a worker on ``scratch`` under ``limits`` in the ``kind`` sandbox.
 

@@ -10,7 +10,7 @@ while this process draws the inputs (see :class:`~conformance.worker.instance.Is
 
 When the worker dies (or is killed: a timeout, a flood, a malformed reply), the call in flight
 raises :class:`WorkerError` with the status and evidence, every instance of that worker raises the
-same error, and the next ``instantiate`` starts a fresh worker (at most ``Limits.max_restarts``
+same error, and the next ``instantiate`` starts a fresh worker (at most ``WorkerLimits.max_restarts``
 times). Within one check (``begin_check``, called by the Runner), a fatal failure makes every
 later call of that check fail at once with the same evidence, so hypothesis replaying and
 shrinking a hang doesn't cost the time limit again for each example (the gate excepted: it tries
@@ -40,7 +40,7 @@ from conformance.subject.boundary import (
 )
 from conformance.worker.errors import LoadError, WorkerError, WorkerStartError, WorkerStatus
 from conformance.worker.instance import IsolatedInstance
-from conformance.worker.limits import Limits
+from conformance.worker.limits import WorkerLimits
 from conformance.worker.process import Pending, WorkerProcess
 from conformance.worker.protocol import REQUESTS, BuildRequest, Declaration, WorkerState, check_spec
 from conformance.worker.sandbox import SandboxKind
@@ -60,7 +60,7 @@ class IsolatedSubject(Subject):
             undeclared ``nn.Module`` class is inferred in the worker.
         name: which implementation, when ``spec`` names several.
         declared: declarations overriding inference (as ``--width-arg`` etc.).
-        limits: resource limits (:class:`Limits`).
+        limits: resource limits (:class:`WorkerLimits`).
         sandbox: ``"auto"`` (the strongest that works here), ``"filesystem"`` (Landlock where it
             has bubblewrap's namespaces, else bubblewrap, else Landlock alone;
             :class:`SandboxUnavailable` without either), ``"bwrap"``, ``"landlock"``,
@@ -78,7 +78,7 @@ class IsolatedSubject(Subject):
     """
 
     def __init__(self, submission: str | Path, spec: str, *, name: str | None = None,
-                 declared: Declarations | None = None, limits: Limits | None = None,
+                 declared: Declarations | None = None, limits: WorkerLimits | None = None,
                  sandbox: SandboxKind = "auto", expected_failures: Mapping[str, str] | None = None,
                  timeout: float | TimeoutPolicy | None = None, in_place: bool = False,
                  twins: int = 0) -> None:
@@ -96,7 +96,7 @@ class IsolatedSubject(Subject):
                 raise LoadError(WorkerStatus.NOT_FOUND, f"no file {file} in the submission",
                                 fatal=False)
         self.spec = spec
-        self._configure(limits or Limits(), sandbox, declared, timeout)
+        self._configure(limits or WorkerLimits(), sandbox, declared, timeout)
         launched = self._launch()
         try:
             # The twins' loads beside this one's: on other cores, they cost no time here.
@@ -125,7 +125,7 @@ class IsolatedSubject(Subject):
         self.expected_failures = dict(self.declaration.expected_failures
                                       if expected_failures is None else expected_failures)
 
-    def _configure(self, limits: Limits, sandbox: SandboxKind, declared: Declarations | None,
+    def _configure(self, limits: WorkerLimits, sandbox: SandboxKind, declared: Declarations | None,
                    timeout: float | TimeoutPolicy | None) -> None:
         """The state of a subject with no worker yet (a new one's, or a twin's)."""
         self.limits = limits

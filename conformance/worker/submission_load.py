@@ -12,7 +12,7 @@ import conformance.worker.codec as codec
 from conformance.model.declarations import Declarations
 from conformance.subject import first_backward
 from conformance.worker.errors import LoadError, WorkerError, WorkerStatus
-from conformance.worker.limits import Limits
+from conformance.worker.limits import WorkerLimits
 from conformance.worker.process import Pending, WorkerProcess
 from conformance.worker.protocol import Failure, LoadReply, LoadRequest
 from conformance.worker.sandbox import SandboxKind
@@ -31,7 +31,7 @@ class Launched(NamedTuple):
     loading: Pending
 
 
-def launch(submission: Path, spec: str, declared: Declarations | None, limits: Limits,
+def launch(submission: Path, spec: str, declared: Declarations | None, limits: WorkerLimits,
            sandbox: SandboxKind, in_place: bool) -> Launched:
     """Start a worker and send it ``spec`` to load, without waiting."""
     try:

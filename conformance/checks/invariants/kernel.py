@@ -69,7 +69,7 @@ BLOCKS = dict(batch=1, q_len=3, kv_len=37)
 """Keys over several of a kernel's blocks (16, 32 keys), the last one partial."""
 
 
-class Kernel(Check):
+class KernelCheck(Check):
     """A kernel's own arguments do what FlashAttention's do."""
 
     name = "kernel"

@@ -45,7 +45,7 @@ def unfit_words(shapes: tuple[tuple[int, int], ...] | None) -> str:
 
 
 @dataclass
-class Limits:
+class ConfigurationLimits:
     """The configurations re-probed for one implementation on one device: the error every call
     gives there, or None where the configuration runs (the error was the inputs')."""
 

@@ -38,7 +38,7 @@ CODE_SUFFIXES = (".py", ".ipynb", ".zip")
 
 
 @dataclass(frozen=True)
-class Source:
+class SubmissionSource:
     """A file or folder that is (part of) a submission, and the name it gets when staged."""
 
     path: Path
@@ -61,7 +61,7 @@ class Submission:
     id: str
     name: str
     layout: str
-    sources: list[Source] = field(default_factory=list)
+    sources: list[SubmissionSource] = field(default_factory=list)
     late: bool = False
     repository: str | None = None
 
@@ -106,12 +106,12 @@ def discover(folder: Path, *, github_classroom_prefix: str | None = None,
     generic_folders: list[Path] = []
     generic_files: list[Path] = []
 
-    def add(layout: str, key: str, name: str, source: Source, late: bool = False) -> None:
+    def add(layout: str, key: str, name: str, source: SubmissionSource, late: bool = False) -> None:
         submission = by_key.setdefault((layout, key), Submission(id=key, name=name, layout=layout))
         staged = {s.staged_name for s in submission.sources}
         if source.staged_name in staged:  # two files by one name: keep both, the later renamed
-            source = Source(source.path, f"{Path(source.staged_name).stem}-{len(staged)}"
-                                         f"{Path(source.staged_name).suffix}")
+            source = SubmissionSource(source.path, f"{Path(source.staged_name).stem}-{len(staged)}"
+                                                   f"{Path(source.staged_name).suffix}")
         submission.sources.append(source)
         submission.late = submission.late or late
 
@@ -124,7 +124,7 @@ def discover(folder: Path, *, github_classroom_prefix: str | None = None,
             moodle = MOODLE_FOLDER.match(entry.name)
             if moodle:
                 if moodle["plugin"] == "file":
-                    add("moodle", moodle["id"], moodle["name"], Source(entry, ""))
+                    add("moodle", moodle["id"], moodle["name"], SubmissionSource(entry, ""))
                 continue
             generic_folders.append(entry)
             continue
@@ -133,12 +133,12 @@ def discover(folder: Path, *, github_classroom_prefix: str | None = None,
         moodle = MOODLE_FILE.match(entry.name)
         if moodle:
             if moodle["plugin"] == "file":
-                add("moodle", moodle["id"], moodle["name"], Source(entry, moodle["file"]))
+                add("moodle", moodle["id"], moodle["name"], SubmissionSource(entry, moodle["file"]))
             continue
         canvas = CANVAS.match(entry.name)
         if canvas:
             add("canvas", canvas["user"], canvas["name"],
-                Source(entry, _canvas_file_name(canvas["file"])), late=bool(canvas["late"]))
+                SubmissionSource(entry, _canvas_file_name(canvas["file"])), late=bool(canvas["late"]))
             continue
         if entry.suffix.lower() in CODE_SUFFIXES:
             generic_files.append(entry)
@@ -148,12 +148,12 @@ def discover(folder: Path, *, github_classroom_prefix: str | None = None,
         if prefix and entry.name.startswith(prefix) and len(entry.name) > len(prefix):
             user = entry.name[len(prefix):]
             submission = Submission(id=user, name="", layout="github-classroom",
-                                    sources=[Source(entry, "")], repository=entry.name)
+                                    sources=[SubmissionSource(entry, "")], repository=entry.name)
             by_key[("github-classroom", user)] = submission
         else:
-            add("folder", entry.name, "", Source(entry, ""))
+            add("folder", entry.name, "", SubmissionSource(entry, ""))
     for entry in generic_files:
-        add("file", entry.stem, "", Source(entry, entry.name))
+        add("file", entry.stem, "", SubmissionSource(entry, entry.name))
 
     submissions = sorted(by_key.values(), key=lambda s: (safe_id(s.id), s.layout))
     taken: set[str] = set()

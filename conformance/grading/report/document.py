@@ -41,7 +41,7 @@ class Paragraph:
 
 
 @dataclass(frozen=True)
-class Note:
+class ReportNote:
     """A boxed remark."""
 
     text: str
@@ -81,7 +81,7 @@ class Table:
     items: bool = False
 
 
-Block = Heading | Paragraph | Note | Facts | Bullets | Preformatted | Image | Table
+Block = Heading | Paragraph | ReportNote | Facts | Bullets | Preformatted | Image | Table
 """A block of a document."""
 
 
@@ -118,7 +118,7 @@ def render_markdown(blocks: list[Block]) -> str:
             out.append("#" * block.level + " " + md_escape(block.text))
         elif isinstance(block, Paragraph):
             out.append(md_escape(block.text))
-        elif isinstance(block, Note):
+        elif isinstance(block, ReportNote):
             out.append("> " + md_escape(block.text).replace("\n", "\n> "))
         elif isinstance(block, Facts):
             out.append("\n".join(f"- **{md_escape(k)}:** {md_escape(v)}"
@@ -181,7 +181,7 @@ def render_html(blocks: list[Block], title: str) -> str:
             body.append(f"<h{block.level}{css}>{e(block.text)}</h{block.level}>")
         elif isinstance(block, Paragraph):
             body.append(f"<p{css}>{e(block.text)}</p>")
-        elif isinstance(block, Note):
+        elif isinstance(block, ReportNote):
             body.append(f'<div class="note {e(css_class(block.tone))}">{e(block.text)}</div>')
         elif isinstance(block, Facts):
             body.append('<dl class="meta">' + "".join(

@@ -22,9 +22,9 @@ from conformance.grading.report.document import (
     Bullets,
     Facts,
     Heading,
-    Note,
     Paragraph,
     Preformatted,
+    ReportNote,
     Table,
     Tone,
     render_html,
@@ -64,21 +64,21 @@ def _check_lines(check: CheckScore, files: tuple[str, ...] = ()) -> list[Block]:
     if check.state is State.NOT_EVALUATED:
         blocks.append(Paragraph(f"Not evaluated: {for_student(check.why, files).rstrip('.')}."))
         if not check.blocked and result is not None:
-            blocks.append(Note("This could not be checked automatically: your teacher will "
-                               "look at it."))
+            blocks.append(ReportNote("This could not be checked automatically: your teacher will "
+                                     "look at it."))
         return blocks
     hint = None if result is None else hint_for_student(result.hint, files)
     if result is not None and check.state is State.PASSED and result.status is Status.WARNED:
-        blocks.append(Note("Passed, with a warning (no points lost): "
-                           + for_student(result.reason, files)))
+        blocks.append(ReportNote("Passed, with a warning (no points lost): "
+                                 + for_student(result.reason, files)))
         if hint:
-            blocks.append(Note(f"Worth knowing: {hint}"))
+            blocks.append(ReportNote(f"Worth knowing: {hint}"))
         return blocks
     if check.state is State.PASSED or result is None:
         return blocks
     blocks.append(Paragraph(f"What went wrong: {for_student(result.reason, files)}"))
     if hint:
-        blocks.append(Note(f"Likely bug: {hint}"))
+        blocks.append(ReportNote(f"Likely bug: {hint}"))
     if result.details:
         blocks.append(Paragraph("Numbers seen:"))
         blocks.append(Bullets([for_student(d, files) for d in result.details]))
@@ -93,9 +93,9 @@ def item_blocks(score: ItemScore, files: tuple[str, ...] = ()) -> list[Block]:
     student's, for the paths in messages)."""
     blocks: list[Block] = [Paragraph(f"Rule: {score.item.rule}.")]
     if score.charged_to is not None:
-        blocks.append(Note(f"Not charged again: this is the same mistake as "
-                           f"\"{score.charged_to.label}\", where its points were taken; fixing "
-                           "it there fixes it here too."))
+        blocks.append(ReportNote(f"Not charged again: this is the same mistake as "
+                                 f"\"{score.charged_to.label}\", where its points were taken; fixing "
+                                 "it there fixes it here too."))
     for check in score.checks:
         if score.item.is_group:
             blocks.append(Paragraph(f"{check.check}: {check.label} — {TITLES.get(check.check, '')}",
@@ -134,22 +134,22 @@ def document(rubric: Rubric, student: Student, as_of: datetime) -> list[Block]:
                               f"{points(student.score.max_points)} ({student.score.percent:g}%)"])
     blocks.append(Facts(meta))
     if student.record is None:
-        blocks.append(Note("No submission was found for you.", tone=Tone.BAD))
+        blocks.append(ReportNote("No submission was found for you.", tone=Tone.BAD))
         return blocks
     files = tuple(student.record.files)
     outcome = student.record.outcome
     if outcome.status is not RunStatus.GRADED and not outcome.targets:  # a staging problem
-        blocks.append(Note(_outcome_line(outcome.status, outcome.message, files),
-                            tone=Tone.BAD))
+        blocks.append(ReportNote(_outcome_line(outcome.status, outcome.message, files),
+                                  tone=Tone.BAD))
 
     for target_score in student.score.targets:
         target_outcome = target_score.outcome
         where = f" ({target_outcome.location})" if target_outcome and target_outcome.location else ""
         blocks.append(Heading(2, f"{target_score.target.name}{where}"))
         if target_outcome is not None and target_outcome.status is not RunStatus.GRADED:
-            blocks.append(Note(_outcome_line(target_outcome.status,
-                                                      target_outcome.message, files),
-                                tone=Tone.BAD))
+            blocks.append(ReportNote(_outcome_line(target_outcome.status,
+                                                            target_outcome.message, files),
+                                      tone=Tone.BAD))
         if target_outcome is not None and target_outcome.interface:
             blocks.append(Paragraph("How your class was called (inferred from its code, or "
                                      "prescribed by the assignment where marked declared):"))

@@ -34,8 +34,7 @@ from conformance.model.remedies import texts
 from conformance.model.results import Status
 from conformance.model.spec import Config
 from conformance.run.runner import Runner
-from conformance.worker import IsolatedSubject, LoadError, SandboxKind, WorkerError
-from conformance.worker import Limits as WorkerLimits
+from conformance.worker import IsolatedSubject, LoadError, SandboxKind, WorkerError, WorkerLimits
 
 OUTPUT_CHARS = 4000
 """How much of a submission's output is kept (head and tail)."""
