@@ -22,27 +22,23 @@ stops on Ctrl-C (the checks running finish on their own).
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import gc
-import importlib.util
 import json
 import os
 import random
 import select
 import signal
-import site
 import socket
 import sys
-import sysconfig
 import tempfile
 import time
 import traceback
-from pathlib import Path
 from typing import Any, TextIO
 
 import conformance.frontends.served as served
 from conformance.frontends.exit_codes import EXIT_USAGE, finish, status_of
+from conformance.frontends.imports_ahead import installed_imports
 from conformance.run.shared import forkable
 
 POLL_SECONDS = 1.0
@@ -105,40 +101,6 @@ def refusal(request: dict[str, Any]) -> str | None:
     if differ:
         return f"started under other settings ({', '.join(differ[:3])})"
     return None
-
-
-def _installed(name: str) -> bool:
-    """Whether top-level module ``name`` is an installed package's (in site-packages: never the
-    user's own code, nor anything found from the server's working directory)."""
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return False
-    places = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
-    places.update(site.getsitepackages())
-    return (spec is not None and spec.origin is not None
-            and any(spec.origin.startswith(os.path.join(place, "")) for place in places))
-
-
-def installed_imports(argv: list[str], cwd: str) -> list[str]:
-    """The modules of installed packages the files a command names import (their source read,
-    never run), for the server's zygote to import ahead (``warm_start.preload``): a module that
-    imports transformers costs each worker that import once, not at every check."""
-    names: list[str] = []
-    for arg in argv[1:]:
-        file = arg.partition("::")[0]
-        if arg.startswith("-") or not file.endswith(".py"):
-            continue
-        try:
-            tree = ast.parse(Path(cwd, file).read_text())
-        except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names += [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names.append(node.module)
-    return [name for name in dict.fromkeys(names) if _installed(name.partition(".")[0])]
 
 
 def _become(request: dict[str, Any], fds: list[int], connection: socket.socket,
