@@ -36,9 +36,9 @@ from conformance.inference.kernel_arguments import (
     refusal,
     refuses,
 )
-from conformance.inference.plan import ALL_DTYPES, InferenceError, Inferred
+from conformance.inference.plan import ALL_DTYPES, InferenceError, Inferred, declarations_read
 from conformance.inference.varlen_function import dense_view, is_varlen
-from conformance.model.declarations import DeclarationError, Declarations
+from conformance.model.declarations import Declarations
 from conformance.model.forms import CausalAlignment, KernelArguments
 from conformance.model.remedies import Note, Remedy, as_notes
 from conformance.numerics.threads import one_thread
@@ -263,12 +263,10 @@ def infer_function(function, *, name: str | None = None,
     arguments inferred as a class's are."""
     label = name or getattr(function, "__name__", "core_function")
     declared = declared or Declarations()
-    try:
+    with declarations_read():
         stated = declared.choice("layout", tuple(LAYOUT_WORDS))
         wanted = declared.dtype_list()
         alignment = declared.choice("causal_alignment", ("bottom-right", "top-left"))
-    except DeclarationError as error:
-        raise InferenceError(str(error)) from error
     aligned = CausalAlignment(alignment.replace("-", "_")) if alignment else None
     varlen = is_varlen(function)
     if varlen:  # checked through its dense view, (B, L, H, D) packed one sequence per element

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -14,6 +15,7 @@ from torch import nn
 from conformance.errors import ConformanceError
 from conformance.inference.convention import FILLABLE_POSITIONS, ForwardConvention
 from conformance.inference.roles import CONTEXT_LENGTH, MAX_BATCH_SIZE, ConstructorRoles
+from conformance.model.declarations import DeclarationError
 from conformance.model.remedies import Note, Option, Remedy
 from conformance.model.spec import Capabilities, Config, Implementation
 from conformance.subject.call_arguments import positions_argument
@@ -34,6 +36,16 @@ class InferenceError(ConformanceError):
     def __init__(self, message: str, remedy: Remedy | None = None) -> None:
         super().__init__(message)
         self.remedy = remedy
+
+
+@contextlib.contextmanager
+def declarations_read() -> Iterator[None]:
+    """Where declarations are read: a declaration that says nothing valid (a
+    :class:`DeclarationError`) is what can't be inferred, an InferenceError with its words."""
+    try:
+        yield
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
 
 
 CALL_REMEDY = Remedy((Option("call", "self", "call it as f(x[, mask])"),
