@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from conformance.inference.encoding_search import fit_theta
-from conformance.inference.projections import NAMES
+from conformance.inference.projections import NAMES, shapes_agree
 from conformance.inference.weight_interventions import by_roles
 from conformance.inference.weight_trace import Source, Trace, weight_of
 from conformance.model.declared_layouts import (
@@ -223,22 +223,14 @@ def _tensors(weights: HeadWeights) -> list[torch.Tensor]:
 
 def consistent(layout: WeightLayout, root: nn.Module, heads: int, d_in: int, out_width: int,
                used: set[str], kv_heads: int | None = None) -> HeadWeights | None:
-    """The weights ``layout`` reads when they have consistent shapes (query heads over the input
-    width; key heads of the query's width, as many as the value heads, a divisor of the query
-    heads; an output projection from the concatenated heads to the output, or none where the
-    heads are the output) and it reads every weight matrix the output depends on; else None."""
+    """The weights ``layout`` reads when they have consistent shapes
+    (:func:`~conformance.inference.projections.shapes_agree`) and it reads every weight matrix
+    the output depends on; else None."""
     try:
         weights = layout.read(root, heads, kv_heads)
     except (WeightLayoutError, RuntimeError, IndexError, ValueError):
         return None
-    if weights.d_in != d_in or weights.w_k.shape[1:] != weights.w_q.shape[1:]:
-        return None
-    if weights.num_heads % weights.num_kv_heads or weights.w_v.shape[0] != weights.num_kv_heads:
-        return None
-    if weights.w_o is None:
-        if weights.num_heads * weights.value_dim != out_width:
-            return None
-    elif tuple(weights.w_o.shape) != (out_width, weights.num_heads * weights.value_dim):
+    if not shapes_agree(weights, d_in, out_width):
         return None
     matrices = [name for name in used if root.get_parameter(name).dim() >= 2]
     if set(matrices) - _touched(layout, root, heads, matrices):
