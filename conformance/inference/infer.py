@@ -1,10 +1,11 @@
 """Infer an implementation's declaration from the class itself, stating every inference.
 
 :func:`infer` settles how to build and call the class (a :class:`Plan`), then drives the steps in
-order (``construction``, ``behaviour``, ``position``, ``features``), each ``step(inquiry)`` on
-one :class:`~conformance.inference.inquiry.Inquiry`: reading what earlier steps found and setting
-what it finds in its :class:`~conformance.inference.found.CapabilitiesFound` (typed: a
-capability's field, checked by name), and stating what it inferred in its notes."""
+order (:mod:`conformance.inference.steps`: ``construction``, ``behaviour``, ``position``,
+``features``), each ``step(inquiry)`` on one :class:`~conformance.inference.inquiry.Inquiry`:
+reading what earlier steps found and setting what it finds in its
+:class:`~conformance.inference.found.CapabilitiesFound` (typed: a capability's field, checked by
+name), and stating what it inferred in its notes."""
 
 from __future__ import annotations
 
@@ -13,8 +14,14 @@ from dataclasses import replace
 
 from torch import nn
 
-from conformance.inference.behaviour import causality, dropout_form, dtypes_form, find_weights
-from conformance.inference.construction import (
+from conformance.inference.calls.packed_call import settle_call
+from conformance.inference.calls.variadic_call import settle_by_trial
+from conformance.inference.found import CapabilitiesFound
+from conformance.inference.inquiry import Inquiry
+from conformance.inference.names.roles import ConstructorRoles
+from conformance.inference.plan import InferenceError, Inferred, Plan, declarations_read
+from conformance.inference.steps.behaviour import causality, dropout_form, dtypes_form, find_weights
+from conformance.inference.steps.construction import (
     build_constraint,
     constructor_roles,
     encoding_constraint,
@@ -25,18 +32,12 @@ from conformance.inference.construction import (
     probe_sizes,
     sequence_order,
 )
-from conformance.inference.features import cache_form, mask_form, packed_form, window_form
-from conformance.inference.fixed_sizes import fixed_width, hidden_heads
-from conformance.inference.found import CapabilitiesFound
-from conformance.inference.inquiry import Inquiry
-from conformance.inference.latent import latent_form
-from conformance.inference.packed_call import settle_call
-from conformance.inference.plan import InferenceError, Inferred, Plan, declarations_read
-from conformance.inference.position import alibi_counting, encoding_inside, position_input
-from conformance.inference.roles import ConstructorRoles
-from conformance.inference.state import plain_state, position_state
-from conformance.inference.trial import fill_by_trial
-from conformance.inference.variadic_call import settle_by_trial
+from conformance.inference.steps.features import cache_form, mask_form, packed_form, window_form
+from conformance.inference.steps.fixed_sizes import fixed_width, hidden_heads
+from conformance.inference.steps.latent import latent_form
+from conformance.inference.steps.position import alibi_counting, encoding_inside, position_input
+from conformance.inference.steps.state import plain_state, position_state
+from conformance.inference.steps.trial import fill_by_trial
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import as_notes
 from conformance.numerics.threads import one_thread

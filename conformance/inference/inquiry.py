@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from conformance.generation.constraints import Constraint
 from conformance.inference.found import CapabilitiesFound
 from conformance.inference.plan import Plan
-from conformance.inference.weight_roles import WeightOutcome
+from conformance.inference.weights.weight_roles import WeightOutcome
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import Note
 from conformance.model.spec import Config
@@ -32,7 +32,7 @@ class Inquiry:
     """The configurations it builds (and runs) for; None where every one does."""
     heads: int = 1
     head_dim: int = 4
-    """The probes' sizes (:func:`~conformance.inference.construction.probe_sizes`)."""
+    """The probes' sizes (:func:`~conformance.inference.steps.construction.probe_sizes`)."""
     config: Config | None = None
     """The probes' configuration, ``heads`` of ``head_dim``."""
     probe: ModuleInstance | None = None

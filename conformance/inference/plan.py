@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from conformance.errors import ConformanceError
-from conformance.inference.convention import FILLABLE_POSITIONS, ForwardConvention
-from conformance.inference.roles import CONTEXT_LENGTH, MAX_BATCH_SIZE, ConstructorRoles
+from conformance.inference.names.convention import FILLABLE_POSITIONS, ForwardConvention
+from conformance.inference.names.roles import CONTEXT_LENGTH, MAX_BATCH_SIZE, ConstructorRoles
 from conformance.model.declarations import DeclarationError
 from conformance.model.remedies import Note, Option, Remedy
 from conformance.model.spec import Capabilities, Config, Implementation
@@ -149,7 +149,7 @@ class Plan:
     the row)."""
     fixed_heads: int = 1
     """The head count of a module no argument gives one: 1 until its weights say otherwise
-    (see :mod:`conformance.inference.fixed_sizes`)."""
+    (see :mod:`conformance.inference.steps.fixed_sizes`)."""
     fixed_width: int | None = None
     """The width of a module built with no arguments (no constructor argument sets one), or of
     the instance checked as it is."""
@@ -158,7 +158,7 @@ class Plan:
     weights), never a new one, and the instance itself is never changed."""
     queries: int | None = None
     """Queries the module holds itself (its output's rows for inputs of any length): found by
-    behaviour, see :mod:`conformance.inference.latent`."""
+    behaviour, see :mod:`conformance.inference.steps.latent`."""
 
     def head_count(self) -> int | None:
         """The head count every configuration has, None where an argument sets it."""

@@ -19,9 +19,9 @@ from dataclasses import replace
 import torch
 
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, discover
-from conformance.inference.behaviour import find_weights
 from conformance.inference.inquiry import Inquiry
 from conformance.inference.plan import SIZES_REMEDY, InferenceError, Plan, first_call
+from conformance.inference.steps.behaviour import find_weights
 from conformance.model.spec import Config
 
 COMMON_FIRST = tuple(sorted(HEAD_COUNTS[1:], key=lambda h: (h not in (8, 4, 2), -h)))

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import conformance.inference.kv_cache as kv_cache
-import conformance.inference.packing as packing
-import conformance.inference.window as window
+import conformance.inference.calls.kv_cache as kv_cache
+import conformance.inference.calls.packing as packing
+import conformance.inference.calls.window as window
 from conformance.generation.cases import own_queries
 from conformance.inference.inquiry import Inquiry
+from conformance.inference.observing.probing import BOOLEAN_POLARITY, infer_mask, probe_case
 from conformance.inference.plan import WIDE_WINDOW, InferenceError, declarations_read
-from conformance.inference.probing import BOOLEAN_POLARITY, infer_mask, probe_case
 from conformance.model.declarations import DeclarationError
 from conformance.model.forms import QUERY_AXIS_LAYOUTS, CacheStyle, PackedForm
 from conformance.model.remedies import Note, Remedy

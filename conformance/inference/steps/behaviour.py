@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import torch
 
-import conformance.inference.weight_roles as weight_roles
+import conformance.inference.weights.weight_roles as weight_roles
 from conformance.generation.cases import dtype_name, own_queries
 from conformance.inference.inquiry import Inquiry
+from conformance.inference.names.roles import CONTEXT_LENGTH
+from conformance.inference.observing.probing import is_causal, probe_case
 from conformance.inference.plan import InferenceError, declarations_read
-from conformance.inference.probing import is_causal, probe_case
-from conformance.inference.roles import CONTEXT_LENGTH
-from conformance.inference.weight_roles import WeightOutcome
+from conformance.inference.weights.weight_roles import WeightOutcome
 from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Config
 from conformance.subject.boundary import ImplementationError
@@ -20,7 +20,7 @@ from conformance.subject.in_process import ModuleInstance
 
 def find_weights(inquiry: Inquiry) -> None:
     """The weight layout (``inquiry.layout``): declared, or found by behaviour (see
-    :mod:`conformance.inference.weight_roles`, its ``inquiry.outcome``); and the key/value
+    :mod:`conformance.inference.weights.weight_roles`, its ``inquiry.outcome``); and the key/value
     heads."""
     plan, declared, constraint = inquiry.plan, inquiry.declared, inquiry.constraint
     notes, capabilities = inquiry.notes, inquiry.capabilities

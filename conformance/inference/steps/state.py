@@ -15,11 +15,11 @@ from dataclasses import replace
 import torch
 
 from conformance.generation.cases import Case
+from conformance.inference.calls.kv_cache import CacheProtocol, confirm
 from conformance.inference.found import CapabilitiesFound
 from conformance.inference.inquiry import Inquiry
-from conformance.inference.kv_cache import CacheProtocol, confirm
+from conformance.inference.observing.probing import probe_case
 from conformance.inference.plan import InferenceError, Plan
-from conformance.inference.probing import probe_case
 from conformance.model.forms import CacheStyle
 from conformance.model.remedies import Remedy
 from conformance.numerics.tolerance import abs_error, reordering_tolerance

@@ -9,10 +9,11 @@ import io
 import torch
 
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, describe, discover
-from conformance.inference.convention import ForwardConvention, mask_family, read_forward
-from conformance.inference.fixed_sizes import needs_no_arguments, width_constraint
+from conformance.inference.calls.variadic_call import variadic
 from conformance.inference.inquiry import Inquiry
-from conformance.inference.latent import own_query_count
+from conformance.inference.names.convention import ForwardConvention, mask_family, read_forward
+from conformance.inference.names.roles import ConstructorRoles, read_roles
+from conformance.inference.observing.probing import probe_case, sequence_first
 from conformance.inference.plan import (
     CALL_REMEDY,
     SIZES_REMEDY,
@@ -21,9 +22,8 @@ from conformance.inference.plan import (
     declarations_read,
     first_call,
 )
-from conformance.inference.probing import probe_case, sequence_first
-from conformance.inference.roles import ConstructorRoles, read_roles
-from conformance.inference.variadic_call import variadic
+from conformance.inference.steps.fixed_sizes import needs_no_arguments, width_constraint
+from conformance.inference.steps.latent import own_query_count
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Config
@@ -223,7 +223,7 @@ def output_form(inquiry: Inquiry) -> None:
                              kv_len=config.kv_len)
     if problem is not None:
         plan.queries = own_query_count(plan, config, first)
-        if plan.queries is not None:  # queries of its own: see inference.latent
+        if plan.queries is not None:  # queries of its own: see inference.steps.latent
             plan.convention.call = "latent"
             return
         raise InferenceError(str(problem))

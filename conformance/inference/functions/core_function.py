@@ -26,18 +26,18 @@ from dataclasses import replace
 import torch
 
 from conformance.generation.cases import dtype_name
-from conformance.inference.cache_function import cache_function_class, is_cache_kernel, page_size
-from conformance.inference.function_wrapper import DROPOUT_ARGUMENTS, core_function_class
-from conformance.inference.infer import infer
-from conformance.inference.kernel_arguments import (
+from conformance.inference.functions.cache_function import cache_function_class, is_cache_kernel, page_size
+from conformance.inference.functions.function_wrapper import DROPOUT_ARGUMENTS, core_function_class
+from conformance.inference.functions.kernel_arguments import (
     call_output,
     kernel_arguments,
     per_head,
     refusal,
     refuses,
 )
+from conformance.inference.functions.varlen_function import dense_view, is_varlen
+from conformance.inference.infer import infer
 from conformance.inference.plan import ALL_DTYPES, InferenceError, Inferred, declarations_read
-from conformance.inference.varlen_function import dense_view, is_varlen
 from conformance.model.declarations import Declarations
 from conformance.model.forms import CausalAlignment, KernelArguments
 from conformance.model.remedies import Note, Remedy, as_notes

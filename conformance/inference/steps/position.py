@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import torch
 
-from conformance.inference.convention import FILLABLE_POSITIONS, START_NAMES
-from conformance.inference.core_observed import WORDS, position_bias
-from conformance.inference.encoding_search import setting_arguments
 from conformance.inference.inquiry import Inquiry
-from conformance.inference.positional import position_encoding
-from conformance.inference.probing import probe_case
-from conformance.inference.weight_search import REPRODUCED_FLOAT32, relative_error
+from conformance.inference.names.convention import FILLABLE_POSITIONS, START_NAMES
+from conformance.inference.names.positional import position_encoding
+from conformance.inference.observing.core_observed import WORDS, position_bias
+from conformance.inference.observing.probing import probe_case
+from conformance.inference.weights.encoding_search import setting_arguments
+from conformance.inference.weights.weight_search import REPRODUCED_FLOAT32, relative_error
 from conformance.model.declarations import Declarations
 from conformance.model.forms import (
     AlibiBias,

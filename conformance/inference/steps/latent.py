@@ -16,11 +16,11 @@ from dataclasses import replace
 import torch
 
 from conformance.generation.cases import own_queries
-from conformance.inference.behaviour import dropout_form
-from conformance.inference.features import mask_form
 from conformance.inference.inquiry import Inquiry
+from conformance.inference.observing.probing import probe_case
 from conformance.inference.plan import InferenceError, Plan, first_call
-from conformance.inference.probing import probe_case
+from conformance.inference.steps.behaviour import dropout_form
+from conformance.inference.steps.features import mask_form
 from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Config
 from conformance.numerics.tolerance import abs_error, reordering_tolerance
