@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     # The public functions are frontends.python_api's wrappers of these (the same signatures;
     # the root may not import the front ends, whose layer is above the bundled implementations
     # that import the root).
-    from conformance.inference.core_function import infer_function
+    from conformance.inference.functions.core_function import infer_function
     from conformance.inference.infer import infer
     from conformance.inference.plan import Inferred
     from conformance.loading.registry import (

@@ -180,7 +180,7 @@ def test_paged_caches_equal_contiguous_ones_and_the_table_ignoring_twin_does_not
     """A prefill of 5 then a step, through pages of 4 handed out shuffled (the suite's own
     paging), against contiguous caches; the twin agrees only where the table is in order."""
     from conformance.implementations.kernel_mutants import paged_cache_table_ignored as twin
-    from conformance.inference.cache_function import paged
+    from conformance.inference.functions.cache_function import paged
 
     generator = torch.Generator().manual_seed(13)
     q, k, v = (torch.randn(2, 6, 2, 8, generator=generator).half() for _ in range(3))
@@ -428,7 +428,7 @@ def test_a_kernel_that_refuses_the_cpu_is_inferred_where_it_runs_and_the_cpu_is_
     checks nothing: skipped, saying why, never a failure, never OK."""
     import functools
 
-    from conformance.inference import core_function
+    from conformance.inference.functions import core_function
 
     def fake_bridge(function, device):
         @functools.wraps(function)

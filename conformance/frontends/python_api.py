@@ -10,7 +10,7 @@ from typing import ParamSpec, TypeVar
 
 from conformance.errors import ConformanceError
 from conformance.frontends.interface_language import remedy_words
-from conformance.inference.core_function import infer_function as _infer_function
+from conformance.inference.functions.core_function import infer_function as _infer_function
 from conformance.inference.infer import infer as _infer
 from conformance.model.remedies import remedy_of
 from conformance.run.many import check as _check

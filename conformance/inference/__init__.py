@@ -4,10 +4,10 @@
 names and shapes, and probes behaviour only for what can't be read (the mask convention,
 causality). Every inference is stated in :attr:`Inferred.notes`, so a report can open with what
 the tool assumed; probing never turns a bug into an accepted convention (see
-:mod:`conformance.inference.probing`).
+:mod:`conformance.inference.observing.probing`).
 """
 
-from conformance.inference.core_function import infer_function
+from conformance.inference.functions.core_function import infer_function
 from conformance.inference.infer import infer
 from conformance.inference.plan import InferenceError, Inferred
 from conformance.model.declarations import DeclarationError, Declarations

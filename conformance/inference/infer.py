@@ -1,9 +1,11 @@
 """Infer an implementation's declaration from the class itself, stating every inference.
 
-:func:`infer` drives the steps in order (``construction``, ``behaviour``, ``position``,
-``features``), each reading what earlier steps found and setting what it finds in a
+:func:`infer` settles how to build and call the class (a :class:`Plan`), then drives the steps in
+order (:mod:`conformance.inference.steps`: ``construction``, ``behaviour``, ``position``,
+``features``), each ``step(inquiry)`` on one :class:`~conformance.inference.inquiry.Inquiry`:
+reading what earlier steps found and setting what it finds in its
 :class:`~conformance.inference.found.CapabilitiesFound` (typed: a capability's field, checked by
-name), and stating what it inferred in the notes."""
+name), and stating what it inferred in its notes."""
 
 from __future__ import annotations
 
@@ -12,8 +14,14 @@ from dataclasses import replace
 
 from torch import nn
 
-from conformance.inference.behaviour import causality, dropout_form, dtypes_form, find_weights
-from conformance.inference.construction import (
+from conformance.inference.calls.packed_call import settle_call
+from conformance.inference.calls.variadic_call import settle_by_trial
+from conformance.inference.found import CapabilitiesFound
+from conformance.inference.inquiry import Inquiry
+from conformance.inference.names.roles import ConstructorRoles
+from conformance.inference.plan import InferenceError, Inferred, Plan, declarations_read
+from conformance.inference.steps.behaviour import causality, dropout_form, dtypes_form, find_weights
+from conformance.inference.steps.construction import (
     build_constraint,
     constructor_roles,
     encoding_constraint,
@@ -21,26 +29,18 @@ from conformance.inference.construction import (
     layout_constraint,
     output_form,
     positional_arguments,
-    probe_pair,
+    probe_sizes,
     sequence_order,
 )
-from conformance.inference.features import cache_form, mask_form, packed_form, window_form
-from conformance.inference.fixed_sizes import fixed_width, hidden_heads
-from conformance.inference.found import CapabilitiesFound
-from conformance.inference.latent import latent_form
-from conformance.inference.packed_call import settle_call
-from conformance.inference.plan import InferenceError, Inferred, Plan
-from conformance.inference.position import alibi_counting, encoding_inside, position_input
-from conformance.inference.roles import ConstructorRoles
-from conformance.inference.state import plain_state, position_state
-from conformance.inference.trial import fill_by_trial
-from conformance.inference.variadic_call import settle_by_trial
-from conformance.model.declarations import DeclarationError, Declarations
-from conformance.model.remedies import Note, as_notes
-from conformance.model.spec import Config
-from conformance.model.weights import WeightLayout
+from conformance.inference.steps.features import cache_form, mask_form, packed_form, window_form
+from conformance.inference.steps.fixed_sizes import fixed_width, hidden_heads
+from conformance.inference.steps.latent import latent_form
+from conformance.inference.steps.position import alibi_counting, encoding_inside, position_input
+from conformance.inference.steps.state import plain_state, position_state
+from conformance.inference.steps.trial import fill_by_trial
+from conformance.model.declarations import Declarations
+from conformance.model.remedies import as_notes
 from conformance.numerics.threads import one_thread
-from conformance.subject.in_process import InProcessSubject
 
 
 @one_thread()  # its probes are tiny: threads only spin on a busy machine
@@ -102,72 +102,61 @@ def infer(cls: type, *, name: str | None = None, declared: Declarations | None =
     if init:
         notes.append("constructed with " + ", ".join(f"{k}={v!r}" for k, v in init.items())
                      + " (declared)")
-    constraint = build_constraint(plan, label, notes)
-    heads, head_dim = probe_pair(plan, constraint)
-    config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim, num_heads=heads)
-    try:
+    inquiry = Inquiry(plan, label, declared, CapabilitiesFound(), notes)
+    build_constraint(inquiry)
+    probe_sizes(inquiry)
+    with declarations_read():
         returns = declared.choice("returns", ("tensor", "tuple"))
         padded = declared.choice("padded_queries", ("zero", "self", "any"))
-    except DeclarationError as error:
-        raise InferenceError(str(error)) from error
-    output_form(plan, config, notes, returns)
+    output_form(inquiry)
     if plan.queries is not None:  # found by calling it: the convention said first is its own
         notes[0] = plan.convention.describe()
-    capabilities = CapabilitiesFound(shapes=constraint.pairs if constraint else None,
-                                     returns_tensor=returns == "tensor", padded_queries=padded)
+    inquiry.capabilities.set(shapes=inquiry.constraint.pairs if inquiry.constraint else None,
+                             returns_tensor=returns == "tensor", padded_queries=padded)
     if padded is not None:
         notes.append(f"padded queries: {padded} (declared; checked by padding)")
-    try:
-        position_input(plan, declared, capabilities, notes)
-    except DeclarationError as error:
-        raise InferenceError(str(error)) from error
-
-    def build(**changes: object):
-        implementation = plan.implementation(label, **capabilities.given(**changes))
-        return InProcessSubject(implementation).instantiate(config, seed=0)
-
+    with declarations_read():
+        position_input(inquiry)
     if plan.queries is not None:  # queries of its own: no weights, nothing causal, no cache
-        latent_form(plan, declared, capabilities, build, heads, head_dim, notes)
-        return _inferred(plan, label, declared, capabilities, None, notes)
-    sequence_order(plan, declared, build, heads, head_dim, notes)
-    probe = build()
-    causality(plan, declared, capabilities, build, heads, head_dim, notes)
-    plain_state(plan, capabilities, build, heads, head_dim, label)
-    position_state(plan, capabilities, build, heads, head_dim, notes)
-    weight_notes: list[str | Note] = []
-    layout, outcome = find_weights(plan, declared, label, constraint, weight_notes, capabilities)
-    if not plan.roles.heads and not outcome.reproduced and not declared.weights:
-        found = hidden_heads(plan, declared, label, constraint, capabilities)
+        latent_form(inquiry)
+        return _inferred(inquiry)
+    sequence_order(inquiry)
+    inquiry.probe = inquiry.build()
+    for step in (causality, plain_state, position_state, weights_and_heads, layout_constraint,
+                 encoding_constraint):
+        step(inquiry)
+    inquiry.capabilities.set(shapes=inquiry.constraint.pairs if inquiry.constraint else None)
+    with declarations_read():
+        for step in (encoding_inside, window_form, cache_form, dropout_form, mask_form,
+                     alibi_counting, packed_form):
+            step(inquiry)
+    return _inferred(inquiry)
+
+
+def weights_and_heads(inquiry: Inquiry) -> None:
+    """The weight step (:func:`find_weights`), and where its weights reproduce nothing with one
+    head and no argument sets the count, the head count the module fixes itself (then the
+    probes' sizes at it); what it says follows what was said before it."""
+    weighed = replace(inquiry, notes=[])
+    find_weights(weighed)
+    if (not inquiry.plan.roles.heads and not weighed.outcome.reproduced
+            and not inquiry.declared.weights):
+        found = hidden_heads(inquiry)
         if found is not None:
-            heads_found, constraint, layout, outcome, weight_notes = found
-            weight_notes.insert(0, f"{heads_found} heads, fixed by the module: its output is "
-                                   f"reproduced with {heads_found} heads, not one (found by "
-                                   "behaviour)")
-            heads, head_dim = probe_pair(plan, constraint)
-            config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim,
-                            num_heads=heads)
-    notes += weight_notes
-    constraint = layout_constraint(plan, layout, constraint, notes)
-    constraint = encoding_constraint(plan, outcome, constraint, capabilities, notes)
-    capabilities.set(shapes=constraint.pairs if constraint else None)
-    try:
-        encoding_inside(plan, declared, capabilities, probe, outcome, notes)
-        window_form(plan, declared, capabilities, config, label, heads, head_dim, notes)
-        cache_form(plan, declared, capabilities, build, heads, head_dim, notes)
-        dropout_form(plan, capabilities, probe, heads, head_dim, notes)
-        mask_form(plan, declared, capabilities, build, heads, head_dim, notes)
-        alibi_counting(plan, capabilities, layout, label, heads, head_dim, notes)
-        packed_form(plan, declared, capabilities, build, heads, head_dim, notes)
-    except DeclarationError as error:
-        raise InferenceError(str(error)) from error
-    return _inferred(plan, label, declared, capabilities, layout, notes)
+            heads_found, weighed = found
+            weighed.notes.insert(0, f"{heads_found} heads, fixed by the module: its output is "
+                                    f"reproduced with {heads_found} heads, not one (found by "
+                                    "behaviour)")
+            inquiry.constraint = weighed.constraint
+            probe_sizes(inquiry)
+    inquiry.notes += weighed.notes
+    inquiry.layout, inquiry.outcome = weighed.layout, weighed.outcome
 
 
-def _inferred(plan: Plan, label: str, declared: Declarations, capabilities: CapabilitiesFound,
-              layout: WeightLayout | None, notes: list[str | Note]) -> Inferred:
+def _inferred(inquiry: Inquiry) -> Inferred:
     """The declaration found: the dtypes settled last, every note said."""
-    dtypes_form(declared, capabilities, notes)
-    said = as_notes(notes)
-    implementation = replace(plan.implementation(label, **capabilities.given()), weight_layout=layout,
-                             notes=said)
+    dtypes_form(inquiry)
+    said = as_notes(inquiry.notes)
+    implementation = replace(inquiry.plan.implementation(inquiry.label, **inquiry.capabilities.given()),
+                             weight_layout=inquiry.layout, notes=said)
     return Inferred(implementation, said)

@@ -6,14 +6,16 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from conformance.errors import ConformanceError
-from conformance.inference.convention import FILLABLE_POSITIONS, ForwardConvention
-from conformance.inference.roles import CONTEXT_LENGTH, MAX_BATCH_SIZE, ConstructorRoles
+from conformance.inference.names.convention import FILLABLE_POSITIONS, ForwardConvention
+from conformance.inference.names.roles import CONTEXT_LENGTH, MAX_BATCH_SIZE, ConstructorRoles
+from conformance.model.declarations import DeclarationError
 from conformance.model.remedies import Note, Option, Remedy
 from conformance.model.spec import Capabilities, Config, Implementation
 from conformance.subject.call_arguments import positions_argument
@@ -34,6 +36,16 @@ class InferenceError(ConformanceError):
     def __init__(self, message: str, remedy: Remedy | None = None) -> None:
         super().__init__(message)
         self.remedy = remedy
+
+
+@contextlib.contextmanager
+def declarations_read() -> Iterator[None]:
+    """Where declarations are read: a declaration that says nothing valid (a
+    :class:`DeclarationError`) is what can't be inferred, an InferenceError with its words."""
+    try:
+        yield
+    except DeclarationError as error:
+        raise InferenceError(str(error)) from error
 
 
 CALL_REMEDY = Remedy((Option("call", "self", "call it as f(x[, mask])"),
@@ -137,7 +149,7 @@ class Plan:
     the row)."""
     fixed_heads: int = 1
     """The head count of a module no argument gives one: 1 until its weights say otherwise
-    (see :mod:`conformance.inference.fixed_sizes`)."""
+    (see :mod:`conformance.inference.steps.fixed_sizes`)."""
     fixed_width: int | None = None
     """The width of a module built with no arguments (no constructor argument sets one), or of
     the instance checked as it is."""
@@ -146,7 +158,7 @@ class Plan:
     weights), never a new one, and the instance itself is never changed."""
     queries: int | None = None
     """Queries the module holds itself (its output's rows for inputs of any length): found by
-    behaviour, see :mod:`conformance.inference.latent`."""
+    behaviour, see :mod:`conformance.inference.steps.latent`."""
 
     def head_count(self) -> int | None:
         """The head count every configuration has, None where an argument sets it."""

@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import inspect
 from collections import Counter
+from dataclasses import replace
 
 import torch
 
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, discover
-from conformance.inference.behaviour import find_weights
-from conformance.inference.found import CapabilitiesFound
+from conformance.inference.inquiry import Inquiry
 from conformance.inference.plan import SIZES_REMEDY, InferenceError, Plan, first_call
-from conformance.inference.weight_roles import WeightOutcome
-from conformance.model.declarations import Declarations
+from conformance.inference.steps.behaviour import find_weights
 from conformance.model.spec import Config
-from conformance.model.weights import WeightLayout
 
 COMMON_FIRST = tuple(sorted(HEAD_COUNTS[1:], key=lambda h: (h not in (8, 4, 2), -h)))
 """The head counts tried, the common ones first (8, 4, 2, then 7, 6, 5, 3): an order only, the
@@ -78,14 +76,13 @@ def width_constraint(plan: Plan) -> Constraint:
                       f"d_model {plan.fixed_width}, fixed by the module")
 
 
-def hidden_heads(plan: Plan, declared: Declarations, label: str, constraint: Constraint | None,
-                 capabilities: CapabilitiesFound
-                 ) -> tuple[int, Constraint | None, WeightLayout | None, WeightOutcome,
-                            list[str]] | None:
+def hidden_heads(inquiry: Inquiry) -> tuple[int, Inquiry] | None:
     """The head count a module with no head-count argument computes with, where its weights
-    reproduce its output with that many heads (see the module's docstring): the count, its
-    configurations, the layout, the weight step's outcome and notes; None where no count does.
+    reproduce its output with that many heads (see the module's docstring): the count, and the
+    weight step tried at it (its configurations, layout, outcome and notes; its capabilities,
+    adopted by ``inquiry``'s); None where no count does.
     """
+    plan = inquiry.plan
     for heads in COMMON_FIRST:
         if plan.fixed_width is not None:
             if plan.fixed_width % heads:
@@ -101,11 +98,11 @@ def hidden_heads(plan: Plan, declared: Declarations, label: str, constraint: Con
             if candidate is None:  # every head width builds: the weight step reads the count here
                 candidate = Constraint(tuple((heads, d) for d in HEAD_DIMS),
                                        f"{heads} heads, fixed by the module")
-        notes: list[str] = []
-        tried = capabilities.fork()
-        layout, outcome = find_weights(plan, declared, label, candidate, notes, tried)
-        if layout is not None and outcome.reproduced:
-            capabilities.adopt(tried)
-            return heads, candidate, layout, outcome, notes
+        tried = replace(inquiry, capabilities=inquiry.capabilities.fork(), notes=[],
+                        constraint=candidate)
+        find_weights(tried)
+        if tried.layout is not None and tried.outcome.reproduced:
+            inquiry.capabilities.adopt(tried.capabilities)
+            return heads, tried
     plan.fixed_heads = 1
     return None

@@ -1,7 +1,7 @@
 """Weights by behaviour: which parameters hold q, k, v and the output projection, decided by
 what the forward does, not by what things are called.
 
-1. Trace a float64 forward (:mod:`conformance.inference.tracing`): the parameter-holding
+1. Trace a float64 forward (:mod:`conformance.inference.observing.tracing`): the parameter-holding
    submodules it calls, which of them read a model input, which one's output is the module's
    output, and which parameters the output depends on at all (unused ones are not projections).
 2. Candidates: every way the called layers could hold the projections: three layers in any
@@ -12,7 +12,7 @@ what the forward does, not by what things are called.
 3. A candidate is accepted when the float64 reference computed from the weights it reads
    reproduces the module's own float64 output (with its causality, and for a module whose
    output depends on the tokens' order, the RoPE or ALiBi that reproduces it, see
-   :mod:`conformance.inference.encoding_search`), every parameter the output depends on read.
+   :mod:`conformance.inference.weights.encoding_search`), every parameter the output depends on read.
 4. When none reproduces (a bug in the attention itself, or something the reference does not
    model), the candidate whose roles agree with interventions is kept, and said so: nudging
    one token's query changes that token's row alone, a value changes every row linearly, a key
@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from conformance.inference.encoding_search import fit_theta
-from conformance.inference.projections import NAMES
-from conformance.inference.weight_interventions import by_roles
-from conformance.inference.weight_trace import Source, Trace, weight_of
+from conformance.inference.weights.encoding_search import fit_theta
+from conformance.inference.weights.projections import NAMES, shapes_agree
+from conformance.inference.weights.weight_interventions import by_roles
+from conformance.inference.weights.weight_trace import Source, Trace, weight_of
 from conformance.model.declared_layouts import (
     PackedInProjection,
     PerHeadModules,
@@ -223,22 +223,14 @@ def _tensors(weights: HeadWeights) -> list[torch.Tensor]:
 
 def consistent(layout: WeightLayout, root: nn.Module, heads: int, d_in: int, out_width: int,
                used: set[str], kv_heads: int | None = None) -> HeadWeights | None:
-    """The weights ``layout`` reads when they have consistent shapes (query heads over the input
-    width; key heads of the query's width, as many as the value heads, a divisor of the query
-    heads; an output projection from the concatenated heads to the output, or none where the
-    heads are the output) and it reads every weight matrix the output depends on; else None."""
+    """The weights ``layout`` reads when they have consistent shapes
+    (:func:`~conformance.inference.weights.projections.shapes_agree`) and it reads every weight matrix
+    the output depends on; else None."""
     try:
         weights = layout.read(root, heads, kv_heads)
     except (WeightLayoutError, RuntimeError, IndexError, ValueError):
         return None
-    if weights.d_in != d_in or weights.w_k.shape[1:] != weights.w_q.shape[1:]:
-        return None
-    if weights.num_heads % weights.num_kv_heads or weights.w_v.shape[0] != weights.num_kv_heads:
-        return None
-    if weights.w_o is None:
-        if weights.num_heads * weights.value_dim != out_width:
-            return None
-    elif tuple(weights.w_o.shape) != (out_width, weights.num_heads * weights.value_dim):
+    if not shapes_agree(weights, d_in, out_width):
         return None
     matrices = [name for name in used if root.get_parameter(name).dim() >= 2]
     if set(matrices) - _touched(layout, root, heads, matrices):

@@ -5,23 +5,24 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import conformance.inference.kv_cache as kv_cache
-import conformance.inference.packing as packing
-import conformance.inference.window as window
+import conformance.inference.calls.kv_cache as kv_cache
+import conformance.inference.calls.packing as packing
+import conformance.inference.calls.window as window
 from conformance.generation.cases import own_queries
-from conformance.inference.found import CapabilitiesFound
-from conformance.inference.plan import WIDE_WINDOW, InferenceError, Plan
-from conformance.inference.probing import BOOLEAN_POLARITY, infer_mask, probe_case
-from conformance.model.declarations import DeclarationError, Declarations
+from conformance.inference.inquiry import Inquiry
+from conformance.inference.observing.probing import BOOLEAN_POLARITY, infer_mask, probe_case
+from conformance.inference.plan import WIDE_WINDOW, InferenceError, declarations_read
+from conformance.model.declarations import DeclarationError
 from conformance.model.forms import QUERY_AXIS_LAYOUTS, CacheStyle, PackedForm
 from conformance.model.remedies import Note, Remedy
-from conformance.model.spec import Config, Doubts
-from conformance.subject.in_process import InProcessSubject
+from conformance.model.spec import Doubts
 
 
-def window_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, config: Config,
-                label: str, heads: int, head_dim: int, notes: list[str | Note]) -> None:
+def window_form(inquiry: Inquiry) -> None:
     """A sliding-window argument: how it counts (declared, settled by its name, or probed)."""
+    plan, declared, capabilities, notes = (inquiry.plan, inquiry.declared, inquiry.capabilities,
+                                           inquiry.notes)
+    heads, head_dim = inquiry.heads, inquiry.head_dim
     name = plan.roles.window
     if not name:
         return
@@ -41,8 +42,7 @@ def window_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFo
         remedy = Remedy.to("window_arg", f"{name}:{other}", "say it counts the other way")
     else:
         def built(width: int):
-            implementation = plan.implementation(label, **capabilities.given())
-            return InProcessSubject(implementation).instantiate(replace(config, window=width), 0)
+            return inquiry.build(replace(inquiry.config, window=width))
 
         case = probe_case(heads, head_dim, kept=None, batch=1, q_len=window.LENGTH,
                           kv_len=window.LENGTH, causal=True)
@@ -73,10 +73,12 @@ def window_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFo
                       f"({how}); generated as 1 to 8 keys", remedy))
 
 
-def cache_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, build, heads: int,
-               head_dim: int, notes: list[str | Note]) -> None:
+def cache_form(inquiry: Inquiry) -> None:
     """A KV cache argument: its style (declared, or read from the signature), confirmed by a
     prefill through it."""
+    plan, declared, capabilities, notes = (inquiry.plan, inquiry.declared, inquiry.capabilities,
+                                           inquiry.notes)
+    heads, head_dim = inquiry.heads, inquiry.head_dim
     stated = declared.cache()
     if stated == "none":
         notes.append("no KV cache (declared)")
@@ -102,7 +104,7 @@ def cache_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFou
                      "checked")
         return
     case = probe_case(heads, head_dim, kept=None, causal=True)
-    problem = kv_cache.confirm(build, found, case, plan.convention.call)
+    problem = kv_cache.confirm(inquiry.build, found, case, plan.convention.call)
     if problem is not None:
         notes.append(Note(f"{found.argument}: a prefill through the cache as {found.describe()} "
                           f"failed ({problem}): the KV cache is not checked",
@@ -123,16 +125,17 @@ def cache_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFou
                       Remedy.to("kv_cache", None, "state another style")))
 
 
-def packed_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, build, heads: int,
-                head_dim: int, notes: list[str | Note]) -> None:
+def packed_form(inquiry: Inquiry) -> None:
     """Packed sequences: a cu_seqlens argument (its token layout probed), or declared."""
+    plan, declared, capabilities, notes = (inquiry.plan, inquiry.declared, inquiry.capabilities,
+                                           inquiry.notes)
+    heads, head_dim = inquiry.heads, inquiry.head_dim
     stated = declared.packing()
     case = probe_case(heads, head_dim, kept=None, batch=1,
                       causal=capabilities.caps.causal == "always")
     if stated is not None and stated[0] is PackedForm.MASK:
         mask = capabilities.caps.mask
-        if (mask is None or mask.layout not in QUERY_AXIS_LAYOUTS) and not per_query_mask(
-                plan, capabilities, build, heads, head_dim, notes):
+        if (mask is None or mask.layout not in QUERY_AXIS_LAYOUTS) and not per_query_mask(inquiry):
             return
         capabilities.set(packed=PackedForm.MASK)
         notes.append("packed sequences through a block-diagonal mask (declared)")
@@ -144,7 +147,7 @@ def packed_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFo
     if stated is not None:
         form, how = stated[0], "declared"
     else:
-        form = packing.probe_form(build, case, plan.convention.call, argument, max_seqlen)
+        form = packing.probe_form(inquiry.build, case, plan.convention.call, argument, max_seqlen)
         how = "probed"
         if form is None:
             notes.append(Note(f"{argument}: a cu_seqlens argument, but no packed call works "
@@ -157,14 +160,15 @@ def packed_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFo
                  + (f", with {max_seqlen}" if max_seqlen else ""))
 
 
-def per_query_mask(plan: Plan, capabilities: CapabilitiesFound, build, heads: int, head_dim: int,
-                   notes: list[str | Note]) -> bool:
+def per_query_mask(inquiry: Inquiry) -> bool:
     """For packing through the mask: a mask convention with a query axis, searched again among
     those layouts only."""
+    plan, capabilities, notes = inquiry.plan, inquiry.capabilities, inquiry.notes
     argument = plan.convention.mask
     if not argument:
         raise InferenceError("packed=mask is declared, but forward takes no mask argument")
-    search = infer_mask(build(mask=None, doubts=Doubts()), probe_case(heads, head_dim),
+    search = infer_mask(inquiry.build(mask=None, doubts=Doubts()),
+                        probe_case(inquiry.heads, inquiry.head_dim),
                         plan.convention.call, plan.convention.mask_family, argument,
                         name_settles=plan.convention.mask_name_settles,
                         layouts=QUERY_AXIS_LAYOUTS)
@@ -179,14 +183,14 @@ def per_query_mask(plan: Plan, capabilities: CapabilitiesFound, build, heads: in
     return True
 
 
-def mask_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, build, heads: int,
-              head_dim: int, notes: list[str | Note]) -> None:
+def mask_form(inquiry: Inquiry) -> None:
+    plan, declared, capabilities, notes = (inquiry.plan, inquiry.declared, inquiry.capabilities,
+                                           inquiry.notes)
+    heads, head_dim = inquiry.heads, inquiry.head_dim
     argument = plan.convention.mask
-    try:
+    with declarations_read():
         declared_mask = declared.mask_convention("mask")
         formats = declared.alternative_masks("mask") if declared.mask_formats else ()
-    except DeclarationError as error:
-        raise InferenceError(str(error)) from error
     if declared_mask is not None:
         if not argument:
             raise InferenceError("a mask is declared, but forward takes no mask argument",
@@ -196,8 +200,8 @@ def mask_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFoun
         notes.append(f"{argument}: {declared_mask.describe()} (declared)")
     elif argument:
         causal = capabilities.caps.causal == "always"
-        search = infer_mask(build(), own_queries(probe_case(heads, head_dim, causal=causal),
-                                                 capabilities.caps),
+        search = infer_mask(inquiry.build(), own_queries(probe_case(heads, head_dim, causal=causal),
+                                                         capabilities.caps),
                             plan.convention.call, plan.convention.mask_family, argument,
                             name_settles=plan.convention.mask_name_settles)
         if search.convention is None:

@@ -5,52 +5,45 @@ from __future__ import annotations
 
 import torch
 
-import conformance.inference.weight_roles as weight_roles
+import conformance.inference.weights.weight_roles as weight_roles
 from conformance.generation.cases import dtype_name, own_queries
-from conformance.generation.constraints import Constraint
-from conformance.inference.found import CapabilitiesFound
-from conformance.inference.plan import InferenceError, Plan
-from conformance.inference.probing import is_causal, probe_case
-from conformance.inference.roles import CONTEXT_LENGTH
-from conformance.inference.weight_roles import WeightOutcome
-from conformance.model.declarations import DeclarationError, Declarations
+from conformance.inference.inquiry import Inquiry
+from conformance.inference.names.roles import CONTEXT_LENGTH
+from conformance.inference.observing.probing import is_causal, probe_case
+from conformance.inference.plan import InferenceError, declarations_read
+from conformance.inference.weights.weight_roles import WeightOutcome
 from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Config
-from conformance.model.weights import WeightLayout
 from conformance.subject.boundary import ImplementationError
-from conformance.subject.in_process import InProcessSubject, ModuleInstance
+from conformance.subject.in_process import ModuleInstance
 
 
-def find_weights(plan: Plan, declared: Declarations, label: str, constraint: Constraint | None,
-                 notes: list[str | Note], capabilities: CapabilitiesFound
-                 ) -> tuple[WeightLayout | None, WeightOutcome]:
-    """The weight layout: declared, or found by behaviour (see
-    :mod:`conformance.inference.weight_roles`); and the key/value heads."""
+def find_weights(inquiry: Inquiry) -> None:
+    """The weight layout (``inquiry.layout``): declared, or found by behaviour (see
+    :mod:`conformance.inference.weights.weight_roles`, its ``inquiry.outcome``); and the key/value
+    heads."""
+    plan, declared, constraint = inquiry.plan, inquiry.declared, inquiry.constraint
+    notes, capabilities = inquiry.notes, inquiry.capabilities
     if declared.weights:
-        try:
+        with declarations_read():
             layout = declared.weight_layout("inner")
-        except DeclarationError as error:
-            raise InferenceError(str(error)) from error
         notes.append((layout.describe() if layout else "no weight access") + " (declared)")
         if plan.roles.kv_heads or plan.roles.kv_group:
             capabilities.set(kv_heads="config")
             notes.append(f"key/value heads = {plan.roles.kv_heads or plan.roles.kv_group}: "
                          "generated as divisors of num_heads")
-        return layout, WeightOutcome()
+        inquiry.layout, inquiry.outcome = layout, WeightOutcome()
+        return
 
     def build_at(heads: int, head_dim: int, kv_heads: int | None) -> ModuleInstance:
-        config = Config(batch=2, q_len=weight_roles.LENGTH, kv_len=weight_roles.LENGTH,
-                        d_model=heads * head_dim, num_heads=heads, num_kv_heads=kv_heads,
-                        dtype=torch.float64)
-        implementation = plan.implementation(label, **capabilities.given())
-        return InProcessSubject(implementation).instantiate(config, seed=0)
+        return inquiry.build(Config(batch=2, q_len=weight_roles.LENGTH, kv_len=weight_roles.LENGTH,
+                                    d_model=heads * head_dim, num_heads=heads,
+                                    num_kv_heads=kv_heads, dtype=torch.float64))
 
-    try:
+    with declarations_read():
         grouping = declared.choice("kv_grouping", ("interleaved", "tiled"))
         rope = declared.rotary()
         output = declared.choice("output_projection", ("applied",))
-    except DeclarationError as error:
-        raise InferenceError(str(error)) from error
     outcome = weight_roles.find(
         build_at, plan.cls, plan.convention.call,
         causal=capabilities.caps.causal == "always", single_head=not plan.roles.heads,
@@ -68,11 +61,13 @@ def find_weights(plan: Plan, declared: Declarations, label: str, constraint: Con
         capabilities.set(float32_parts=tuple(outcome.float32_parts))
     if outcome.variant_doubt is not None:
         capabilities.doubt(variant=outcome.variant_doubt)
-    return outcome.layout, outcome
+    inquiry.layout, inquiry.outcome = outcome.layout, outcome
 
 
-def causality(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, build, heads: int,
-              head_dim: int, notes: list[str | Note]) -> None:
+def causality(inquiry: Inquiry) -> None:
+    plan, declared, capabilities, notes = (inquiry.plan, inquiry.declared, inquiry.capabilities,
+                                           inquiry.notes)
+    heads, head_dim = inquiry.heads, inquiry.head_dim
     if declared.causal:
         if declared.causal not in ("never", "always", "optional"):
             raise InferenceError(f"causal {declared.causal!r}: use never, always or optional")
@@ -85,7 +80,7 @@ def causality(plan: Plan, declared: Declarations, capabilities: CapabilitiesFoun
         return
     if plan.convention.causal:
         try:
-            build(causal="optional", causal_argument="is_causal").forward(
+            inquiry.build(causal="optional", causal_argument="is_causal").forward(
                 probe_case(heads, head_dim, kept=None, causal=True).inputs(plan.convention.call))
         except ImplementationError as error:
             notes.append(f"{plan.convention.causal}=True raises ({error}): a hint, as in "
@@ -95,7 +90,7 @@ def causality(plan: Plan, declared: Declarations, capabilities: CapabilitiesFoun
             notes.append(f"causal when {plan.convention.causal}=True")
             return
     try:
-        causal = is_causal(build(), probe_case(heads, head_dim), plan.convention.call)
+        causal = is_causal(inquiry.build(), probe_case(heads, head_dim), plan.convention.call)
     except ImplementationError:
         notes.append("causality not probed: the unmasked call fails")
         capabilities.unprobed.add("causal")
@@ -110,8 +105,11 @@ def causality(plan: Plan, declared: Declarations, capabilities: CapabilitiesFoun
                           Remedy.to("causal", "always", "say it is meant to be")))
 
 
-def dropout_form(plan: Plan, capabilities: CapabilitiesFound, probe, heads: int, head_dim: int,
-                 notes: list[str | Note]) -> None:
+def dropout_form(inquiry: Inquiry) -> None:
+    """A dropout argument, or a rate it fixes itself: train-mode calls of ``inquiry.probe``
+    that differ."""
+    plan, capabilities, probe = inquiry.plan, inquiry.capabilities, inquiry.probe
+    heads, head_dim, notes = inquiry.heads, inquiry.head_dim, inquiry.notes
     if plan.roles.dropout:
         capabilities.set(dropout="config")
         return
@@ -127,11 +125,10 @@ def dropout_form(plan: Plan, capabilities: CapabilitiesFound, probe, heads: int,
         notes.append("dropout at a rate it fixes itself (probed: train-mode calls differ)")
 
 
-def dtypes_form(declared: Declarations, capabilities: CapabilitiesFound, notes: list[str | Note]) -> None:
-    try:
+def dtypes_form(inquiry: Inquiry) -> None:
+    declared, capabilities, notes = inquiry.declared, inquiry.capabilities, inquiry.notes
+    with declarations_read():
         dtypes = declared.dtype_list()
-    except DeclarationError as error:
-        raise InferenceError(str(error)) from error
     if dtypes is not None:
         capabilities.set(dtypes=dtypes, assumed_dtypes=())
         notes.append("dtypes " + ", ".join(dtype_name(d) for d in dtypes) + " (declared)")

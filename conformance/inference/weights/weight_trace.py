@@ -1,4 +1,4 @@
-"""Step 1 of finding weights by behaviour (:mod:`conformance.inference.weight_search`): a traced
+"""Step 1 of finding weights by behaviour (:mod:`conformance.inference.weights.weight_search`): a traced
 float64 forward, the parameter-holding submodules it calls, which of them read a model input,
 which one's output is the module's output, and which parameters the output depends on.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from conformance.inference.tracing import Called, record_calls, same_values
+from conformance.inference.observing.tracing import Called, record_calls, same_values
 from conformance.model.declared_layouts import (
     is_conv1d,
 )

@@ -1,5 +1,5 @@
 """The weight step of inference: the projections and the position encoding, found by
-reproducing the module's own float64 output (:mod:`conformance.inference.weight_search`),
+reproducing the module's own float64 output (:mod:`conformance.inference.weights.weight_search`),
 confirmed at a second head count, and the grouped key/value heads read from them."""
 
 from __future__ import annotations
@@ -7,27 +7,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 from conformance.errors import clipped
-from conformance.inference.core_observed import (
+from conformance.inference.observing.core_observed import (
     capped,
     core_departures,
     core_softcap,
     observed_sites,
     unmapped_note,
 )
-from conformance.inference.encoding_search import (
+from conformance.inference.observing.tracing import lower_precision_parts
+from conformance.inference.weights.encoding_search import (
     hypotheses,
     position_dependent,
 )
-from conformance.inference.reproduction import (
+from conformance.inference.weights.reproduction import (
     LENGTH,
     Build,
     other_pair,
     probe_inputs,
     reproduction_pair,
 )
-from conformance.inference.rotary_found import as_stated, rotary_across_widths
-from conformance.inference.tracing import lower_precision_parts
-from conformance.inference.weight_search import (
+from conformance.inference.weights.rotary_found import as_stated, rotary_across_widths
+from conformance.inference.weights.weight_search import (
     REPRODUCED,
     REPRODUCED_FLOAT32,
     REPRODUCED_FLOAT64,
@@ -36,7 +36,7 @@ from conformance.inference.weight_search import (
     reproduction_error,
     search,
 )
-from conformance.inference.weight_trace import trace
+from conformance.inference.weights.weight_trace import trace
 from conformance.model.forms import PositionEncoding
 from conformance.model.layouts import ParameterProjections, RelabelledHeads
 from conformance.model.remedies import Note, Option, Remedy

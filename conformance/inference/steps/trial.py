@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from conformance.inference.names.roles import ConstructorRoles
 from conformance.inference.plan import SIZES_REMEDY, InferenceError, Plan, first_call
-from conformance.inference.roles import ConstructorRoles
 from conformance.model.spec import Config
 
 VALUES = (4, 1, 2, 8, 16, 64, 512)

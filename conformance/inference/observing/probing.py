@@ -1,6 +1,6 @@
 """Behaviour the signature can't tell: the mask convention, causality, sequence-first inputs.
 
-Mask: every kind the argument's name admits (see :data:`~conformance.inference.convention.
+Mask: every kind the argument's name admits (see :data:`~conformance.inference.names.convention.
 MaskFamily`: int, bool and float 1/0 keep masks, bool ignore masks, additive masks with -inf and
 with finfo.min) in every layout ((B, Lk) first, then (B, 1, 1, Lk), (B, Lq, Lk), (B, 1, Lq, Lk),
 (B, H, Lq, Lk), (Lq, Lk) shared over the batch) is tried; for a causal module the layouts with a

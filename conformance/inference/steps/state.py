@@ -15,10 +15,11 @@ from dataclasses import replace
 import torch
 
 from conformance.generation.cases import Case
+from conformance.inference.calls.kv_cache import CacheProtocol, confirm
 from conformance.inference.found import CapabilitiesFound
-from conformance.inference.kv_cache import CacheProtocol, confirm
+from conformance.inference.inquiry import Inquiry
+from conformance.inference.observing.probing import probe_case
 from conformance.inference.plan import InferenceError, Plan
-from conformance.inference.probing import probe_case
 from conformance.model.forms import CacheStyle
 from conformance.model.remedies import Remedy
 from conformance.numerics.tolerance import abs_error, reordering_tolerance
@@ -52,15 +53,14 @@ def _probe(plan: Plan, capabilities: CapabilitiesFound, heads: int,
                                                 query_too=True)
 
 
-def plain_state(plan: Plan, capabilities: CapabilitiesFound, build, heads: int, head_dim: int,
-                label: str) -> None:
+def plain_state(inquiry: Inquiry) -> None:
     """InferenceError where plain calls (no cache, no positions) read what earlier calls wrote:
     the same call gives another output after a call with other tokens."""
-    _, inputs, other = _probe(plan, capabilities, heads, head_dim)
-    change = _moved(build(positions=None, position_form=None), inputs, other)
+    _, inputs, other = _probe(inquiry.plan, inquiry.capabilities, inquiry.heads, inquiry.head_dim)
+    change = _moved(inquiry.build(positions=None, position_form=None), inputs, other)
     if change is not None:
         raise InferenceError(
-            f"{label}: keeps state between calls: the same call gave outputs {change:.2g} apart "
+            f"{inquiry.label}: keeps state between calls: the same call gave outputs {change:.2g} apart "
             "before and after a call with other tokens (a cache that every call writes and "
             "reads?); the checks call it as a function of its inputs: reset its state in a "
             "wrapper", Remedy.to("kv_cache", None, "have it checked as a cache"))
@@ -71,19 +71,19 @@ STATE_SHIFT = 2
 earlier call of the probe's length wrote its own."""
 
 
-def position_state(plan: Plan, capabilities: CapabilitiesFound, build, heads: int,
-                   head_dim: int, notes: list[str]) -> None:
+def position_state(inquiry: Inquiry) -> None:
     """Whether the position argument reads state the module keeps between calls: the same
     call with shifted positions, before and after a call that writes other tokens at positions
     0..L-1, gives different outputs (a preallocated KV cache written at the given positions and
     attended over, gpt-fast's and torchtune's ``input_pos``). Such an argument is no position
     input, whatever its name: it is a cache API, checked by ``kv_cache`` where the module is
     causal (its buffers, the positions in the argument's form), else left alone."""
+    plan, capabilities, notes = inquiry.plan, inquiry.capabilities, inquiry.notes
     argument = capabilities.caps.positions
     if argument is None or capabilities.caps.kv_cache is not None:
         return
-    case, inputs, other = _probe(plan, capabilities, heads, head_dim)
-    change = _moved(build(), replace(inputs, position=STATE_SHIFT), other)
+    case, inputs, other = _probe(plan, capabilities, inquiry.heads, inquiry.head_dim)
+    change = _moved(inquiry.build(), replace(inputs, position=STATE_SHIFT), other)
     if change is None:
         return
     evidence = (f"probed: the same call with positions {STATE_SHIFT}..{STATE_SHIFT + case.q_len - 1}"
@@ -97,7 +97,7 @@ def position_state(plan: Plan, capabilities: CapabilitiesFound, build, heads: in
                      "is left to its default")
         return
     found = CacheProtocol(CacheStyle.BUFFERS, argument)
-    problem = confirm(build, found, case, plan.convention.call)
+    problem = confirm(inquiry.build, found, case, plan.convention.call)
     if problem is not None:
         capabilities.set(positions=None, position_form=None)
         notes.append(f"{argument}: not a position input alone but a cache API ({evidence}); a "

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from conformance.generation.cases import Case
-from conformance.inference.convention import START_NAMES, ForwardConvention
+from conformance.inference.names.convention import START_NAMES, ForwardConvention
 from conformance.model.forms import CacheStyle
 from conformance.subject.boundary import ImplementationError, Inputs, Instance
 

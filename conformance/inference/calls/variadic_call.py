@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import replace
 
-from conformance.inference.convention import ForwardConvention
+from conformance.inference.names.convention import ForwardConvention
 from conformance.inference.plan import CALL_REMEDY, InferenceError, Plan, first_call
 from conformance.model.remedies import Note
 from conformance.model.spec import Config

@@ -9,16 +9,22 @@ import io
 import torch
 
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, describe, discover
-from conformance.inference.convention import ForwardConvention, mask_family, read_forward
-from conformance.inference.fixed_sizes import needs_no_arguments, width_constraint
-from conformance.inference.found import CapabilitiesFound
-from conformance.inference.latent import own_query_count
-from conformance.inference.plan import CALL_REMEDY, SIZES_REMEDY, InferenceError, Plan, first_call
-from conformance.inference.probing import probe_case, sequence_first
-from conformance.inference.roles import ConstructorRoles, read_roles
-from conformance.inference.variadic_call import variadic
-from conformance.inference.weight_roles import WeightOutcome
-from conformance.model.declarations import DeclarationError, Declarations
+from conformance.inference.calls.variadic_call import variadic
+from conformance.inference.inquiry import Inquiry
+from conformance.inference.names.convention import ForwardConvention, mask_family, read_forward
+from conformance.inference.names.roles import ConstructorRoles, read_roles
+from conformance.inference.observing.probing import probe_case, sequence_first
+from conformance.inference.plan import (
+    CALL_REMEDY,
+    SIZES_REMEDY,
+    InferenceError,
+    Plan,
+    declarations_read,
+    first_call,
+)
+from conformance.inference.steps.fixed_sizes import needs_no_arguments, width_constraint
+from conformance.inference.steps.latent import own_query_count
+from conformance.model.declarations import Declarations
 from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Config
 from conformance.model.weights import WeightLayout
@@ -27,10 +33,8 @@ from conformance.subject.output_shape import output_problem
 
 def constructor_roles(cls: type, declared: Declarations, label: str) -> ConstructorRoles:
     roles = read_roles(cls)
-    try:
+    with declarations_read():
         stated_window = declared.window()
-    except DeclarationError as error:
-        raise InferenceError(str(error)) from error
     for role, argument in (("width", declared.width_arg), ("heads", declared.heads_arg),
                            ("head_dim", declared.head_dim_arg),
                            ("kv_heads", declared.kv_heads_arg),
@@ -58,10 +62,8 @@ def forward_convention(cls: type, declared: Declarations, label: str) -> Forward
                              (*convention.inputs, "context")[:2] if declared.call == "cross"
                              else (*convention.inputs, "k", "v")[:3])
         convention.by_keyword = False
-    try:
+    with declarations_read():
         argument = declared.mask_argument
-    except DeclarationError as error:
-        raise InferenceError(str(error)) from error
     if argument:
         convention.mask, convention.mask_family = argument, mask_family(argument)
     return convention
@@ -70,10 +72,8 @@ def forward_convention(cls: type, declared: Declarations, label: str) -> Forward
 def positional_arguments(roles: ConstructorRoles, declared: Declarations, label: str) -> tuple[str, ...]:
     """The arguments a declared positional constructor takes by position: the width, then the
     head count (an assignment's ``MultiHeadAttention(d_model, num_heads)``)."""
-    try:
+    with declarations_read():
         form = declared.choice("constructor", ("keyword", "positional"))
-    except DeclarationError as error:
-        raise InferenceError(str(error)) from error
     if form != "positional":
         return ()
     if roles.width is None:
@@ -82,9 +82,13 @@ def positional_arguments(roles: ConstructorRoles, declared: Declarations, label:
     return tuple(name for name in (roles.width, roles.heads) if name)
 
 
-def build_constraint(plan: Plan, label: str, notes: list[str | Note]) -> Constraint | None:
+def build_constraint(inquiry: Inquiry) -> None:
     """The configurations it builds and runs for; where the forward runs for none (a basic call
     that always fails: the gate's to report), those it builds for."""
+    inquiry.constraint = _built_for(inquiry.plan, inquiry.label, inquiry.notes)
+
+
+def _built_for(plan: Plan, label: str, notes: list[str | Note]) -> Constraint | None:
     if plan.fixed_width is not None:
         constraint = width_constraint(plan)
         notes.append(f"{constraint.describe()} (probed)")
@@ -115,11 +119,16 @@ def build_constraint(plan: Plan, label: str, notes: list[str | Note]) -> Constra
     return constraint
 
 
-def layout_constraint(plan: Plan, layout: WeightLayout | None,
-                      constraint: Constraint | None, notes: list[str | Note]) -> Constraint | None:
+def layout_constraint(inquiry: Inquiry) -> None:
     """The configurations where the weight layout also reads the module, heads of the right
     width: a layout that changes form at some head count (x-transformers has no output
     projection at one head) limits them as a constructor that refuses them would."""
+    inquiry.constraint = _layout_reads(inquiry.plan, inquiry.layout, inquiry.constraint,
+                                       inquiry.notes)
+
+
+def _layout_reads(plan: Plan, layout: WeightLayout | None, constraint: Constraint | None,
+                  notes: list[str | Note]) -> Constraint | None:
     if layout is None or plan.fixed_width is not None:
         return constraint
     allowed = set(constraint.pairs) if constraint else None
@@ -146,26 +155,33 @@ def layout_constraint(plan: Plan, layout: WeightLayout | None,
     return found
 
 
-def encoding_constraint(plan: Plan, outcome: WeightOutcome, constraint: Constraint | None,
-                        capabilities: CapabilitiesFound, notes: list[str | Note]) -> Constraint | None:
+def encoding_constraint(inquiry: Inquiry) -> None:
     """Without the head widths where no position-encoding hypothesis reproduces the output:
     RoPE is defined on pairs of dimensions, and a library that runs at head_dim 1 rotates
     nothing a reference can be held to; left out as a constructor that refused them would be,
     and said (a warning of ``reference``)."""
-    widths = outcome.unexplained_widths
+    plan, constraint = inquiry.plan, inquiry.constraint
+    widths = inquiry.outcome.unexplained_widths
     if not widths:
-        return constraint
+        return
     grid = [(h, d) for h in (HEAD_COUNTS if plan.roles.heads else (plan.fixed_heads,))
             for d in HEAD_DIMS]
     allowed = {p for p in (constraint.pairs if constraint else grid) if p[1] not in widths}
     if not allowed:
-        return constraint
+        return
     doubt = (f"at head width(s) {list(widths)} no RoPE hypothesis (half-split or interleaved "
              "pairs, any theta or rotated fraction) reproduces its output: RoPE is undefined "
              "there, so those widths are left out of generation")
-    capabilities.doubt(encoding=doubt)
-    notes.append(doubt + " (see reference)")
-    return Constraint(tuple(sorted(allowed)), describe(allowed, grid))
+    inquiry.capabilities.doubt(encoding=doubt)
+    inquiry.notes.append(doubt + " (see reference)")
+    inquiry.constraint = Constraint(tuple(sorted(allowed)), describe(allowed, grid))
+
+
+def probe_sizes(inquiry: Inquiry) -> None:
+    """The probes' sizes (:func:`probe_pair`) for the configurations found, and their
+    configuration."""
+    inquiry.heads, inquiry.head_dim = heads, head_dim = probe_pair(inquiry.plan, inquiry.constraint)
+    inquiry.config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim, num_heads=heads)
 
 
 def probe_pair(plan: Plan, constraint: Constraint | None) -> tuple[int, int]:
@@ -177,9 +193,12 @@ def probe_pair(plan: Plan, constraint: Constraint | None) -> tuple[int, int]:
     return min(constraint.pairs, key=lambda p: (abs(p[0] - preferred[0]) + abs(p[1] - 4), p))
 
 
-def output_form(plan: Plan, config: Config, notes: list[str | Note], returns: str | None) -> None:
+def output_form(inquiry: Inquiry) -> None:
     """Whether forward returns a tuple (its first element is then the output, unless it is
     declared to return one tensor), and whether an output-width argument is per head."""
+    plan, config, notes = inquiry.plan, inquiry.config, inquiry.notes
+    with declarations_read():  # read once already, where infer reads the declarations
+        returns = inquiry.declared.choice("returns", ("tensor", "tuple"))
     try:
         first = first_call(plan, config)
     except Exception as error:  # the gate reports a broken basic call; inference goes on
@@ -204,7 +223,7 @@ def output_form(plan: Plan, config: Config, notes: list[str | Note], returns: st
                              kv_len=config.kv_len)
     if problem is not None:
         plan.queries = own_query_count(plan, config, first)
-        if plan.queries is not None:  # queries of its own: see inference.latent
+        if plan.queries is not None:  # queries of its own: see inference.steps.latent
             plan.convention.call = "latent"
             return
         raise InferenceError(str(problem))
@@ -218,9 +237,9 @@ def output_form(plan: Plan, config: Config, notes: list[str | Note], returns: st
         notes.append(f"{roles.output} read as each head's width: the heads are concatenated")
 
 
-def sequence_order(plan: Plan, declared: Declarations, build, heads: int, head_dim: int,
-                   notes: list[str | Note]) -> None:
-    stated = declared.declares_sequence_first()
+def sequence_order(inquiry: Inquiry) -> None:
+    plan, notes = inquiry.plan, inquiry.notes
+    stated = inquiry.declared.declares_sequence_first()
     if stated is not None:
         plan.convention.sequence_first = stated
         if stated:
@@ -229,9 +248,9 @@ def sequence_order(plan: Plan, declared: Declarations, build, heads: int, head_d
 
     def flagged(first: bool):
         plan.convention.sequence_first = first
-        return build()
+        return inquiry.build()
 
-    case = probe_case(heads, head_dim, kept=None)
+    case = probe_case(inquiry.heads, inquiry.head_dim, kept=None)
     plan.convention.sequence_first = sequence_first(flagged, case, plan.convention.call)
     if plan.convention.sequence_first:
         notes.append(Note("inputs are (length, batch, width) (probed: called batch-first it "

@@ -26,19 +26,19 @@ from dataclasses import replace
 import torch
 
 from conformance.generation.cases import dtype_name
-from conformance.inference.cache_function import cache_function_class, is_cache_kernel, page_size
-from conformance.inference.function_wrapper import DROPOUT_ARGUMENTS, core_function_class
-from conformance.inference.infer import infer
-from conformance.inference.kernel_arguments import (
+from conformance.inference.functions.cache_function import cache_function_class, is_cache_kernel, page_size
+from conformance.inference.functions.function_wrapper import DROPOUT_ARGUMENTS, core_function_class
+from conformance.inference.functions.kernel_arguments import (
     call_output,
     kernel_arguments,
     per_head,
     refusal,
     refuses,
 )
-from conformance.inference.plan import ALL_DTYPES, InferenceError, Inferred
-from conformance.inference.varlen_function import dense_view, is_varlen
-from conformance.model.declarations import DeclarationError, Declarations
+from conformance.inference.functions.varlen_function import dense_view, is_varlen
+from conformance.inference.infer import infer
+from conformance.inference.plan import ALL_DTYPES, InferenceError, Inferred, declarations_read
+from conformance.model.declarations import Declarations
 from conformance.model.forms import CausalAlignment, KernelArguments
 from conformance.model.remedies import Note, Remedy, as_notes
 from conformance.numerics.threads import one_thread
@@ -263,12 +263,10 @@ def infer_function(function, *, name: str | None = None,
     arguments inferred as a class's are."""
     label = name or getattr(function, "__name__", "core_function")
     declared = declared or Declarations()
-    try:
+    with declarations_read():
         stated = declared.choice("layout", tuple(LAYOUT_WORDS))
         wanted = declared.dtype_list()
         alignment = declared.choice("causal_alignment", ("bottom-right", "top-left"))
-    except DeclarationError as error:
-        raise InferenceError(str(error)) from error
     aligned = CausalAlignment(alignment.replace("-", "_")) if alignment else None
     varlen = is_varlen(function)
     if varlen:  # checked through its dense view, (B, L, H, D) packed one sequence per element

@@ -7,15 +7,13 @@ from dataclasses import replace
 
 import torch
 
-from conformance.inference.convention import FILLABLE_POSITIONS, START_NAMES
-from conformance.inference.core_observed import WORDS, position_bias
-from conformance.inference.encoding_search import setting_arguments
-from conformance.inference.found import CapabilitiesFound
-from conformance.inference.plan import Plan
-from conformance.inference.positional import position_encoding
-from conformance.inference.probing import probe_case
-from conformance.inference.weight_roles import WeightOutcome
-from conformance.inference.weight_search import REPRODUCED_FLOAT32, relative_error
+from conformance.inference.inquiry import Inquiry
+from conformance.inference.names.convention import FILLABLE_POSITIONS, START_NAMES
+from conformance.inference.names.positional import position_encoding
+from conformance.inference.observing.core_observed import WORDS, position_bias
+from conformance.inference.observing.probing import probe_case
+from conformance.inference.weights.encoding_search import setting_arguments
+from conformance.inference.weights.weight_search import REPRODUCED_FLOAT32, relative_error
 from conformance.model.declarations import Declarations
 from conformance.model.forms import (
     AlibiBias,
@@ -26,21 +24,22 @@ from conformance.model.forms import (
 )
 from conformance.model.remedies import Note, Option, Remedy
 from conformance.model.spec import Config
-from conformance.model.weights import WeightLayout, WeightLayoutError
+from conformance.model.weights import WeightLayoutError
 from conformance.numerics.core_fit import BiasForm
 from conformance.numerics.reference import reference_attention
 from conformance.subject.boundary import ImplementationError
-from conformance.subject.in_process import InProcessSubject
 
 POSITION_WORDS = {"rotary": "rotary position embeddings (RoPE)", "alibi": "ALiBi position biases",
                   "positions": "a position input"}
 
 
-def encoding_inside(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, probe,
-                    outcome: WeightOutcome, notes: list[str | Note]) -> None:
+def encoding_inside(inquiry: Inquiry) -> None:
     """A position encoding inside: the RoPE or ALiBi that reproduced the module's output (the
     float64 reference then models it), else what names and a position argument suggest (the
     checks that need the reference skip), or nothing where the output is position-free."""
+    plan, declared, capabilities, notes = (inquiry.plan, inquiry.declared, inquiry.capabilities,
+                                           inquiry.notes)
+    probe, outcome = inquiry.probe, inquiry.outcome
     stated = declared.declared_encoding()
     reproduced = outcome.encoding
     if reproduced is not None and reproduced.softcap is not None:
@@ -143,21 +142,21 @@ def encoding_inside(plan: Plan, declared: Declarations, capabilities: Capabiliti
         notes.append(Note(text, Remedy(options) if options else None))
 
 
-def alibi_counting(plan: Plan, capabilities: CapabilitiesFound, layout: WeightLayout | None, label: str,
-                   heads: int, head_dim: int, notes: list[str | Note]) -> None:
+def alibi_counting(inquiry: Inquiry) -> None:
     """Whether ALiBi's positions count every token or only the kept ones (BLOOM's
     ``build_alibi_tensor`` numbers the tokens by the mask's cumulative sum): decided by which
     reproduces its output under a mask with padding before kept keys, at the kept rows."""
+    plan, capabilities, layout = inquiry.plan, inquiry.capabilities, inquiry.layout
+    heads, head_dim = inquiry.heads, inquiry.head_dim
     encoding = capabilities.caps.encoding
     if (not isinstance(encoding, PositionEncoding) or encoding.alibi is None
             or capabilities.caps.mask is None or layout is None):
         return
     config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim, num_heads=heads,
                     num_kv_heads=None, dtype=torch.float64)
-    implementation = replace(plan.implementation(label, **capabilities.given()), weight_layout=layout)
     causal = capabilities.caps.causal == "always"
     try:
-        instance = InProcessSubject(implementation).instantiate(config, seed=0)
+        instance = inquiry.build(config, layout)
         inputs = probe_case(heads, head_dim, causal=causal, dtype="float64").inputs(
             plan.convention.call)
         output = instance.forward(inputs)
@@ -175,7 +174,7 @@ def alibi_counting(plan: Plan, capabilities: CapabilitiesFound, layout: WeightLa
     if errors[True] < REPRODUCED_FLOAT32 <= errors[False]:
         capabilities.set(encoding=replace(encoding, alibi=replace(encoding.alibi,
                                                                    counts_kept=True)))
-        notes.append("ALiBi positions count the kept tokens only (BLOOM's cumulative sum of "
+        inquiry.notes.append("ALiBi positions count the kept tokens only (BLOOM's cumulative sum of "
                      f"the mask; probed: relative error {errors[True]:.1e} with it, "
                      f"{errors[False]:.1e} counting every token)")
 
@@ -196,9 +195,9 @@ POSITION_FORM_WORDS = {PositionForm.IDS: "(B, L) int64", PositionForm.VECTOR: "(
                        PositionForm.START: "the first position, an int"}
 
 
-def position_input(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound,
-                   notes: list[str | Note]) -> None:
+def position_input(inquiry: Inquiry) -> None:
     """A position argument the suite can fill (declared, or read from its name)."""
+    plan, declared, capabilities = inquiry.plan, inquiry.declared, inquiry.capabilities
     stated_positions = declared.position_argument()
     if stated_positions is not None:
         argument, form = stated_positions
@@ -213,6 +212,6 @@ def position_input(plan: Plan, declared: Declarations, capabilities: Capabilitie
     else:
         return
     capabilities.set(positions=argument, position_form=form)
-    notes.append(f"{argument}: the tokens' positions, passed as {POSITION_FORM_WORDS[form]} "
+    inquiry.notes.append(f"{argument}: the tokens' positions, passed as {POSITION_FORM_WORDS[form]} "
                  f"({how})")
 

@@ -16,12 +16,11 @@ from dataclasses import replace
 import torch
 
 from conformance.generation.cases import own_queries
-from conformance.inference.behaviour import dropout_form
-from conformance.inference.features import mask_form
-from conformance.inference.found import CapabilitiesFound
+from conformance.inference.inquiry import Inquiry
+from conformance.inference.observing.probing import probe_case
 from conformance.inference.plan import InferenceError, Plan, first_call
-from conformance.inference.probing import probe_case
-from conformance.model.declarations import Declarations
+from conformance.inference.steps.behaviour import dropout_form
+from conformance.inference.steps.features import mask_form
 from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Config
 from conformance.numerics.tolerance import abs_error, reordering_tolerance
@@ -49,10 +48,10 @@ def own_query_count(plan: Plan, config: Config, first: object) -> int | None:
     return rows if same and rows != config.q_len else None
 
 
-def latent_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFound, build,
-                heads: int, head_dim: int, notes: list[str | Note]) -> None:
+def latent_form(inquiry: Inquiry) -> None:
     """What inference settles for a layer with ``plan.queries`` queries of its own: not causal,
     its mask (probed over ``x``'s tokens), whether the order of ``x`` matters, dropout."""
+    plan, declared = inquiry.plan, inquiry.declared
     if declared.causal not in (None, "never"):
         raise InferenceError(f"causal={declared.causal} is declared, but its queries are its own "
                              f"({plan.queries} learned rows, whatever the input's length): no "
@@ -61,26 +60,28 @@ def latent_form(plan: Plan, declared: Declarations, capabilities: CapabilitiesFo
         raise InferenceError("a weight layout is declared, but its queries are its own (learned "
                              "rows, not a projection of the input): no layout maps them; leave "
                              "weights out and the checks judge it through its attention core")
-    capabilities.set(call="latent", queries=plan.queries, cross_attention=True, causal="never")
-    notes.append(Note(f"its queries are its own: {plan.queries} output rows for inputs of any "
+    inquiry.capabilities.set(call="latent", queries=plan.queries, cross_attention=True, causal="never")
+    inquiry.notes.append(Note(f"its queries are its own: {plan.queries} output rows for inputs of any "
                       "length (learned latents, Perceiver-style; found by behaviour): x gives the "
                       "keys and values, nothing is causal, and the checks that need a weight "
                       "layout judge it through its attention core",
                       Remedy.to("call", "latent", "state it")))
-    mask_form(plan, declared, capabilities, build, heads, head_dim, notes)
-    _order(capabilities, build, heads, head_dim, notes)
-    dropout_form(plan, capabilities, build(), heads, head_dim, notes)
+    mask_form(inquiry)
+    _order(inquiry)
+    inquiry.probe = inquiry.build()
+    dropout_form(inquiry)
 
 
-def _order(capabilities: CapabilitiesFound, build, heads: int, head_dim: int,
-           notes: list[str | Note]) -> None:
+def _order(inquiry: Inquiry) -> None:
     """Whether permuting ``x``'s tokens changes the output (positions inside): checked as
     position-free only where it does not."""
-    case = own_queries(probe_case(heads, head_dim, kept=None, dtype="float64"), capabilities.caps)
+    capabilities, notes = inquiry.capabilities, inquiry.notes
+    case = own_queries(probe_case(inquiry.heads, inquiry.head_dim, kept=None, dtype="float64"),
+                       capabilities.caps)
     inputs = case.inputs("latent")
     order = torch.arange(case.kv_len).roll(1)
     try:
-        instance = build()
+        instance = inquiry.build()
         output = instance.forward(inputs)
         moved = instance.forward(inputs.with_tensors(inputs.query, inputs.key[:, order]))
     except ImplementationError:

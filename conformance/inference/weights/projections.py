@@ -10,7 +10,7 @@ from conformance.model.declared_layouts import (
     PerHeadModules,
     SeparateProjections,
 )
-from conformance.model.weights import WeightLayout, WeightLayoutError
+from conformance.model.weights import HeadWeights, WeightLayout, WeightLayoutError
 
 NAMES = {
     "q": ("q", "q_proj", "w_q", "wq", "linear_q", "q_linear", "query", "W_query", "to_q",
@@ -116,17 +116,23 @@ def _layout_parameters(layout: WeightLayout, root: nn.Module) -> list[nn.Paramet
 
 def fits(layout: WeightLayout, root: nn.Module, num_heads: int, d_model: int,
          out_width: int, inner: str = "inner", num_kv_heads: int | None = None) -> bool:
-    """Whether ``layout`` reads ``root``'s weights with consistent shapes (q heads over the model
-    width; key heads of the query's width, as many as the query heads or a divisor of them
-    (grouped-query attention); as many value heads; an output projection (if any) from the
-    concatenated heads to the output) and accounts for every weight matrix under ``inner``."""
+    """Whether ``layout`` reads ``root``'s weights with consistent shapes (:func:`shapes_agree`,
+    the input width the model's) and accounts for every weight matrix under ``inner``."""
     try:
         weights = layout.read(root, num_heads, num_kv_heads)
     except WeightLayoutError:
         return False
     if not _covered(layout, root, inner):
         return False
-    if weights.d_in != d_model or weights.w_k.shape[1:] != weights.w_q.shape[1:]:
+    return shapes_agree(weights, d_model, out_width)
+
+
+def shapes_agree(weights: HeadWeights, d_in: int, out_width: int) -> bool:
+    """Whether the weights read have consistent shapes: query heads over the input width
+    ``d_in``; key heads of the query's width, as many as the value heads, a divisor of the query
+    heads (grouped-query attention); an output projection from the concatenated heads to
+    ``out_width``, or none where the concatenated heads are the output."""
+    if weights.d_in != d_in or weights.w_k.shape[1:] != weights.w_q.shape[1:]:
         return False
     if weights.num_heads % weights.num_kv_heads or weights.w_v.shape[0] != weights.num_kv_heads:
         return False

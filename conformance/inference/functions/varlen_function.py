@@ -14,7 +14,7 @@ import inspect
 
 import torch
 
-from conformance.inference.kernel_arguments import LSE_ARGUMENTS, call_output
+from conformance.inference.functions.kernel_arguments import LSE_ARGUMENTS, call_output
 
 VARLEN = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")
 """FlashAttention's varlen arguments: the cumulative lengths (n + 1,) int32 and the longest

@@ -4,7 +4,7 @@ Position-free attention does not care where a token sits: without a mask and wit
 causality, permuting the tokens permutes the output rows; with causality, the last row is the
 same whatever the order of the tokens before it. A module that breaks this encodes positions.
 The hypotheses for it are then tried in the weight search (:mod:`conformance.inference.
-weight_search`): RoPE with the frequencies the module keeps in a buffer (``inv_freq``,
+weights.weight_search`): RoPE with the frequencies the module keeps in a buffer (``inv_freq``,
 ``freqs_cis``, a cos/sin cache), with a theta its constructor states, or the usual thetas and
 rotary fractions, on half-split or interleaved pairs; ALiBi with the paper's slopes. The one
 that reproduces the module's own output is the module's encoding.

@@ -1,4 +1,4 @@
-"""Step 4 of finding weights by behaviour (:mod:`conformance.inference.weight_search`): where no
+"""Step 4 of finding weights by behaviour (:mod:`conformance.inference.weights.weight_search`): where no
 candidate reproduces the output, the one whose roles agree with interventions. Nudging one
 token's query changes that token's row alone, a value changes every row linearly, a key every
 row through the softmax.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from conformance.inference.tracing import intervention
-from conformance.inference.weight_trace import Trace, weight_of
+from conformance.inference.observing.tracing import intervention
+from conformance.inference.weights.weight_trace import Trace, weight_of
 from conformance.model.declared_layouts import (
     SeparateProjections,
     is_conv1d,

@@ -1,6 +1,6 @@
 """The suite's wrapper of a core attention function: its own q/k/v/out projections around
 the function, the per-head tensors handed over in the function's layout (see
-:mod:`conformance.inference.core_function`)."""
+:mod:`conformance.inference.functions.core_function`)."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ import inspect
 
 import torch
 
-from conformance.inference.function_wrapper import CoreFunctionModule, core_function_class
-from conformance.inference.kernel_arguments import call_output, refusal
+from conformance.inference.functions.function_wrapper import CoreFunctionModule, core_function_class
+from conformance.inference.functions.kernel_arguments import call_output, refusal
 
 CACHE = ("k_cache", "v_cache", "k", "v", "cache_seqlens")
 """The arguments of FlashAttention's cache form."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from conformance.inference.encoding_search import rotary_hypotheses, stated
-from conformance.inference.reproduction import Build, probe_inputs
-from conformance.inference.weight_search import relative_error
+from conformance.inference.weights.encoding_search import rotary_hypotheses, stated
+from conformance.inference.weights.reproduction import Build, probe_inputs
+from conformance.inference.weights.weight_search import relative_error
 from conformance.model.forms import PositionEncoding, Rotary
 from conformance.model.remedies import Note, Remedy
 from conformance.model.weights import WeightLayout, WeightLayoutError

@@ -100,7 +100,7 @@ class ForwardConvention:
     max_seqlen: str | None = None
     call_guessed: bool = False
     """q, k, v read from three required arguments whose names say nothing (not query/key/value
-    names): a guess that behaviour must confirm (see :mod:`conformance.inference.packed_call`)."""
+    names): a guess that behaviour must confirm (see :mod:`conformance.inference.calls.packed_call`)."""
     packed_only: bool = False
     """Its only input is packed tokens (total, D) with ``packed`` offsets (and ``max_seqlen``),
     FlashAttention's varlen form: a batch goes in as its sequences packed, and comes out
@@ -150,7 +150,7 @@ def read_forward(function) -> ForwardConvention:
     is_qkv = roles is not None or len(positional) >= 3
     # Two required tensors, the second no mask, positions or cache: queries' states and the
     # states keys and values come from (a decoder's encoder_hidden_states). A guess behaviour
-    # settles (see conformance.inference.packed_call).
+    # settles (see conformance.inference.calls.packed_call).
     is_cross = not is_qkv and len(positional) == 2 and positional[1] not in NOT_A_CONTEXT \
         and not positional[1].endswith("mask")
     inputs = roles or (tuple(names[:3]) if is_qkv else tuple(positional) if is_cross

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from conformance.generation.cases import dtype_name
-from conformance.inference.probing import probe_case
+from conformance.inference.observing.probing import probe_case
 from conformance.model.check_names import THROUGH_THE_CORE
 from conformance.model.core import AttentionSite
 from conformance.model.forms import PositionEncoding
