@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shlex
 import sys
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from conformance._version import __version__
@@ -31,6 +30,7 @@ from conformance.frontends.interface_language import error_words
 from conformance.frontends.junit_report import render_junit
 from conformance.frontends.progress_line import ProgressLine
 from conformance.frontends.report import render_json, render_text
+from conformance.frontends.run_flags import processes
 from conformance.frontends.watch import WatchLines, watch
 from conformance.generation.cases import Case
 from conformance.generation.profiles import PROFILE_NAMES, example_database
@@ -44,6 +44,7 @@ from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.results import CheckResult, Status, checked_nowhere
 from conformance.run.isolated import BadInput, Interfaces, Isolated, Target
 from conformance.run.many import check_many
+from conformance.run.options import RunOptions, replay_case
 from conformance.worker.local import CALL_SECONDS
 
 
@@ -212,14 +213,10 @@ def _check(args: argparse.Namespace) -> int:
                             lines=False if args.progress is False else None, total=len(targets))
     interfaces: Interfaces = {}
     try:
-        results = check_many(targets, profile=args.profile, devices=devices, checks=checks,
-                             seed=args.seed, jobs=_jobs(args),
-                             declared=declared, strict=args.strict, progress=progress,
-                             interfaces=interfaces, replay=replay,
-                             time_budget=args.time_budget,
-                             database=_database(args, sys.stdout.isatty()
-                                                or args.profile == "thorough"),
-                             pictures=args.html is not None)
+        results = check_many(targets, _run_options(args, devices, checks, replay,
+                                                   sys.stdout.isatty()
+                                                   or args.profile == "thorough"),
+                             declared=declared, progress=progress, interfaces=interfaces)
     except BadInput as error:
         raise UsageError(error_words(error, "cli")) from error
     finally:
@@ -274,24 +271,26 @@ def _watch(args: argparse.Namespace, declared: Declarations, devices: Sequence[s
     _well_formed(spec)
     failures, warnings = _expected(args.expected_failures)
     target = (spec, Isolated(failures, warnings, args.call_timeout))
-    database = _database(args, interactive=True)
+    options = _run_options(args, devices, checks, None, interactive=True, pictures=False)
 
     def check_once(order: Sequence[str], lines: WatchLines) -> list[CheckResult]:
-        return check_many([target], profile=args.profile, devices=devices, checks=order,
-                          seed=args.seed, jobs=_jobs(args), declared=declared, strict=args.strict,
-                          progress=lines, time_budget=args.time_budget, database=database)
+        return check_many([target], replace(options, checks=tuple(order)), declared=declared,
+                          progress=lines)
 
     path = Path(spec.partition("::")[0])
     print(f"watching {path} (Ctrl-C to stop)", flush=True)
     return watch(check_once, [path], checks, sys.stdout)
 
 
-def _jobs(args: argparse.Namespace) -> int:
-    """The processes ``--jobs`` asks for (0: one per core, or one inside a pytest-xdist
-    worker, whose run already has a process per core)."""
-    if args.jobs:
-        return args.jobs
-    return 1 if os.environ.get("PYTEST_XDIST_WORKER") else os.cpu_count() or 1
+def _run_options(args: argparse.Namespace, devices: Sequence[str], checks: Sequence[str],
+                 replay: Case | None, interactive: bool, pictures: bool | None = None) -> RunOptions:
+    """The run ``check`` asks for: its options, the example database kept where the run is
+    ``interactive`` (see :func:`_database`), pictures for ``--html``."""
+    return RunOptions(profile=args.profile, seed=args.seed, strict=args.strict, replay=replay,
+                      time_budget=args.time_budget, database=_database(args, interactive),
+                      pictures=args.html is not None if pictures is None else pictures,
+                      devices=tuple(devices), checks=tuple(checks),
+                      jobs=processes(args.jobs, one_in_xdist=True))
 
 
 def _device(name: str) -> str:
@@ -324,7 +323,7 @@ def _replay(text: str | None, checks: Sequence[str] | None) -> Case | None:
     if not checks or len(checks) != 1:
         raise UsageError("--replay runs one check on one case: name it with one --check")
     try:
-        return Case.parse(text)
+        return replay_case(text)
     except ValueError as error:
         raise UsageError(f"--replay: {error}") from error
 

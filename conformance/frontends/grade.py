@@ -23,12 +23,12 @@ class report say so.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 from conformance.frontends.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from conformance.frontends.run_flags import processes
 from conformance.grading import gradescope, merge, pipeline, selftest, shards
 from conformance.grading.intake.roster import Roster, RosterError
 from conformance.grading.intake.roster import load as load_roster
@@ -88,8 +88,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return grade
 
 
-def _jobs(value: int) -> int:
-    return value if value > 0 else (os.cpu_count() or 1)
+def _jobs(args: argparse.Namespace) -> int:
+    """``--jobs``: 0 (or less) one per CPU core."""
+    return processes(max(args.jobs, 0), one_in_xdist=False)
 
 
 def _as_of(text: str | None) -> datetime:
@@ -172,7 +173,7 @@ def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
     sandbox = _sandbox(args)
     progress = Progress(0)
     reference = _check_reference(rubric, sandbox, progress)
-    result = pipeline.grade_class(args.submissions, rubric, args.out, jobs=_jobs(args.jobs),
+    result = pipeline.grade_class(args.submissions, rubric, args.out, jobs=_jobs(args),
                                   only=only, roster=roster, run_all_cells=args.run_all_cells,
                                   progress=progress, as_of=as_of, shard=shard, sandbox=sandbox,
                                   found=found)
@@ -218,7 +219,7 @@ def _self_test(rubric: Rubric, args: argparse.Namespace) -> int:
     pairs = sum(1 for m in mutants for t in rubric.targets if m.causal == t.causal)
     progress = Progress(pairs)
     try:
-        result = selftest.run(rubric, jobs=_jobs(args.jobs), mutants=mutants,
+        result = selftest.run(rubric, jobs=_jobs(args), mutants=mutants,
                               on_done=progress.advance, sandbox=sandbox)
     finally:
         progress.close()
