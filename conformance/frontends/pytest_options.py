@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from conformance.frontends.run_flags import PROFILE_NAMES
+
 if TYPE_CHECKING:
     from conformance.run.options import RunOptions
 
@@ -20,9 +22,6 @@ if TYPE_CHECKING:
 # collects them and their ids read `conformance/test_conformance.py::...`.
 CATALOGUE_MODULE = Path(__file__).parents[1] / "test_conformance.py"
 BENCHMARK_MODULE = Path(__file__).parents[1] / "test_benchmarks.py"
-PROFILE_NAMES = ("quick", "thorough")
-"""The suite's profiles (:data:`conformance.generation.profiles.PROFILE_NAMES`, without importing
-hypothesis)."""
 HYPOTHESIS_PREFIX = "attention-conformance-"
 HYPOTHESIS_BUILTIN = ("default", "ci")
 """Hypothesis' own profiles (``ci`` is loaded under ``CI=true``): the suite's quick profile
