@@ -163,7 +163,7 @@ def _check_reference(rubric: Rubric, sandbox: sandboxes.Tier, progress: Progress
 def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
     if args.submissions is None:
         raise UsageError("name the SUBMISSIONS folder")
-    roster: Roster | None = load_roster(args.roster) if args.roster else None
+    roster = _roster(args)
     only = {part.strip() for part in args.only.split(",") if part.strip()} if args.only else None
     as_of = _as_of(args.as_of)
     shard = shards.parse(args.shard) if args.shard else None
@@ -192,21 +192,31 @@ def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
     if printed:
         print(f"printed output (for you only, never in feedback): {len(printed)} submission(s), "
               f"in {args.out / 'printed'}/ID.txt")
-    print(f"class report: {args.out / 'class_report.html'}; feedback: "
-          f"{args.out / 'students'}/ID/feedback.html")
+    _where_reports(args.out)
     return EXIT_OK
+
+
+def _roster(args: argparse.Namespace) -> Roster | None:
+    """``--roster``'s students, where given."""
+    return load_roster(args.roster) if args.roster else None
+
+
+def _where_reports(out: Path) -> None:
+    """Where a run over the whole class (or the merge of its shards) put the class report and
+    each student's feedback."""
+    print(f"class report: {out / 'class_report.html'}; feedback: "
+          f"{out / 'students'}/ID/feedback.html")
 
 
 def _merge(rubric: Rubric, args: argparse.Namespace) -> int:
     if args.submissions is not None or args.only:
         raise UsageError("--merge combines shard outputs: give no SUBMISSIONS and no --only")
-    roster: Roster | None = load_roster(args.roster) if args.roster else None
+    roster = _roster(args)
     merged = merge.merge(args.merge, rubric, args.out, roster=roster, as_of=_as_of(args.as_of))
     count = merged.outputs[0].shard.count
     print(f"merged {count} shard(s) from {len(args.merge)} folder(s): {merged.submissions} "
           f"submission(s), {len(merged.students)} row(s) in {args.out / 'grades.csv'}")
-    print(f"class report: {args.out / 'class_report.html'}; feedback: "
-          f"{args.out / 'students'}/ID/feedback.html")
+    _where_reports(args.out)
     return EXIT_OK
 
 
