@@ -22,19 +22,19 @@ search follows the pytest run's options (``--attention-profile``, ``--hypothesis
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
 from conformance.frontends.interface_language import error_words
 from conformance.frontends.pytest_catalogue import enforce, reproduction
-from conformance.frontends.pytest_options import current_config, pasteable_id
-from conformance.generation.cases import Case
+from conformance.frontends.pytest_options import current_config, pasteable_id, run_options
 from conformance.inference import DeclarationError
 from conformance.loading.registry import ResolveError, implementations_of
 from conformance.model.check_names import CHECK_NAMES, unknown_checks
 from conformance.model.declaration_sources import from_mapping
 from conformance.model.expectations import apply
+from conformance.run.options import RunOptions
 from conformance.run.runner import Runner
 from conformance.subject.boundary import Subject
 from conformance.subject.in_process import InProcessSubject
@@ -61,26 +61,24 @@ class AttentionCheck:
         """The Runner for the pytest run's options, with what the decorator fixed over them."""
         config = current_config()
         if config is None:  # called outside pytest
-            key: tuple = (self.profile or "quick", None, None, bool(self.strict), None)
-            if key not in _RUNNERS:
-                _RUNNERS[key] = Runner(key[0], strict=key[3])
-            return _RUNNERS[key]
-        from conformance.frontends.pytest_options import runner_options
-
-        options = runner_options(config)
-        if self.profile is not None:
-            options["profile"] = self.profile
-        if self.strict is not None:
-            options["strict"] = self.strict
-        # The example database is one object per directory (not hashable): keyed by identity.
-        key = (id(config), *sorted(((name, id(value) if name == "database" else value)
-                                    for name, value in options.items()),
-                                   key=lambda item: item[0]))
-        if key not in _RUNNERS:
-            replay = options.pop("replay")
+            options = RunOptions(self.profile or "quick", strict=bool(self.strict))
+        else:
             try:
-                _RUNNERS[key] = Runner(**options, replay=Case.parse(replay) if replay else None)
+                options = run_options(config)
             except ValueError as error:
+                raise pytest.UsageError(f"attention-conformance: {error}") from error
+            if self.profile is not None:
+                options = replace(options, profile=self.profile)
+            if self.strict is not None:
+                options = replace(options, strict=self.strict)
+        # The example database is one object per directory (not hashable): keyed by identity.
+        key = (id(config), replace(options, database=None), id(options.database))
+        if key not in _RUNNERS:
+            try:
+                _RUNNERS[key] = Runner.of(options)
+            except ValueError as error:
+                if config is None:
+                    raise
                 raise pytest.UsageError(f"attention-conformance: {error}") from error
         return _RUNNERS[key]
 

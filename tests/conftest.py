@@ -26,6 +26,7 @@ UNIT = {
     "test_architecture", "test_grading_inputs", "test_grading_outputs", "test_grading_rubric",
     "test_grading_scoring", "test_grading_student_text", "test_grading_variants",
     "test_front_end_words", "test_masks_and_cases", "test_platform_defects", "test_reference",
+    "test_run_options",
     "test_suite_errors", "test_hint_evidence", "test_declaration_specs", "test_remedies",
     "test_tolerance", "test_attention_core", "test_errors",
     "test_weights", "test_worker_codec", "test_worker_pristine",

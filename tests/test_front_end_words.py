@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conformance.frontends.cli import _parser
+from conformance.frontends.run_flags import RUN_FLAGS
 from conformance.model.declaration_specs import SPECS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "conformance"
@@ -33,8 +34,10 @@ def _check_options() -> set[str]:
 
 
 def _pytest_options() -> set[str]:
+    """The plugin's own options, and those of the run it shares with the command line."""
     source = (PACKAGE / "frontends" / "pytest_plugin.py").read_text()
-    return set(re.findall(r'"(--attention-[a-z-]+)"', source))
+    return set(re.findall(r'"(--attention-[a-z-]+)"', source)) | {
+        flag.pytest_flag for flag in RUN_FLAGS.values()}
 
 
 FLAGS = _check_options() | {spec.flag for spec in SPECS} | _pytest_options()

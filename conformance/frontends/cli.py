@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shlex
 import sys
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from conformance._version import __version__
@@ -31,9 +30,10 @@ from conformance.frontends.interface_language import error_words
 from conformance.frontends.junit_report import render_junit
 from conformance.frontends.progress_line import ProgressLine
 from conformance.frontends.report import render_json, render_text
+from conformance.frontends.run_flags import argparse_form, processes
 from conformance.frontends.watch import WatchLines, watch
 from conformance.generation.cases import Case
-from conformance.generation.profiles import PROFILE_NAMES, example_database
+from conformance.generation.profiles import example_database
 from conformance.generation.strategies import available_devices
 from conformance.loading.registry import ResolveError, check_form, is_located, origin, registered
 from conformance.model import expectations
@@ -44,6 +44,7 @@ from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.results import CheckResult, Status, checked_nowhere
 from conformance.run.isolated import BadInput, Interfaces, Isolated, Target
 from conformance.run.many import check_many
+from conformance.run.options import RunOptions, replay_case
 from conformance.worker.local import CALL_SECONDS
 
 
@@ -56,50 +57,29 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     check = commands.add_parser("check", help="run the catalogue and print the verdicts")
-    check.add_argument("impls", nargs="*", metavar="IMPL",
-                       help="registered name, package.module:Attr or path/to/file.py::Attr "
-                            "(default: every registered implementation)")
-    check.add_argument("--profile", choices=PROFILE_NAMES, default="quick",
-                       help="hypothesis settings: quick (default, reproducible) or thorough")
+    _add(check, "impl", nargs="*")
+    _add(check, "profile", default="quick")
     check.add_argument("--json", type=Path, metavar="PATH",
                        help="also write the results as JSON ('-': to stdout, the report then "
                             "going to stderr)")
-    check.add_argument("--html", type=Path, metavar="PATH",
-                       help="also write one self-contained HTML page: the interface, the "
-                            "verdicts, and each finding with its minimal case drawn (figures: "
-                            "the [plot] extra)")
+    _add(check, "html")
     check.add_argument("--junit-xml", type=Path, metavar="PATH",
                        help="also write JUnit XML (a testcase per check and device), for CI "
                             "test viewers")
-    check.add_argument("--device", action="append", dest="devices", metavar="DEVICE",
-                       type=_device,
-                       help="cpu, cuda, cuda:N or mps (repeatable; default: every available one)")
+    _add(check, "device", type=_device)
     check.add_argument("--check", action="append", dest="checks", choices=CHECK_NAMES,
                        metavar="NAME", help=f"only these checks (repeatable): {', '.join(CHECK_NAMES)}")
     check.add_argument("--seed", type=int,
                        help="hypothesis seed: the examples are drawn from it (in either profile)")
-    check.add_argument("--replay", metavar="CASE",
-                       help="run one --check on this falsifying example alone, as a report "
-                            "prints it: --replay \"Case(batch=1, q_len=2, ...)\"")
+    _add(check, "replay")
     check.add_argument("--jobs", "-j", type=int, default=0, metavar="N",
                        help="processes to check in: N implementations at a time, or one "
                             "implementation's checks shared out over N (default 0: one per "
                             "CPU core, one inside a pytest-xdist worker; 1: one after "
                             "another); verdicts don't depend on it")
-    check.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
-                       help="run each implementation named by a file or module in a worker "
-                            "process of its own: a call that hangs fails its check after "
-                            "--call-timeout, a crash or os._exit fails with its status, and the "
-                            "run goes on (default: on for files and modules; registered names "
-                            "always run here)")
-    check.add_argument("--call-timeout", type=float, default=CALL_SECONDS, metavar="SECONDS",
-                       help="time limit of one call (build, forward, backward) in an isolated "
-                            "implementation, at the largest generated sizes; larger cases get "
-                            "proportionally more (default %(default)g)")
-    check.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
-                       help="time each check may search for: when it runs out the check says "
-                            "how many examples ran, a warning (default: 1.2 s per example of the "
-                            "profile, 30 s for quick; 0: no limit)")
+    _add(check, "isolate")
+    _add(check, "call-timeout", default=CALL_SECONDS)
+    _add(check, "time-budget")
     check.add_argument("--example-database", action=argparse.BooleanOptionalAction,
                        default=None,
                        help="keep each failing example in .hypothesis/examples and try it first "
@@ -111,12 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="the live progress line on a terminal, a line per check elsewhere, "
                             "and a line per implementation (default: on)")
-    check.add_argument("--strict", action="store_true",
-                       help="warnings (robustness findings beyond the normal range of the dtype, "
-                            "e.g. float16 overflow at extreme activations) fail the run too")
-    check.add_argument("--expected-failures", type=Path, metavar="FILE",
-                       help="TOML: [implementation] tables of check = \"reason\"; those failures "
-                            "don't fail the run, and one that passes does")
+    _add(check, "strict")
+    _add(check, "xfails")
     declare = check.add_argument_group(
         "declarations", "override what is inferred for undeclared classes (also in pyproject.toml: "
         "[tool.attention-conformance.declare.\"IMPL\"])")
@@ -162,6 +138,13 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--plot", type=Path, metavar="FILE.png",
                        help="draw time and memory against length, log-log")
     return parser
+
+
+def _add(parser: argparse.ArgumentParser, name: str, **own: object) -> None:
+    """The run option ``name`` (:data:`~conformance.frontends.run_flags.RUN_FLAGS`), with the
+    command line's ``own`` default or value type."""
+    flag, form = argparse_form(name)
+    parser.add_argument(flag, **{**form, **own})
 
 
 def _argument_form(spec: DeclarationSpec) -> dict[str, object]:
@@ -212,14 +195,10 @@ def _check(args: argparse.Namespace) -> int:
                             lines=False if args.progress is False else None, total=len(targets))
     interfaces: Interfaces = {}
     try:
-        results = check_many(targets, profile=args.profile, devices=devices, checks=checks,
-                             seed=args.seed, jobs=_jobs(args),
-                             declared=declared, strict=args.strict, progress=progress,
-                             interfaces=interfaces, replay=replay,
-                             time_budget=args.time_budget,
-                             database=_database(args, sys.stdout.isatty()
-                                                or args.profile == "thorough"),
-                             pictures=args.html is not None)
+        results = check_many(targets, _run_options(args, devices, checks, replay,
+                                                   sys.stdout.isatty()
+                                                   or args.profile == "thorough"),
+                             declared=declared, progress=progress, interfaces=interfaces)
     except BadInput as error:
         raise UsageError(error_words(error, "cli")) from error
     finally:
@@ -274,24 +253,26 @@ def _watch(args: argparse.Namespace, declared: Declarations, devices: Sequence[s
     _well_formed(spec)
     failures, warnings = _expected(args.expected_failures)
     target = (spec, Isolated(failures, warnings, args.call_timeout))
-    database = _database(args, interactive=True)
+    options = _run_options(args, devices, checks, None, interactive=True, pictures=False)
 
     def check_once(order: Sequence[str], lines: WatchLines) -> list[CheckResult]:
-        return check_many([target], profile=args.profile, devices=devices, checks=order,
-                          seed=args.seed, jobs=_jobs(args), declared=declared, strict=args.strict,
-                          progress=lines, time_budget=args.time_budget, database=database)
+        return check_many([target], replace(options, checks=tuple(order)), declared=declared,
+                          progress=lines)
 
     path = Path(spec.partition("::")[0])
     print(f"watching {path} (Ctrl-C to stop)", flush=True)
     return watch(check_once, [path], checks, sys.stdout)
 
 
-def _jobs(args: argparse.Namespace) -> int:
-    """The processes ``--jobs`` asks for (0: one per core, or one inside a pytest-xdist
-    worker, whose run already has a process per core)."""
-    if args.jobs:
-        return args.jobs
-    return 1 if os.environ.get("PYTEST_XDIST_WORKER") else os.cpu_count() or 1
+def _run_options(args: argparse.Namespace, devices: Sequence[str], checks: Sequence[str],
+                 replay: Case | None, interactive: bool, pictures: bool | None = None) -> RunOptions:
+    """The run ``check`` asks for: its options, the example database kept where the run is
+    ``interactive`` (see :func:`_database`), pictures for ``--html``."""
+    return RunOptions(profile=args.profile, seed=args.seed, strict=args.strict, replay=replay,
+                      time_budget=args.time_budget, database=_database(args, interactive),
+                      pictures=args.html is not None if pictures is None else pictures,
+                      devices=tuple(devices), checks=tuple(checks),
+                      jobs=processes(args.jobs, one_in_xdist=True))
 
 
 def _device(name: str) -> str:
@@ -324,7 +305,7 @@ def _replay(text: str | None, checks: Sequence[str] | None) -> Case | None:
     if not checks or len(checks) != 1:
         raise UsageError("--replay runs one check on one case: name it with one --check")
     try:
-        return Case.parse(text)
+        return replay_case(text)
     except ValueError as error:
         raise UsageError(f"--replay: {error}") from error
 

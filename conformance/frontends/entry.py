@@ -23,19 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from conformance.frontends.exit_codes import finish, status_of
-
-
-def _jobs(argv: Sequence[str]) -> str:
-    """What ``--jobs``/``-j`` says (``1``, the default, when absent)."""
-    jobs = "1"
-    for index, arg in enumerate(argv):
-        if arg in ("--jobs", "-j") and index + 1 < len(argv):
-            jobs = argv[index + 1]
-        elif arg.startswith("--jobs="):
-            jobs = arg.partition("=")[2]
-        elif arg.startswith("-j") and arg[2:].isdigit():
-            jobs = arg[2:]
-    return jobs
+from conformance.frontends.run_flags import jobs_said
 
 
 def _will_fork_workers(argv: Sequence[str]) -> bool:
@@ -54,7 +42,7 @@ def _will_fork_workers(argv: Sequence[str]) -> bool:
     located = [arg for arg in argv[1:] if not arg.startswith("-")
                and ("::" in arg or arg.endswith(".py") or ("." in arg.partition(":")[0]
                     and ":" in arg))]
-    return len(located) == 1 or (len(located) > 1 and _jobs(argv) == "1")
+    return len(located) == 1 or (len(located) > 1 and jobs_said(argv) == "1")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

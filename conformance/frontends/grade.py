@@ -23,12 +23,12 @@ class report say so.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 from conformance.frontends.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from conformance.frontends.run_flags import processes
 from conformance.grading import gradescope, merge, pipeline, selftest, shards
 from conformance.grading.intake.roster import Roster, RosterError
 from conformance.grading.intake.roster import load as load_roster
@@ -88,8 +88,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return grade
 
 
-def _jobs(value: int) -> int:
-    return value if value > 0 else (os.cpu_count() or 1)
+def _jobs(args: argparse.Namespace) -> int:
+    """``--jobs``: 0 (or less) one per CPU core."""
+    return processes(max(args.jobs, 0), one_in_xdist=False)
 
 
 def _as_of(text: str | None) -> datetime:
@@ -162,7 +163,7 @@ def _check_reference(rubric: Rubric, sandbox: sandboxes.Tier, progress: GradingP
 def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
     if args.submissions is None:
         raise UsageError("name the SUBMISSIONS folder")
-    roster: Roster | None = load_roster(args.roster) if args.roster else None
+    roster = _roster(args)
     only = {part.strip() for part in args.only.split(",") if part.strip()} if args.only else None
     as_of = _as_of(args.as_of)
     shard = shards.parse(args.shard) if args.shard else None
@@ -172,7 +173,7 @@ def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
     sandbox = _sandbox(args)
     progress = GradingProgress(0)
     reference = _check_reference(rubric, sandbox, progress)
-    result = pipeline.grade_class(args.submissions, rubric, args.out, jobs=_jobs(args.jobs),
+    result = pipeline.grade_class(args.submissions, rubric, args.out, jobs=_jobs(args),
                                   only=only, roster=roster, run_all_cells=args.run_all_cells,
                                   progress=progress, as_of=as_of, shard=shard, sandbox=sandbox,
                                   found=found)
@@ -191,21 +192,31 @@ def _grade(rubric: Rubric, args: argparse.Namespace) -> int:
     if printed:
         print(f"printed output (for you only, never in feedback): {len(printed)} submission(s), "
               f"in {args.out / 'printed'}/ID.txt")
-    print(f"class report: {args.out / 'class_report.html'}; feedback: "
-          f"{args.out / 'students'}/ID/feedback.html")
+    _where_reports(args.out)
     return EXIT_OK
+
+
+def _roster(args: argparse.Namespace) -> Roster | None:
+    """``--roster``'s students, where given."""
+    return load_roster(args.roster) if args.roster else None
+
+
+def _where_reports(out: Path) -> None:
+    """Where a run over the whole class (or the merge of its shards) put the class report and
+    each student's feedback."""
+    print(f"class report: {out / 'class_report.html'}; feedback: "
+          f"{out / 'students'}/ID/feedback.html")
 
 
 def _merge(rubric: Rubric, args: argparse.Namespace) -> int:
     if args.submissions is not None or args.only:
         raise UsageError("--merge combines shard outputs: give no SUBMISSIONS and no --only")
-    roster: Roster | None = load_roster(args.roster) if args.roster else None
+    roster = _roster(args)
     merged = merge.merge(args.merge, rubric, args.out, roster=roster, as_of=_as_of(args.as_of))
     count = merged.outputs[0].shard.count
     print(f"merged {count} shard(s) from {len(args.merge)} folder(s): {merged.submissions} "
           f"submission(s), {len(merged.students)} row(s) in {args.out / 'grades.csv'}")
-    print(f"class report: {args.out / 'class_report.html'}; feedback: "
-          f"{args.out / 'students'}/ID/feedback.html")
+    _where_reports(args.out)
     return EXIT_OK
 
 
@@ -218,7 +229,7 @@ def _self_test(rubric: Rubric, args: argparse.Namespace) -> int:
     pairs = sum(1 for m in mutants for t in rubric.targets if m.causal == t.causal)
     progress = GradingProgress(pairs)
     try:
-        result = selftest.run(rubric, jobs=_jobs(args.jobs), mutants=mutants,
+        result = selftest.run(rubric, jobs=_jobs(args), mutants=mutants,
                               on_done=progress.advance, sandbox=sandbox)
     finally:
         progress.close()

@@ -24,7 +24,7 @@ from conformance.frontends.pytest_options import (
     CATALOGUE_MODULE,
     names_catalogue,
     pasteable_id,
-    runner_options,
+    run_options,
 )
 from conformance.frontends.report import Reproduction, failure_block, inferred
 from conformance.generation.cases import Case
@@ -122,10 +122,8 @@ def _isolated(config: pytest.Config, spec: str, expected: tuple[dict, dict],
 def runner(config: pytest.Config) -> Runner:
     """A Runner for this session's options (profile, seed, verbosity, strictness, a replayed
     case); a bad ``--attention-replay`` or profile is a usage error."""
-    options = runner_options(config)
-    replay = options.pop("replay")
     try:
-        return Runner(**options, replay=Case.parse(replay) if replay else None)
+        return Runner.of(run_options(config))
     except ValueError as error:
         raise pytest.UsageError(f"attention-conformance: {error}") from error
 

@@ -1,5 +1,5 @@
 """What the catalogue's pytest side shares, importing pytest alone: where the catalogue's test
-modules are, the suite's profile names, and this run's options as a :class:`Runner` takes them.
+modules are, the suite's profile names, and this run's options as a :class:`RunOptions`.
 
 :mod:`conformance.frontends.pytest_plugin` (loaded by pytest in every run) declares the options;
 :mod:`conformance.frontends.pytest_catalogue` and :mod:`conformance.testing` (loaded only for a
@@ -9,16 +9,19 @@ run about the catalogue) read them here.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+from conformance.frontends.run_flags import PROFILE_NAMES
+
+if TYPE_CHECKING:
+    from conformance.run.options import RunOptions
 
 # The catalogue's test modules live at the package's root, so `pytest --pyargs conformance`
 # collects them and their ids read `conformance/test_conformance.py::...`.
 CATALOGUE_MODULE = Path(__file__).parents[1] / "test_conformance.py"
 BENCHMARK_MODULE = Path(__file__).parents[1] / "test_benchmarks.py"
-PROFILE_NAMES = ("quick", "thorough")
-"""The suite's profiles (:data:`conformance.generation.profiles.PROFILE_NAMES`, without importing
-hypothesis)."""
 HYPOTHESIS_PREFIX = "attention-conformance-"
 HYPOTHESIS_BUILTIN = ("default", "ci")
 """Hypothesis' own profiles (``ci`` is loaded under ``CI=true``): the suite's quick profile
@@ -48,25 +51,26 @@ _DATABASES: dict[str, object] = {}
 made for the same options are one runner)."""
 
 
-def runner_options(config: pytest.Config) -> dict[str, object]:
+def run_options(config: pytest.Config) -> RunOptions:
     """How this run's checks search, from pytest's and hypothesis' options: the profile, a seed
-    (``--hypothesis-seed``), hypothesis' verbosity, strictness, a case to replay (its text),
-    each check's time budget, and hypothesis' example database (``.hypothesis/examples``:
-    failures kept and replayed first; none under CI)."""
+    (``--hypothesis-seed``), hypothesis' verbosity, strictness, a case to replay (a bad one is a
+    ValueError), each check's time budget, and hypothesis' example database
+    (``.hypothesis/examples``: failures kept and replayed first; none under CI)."""
     from conformance.generation.profiles import example_database
+    from conformance.run.options import RunOptions, replay_case
 
     where = str(Path.cwd())
     if where not in _DATABASES:
         _DATABASES[where] = example_database(interactive=True)
     seed = config.getoption("hypothesis_seed", default=None)
-    return {"profile": profile(config),
-            "seed": int(seed) if isinstance(seed, str) and seed.isdigit() else seed,
-            "verbosity": config.getoption("hypothesis_verbosity", default=None),
-            "strict": config.getoption("attention_strict"),
-            "replay": config.getoption("attention_replay"),
-            "time_budget": config.getoption("attention_time_budget"),
-            "database": _DATABASES[where],
-            "pictures": bool(config.getoption("attention_html", default=None))}
+    return RunOptions(profile=profile(config),
+                      seed=int(seed) if isinstance(seed, str) and seed.isdigit() else seed,
+                      verbosity=config.getoption("hypothesis_verbosity", default=None),
+                      strict=config.getoption("attention_strict"),
+                      replay=replay_case(config.getoption("attention_replay") or None),
+                      time_budget=config.getoption("attention_time_budget"),
+                      database=_DATABASES[where],
+                      pictures=bool(config.getoption("attention_html", default=None)))
 
 
 def current_config() -> pytest.Config | None:

@@ -23,47 +23,23 @@ from conformance.frontends.pytest_options import (
     CATALOGUE_MODULE,
     CONFIGS,
     HYPOTHESIS_PREFIX,
-    PROFILE_NAMES,
     names_catalogue,
 )
+from conformance.frontends.run_flags import addoption_form
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("attention-conformance")
-    group.addoption("--attention-impl", action="append", default=[], metavar="IMPL",
-                    help="implementation to check: registered name, package.module:Attr or "
-                         "path/to/file.py::Attr (repeatable; default: every registered one)")
-    group.addoption("--attention-profile", choices=PROFILE_NAMES, default=None,
-                    help="the suite's hypothesis profile (default quick; "
-                         "--hypothesis-profile attention-conformance-NAME also selects it)")
-    group.addoption("--attention-device", action="append", default=[], metavar="DEVICE",
-                    help="devices to test on (repeatable; default cpu and cuda, absent ones skip)")
+    for name in ("impl", "profile", "device"):
+        _add(group, name)
     group.addoption("--attention-bench", action="store_true",
                     help="run the benchmark fixtures (conformance/test_benchmarks.py)")
     group.addoption("--attention-bench-lengths", default="128,512", metavar="L,L,...",
                     help="sequence lengths for the benchmark fixtures (default 128,512)")
     group.addoption("--attention-bench-dtype", default="float32",
                     choices=("float32", "float64", "float16", "bfloat16"))
-    group.addoption("--attention-isolate", action="store_true",
-                    help="run each implementation named by a file or module in a worker process "
-                         "of its own: a call that hangs fails its test after "
-                         "--attention-call-timeout, a crash fails with its status")
-    group.addoption("--attention-call-timeout", type=float, default=None, metavar="SECONDS",
-                    help="time limit of one call in an isolated implementation (default 10)")
-    group.addoption("--attention-time-budget", type=float, default=None, metavar="SECONDS",
-                    help="time each check may search for; a check cut short warns, saying how "
-                         "many examples ran (default: the profile's, 30 s for quick; 0: none)")
-    group.addoption("--attention-strict", action="store_true",
-                    help="warnings (robustness findings beyond the normal range) fail the test")
-    group.addoption("--attention-xfails", default=None, metavar="FILE",
-                    help="expected failures, TOML: [implementation] tables of check = \"reason\"")
-    group.addoption("--attention-replay", default=None, metavar="CASE",
-                    help="run the selected checks on this falsifying example alone, as a "
-                         "failure prints it: --attention-replay \"Case(batch=1, ...)\"")
-    group.addoption("--attention-html", default=None, metavar="PATH",
-                    help="also write one self-contained HTML page of the run's checks: the "
-                         "verdicts, and each finding with its minimal case drawn (figures: "
-                         "the [plot] extra)")
+    for name in ("isolate", "call-timeout", "time-budget", "strict", "xfails", "replay", "html"):
+        _add(group, name)
     group.addoption("--attention-declare", action="append", default=[], metavar="NAME=VALUE",
                     help="a declaration for the classes named by --attention-impl, as the "
                          "command line's flags spell it: e.g. kv-grouping=tiled, "
@@ -72,6 +48,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "docs' Declarations page)")
 
 
+
+def _add(group: pytest.OptionGroup, name: str) -> None:
+    """The run option ``name`` (:data:`~conformance.frontends.run_flags.RUN_FLAGS`), spelled
+    ``--attention-NAME``."""
+    flag, form = addoption_form(name)
+    group.addoption(flag, **form)
 
 
 def _rerunnable(config: pytest.Config) -> None:

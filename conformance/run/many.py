@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
@@ -23,23 +23,22 @@ from conformance.model.declarations import Declarations
 from conformance.model.results import CheckResult
 from conformance.model.spec import Implementation
 from conformance.run.isolated import Interfaces, Isolated, Target, isolated_results
+from conformance.run.options import RunOptions, replay_case
 from conformance.run.runner import Progress, Runner
 from conformance.subject.boundary import Subject
 from conformance.subject.in_process import InProcessSubject
 
-if TYPE_CHECKING:
-    from hypothesis.database import ExampleDatabase
-
 
 def _results(runner: Runner, spec: str, what: Implementation | Isolated,
-             declared: Declarations | None, devices: Sequence[str] | None,
-             checks: Sequence[str] | None, interfaces: Interfaces) -> list[CheckResult]:
-    """Every verdict of one target."""
+             declared: Declarations | None, options: RunOptions,
+             interfaces: Interfaces) -> list[CheckResult]:
+    """Every verdict of one target, on ``options``' devices and checks."""
     if isinstance(what, Isolated):
-        return isolated_results(runner, spec, what, declared, devices, checks, interfaces)
+        return isolated_results(runner, spec, what, declared, options.devices, options.checks,
+                                interfaces)
     subject = InProcessSubject(what)
     interfaces[what.name] = (subject.describe(), tuple(what.notes))
-    return runner.run(subject, devices=devices, checks=checks)
+    return runner.run(subject, devices=options.devices, checks=options.checks)
 
 
 @dataclass(frozen=True)
@@ -58,14 +57,8 @@ def _travelling(what: Implementation | Isolated) -> _Resolved | Isolated:
     return _Resolved(what.name, dict(what.expected_failures), dict(what.expected_warnings))
 
 
-def _check_in_worker(spec: str, what: _Resolved | Isolated,
-                     declared: Declarations | None, profile: str, seed: int | None,
-                     strict: bool, devices: Sequence[str] | None,
-                     checks: Sequence[str] | None,
-                     replay: Case | None = None,
-                     time_budget: float | None = None,
-                     database: ExampleDatabase | None = None, pictures: bool = False
-                     ) -> tuple[list[CheckResult], Interfaces]:
+def _check_in_worker(spec: str, what: _Resolved | Isolated, declared: Declarations | None,
+                     options: RunOptions) -> tuple[list[CheckResult], Interfaces]:
     """One target's verdicts (and interfaces), in a spawned process: an in-process one is
     resolved again there by its IMPL (expected failures and declarations travel along: they may
     come from files or flags the process never saw)."""
@@ -75,53 +68,38 @@ def _check_in_worker(spec: str, what: _Resolved | Isolated,
         what = replace(impl, expected_failures=what.expected_failures,
                        expected_warnings=what.expected_warnings)
     interfaces: Interfaces = {}
-    runner = Runner(profile, seed, strict=strict, replay=replay, time_budget=time_budget,
-                    database=database, pictures=pictures)
-    results = _results(runner, spec, what,
-                       declared, devices, checks, interfaces)
+    results = _results(Runner.of(replace(options, jobs=1)), spec, what, declared, options,
+                       interfaces)
     return results, interfaces
 
 
-def check_many(targets: Sequence[Target], *, profile: str = "quick",
-               devices: Sequence[str] | None = None, checks: Sequence[str] | None = None,
-               seed: int | None = None, jobs: int = 1,
-               declared: Declarations | None = None, strict: bool = False,
-               progress: Progress | None = None,
-               interfaces: Interfaces | None = None,
-               replay: Case | None = None,
-               time_budget: float | None = None,
-               database: ExampleDatabase | None = None,
-               pictures: bool = False) -> list[CheckResult]:
-    """Verdicts for several implementations, ``jobs`` at a time (one implementation: its checks
-    shared out over ``jobs`` processes, see :mod:`conformance.run.shared`); results in input
-    order.
+def check_many(targets: Sequence[Target], options: RunOptions | None = None, *,
+               declared: Declarations | None = None, progress: Progress | None = None,
+               interfaces: Interfaces | None = None, **changes: Any) -> list[CheckResult]:
+    """Verdicts for several implementations, ``options.jobs`` at a time (one implementation: its
+    checks shared out over ``jobs`` processes, see :mod:`conformance.run.shared`); results in
+    input order.
 
     ``targets`` pairs each implementation with the IMPL string (and ``declared``, the
     declarations) that resolve to it, so a worker process can find it again; an
-    :class:`Isolated` target's implementations run in worker processes of their own. The
-    verdicts don't depend on ``jobs``. ``strict`` promotes warnings to failures. ``interfaces``,
-    when given, receives what each implementation declares and what was inferred. ``replay``
-    runs the checks on that one case instead of a search (see :class:`Runner`);
-    ``time_budget`` is each check's, in seconds (default: the profile's; 0: none);
-    ``database``, hypothesis' example database for interactive use (failing examples kept and
-    replayed first; see :func:`~conformance.generation.profiles.example_database`);
-    ``pictures``: each finding's minimal case drawn (``CheckResult.picture``). Raises
-    :class:`BadInput` when an isolated implementation is not checkable.
+    :class:`Isolated` target's implementations run in worker processes of their own. ``options``
+    (:class:`RunOptions`; default: the quick profile, every available device, the whole
+    catalogue, one process) say how the checks search and where; ``changes``, any of its fields,
+    over them (``devices=["cpu"], jobs=2``). The verdicts don't depend on ``jobs``.
+    ``interfaces``, when given, receives what each implementation declares and what was
+    inferred. Raises :class:`BadInput` when an isolated implementation is not checkable.
     """
+    options = replace(options or RunOptions(), **changes)
     interfaces = interfaces if interfaces is not None else {}
-    if jobs <= 1 or len(targets) <= 1:
-        runner = Runner(profile, seed, strict=strict, progress=progress, replay=replay,
-                        time_budget=time_budget, database=database, processes=max(1, jobs),
-                        pictures=pictures)
+    if options.jobs <= 1 or len(targets) <= 1:
+        runner = Runner.of(options, progress)
         return [result for spec, what in targets
-                for result in _results(runner, spec, what, declared, devices, checks,
-                                       interfaces)]
+                for result in _results(runner, spec, what, declared, options, interfaces)]
     # Spawned, not forked: torch's thread pools don't survive a fork.
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context) as pool:
-        futures = [pool.submit(_check_in_worker, spec, _travelling(what), declared, profile,
-                               seed, strict, devices, checks, replay, time_budget, database,
-                               pictures)
+    with ProcessPoolExecutor(max_workers=min(options.jobs, len(targets)),
+                             mp_context=context) as pool:
+        futures = [pool.submit(_check_in_worker, spec, _travelling(what), declared, options)
                    for spec, what in targets]
         results: list[CheckResult] = []
         start = time.perf_counter()
@@ -161,8 +139,8 @@ def check(target: object, *, profile: str = "quick", devices: Sequence[str] | No
     problem = unknown_checks(names or [])
     if problem:
         raise ValueError(problem)
-    case = Case.parse(replay) if isinstance(replay, str) else replay
-    runner = Runner(profile, seed, strict=strict, replay=case, time_budget=time_budget)
+    runner = Runner.of(RunOptions(profile, seed, strict, replay=replay_case(replay),
+                                  time_budget=time_budget))
     if isinstance(target, Subject):
         return runner.run(target, devices=devices, checks=names)
     stated = from_mapping(dict(declare or {}), "check(declare=...)") if declare else None

@@ -35,6 +35,7 @@ from conformance.model.results import CheckResult, Status, plain
 from conformance.model.spec import Capabilities, Implementation
 from conformance.numerics.threads import one_thread
 from conformance.run import shared
+from conformance.run.options import RunOptions
 from conformance.subject.boundary import Subject
 from conformance.subject.in_process import InProcessSubject
 
@@ -115,6 +116,15 @@ class Runner:
         self._limits: dict[tuple[str, str], ConfigurationLimits] = {}
         """Per implementation and device, the configurations re-probed inside checks
         (Search.limits): one check's finding spares the next its probe."""
+
+    @classmethod
+    def of(cls, options: RunOptions, progress: Progress | None = None) -> Runner:
+        """The Runner for ``options`` (its checks shared out over ``options.jobs`` processes);
+        a bad profile or time budget is a ValueError."""
+        return cls(options.profile, options.seed, strict=options.strict, progress=progress,
+                   verbosity=options.verbosity, replay=options.replay,
+                   time_budget=options.time_budget, database=options.database,
+                   processes=max(1, options.jobs), pictures=options.pictures)
 
     def _context(self, subject: Subject, capabilities, device: str, replay: Case | None = None,
                  *, broken: dict[str, str] | None = None,

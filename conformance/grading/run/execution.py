@@ -33,6 +33,7 @@ from conformance.model.declarations import Declarations
 from conformance.model.remedies import texts
 from conformance.model.results import Status
 from conformance.model.spec import Config
+from conformance.run.options import RunOptions
 from conformance.run.runner import Runner
 from conformance.worker import IsolatedSubject, LoadError, SandboxKind, WorkerError, WorkerLimits
 
@@ -169,7 +170,7 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
             if broken is not None:
                 outcome.status, outcome.message = RunStatus.INTERFACE_MISMATCH, broken
                 return _printed(outcome, subject, other_forms)
-        runner = Runner(rubric.profile, rubric.seed)
+        runner = Runner.of(RunOptions(rubric.profile, rubric.seed))
         for check in target.checks:
             deadline.start_check()
             seen = len(subject.incidents)
