@@ -144,6 +144,34 @@ def test_ctrl_c_reaches_the_served_check(server, tmp_path):
     assert _served(log, f"check {slow}: exit 130"), log.read_text()
 
 
+def _lines_after_a_ctrl_c(monkeypatch, *answers: dict) -> list[tuple[int, int]]:
+    """The server's lines, with a Ctrl-C before the first; the signals the client sends."""
+    pending: list = [KeyboardInterrupt(), *answers]
+
+    def next_line(self):
+        item = pending.pop(0)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(served._Lines, "next", next_line)
+    monkeypatch.setattr(served.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    return sent
+
+
+def test_ctrl_c_before_the_server_says_whose_the_copy_is_still_reaches_it(monkeypatch):
+    """A Ctrl-C while the server is starting the copy is passed on once its pid is known: the copy
+    never goes on alone, printing to this terminal; where the server refused, nothing ran and
+    the Ctrl-C is this command's."""
+    sent = _lines_after_a_ctrl_c(monkeypatch, {"pid": 4242}, {"exit": 130})
+    assert served._wait(None) == 130 and sent == [(4242, signal.SIGINT)]
+    sent = _lines_after_a_ctrl_c(monkeypatch, {"refused": "started under other settings"})
+    with pytest.raises(KeyboardInterrupt):
+        served._wait(None)
+    assert sent == []
+
+
 WARM_MODULE = '''
 import sys
 

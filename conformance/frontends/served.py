@@ -126,10 +126,23 @@ def _wait(connection: socket.socket) -> int | None:
     """Follow a handed-over command to its end: its pid first (None: refused), then its status;
     Ctrl-C here interrupts it there."""
     lines = _Lines(connection)
-    first = lines.next()
+    interrupted = False
+    while True:
+        try:
+            first = lines.next()
+            break
+        except KeyboardInterrupt:
+            # Before the server said whose it is: the copy it is about to start must not go on
+            # alone, printing to this terminal; it is interrupted as soon as it is known.
+            interrupted = True
     if not first or "pid" not in first:
+        if interrupted:
+            raise KeyboardInterrupt  # refused: nothing ran, and nothing should run here now
         return None
     pid = int(first["pid"])
+    if interrupted:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGINT)
     while True:
         try:
             last = lines.next()
