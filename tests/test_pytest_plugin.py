@@ -93,7 +93,8 @@ def test_profiles_hold_under_ci_and_foreign_hypothesis_profiles():
 def test_the_plugin_costs_nothing_until_used(tmp_path):
     """An unrelated test run in an environment where the suite is installed imports neither
     torch, nor hypothesis' engine, nor the suite (the plugin's hooks load only for a run about
-    the catalogue): its overhead is the plugin module itself (benchmarks/plugin_overhead.py)."""
+    the catalogue): its overhead is the plugin module itself and its options' table (standard
+    library only: ``frontends/run_flags``; benchmarks/plugin_overhead.py)."""
     (tmp_path / "test_unrelated.py").write_text("def test_sum():\n    assert 1 + 1 == 2\n")
     (tmp_path / "conftest.py").write_text(
         "import sys\n\n\n"
@@ -103,9 +104,11 @@ def test_the_plugin_costs_nothing_until_used(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider",
                            str(tmp_path)], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    # The plugin was loaded (pytest11), and nothing else of the suite, nor torch.
+    # The plugin was loaded (pytest11) with its options' table, and nothing else of the suite,
+    # nor torch.
     loaded = ("LOADED ['conformance', 'conformance._version', 'conformance.frontends', "
-              "'conformance.frontends.pytest_options', 'conformance.frontends.pytest_plugin'] False")
+              "'conformance.frontends.pytest_options', 'conformance.frontends.pytest_plugin', "
+              "'conformance.frontends.run_flags'] False")
     assert loaded in done.stdout
 
 
