@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conformance import Implementation, PackedForm
+from conformance import Implementation, PackedForm, Packing
 from conformance.implementations.modern_declared import (
     KEEP_INT_PER_QUERY,
     ROPE_THETA_ARGUMENT,
@@ -367,7 +367,7 @@ IMPLEMENTATIONS: list[Implementation] = [
                   description="correct: LlamaAttention with a sliding window"),
     declare_llama("modern-sliding-window", SlidingWindowAttention, window="config",
                   positional=None, relative=None, positions=None, position_form=None,
-                  mask=KEEP_INT_PER_QUERY, packed=PackedForm.MASK,
+                  mask=KEEP_INT_PER_QUERY, packing=Packing(form=PackedForm.MASK),
                   description="correct: sliding window, grouped-query heads, no position "
                               "encoding (every reference check applies); packed through a "
                               "block-diagonal mask"),

@@ -212,7 +212,7 @@ class Causal(Check):
     title = "no row sees a later position; every row sees itself and earlier ones"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if capabilities.causal == "never":
+        if capabilities.causality.kind == "never":
             return Lacking("non-causal attention")
         return None
 

@@ -73,10 +73,10 @@ class Configuration(Check):
 
     def verify(self, context: CheckContext, setting: Setting, argument: str) -> None:
         caps = context.capabilities
-        dtype = torch.float64 if torch.float64 in caps.dtypes else torch.float32
+        dtype = torch.float64 if torch.float64 in caps.floats.supported else torch.float32
         length = min(LENGTH, caps.max_len or LENGTH)
         case = base_case(caps, dtype, context.device, q_len=length, kv_len=length,
-                         causal=caps.causal == "always")
+                         causal=caps.causality.kind == "always")
         rotary = caps.encoding.rotary
         value = other_value(setting, rotary)
         if context.on_example is not None:

@@ -75,7 +75,7 @@ class HeadSplit(Check):
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
         context.explore(cases(caps, context.device, masks="auto",
-                              causal=caps.causal == "always", min_heads=2),
+                              causal=caps.causality.kind == "always", min_heads=2),
                         lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:

@@ -104,7 +104,7 @@ class KVCacheDecoding(Check):
     title = "prefill + decoding with the KV cache (token by token, in chunks) = the full forward"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if capabilities.kv_cache is None:
+        if capabilities.cache.style is None:
             return Lacking("no KV cache")
         return None
 
@@ -256,7 +256,7 @@ class KVCacheDecoding(Check):
         masked = self._inputs(context, case, prefix, 0, cache=False)
         unmasked = replace(masked, causal=False)
         instance = context.build(case)
-        if caps.causal == "optional":
+        if caps.causality.kind == "optional":
             expected = context.run(instance, unmasked, case)
         elif reference_applies(caps):
             expected = reference_attention(instance.read_weights(), unmasked.query, unmasked.key,

@@ -178,7 +178,7 @@ class Padding(Check):
         symptom = "the kept keys' weights are not finite either: the whole row is lost"
         wide = replace(case, dtype="float32")
         if case.dtype not in ("float16", "bfloat16") or torch.float32 not in (
-                context.capabilities.dtypes):
+                context.capabilities.floats.supported):
             return symptom
         try:
             attention = measure_attention(context.build(wide), wide, context.capabilities.call,

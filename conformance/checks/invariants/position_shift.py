@@ -35,8 +35,8 @@ ANGLE_ULPS = 8.0
 def _through_positions(caps: Capabilities) -> bool:
     """Whether the position argument shifts positions alone (not a preallocated cache's start,
     which also reads whatever the cache holds before it)."""
-    return bool(caps.positions) and not (caps.kv_cache is CacheStyle.BUFFERS
-                                         and caps.positions == caps.cache_argument)
+    return bool(caps.positions) and not (caps.cache.style is CacheStyle.BUFFERS
+                                         and caps.positions == caps.cache.argument)
 
 
 def _through_mask(caps: Capabilities) -> bool:

@@ -74,7 +74,7 @@ def widest_case(caps: Capabilities, device: str) -> Case:
                           key=lambda p: (p[1], -abs(p[0] - heads)))
     length = min(WIDEST_LENGTH, caps.max_len or WIDEST_LENGTH)
     return base_case(caps, torch.float16, device, num_heads=heads, head_dim=head_dim,
-                     q_len=length, kv_len=length, causal=caps.causal == "always")
+                     q_len=length, kv_len=length, causal=caps.causality.kind == "always")
 
 
 class Stability(Check):
@@ -93,7 +93,7 @@ class Stability(Check):
         if wide:
             context.explore(cases(caps, context.device, masks=masks, min_len=2, dtypes=wide),
                             lambda case: self.large_and_shifted(context, case))
-        if torch.float16 in caps.dtypes:
+        if torch.float16 in caps.floats.supported:
             context.explore(cases(caps, context.device, masks=masks,
                                   dtypes=(torch.float16,)),
                             lambda case: self.float16_large(context, case), severity="warn",

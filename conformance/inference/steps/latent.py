@@ -60,7 +60,8 @@ def latent_form(inquiry: Inquiry) -> None:
         raise InferenceError("a weight layout is declared, but its queries are its own (learned "
                              "rows, not a projection of the input): no layout maps them; leave "
                              "weights out and the checks judge it through its attention core")
-    inquiry.capabilities.set(call="latent", queries=plan.queries, cross_attention=True, causal="never")
+    inquiry.capabilities.set(call="latent", queries=plan.queries, cross_attention=True,
+                             causality={"kind": "never"})
     inquiry.notes.append(Note(f"its queries are its own: {plan.queries} output rows for inputs of any "
                       "length (learned latents, Perceiver-style; found by behaviour): x gives the "
                       "keys and values, nothing is causal, and the checks that need a weight "

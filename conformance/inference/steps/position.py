@@ -154,7 +154,7 @@ def alibi_counting(inquiry: Inquiry) -> None:
         return
     config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim, num_heads=heads,
                     num_kv_heads=None, dtype=torch.float64)
-    causal = capabilities.caps.causal == "always"
+    causal = capabilities.caps.causality.kind == "always"
     try:
         instance = inquiry.build(config, layout)
         inputs = probe_case(heads, head_dim, causal=causal, dtype="float64").inputs(

@@ -46,7 +46,7 @@ def _moved(instance: Instance, call: Inputs, between: Inputs) -> float | None:
 def _probe(plan: Plan, capabilities: CapabilitiesFound, heads: int,
            head_dim: int) -> tuple[Case, Inputs, Inputs]:
     """The probes' case, its inputs, and the same call with other tokens everywhere."""
-    case = probe_case(heads, head_dim, kept=None, causal=capabilities.caps.causal == "always")
+    case = probe_case(heads, head_dim, kept=None, causal=capabilities.caps.causality.kind == "always")
     inputs = case.inputs(plan.convention.call)
     everywhere = torch.ones(case.batch, case.q_len, dtype=torch.bool)
     return case, inputs, case.replace_positions(inputs, everywhere, stream=17, scale=1.0,
@@ -80,7 +80,7 @@ def position_state(inquiry: Inquiry) -> None:
     causal (its buffers, the positions in the argument's form), else left alone."""
     plan, capabilities, notes = inquiry.plan, inquiry.capabilities, inquiry.notes
     argument = capabilities.caps.positions
-    if argument is None or capabilities.caps.kv_cache is not None:
+    if argument is None or capabilities.caps.cache.style is not None:
         return
     case, inputs, other = _probe(plan, capabilities, inquiry.heads, inquiry.head_dim)
     change = _moved(inquiry.build(), replace(inputs, position=STATE_SHIFT), other)
