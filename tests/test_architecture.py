@@ -25,8 +25,8 @@ PUBLIC = [
     "CheckResult", "Config", "Declarations", "Dtypes", "FusedProjection", "HeadWeights",
     "Implementation", "ImplementationError", "Inferred", "Inputs", "Instance", "MaskConvention",
     "MaskKind", "MaskLayout", "PackedForm", "PackedInProjection", "Packing", "PerHeadModules",
-    "PositionEncoding", "PositionForm", "ResolveError", "Rotary", "Runner", "SeparateProjections",
-    "Setting", "Status", "Subject", "WeightLayout",
+    "PositionEncoding", "PositionForm", "Positions", "ResolveError", "Rotary", "Runner",
+    "SeparateProjections", "Setting", "Status", "Subject", "WeightLayout",
     "__version__", "check", "check_many", "implementation", "infer", "infer_function", "register",
     "registered", "resolve",
 ]

@@ -19,6 +19,10 @@ from conformance import (
     Implementation,
     PackedForm,
     Packing,
+    PositionEncoding,
+    PositionForm,
+    Positions,
+    Rotary,
 )
 from conformance.model.capability_groups import FLAT, GROUPS
 from conformance.model.forms import CacheLayout, MaskConvention, MaskKind, MaskLayout
@@ -74,6 +78,15 @@ def test_a_causal_form_checks_itself():
     CausalForm("optional", "is_causal").check("layer")
 
 
+def test_positions_check_themselves():
+    message = "layer: positions needs position_form"
+    with pytest.raises(ValueError, match=message):
+        Positions(argument="position_ids").check("layer")
+    with pytest.raises(ValueError, match=message):
+        _implementation(position=Positions(argument="position_ids"))
+    Positions(argument="position_ids", form=PositionForm.IDS).check("layer")
+
+
 OLD_AND_NEW = [
     (dict(causality=CausalForm("always"), kv_cache=CacheStyle.OBJECT, cache_argument="cache",
           cache_options=(("use_cache", True),), cache_factory="pkg.cache:KV", max_batch=4),
@@ -90,6 +103,13 @@ OLD_AND_NEW = [
     (dict(causal="optional", causal_argument="is_causal"),
      dict(causality=CausalForm(kind="optional", argument="is_causal"))),
     (dict(causal="always"), dict(causality=CausalForm("always"))),
+    (dict(positional="RoPE (declared)", positions="position_ids", position_form=PositionForm.IDS,
+          relative="rotary", encoding=PositionEncoding(rotary=Rotary("half", 10000.0)),
+          alibi="measured"),
+     dict(position=Positions(positional="RoPE (declared)", argument="position_ids",
+                             form=PositionForm.IDS, relative="rotary",
+                             encoding=PositionEncoding(rotary=Rotary("half", 10000.0)),
+                             alibi="measured"))),
     (dict(dtypes=(torch.float16, torch.float32), assumed_dtypes=(torch.float16,),
           probed_dtypes=(torch.float32,)),
      dict(floats=Dtypes(supported=(torch.float16, torch.float32), assumed=(torch.float16,),
@@ -137,11 +157,12 @@ def test_the_new_form_warns_nothing_and_describes_as_before():
         warnings.simplefilter("error")
         caps = Capabilities(causality=CausalForm("always"), cache=CacheForm(
             style=CacheStyle.RETURNED, argument="past", layout=CacheLayout.BHLD),
-            packing=Packing(form=PackedForm.CU_SEQLENS, argument="cu"))
+            packing=Packing(form=PackedForm.CU_SEQLENS, argument="cu"),
+            position=Positions(relative="alibi"))
         described = caps.describe()
-    assert described == ("self-attention f(x[, mask]); no mask; always causal; KV cache (returned "
-                         "through past, (k, v) each bhld); packed sequences (cu_seqlens); no "
-                         "weight access")
+    assert described == ("self-attention f(x[, mask]); no mask; always causal; ALiBi; KV cache "
+                         "(returned through past, (k, v) each bhld); packed sequences (cu_seqlens); "
+                         "no weight access")
 
 
 def test_the_groups_cross_the_worker_boundary_with_defaults_and_tuples():

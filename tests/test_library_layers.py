@@ -140,5 +140,5 @@ def test_a_huggingface_cache_object_is_understood():
     capabilities = infer(LlamaDynamicCacheAttention).implementation.capabilities
     assert capabilities.cache.style is not None and capabilities.cache.style.value == "object"
     assert capabilities.cache.argument == "past_key_values"
-    assert capabilities.encoding.rotary.describe() == (
+    assert capabilities.position.encoding.rotary.describe() == (
         "RoPE on half-split pairs (i, i + r/2), every dim, theta 10000")

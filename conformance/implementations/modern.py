@@ -366,7 +366,7 @@ IMPLEMENTATIONS: list[Implementation] = [
     declare_llama("modern-mistral", MistralAttention, window="config",
                   description="correct: LlamaAttention with a sliding window"),
     declare_llama("modern-sliding-window", SlidingWindowAttention, window="config",
-                  positional=None, relative=None, positions=None, position_form=None,
+                  position={"positional": None, "relative": None, "argument": None, "form": None},
                   mask=KEEP_INT_PER_QUERY, packing=Packing(form=PackedForm.MASK),
                   description="correct: sliding window, grouped-query heads, no position "
                               "encoding (every reference check applies); packed through a "

@@ -5,6 +5,8 @@ which the mutants reuse to declare the module they break.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 
@@ -24,10 +26,12 @@ from conformance import (
     Packing,
     PositionEncoding,
     PositionForm,
+    Positions,
     Rotary,
     SeparateProjections,
     Setting,
 )
+from conformance.model.capability_groups import laid_over
 
 ALL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -45,16 +49,19 @@ INTERLEAVED_ROPE = PositionEncoding(rotary=Rotary("interleaved", 10000.0))
 def declare_llama(name: str, module: type[nn.Module], *, description: str,
                   benchmark: bool = True, **capabilities: object) -> Implementation:
     """A LlamaAttention-shaped module: grouped-query heads from the configuration, RoPE at
-    position_ids, the legacy tuple cache, a (B, Lk) keep mask; ``capabilities`` override."""
-    declared = dict(
+    position_ids, the legacy tuple cache, a (B, Lk) keep mask; ``capabilities`` override (a
+    group's, as a mapping of the fields that differ: ``position={"argument": None}``)."""
+    declared = laid_over(dict(
         call="self", causality=CausalForm("always"), mask=KEEP_INT_PADDING, floats=Dtypes(ALL_DTYPES),
-        fully_masked="nan", kv_heads="config", positional=ROTARY, relative="rotary",
-        encoding=HALF_SPLIT_ROPE, positions="position_ids", position_form=PositionForm.IDS,
+        fully_masked="nan", kv_heads="config",
+        position=Positions(positional=ROTARY, relative="rotary", encoding=HALF_SPLIT_ROPE,
+                           argument="position_ids", form=PositionForm.IDS),
         cache=CacheForm(style=CacheStyle.RETURNED, argument="past_key_value",
-                        options=(("use_cache", True),)))
-    declared.update(capabilities)
-    if declared["positional"] is None and "encoding" not in capabilities:
-        declared["encoding"] = None  # no RoPE inside: none for the reference either
+                        options=(("use_cache", True),))), capabilities)
+    position = declared["position"]
+    if position.positional is None and "encoding" not in capabilities.get("position", {}):
+        # no RoPE inside: none for the reference either
+        declared["position"] = replace(position, encoding=None)
     window = declared.get("window")
 
     def factory(c):
@@ -76,9 +83,9 @@ def declare_alibi(name: str, module: type[nn.Module], *, description: str,
     return Implementation(
         name, lambda c: module(c.d_model, c.num_heads),
         Capabilities(call="self", causality=CausalForm("always"), mask=KEEP_INT_PADDING,
-                     floats=Dtypes(ALL_DTYPES), fully_masked="nan", positional=ALIBI,
-                     relative="alibi", alibi="standard",
-                     encoding=PositionEncoding(alibi=AlibiBias()),
+                     floats=Dtypes(ALL_DTYPES), fully_masked="nan",
+                     position=Positions(positional=ALIBI, relative="alibi", alibi="standard",
+                                        encoding=PositionEncoding(alibi=AlibiBias())),
                      cache=CacheForm(style=CacheStyle.OBJECT, argument="cache",
                                      factory="conformance.implementations.modern:KVCache")),
         SeparateProjections(q="q_proj", k="k_proj", v="v_proj", o="o_proj"),
@@ -95,7 +102,8 @@ def declare_buffered(name: str, module: type[nn.Module], *, description: str,
                                max_seq_len=max(c.q_len, c.kv_len) + 64),
         Capabilities(call="self", causality=CausalForm("always"), floats=Dtypes(ALL_DTYPES),
                      kv_heads="config",
-                     positional=ROTARY, relative="rotary", encoding=INTERLEAVED_ROPE,
+                     position=Positions(positional=ROTARY, relative="rotary",
+                                        encoding=INTERLEAVED_ROPE),
                      cache=CacheForm(style=CacheStyle.BUFFERS, argument="start_pos",
                                      max_batch=8)),
         SeparateProjections(q="wq", k="wk", v="wv", o="wo"),

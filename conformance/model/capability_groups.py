@@ -20,7 +20,15 @@ from typing import Any, Literal
 
 import torch
 
-from conformance.model.forms import CacheLayout, CacheStyle, PackedForm
+from conformance.model.forms import (
+    AlibiSlopes,
+    CacheLayout,
+    CacheStyle,
+    PackedForm,
+    PositionEncoding,
+    PositionForm,
+    RelativeEncoding,
+)
 
 DEFAULT_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
 
@@ -104,8 +112,40 @@ class Packing:
 
 
 @dataclass(frozen=True)
+class Positions:
+    """Where the tokens' positions matter, and how they are passed.
+
+    Attributes:
+        positional: a position encoding inside the module ("rotary", "alibi", "positions"),
+            with its evidence; checks that assume position-free attention skip.
+        argument: the forward keyword that takes token positions, and ``form`` how.
+        form: how ``argument`` takes them (see PositionForm).
+        relative: a relative position encoding inside ("rotary", "alibi"); ``position_shift``
+            checks that shifting every position changes nothing.
+        encoding: the relative position encoding the float64 reference applies for it (RoPE,
+            ALiBi); where set, the checks that compare with the reference run (``positional``
+            then only describes it).
+        alibi: the ALiBi slopes it promises (see AlibiSlopes); ``alibi`` measures them.
+    """
+
+    positional: str | None = None
+    argument: str | None = None
+    form: PositionForm | None = None
+    relative: RelativeEncoding | None = None
+    encoding: PositionEncoding | None = None
+    alibi: AlibiSlopes | None = None
+
+    def check(self, name: str) -> None:
+        """Raise ValueError where a positions argument says not how it takes them."""
+        if self.argument and self.form is None:
+            raise ValueError(f"{name}: positions needs position_form")
+
+
+@dataclass(frozen=True)
 class Dtypes:
-    """The floating dtypes it runs in, and how each came to be listed.
+    """The floating dtypes it runs in, and how each came to be listed: one record, so that the
+    dtypes a device takes can join it (its own ``supported``, ``assumed`` and ``probed``) with no
+    new flat fields beside it.
 
     Attributes:
         supported: the floating dtypes it supports.
@@ -121,10 +161,11 @@ class Dtypes:
     probed: tuple[torch.dtype, ...] = ()
 
 
-Group = CausalForm | CacheForm | Packing | Dtypes
+Group = CausalForm | CacheForm | Packing | Positions | Dtypes
 """A family's record."""
 
-GROUPS: dict[str, type] = {"causality": CausalForm, "cache": CacheForm, "packing": Packing, "floats": Dtypes}
+GROUPS: dict[str, type] = {"causality": CausalForm, "cache": CacheForm, "packing": Packing,
+                           "position": Positions, "floats": Dtypes}
 """Capabilities' group fields and their records."""
 
 FLAT: dict[str, tuple[str, str]] = {
@@ -139,6 +180,12 @@ FLAT: dict[str, tuple[str, str]] = {
     "packed": ("packing", "form"),
     "packed_argument": ("packing", "argument"),
     "max_seqlen_argument": ("packing", "max_seqlen_argument"),
+    "positional": ("position", "positional"),
+    "positions": ("position", "argument"),
+    "position_form": ("position", "form"),
+    "relative": ("position", "relative"),
+    "encoding": ("position", "encoding"),
+    "alibi": ("position", "alibi"),
     "dtypes": ("floats", "supported"),
     "assumed_dtypes": ("floats", "assumed"),
     "probed_dtypes": ("floats", "probed"),
@@ -207,4 +254,4 @@ def _reader(old: str) -> Callable[[Any], Any]:
 
 
 __all__ = ["DEFAULT_DTYPES", "FLAT", "GROUPS", "CacheForm", "CausalForm", "Causality", "Dtypes", "Group",
-           "Packing", "flat_keywords", "grouped", "laid_over"]
+           "Packing", "Positions", "flat_keywords", "grouped", "laid_over"]

@@ -17,15 +17,12 @@ from conformance.model.capability_groups import (
     CausalForm,
     Dtypes,
     Packing,
+    Positions,
     flat_keywords,
 )
 from conformance.model.forms import (
-    AlibiSlopes,
     KernelArguments,
     MaskConvention,
-    PositionEncoding,
-    PositionForm,
-    RelativeEncoding,
     Setting,
 )
 from conformance.model.remedies import Note, as_notes
@@ -156,8 +153,8 @@ class Capabilities:
             rejects some (see :mod:`conformance.generation.constraints`); ``None`` for any.
         floats: the floating dtypes it supports, and which of them were assumed or probed
             (see Dtypes).
-        positional: a position encoding inside the module ("rotary", "alibi", "positions"),
-            with its evidence; checks that assume position-free attention skip.
+        position: the position encoding inside, the forward keyword that takes the tokens'
+            positions, and what the reference applies for it (see Positions).
         weights: whether its projections are readable and writable in the canonical form.
         fully_masked: what a row with every key masked gives (see FullyMaskedPolicy).
         dropout: ``"none"``; ``"config"`` when the factory honours ``Config.dropout``; or the
@@ -167,17 +164,10 @@ class Capabilities:
             ``(name, ((keyword, value), ...))`` pairs, e.g. ``("need_weights", (("need_weights",
             True),))``.
         kv_heads: grouped-query key/value heads (see KVHeads).
-        relative: a relative position encoding inside ("rotary", "alibi"); ``position_shift``
-            checks that shifting every position changes nothing.
-        alibi: the ALiBi slopes it promises (see AlibiSlopes); ``alibi`` measures them.
-        positions: the forward keyword that takes token positions, and ``position_form`` how.
         window: a causal sliding window (see Window).
         cache: how a KV cache is handed over between decoding calls, and the largest batch
             it takes (see CacheForm).
         packing: how packed variable-length sequences are passed (see Packing).
-        encoding: the relative position encoding the float64 reference applies for it (RoPE,
-            ALiBi); where set, the checks that compare with the reference run (``positional``
-            then only describes it).
         float32_parts: torch functions inference saw producing float32 tensors inside a
             float64 forward (HuggingFace's RoPE tables, a float32 softmax): float64 runs are
             then judged with float32 tolerances.
@@ -209,21 +199,16 @@ class Capabilities:
     heads: int | None = None
     shapes: tuple[tuple[int, int], ...] | None = None
     floats: Dtypes = field(default_factory=Dtypes)
-    positional: str | None = None
+    position: Positions = field(default_factory=Positions)
     weights: bool = False
     fully_masked: FullyMaskedPolicy = "report"
     dropout: DropoutKind = "none"
     mask_formats: tuple[MaskConvention, ...] = ()
     paths: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
     kv_heads: KVHeads = None
-    relative: RelativeEncoding | None = None
-    alibi: AlibiSlopes | None = None
-    positions: str | None = None
-    position_form: PositionForm | None = None
     window: Window = None
     cache: CacheForm = field(default_factory=CacheForm)
     packing: Packing = field(default_factory=Packing)
-    encoding: PositionEncoding | None = None
     float32_parts: tuple[str, ...] = ()
     configured: tuple[tuple[Setting, str], ...] = ()
     padded_queries: PaddedQueries | None = None
@@ -250,9 +235,9 @@ class Capabilities:
         if self.kv_heads is not None:
             parts.append("grouped key/value heads" + (
                 f" ({self.kv_heads})" if isinstance(self.kv_heads, int) else ""))
-        if self.relative:
+        if self.position.relative:
             parts.append({"rotary": "rotary positions", "alibi": "ALiBi",
-                          "bias": "a relative position bias"}[self.relative])
+                          "bias": "a relative position bias"}[self.position.relative])
         if self.window is not None:
             parts.append("sliding window" + (
                 f" of {self.window}" if isinstance(self.window, int) else ""))
@@ -315,6 +300,5 @@ class Implementation:
         if caps.window is not None and caps.causality.kind != "always":
             raise ValueError(f"{self.name}: a sliding window is declared for always-causal "
                              "attention")
-        if caps.positions and caps.position_form is None:
-            raise ValueError(f"{self.name}: positions needs position_form")
+        caps.position.check(self.name)
         caps.packing.check(self.name, masked=caps.mask is not None)

@@ -93,7 +93,7 @@ class CacheSession:
         self._batch = batch
         kwargs: dict[str, object] = dict(caps.cache.options)
         if caps.cache.style is CacheStyle.BUFFERS:
-            form = (caps.position_form if caps.positions == caps.cache.argument
+            form = (caps.position.form if caps.position.argument == caps.cache.argument
                     else PositionForm.START)
             kwargs[caps.cache.argument] = positions_argument(form, position, batch, length,
                                                              device)

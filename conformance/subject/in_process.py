@@ -141,8 +141,8 @@ class ModuleInstance(Instance):
                 raise CapabilityError(f"{self._implementation.name} is not causal")
             if caps.causality.kind == "optional":
                 kwargs[caps.causality.argument] = True
-        if caps.positions:
-            kwargs[caps.positions] = positions_argument(caps.position_form, inputs.position,
+        if caps.position.argument:
+            kwargs[caps.position.argument] = positions_argument(caps.position.form, inputs.position,
                                                         batch, q_len, inputs.query.device)
         elif inputs.position and not inputs.cache:
             raise CapabilityError(f"{self._implementation.name} declares no position argument")

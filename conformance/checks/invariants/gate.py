@@ -300,4 +300,4 @@ class Gate:
     def _gap(context: CheckContext, instance, inputs, case: Case) -> float:
         output = instance.forward(inputs)
         return reference_gap(output, instance.read_weights(), inputs, case, context.rows(case),
-                             context.capabilities.encoding)
+                             context.capabilities.position.encoding)

@@ -82,7 +82,7 @@ class HeadSplit(Check):
         instance, inputs, output, rows = context.first_call(case)
         weights = instance.read_weights()
         expect_finite_or_mask_mistake(context, case, output, rows)
-        encoding = context.capabilities.encoding
+        encoding = context.capabilities.position.encoding
         expected = concatenated_heads(weights, inputs, causal=case.causal, window=case.window,
                                       encoding=encoding)
         judged = context.judged(case.config.dtype)

@@ -260,7 +260,7 @@ class KVCacheDecoding(Check):
             expected = context.run(instance, unmasked, case)
         elif reference_applies(caps):
             expected = reference_attention(instance.read_weights(), unmasked.query, unmasked.key,
-                                           unmasked.value, encoding=caps.encoding).output
+                                           unmasked.value, encoding=caps.position.encoding).output
         else:
             return None
         # Told apart only where the causal mask changes this prefix (two tokens or more).
@@ -285,7 +285,7 @@ class KVCacheDecoding(Check):
             return ("the first decode call agrees, a later one does not: is the cache returned "
                     "or written at every call (the present cache, with the new keys and "
                     "values)?")
-        if context.capabilities.relative:
+        if context.capabilities.position.relative:
             return ("are the new tokens' positions offset by the cache length (RoPE / ALiBi at "
                     "positions p, p + 1, ..., not 0, 1, ...)?")
         return None

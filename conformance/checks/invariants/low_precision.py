@@ -108,7 +108,7 @@ class LowPrecision(Check):
             context.explore(SEEDS.map(lambda seed, c=long_case: replace(c, seed=seed)),
                             lambda case: self.verify(context, case, offset=LONG_OFFSET),
                             max_examples=2)
-        for dtype in low if caps.positional else ():
+        for dtype in low if caps.position.positional else ():
             length = exact_integers(dtype) + PAST_EXACT
             if caps.max_len is not None and caps.max_len < length:
                 continue
@@ -151,7 +151,7 @@ class LowPrecision(Check):
         past = case.kv_len > exact_integers(case.config.dtype)
         seen, reference = agree_with_reference(output, instance.read_weights(), inputs, case,
                                                rows, judged=context.judged(case.config.dtype),
-                                               encoding=context.capabilities.encoding,
+                                               encoding=context.capabilities.position.encoding,
                                                dtype_tables=not past)
         if not seen.ok:
             b, row, _ = seen.worst
@@ -204,7 +204,7 @@ class LowPrecision(Check):
             expect_finite_rows(output, rows)
             seen, _ = agree_with_reference(output, instance.read_weights(), inputs, wide, rows,
                                            judged=context.judged(wider),
-                                           encoding=context.capabilities.encoding)
+                                           encoding=context.capabilities.position.encoding)
         except (Violation, ImplementationError):
             seen = None
         if seen is None or not seen.ok:

@@ -133,7 +133,7 @@ class Padding(Check):
         if reference_applies(caps):
             return named(context.mask_mistake(case, only=(Mistake.INVERTED,
                                                           Mistake.AFTER_SOFTMAX)))
-        if inputs.is_self or caps.positional:
+        if inputs.is_self or caps.position.positional:
             return None  # x is queries and keys at once: kept keys can't be changed alone
         try:
             kept_changed = context.run(instance, case.replace_positions(

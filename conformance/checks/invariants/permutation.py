@@ -38,8 +38,8 @@ class Permutation(Check):
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if capabilities.causality.kind == "always":
             return "always causal: order matters by design"
-        if capabilities.positional:
-            return f"{capabilities.positional}: order matters by design"
+        if capabilities.position.positional:
+            return f"{capabilities.position.positional}: order matters by design"
         return None
 
     def run(self, context: CheckContext) -> None:

@@ -112,7 +112,7 @@ class Stability(Check):
         inputs = case.inputs(context.capabilities.call)
         output = context.run(instance, inputs, case)
         rows = context.rows(case)
-        encoding = context.capabilities.encoding
+        encoding = context.capabilities.position.encoding
         try:
             expect_finite_rows(output, rows)
         except Violation as violation:
@@ -147,7 +147,7 @@ class Stability(Check):
             expect_finite_rows(output, rows)
             seen, _ = agree_with_reference(output, ordinary, inputs, case, rows,
                                            judged=context.judged(case.config.dtype),
-                                           encoding=context.capabilities.encoding)
+                                           encoding=context.capabilities.position.encoding)
         except (Violation, ImplementationError):
             seen = None
         if seen is None or not seen.ok:
@@ -161,7 +161,7 @@ class Stability(Check):
         instance = context.build(case)
         weights = instance.read_weights()
         inputs = case.inputs(context.capabilities.call)
-        encoding = context.capabilities.encoding
+        encoding = context.capabilities.position.encoding
         q, k = _projections(weights, inputs, case, encoding)
         largest = float((q @ k.transpose(-1, -2)).abs().max()) / case.head_dim**0.5
         if largest == 0.0:
@@ -197,7 +197,7 @@ class Stability(Check):
         instance = context.build(case)
         weights = instance.read_weights()
         inputs = case.inputs(context.capabilities.call)
-        q, k = _projections(weights, inputs, case, context.capabilities.encoding)
+        q, k = _projections(weights, inputs, case, context.capabilities.position.encoding)
         # Root mean square, not std(): a single element has no std but has a magnitude.
         q_gain = FLOAT16_STD / max(float(q.pow(2).mean().sqrt()), 1e-12)
         k_gain = FLOAT16_STD / max(float(k.pow(2).mean().sqrt()), 1e-12)

@@ -89,7 +89,7 @@ def _order(inquiry: Inquiry) -> None:
         return  # the checks report a failing call
     change = float(abs_error(moved, output, nan_equal=True).max())
     if change > reordering_tolerance(output.dtype, output):
-        capabilities.set(positional="positions of x's tokens (probed: reordering them changes "
-                                    f"the output, by {change:.3g})")
+        capabilities.set(position={"positional": "positions of x's tokens (probed: reordering "
+                                                 f"them changes the output, by {change:.3g})"})
         notes.append("its output depends on the order of x's tokens (probed: reordering them "
                      f"changes it by {change:.3g}): checked as position-dependent")
