@@ -139,6 +139,11 @@ class Doubts:
 class Capabilities:
     """What an implementation declares it can do; checks needing more SKIP with the reason.
 
+    Its families are records (causality, cache, packing, position, floats: see
+    :mod:`conformance.model.capability_groups`); the flat keywords and names they replace
+    (``causal_argument=``, ``caps.kv_cache``, ...) still build and read the same value, with a
+    DeprecationWarning naming the new form.
+
     Attributes:
         call: the call convention.
         mask: how it takes a padding mask, or ``None`` when it takes none.

@@ -5,15 +5,15 @@ call continues a cache holding ``position`` tokens; 0 starts a fresh one). The c
 crosses the boundary: it lives here, beside the module, in the style the implementation declares
 (:class:`conformance.model.forms.CacheStyle`):
 
-- ``returned``: the past goes in through ``cache_argument`` (None for a fresh cache) and the
+- ``returned``: the past goes in through ``cache.argument`` (None for a fresh cache) and the
   present comes back in the output tuple: its only other element, or else the first element
   after the output that is neither a tensor nor None (HuggingFace's legacy ``(output, weights,
   present)``);
-- ``buffers``: the module keeps its own preallocated buffers; ``cache_argument`` gets the first
+- ``buffers``: the module keeps its own preallocated buffers; ``cache.argument`` gets the first
   new token's position (Meta Llama's ``start_pos``), or, where it is also the declared position
   argument, the new tokens' positions in that argument's form (gpt-fast's ``input_pos`` vector);
-- ``object``: a fresh cache object built by ``cache_factory`` ("module:Class", called with no
-  arguments) goes in through ``cache_argument`` and is updated by the module in place.
+- ``object``: a fresh cache object built by ``cache.factory`` ("module:Class", called with no
+  arguments) goes in through ``cache.argument`` and is updated by the module in place.
 """
 
 from __future__ import annotations
