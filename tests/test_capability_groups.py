@@ -24,7 +24,8 @@ from conformance import (
     Positions,
     Rotary,
 )
-from conformance.model.capability_groups import FLAT, GROUPS
+from conformance.inference.found import CapabilitiesFound
+from conformance.model.capability_groups import FLAT, GROUPS, laid_over
 from conformance.model.forms import CacheLayout, MaskConvention, MaskKind, MaskLayout
 from conformance.worker import decode, encode
 
@@ -177,3 +178,19 @@ def test_the_groups_cross_the_worker_boundary_with_defaults_and_tuples():
     data = encode(Capabilities(), [])
     del data["cache"]  # a sender that leaves a group out: the record's defaults
     assert decode(data, Capabilities, []).cache == CacheForm()
+
+
+def test_inference_sets_a_groups_fields_over_the_plans_defaults_field_by_field():
+    found = CapabilitiesFound()
+    found.set(cache={"style": CacheStyle.RETURNED, "argument": "past"}, window="config")
+    found.set(cache={"layout": CacheLayout.BHLD})
+    assert found.caps.cache == CacheForm(style=CacheStyle.RETURNED, argument="past",
+                                         layout=CacheLayout.BHLD)
+    given = found.given(packing={"form": PackedForm.MASK})
+    assert given == {"cache": {"style": CacheStyle.RETURNED, "argument": "past",
+                               "layout": CacheLayout.BHLD},
+                     "window": "config", "packing": {"form": PackedForm.MASK}}
+    laid = laid_over({"cache": CacheForm(max_batch=8)}, given)
+    assert laid["cache"] == CacheForm(style=CacheStyle.RETURNED, argument="past",
+                                      layout=CacheLayout.BHLD, max_batch=8)
+    assert laid["packing"] == Packing(form=PackedForm.MASK)

@@ -45,7 +45,7 @@ class CapabilitiesFound:
 
     def given(self, **changes: object) -> dict[str, object]:
         """The fields the steps set (with ``changes`` over them), as Plan.implementation takes
-        them."""
+        them: a group's as a mapping of the fields set."""
         given: dict[str, object] = {}
         for name in self._names:
             group, _, field = name.partition(".")
@@ -53,7 +53,16 @@ class CapabilitiesFound:
                 given.setdefault(group, {})[field] = getattr(getattr(self.caps, group), field)
             else:
                 given[name] = getattr(self.caps, name)
-        return laid_over(given, changes)
+        for name, value in changes.items():
+            under = given.get(name)
+            # A group's fields stay a mapping, laid over Plan's defaults field by field.
+            if not isinstance(value, Mapping):
+                given[name] = value
+            elif under is None or isinstance(under, Mapping):
+                given[name] = {**(under or {}), **value}
+            else:
+                given[name] = replace(under, **value)
+        return given
 
     def fork(self) -> CapabilitiesFound:
         """A copy a tentative step may set things on, adopted only if the step holds."""
