@@ -27,6 +27,8 @@ _EXPORTS = {
     "conformance.inference.plan": ("Inferred",),
     "conformance.loading.registry": ("ResolveError", "implementation", "register", "registered",
                                      "resolve"),
+    "conformance.model.capability_groups": ("CacheForm", "CausalForm", "Dtypes", "Packing",
+                                            "Positions"),
     "conformance.model.check_names": ("CHECK_NAMES",),
     "conformance.model.declarations": ("Declarations",),
     "conformance.model.results": ("CheckResult", "Status"),
@@ -42,11 +44,12 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "CHECK_NAMES", "AlibiBias", "CacheStyle", "Capabilities", "CheckResult", "Config",
-    "Declarations", "FusedProjection", "HeadWeights", "Implementation", "ImplementationError",
-    "Inferred", "Inputs", "Instance", "MaskConvention", "MaskKind", "MaskLayout", "PackedForm",
-    "PackedInProjection", "PerHeadModules", "PositionEncoding", "PositionForm", "ResolveError",
-    "Rotary", "Runner", "SeparateProjections", "Setting", "Status", "Subject", "WeightLayout",
+    "CHECK_NAMES", "AlibiBias", "CacheForm", "CacheStyle", "Capabilities", "CausalForm",
+    "CheckResult", "Config", "Declarations", "Dtypes", "FusedProjection", "HeadWeights",
+    "Implementation", "ImplementationError", "Inferred", "Inputs", "Instance", "MaskConvention",
+    "MaskKind", "MaskLayout", "PackedForm", "PackedInProjection", "Packing", "PerHeadModules",
+    "PositionEncoding", "PositionForm", "Positions", "ResolveError", "Rotary", "Runner",
+    "SeparateProjections", "Setting", "Status", "Subject", "WeightLayout",
     "__version__",
     "check", "check_many", "implementation", "infer", "infer_function", "register", "registered",
     "resolve",
@@ -77,6 +80,7 @@ if TYPE_CHECKING:
         registered,
         resolve,
     )
+    from conformance.model.capability_groups import CacheForm, CausalForm, Dtypes, Packing, Positions
     from conformance.model.check_names import CHECK_NAMES
     from conformance.model.declarations import Declarations
     from conformance.model.declared_layouts import (

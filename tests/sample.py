@@ -16,6 +16,7 @@ from dataclasses import fields
 from functools import cache
 
 from conformance.implementations import bundled
+from conformance.model.capability_groups import GROUPS
 from conformance.model.spec import Capabilities, Implementation
 
 Form = tuple[str, str]
@@ -24,13 +25,25 @@ UNDECLARED = ("doubts", "notes")
 """Capabilities' fields that are findings about a module, not forms it declares."""
 
 
+def _declared(caps: Capabilities) -> dict[str, object]:
+    """Capabilities' fields, each group's as its own (``cache.style``): a form each."""
+    values: dict[str, object] = {}
+    for f in fields(Capabilities):
+        value = getattr(caps, f.name)
+        if f.name in GROUPS:
+            values.update({f"{f.name}.{g.name}": getattr(value, g.name) for g in fields(value)})
+        else:
+            values[f.name] = value
+    return values
+
+
 def forms(implementation: Implementation) -> frozenset[Form]:
     """The forms ``implementation`` stands for (see the module docstring)."""
     caps, default = implementation.capabilities, Capabilities()
     found = {("family", getattr(implementation.factory, "__module__", "?")),
              ("call", caps.call)}
-    found |= {("declares", f.name) for f in fields(Capabilities)
-              if f.name not in UNDECLARED and getattr(caps, f.name) != getattr(default, f.name)}
+    found |= {("declares", name) for name, value in _declared(caps).items()
+              if name not in UNDECLARED and value != _declared(default)[name]}
     found |= {("caught by", check) for check in implementation.expected_failures}
     found |= {("warned by", check) for check in implementation.expected_warnings}
     return frozenset(found)

@@ -21,11 +21,12 @@ import_graph = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(import_graph)
 
 PUBLIC = [
-    "CHECK_NAMES", "AlibiBias", "CacheStyle", "Capabilities", "CheckResult", "Config",
-    "Declarations", "FusedProjection", "HeadWeights", "Implementation", "ImplementationError",
-    "Inferred", "Inputs", "Instance", "MaskConvention", "MaskKind", "MaskLayout", "PackedForm",
-    "PackedInProjection", "PerHeadModules", "PositionEncoding", "PositionForm", "ResolveError",
-    "Rotary", "Runner", "SeparateProjections", "Setting", "Status", "Subject", "WeightLayout",
+    "CHECK_NAMES", "AlibiBias", "CacheForm", "CacheStyle", "Capabilities", "CausalForm",
+    "CheckResult", "Config", "Declarations", "Dtypes", "FusedProjection", "HeadWeights",
+    "Implementation", "ImplementationError", "Inferred", "Inputs", "Instance", "MaskConvention",
+    "MaskKind", "MaskLayout", "PackedForm", "PackedInProjection", "Packing", "PerHeadModules",
+    "PositionEncoding", "PositionForm", "Positions", "ResolveError", "Rotary", "Runner",
+    "SeparateProjections", "Setting", "Status", "Subject", "WeightLayout",
     "__version__", "check", "check_many", "implementation", "infer", "infer_function", "register",
     "registered", "resolve",
 ]

@@ -216,7 +216,7 @@ def test_rope_in_the_forward_is_measured_and_its_constraint_found():
     # float32 and float64: in float16 its RoPE angles, computed in float16, are coarse.
     inferred = infer(RotaryInForward, declared=Declarations(dtypes="float32,float64"))
     caps = inferred.implementation.capabilities
-    assert caps.encoding == PositionEncoding(rotary=Rotary("interleaved", 500000.0))
+    assert caps.position.encoding == PositionEncoding(rotary=Rotary("interleaved", 500000.0))
     assert any("builds and runs only with an even head_dim" in n for n in texts(inferred.notes))
     results = check(inferred.implementation, devices=["cpu"],
                     checks=["reference", "head_split", "scale", "stability"])

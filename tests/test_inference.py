@@ -105,12 +105,12 @@ def test_inference_alone_finds_what_the_registration_finds(inferred_findings, na
     assert warned <= registered | registered_warnings, CHECKED[name]
     caps = impl.capabilities
     for check in registered - failed:
-        explained = ((check in warned and caps.assumed_dtypes)
+        explained = ((check in warned and caps.floats.assumed)
                      or caps.doubts.mask_problem is not None or caps.doubts.mask_polarity is not None
                      or (check in (*COMPARED_WITH_REFERENCE, "autograd")
                          and "reference" in warned and caps.doubts.weights is not None)
                      or (check in COMPARED_WITH_REFERENCE
-                         and caps.positional is not None and caps.encoding is None))
+                         and caps.position.positional is not None and caps.position.encoding is None))
         assert explained, (CHECKED[name], check)
     mutant = MUTANTS.get(name)
     if mutant is not None:

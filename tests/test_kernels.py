@@ -240,7 +240,7 @@ def test_every_argument_twin_is_exact_by_default_and_wrong_through_its_argument(
 def test_a_half_only_kernel_is_checked_in_half_precision_and_passes():
     inferred = infer_function(kernels.half_attention)
     caps = inferred.implementation.capabilities
-    assert caps.dtypes == (torch.float16, torch.bfloat16) and caps.assumed_dtypes == ()
+    assert caps.floats.supported == (torch.float16, torch.bfloat16) and caps.floats.assumed == ()
     assert any(note.startswith("runs in float16, bfloat16 on cpu (probed") and
                "refuses float32" in note for note in texts(inferred.notes))
     results = check(inferred.implementation, devices=["cpu"])
@@ -290,7 +290,7 @@ def test_the_jacobian_bug_fails_reference_in_each_half_dtype(dtype):
 
 def test_what_a_kernel_refuses_is_stated_not_failed():
     inferred = infer_function(kernel_refusals.float32_only_attention)
-    assert inferred.implementation.capabilities.dtypes == (torch.float32,)
+    assert inferred.implementation.capabilities.floats.supported == (torch.float32,)
     (note,) = [n for n in texts(inferred.notes) if n.startswith("runs in")]
     assert "refuses float64, float16, bfloat16 (TypeError: expected float32" in note
     results = check(inferred.implementation, devices=["cpu"], checks=["gate", "contract"])
@@ -444,7 +444,7 @@ def test_a_kernel_that_refuses_the_cpu_is_inferred_where_it_runs_and_the_cpu_is_
     monkeypatch.setattr(core_function, "on_device", fake_bridge)
     inferred = infer_function(kernel_refusals.device_only_attention)
     caps = inferred.implementation.capabilities
-    assert caps.dtypes == (torch.float16, torch.bfloat16)
+    assert caps.floats.supported == (torch.float16, torch.bfloat16)
     assert caps.refused_devices == (("cpu", "it raises in every dtype there; float32: "
                                      "RuntimeError: No available kernel. Aborting execution."),)
     (note,) = [n for n in texts(inferred.notes) if n.startswith("runs in")]

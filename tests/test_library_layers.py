@@ -138,7 +138,7 @@ def test_a_huggingface_cache_object_is_understood():
     from tests.fixtures.library_caches import LlamaDynamicCacheAttention
 
     capabilities = infer(LlamaDynamicCacheAttention).implementation.capabilities
-    assert capabilities.kv_cache is not None and capabilities.kv_cache.value == "object"
-    assert capabilities.cache_argument == "past_key_values"
-    assert capabilities.encoding.rotary.describe() == (
+    assert capabilities.cache.style is not None and capabilities.cache.style.value == "object"
+    assert capabilities.cache.argument == "past_key_values"
+    assert capabilities.position.encoding.rotary.describe() == (
         "RoPE on half-split pairs (i, i + r/2), every dim, theta 10000")

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
+from conformance.model.capability_groups import CausalForm
 from conformance.model.forms import MaskConvention, MaskKind, MaskLayout
 from conformance.model.spec import Capabilities
 from conformance.subject.masks import encode_mask
@@ -72,7 +73,7 @@ def test_fully_masked_cases_mask_some_elements_entirely_but_not_all(case):
     assert 0 in case.kept and any(k > 0 for k in case.kept)
 
 
-@given(cases(Capabilities(call="self", heads=1, max_len=7, causal="always"), "cpu"))
+@given(cases(Capabilities(call="self", heads=1, max_len=7, causality=CausalForm("always")), "cpu"))
 def test_cases_respect_declared_limits(case):
     assert case.num_heads == 1 and case.q_len <= 7 and case.causal
 

@@ -8,7 +8,15 @@ import pytest
 import torch
 from torch import nn
 
-from conformance import CacheStyle, Capabilities, Implementation, PackedForm, PositionForm
+from conformance import (
+    CacheForm,
+    CacheStyle,
+    Capabilities,
+    CausalForm,
+    Implementation,
+    PackedForm,
+    PositionForm,
+)
 from conformance.benchmark.decode import decode_bench, decode_table
 from conformance.checks.diagnosis import tiled_groups
 from conformance.generation.cases import Case
@@ -110,9 +118,9 @@ class ForgetsThePresent(nn.Module):
 
 def test_the_cache_session_says_when_a_protocol_is_not_kept():
     impl = Implementation("forgets", lambda c: ForgetsThePresent(c.d_model, c.num_heads),
-                          Capabilities(causal="always", kv_cache=CacheStyle.RETURNED,
-                                       cache_argument="past_key_value",
-                                       cache_options=(("use_cache", True),)))
+                          Capabilities(causality=CausalForm("always"), cache=CacheForm(
+                              style=CacheStyle.RETURNED, argument="past_key_value",
+                              options=(("use_cache", True),))))
     instance = InProcessSubject(impl).instantiate(Config(1, 2, 2, 4, 2), 0)
     x = torch.randn(1, 2, 4)
     with pytest.raises(ImplementationError, match="returned no present cache"):

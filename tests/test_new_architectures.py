@@ -86,7 +86,7 @@ def test_the_hints_name_the_mistakes(checked):
 def test_queries_of_its_own_are_found_and_only_the_keys_are_generated(checked):
     (implementation,) = resolve(spec(arch.PerceiverLatentAttention))
     caps, notes = implementation.capabilities, implementation.notes
-    assert (caps.call, caps.queries, caps.causal) == ("latent", 4, "never")
+    assert (caps.call, caps.queries, caps.causality.kind) == ("latent", 4, "never")
     assert caps.mask is not None and implementation.weight_layout is None
     assert any("its queries are its own: 4 output rows" in str(note) for note in notes)
     results = checked["PerceiverLatentAttention"]

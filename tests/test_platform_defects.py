@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance import Status, check
+from conformance import Dtypes, Status, check
 from conformance.checks.invariants import platform
 from conformance.implementations.mutants.textbook import TextbookAttention, declare
 from conformance.numerics.platform_defects import PLATFORM_NOTE
@@ -31,7 +31,7 @@ class SpreadsNaNInBFloat16(TextbookAttention):
 
 IMPLEMENTATION = declare("spreads-nan-in-bfloat16", SpreadsNaNInBFloat16,
                          description="a bfloat16 NaN spread as the platform's defect spreads it",
-                         dtypes=(torch.float32, torch.bfloat16))
+                         floats=Dtypes((torch.float32, torch.bfloat16)))
 REPLAY = ("Case(batch=2, q_len=3, kv_len=3, num_heads=1, head_dim=4, dtype='bfloat16', seed=0, "
           "kept=(0, 3))")
 """Batch element 0 fully masked (NaN rows under the nan policy), element 1 not: its first row

@@ -510,13 +510,13 @@ def test_a_feature_that_hangs_at_the_gate_takes_no_other_feature_down(tmp_path):
         "        b, n, _ = x.shape")
     (tmp_path / "attention.py").write_text(source + """
 
-from conformance import (Capabilities, Implementation, MaskConvention, MaskKind, MaskLayout,
-                         SeparateProjections)
+from conformance import (Capabilities, Dtypes, Implementation, MaskConvention, MaskKind,
+                         MaskLayout, SeparateProjections)
 
 declared = Implementation(
     "hangs-in-float16", lambda c: MultiHeadAttention(c.d_model, c.num_heads),
     Capabilities(call="self", mask=MaskConvention(MaskKind.KEEP_INT, MaskLayout.BROADCAST),
-                 dtypes=(torch.float32, torch.float16, torch.float64)),
+                 floats=Dtypes((torch.float32, torch.float16, torch.float64))),
     SeparateProjections("q_proj", "k_proj", "v_proj", "out_proj"))
 """)
     with IsolatedSubject(tmp_path, "attention.py::declared", sandbox="none",

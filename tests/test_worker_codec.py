@@ -14,7 +14,16 @@ from typing import Literal
 import pytest
 import torch
 
-from conformance import Capabilities, Config, Declarations, MaskConvention, MaskKind, MaskLayout
+from conformance import (
+    Capabilities,
+    CausalForm,
+    Config,
+    Declarations,
+    Dtypes,
+    MaskConvention,
+    MaskKind,
+    MaskLayout,
+)
 from conformance.model.remedies import Note, Remedy
 from conformance.model.weights import HeadWeights
 from conformance.subject.boundary import Gradients, Inputs
@@ -33,8 +42,8 @@ def roundtrip(value, expected_type):
 def test_capabilities_config_and_declarations_round_trip():
     caps = Capabilities(call="qkv", mask=MaskConvention(MaskKind.ADDITIVE, MaskLayout.PER_HEAD,
                                                         "attn_mask"),
-                        causal="optional", causal_argument="is_causal", cross_attention=True,
-                        max_len=32, heads=1, dtypes=(torch.float16, torch.bfloat16),
+                        causality=CausalForm("optional", "is_causal"), cross_attention=True,
+                        max_len=32, heads=1, floats=Dtypes((torch.float16, torch.bfloat16)),
                         weights=True, fully_masked="zeros", dropout=0.1,
                         mask_formats=(MaskConvention(MaskKind.KEEP_BOOL, MaskLayout.KEY_PADDING),),
                         paths=(("need_weights=True", (("need_weights", True),)),))
@@ -126,7 +135,8 @@ def _nested(depth):
 @pytest.mark.parametrize("data, expected, message", [
     ({"call": "self", "heads": "2"}, Capabilities, r"capabilities\.heads: expected an integer"),
     ({"call": "both"}, Capabilities, r"capabilities\.call: expected one of 'self', 'qkv'"),
-    ({"dtypes": ["float32", "evil"]}, Capabilities, r"dtypes\[1\]: expected a dtype name"),
+    ({"floats": {"supported": ["float32", "evil"]}}, Capabilities,
+     r"capabilities\.floats\.supported\[1\]: expected a dtype name"),
     ({"secret": 1}, Capabilities, r"Capabilities has no field\(s\) secret"),
     ({"batch": 1}, Config, r"Config\.q_len is missing"),
     ({"paths": [["p", [["k", {"__reduce__": "os.system"}]]]]}, Capabilities,

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from conformance.benchmark.measure import WARMUP, time_interleaved
 from conformance.generation.cases import Case, dtype_name
+from conformance.model.capability_groups import CacheForm, CausalForm
 from conformance.model.declared_layouts import SeparateProjections
 from conformance.model.forms import CacheStyle
 from conformance.model.spec import Capabilities, Implementation
@@ -49,8 +50,8 @@ class SDPAWithCache(HeadProjections):
 
 BASELINE = Implementation(
     "sdpa-kv-cache", lambda c: SDPAWithCache(c.d_model, c.num_heads),
-    Capabilities(call="self", causal="always", kv_cache=CacheStyle.RETURNED,
-                 cache_argument="past_key_value", cache_options=(("use_cache", True),)),
+    Capabilities(call="self", causality=CausalForm("always"), cache=CacheForm(
+        style=CacheStyle.RETURNED, argument="past_key_value", options=(("use_cache", True),))),
     SeparateProjections(q="q_proj", k="k_proj", v="v_proj", o="out_proj"),
     description="baseline: F.scaled_dot_product_attention over a concatenated KV cache")
 
@@ -108,7 +109,7 @@ def _decode_points(implementations: Sequence[Implementation], contexts: Sequence
     for implementation in implementations:
         caps = implementation.capabilities
         for context in contexts:
-            if caps.kv_cache is None:
+            if caps.cache.style is None:
                 points.append(DecodePoint(implementation.name, context,
                                           skipped="declares no KV cache"))
                 continue

@@ -83,7 +83,7 @@ def bench(implementations: Sequence[Implementation], baseline: Implementation, *
         spent = 0.0
         last = 0.0
         previous: BenchPoint | None = None
-        causal = impl.capabilities.causal == "always"
+        causal = impl.capabilities.causality.kind == "always"
         for length in lengths:
             if impl.capabilities.max_len is not None and length > impl.capabilities.max_len:
                 points.append(BenchPoint(impl.name, length, skipped=f"beyond its max_len "
@@ -124,7 +124,7 @@ def _measure(impl: Implementation, baseline: Implementation, length: int, batch:
     num_heads = impl.capabilities.heads or heads
     case = Case(batch=batch, q_len=length, kv_len=length, num_heads=num_heads,
                 head_dim=heads * head_dim // num_heads, dtype=dtype_name(dtype), device=device,
-                seed=0, causal=impl.capabilities.causal == "always",
+                seed=0, causal=impl.capabilities.causality.kind == "always",
                 **fixed_features(impl.capabilities))
     calls = {}
     try:

@@ -120,7 +120,8 @@ def require_core(context: CheckContext, unmapped: str) -> None:
     """Take the core route, where the gate's small case shows a core; else raise NotApplicable
     saying why neither way applies (``unmapped``: why the weights don't)."""
     caps = context.capabilities
-    dtype = next((d for d in caps.dtypes if d in (torch.float32, torch.float64)), caps.dtypes[0])
+    dtypes = caps.floats.supported
+    dtype = next((d for d in dtypes if d in (torch.float32, torch.float64)), dtypes[0])
     case = base_case(caps, dtype, context.device)
     try:
         seen = observe(context.build(case), case.inputs(caps.call, use_mask=False), case)

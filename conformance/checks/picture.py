@@ -97,7 +97,7 @@ def _drawn(subject: Subject, capabilities: Capabilities, case: Case, named: bool
     output = instance.forward(inputs).to(torch.float64).cpu()
     expected = reference_attention(weights, inputs.query, inputs.key, inputs.value, keep=keep,
                                    causal=case.causal, window=case.window,
-                                   encoding=capabilities.encoding).output.cpu()
+                                   encoding=capabilities.position.encoding).output.cpu()
     if output.shape != expected.shape:
         raise ValueError(f"its output has shape {tuple(output.shape)}, the reference's "
                          f"{tuple(expected.shape)}")
@@ -116,7 +116,7 @@ def _probabilities(subject: Subject, capabilities: Capabilities, case: Case, nam
     instance = instance or subject.instantiate(case.config, case.seed)
     keep, allowed = _allowed(case)
     seen = probe(instance, case, capabilities.call, keep=keep, causal=case.causal,
-                 encoding=capabilities.encoding)
+                 encoding=capabilities.position.encoding)
     scores = seen.logits / math.sqrt(case.head_dim)
     if seen.bias is not None:
         scores = scores + seen.bias

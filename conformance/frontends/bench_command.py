@@ -32,7 +32,7 @@ def run_bench(args: argparse.Namespace) -> int:
         implementations = [impl for _, impl in resolved_targets(args.impls)]
     else:
         implementations = [impl for impl in registered().values() if impl.benchmark and (
-            impl.capabilities.kv_cache is not None or not args.decode)]
+            impl.capabilities.cache.style is not None or not args.decode)]
     if args.decode:
         return _bench_decode(args, implementations)
     if args.backends:

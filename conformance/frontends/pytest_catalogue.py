@@ -211,7 +211,7 @@ class BenchCase:
         heads = caps.heads or 4
         case = Case(batch=2, q_len=self.length, kv_len=self.length, num_heads=heads,
                     head_dim=128 // heads, dtype=self.dtype, device=self.device, seed=0,
-                    causal=caps.causal == "always", **fixed_features(caps))
+                    causal=caps.causality.kind == "always", **fixed_features(caps))
         if caps.max_len is not None and self.length > caps.max_len:
             pytest.skip(f"beyond its max_len {caps.max_len}")
         instance = self.subject.instantiate(case.config, case.seed)

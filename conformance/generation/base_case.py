@@ -31,7 +31,7 @@ def base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) ->
     length = min(5, caps.max_len or 5)
     heads, head_dim = base_pair(caps)
     case = Case(batch=2, q_len=length, kv_len=length, num_heads=heads, head_dim=head_dim,
-                dtype=dtype_name(dtype), device=device, seed=0, causal=caps.causal == "always",
+                dtype=dtype_name(dtype), device=device, seed=0, causal=caps.causality.kind == "always",
                 **fixed_features(caps))
     case = own_queries(replace(case, **changes), caps)
     if case.causal and case.q_len != case.kv_len and "causal" not in changes:

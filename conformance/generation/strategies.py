@@ -135,7 +135,7 @@ WIDE_DTYPES = (torch.float32, torch.float64)
 
 def wide_dtypes(caps: Capabilities) -> tuple[torch.dtype, ...]:
     """The float32/float64 it runs in (empty where it runs in half precision only)."""
-    return tuple(d for d in caps.dtypes if d in WIDE_DTYPES)
+    return tuple(d for d in caps.floats.supported if d in WIDE_DTYPES)
 
 
 def wide_or_own_dtypes(caps: Capabilities) -> tuple[torch.dtype, ...] | None:
@@ -158,7 +158,7 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
     attention, with ``q_len == kv_len``. ``dtypes`` narrows the declared dtypes. ``grouped``:
     fewer key/value heads than query heads (for grouped-query implementations).
     """
-    causal = causal or caps.causal == "always"  # the case must say what the implementation does
+    causal = causal or caps.causality.kind == "always"  # the case must say what the implementation does
     if masks == "auto":
         masks = "kept" if caps.mask is not None else "none"
     max_len = min(max_len, caps.max_len or MAX_LEN)
@@ -166,7 +166,7 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
         max_len = min(max_len, MAX_HEAD_DIM - 1)
     if masks == "partly_masked":
         min_len = max(min_len, 2)
-    max_batch = min(max_batch, caps.max_batch or max_batch)
+    max_batch = min(max_batch, caps.cache.max_batch or max_batch)
     batch = draw(_integers(max(min_batch, 2 if masks == "fully_masked" else 1), max_batch))
     if caps.queries is not None:  # the module's own queries: their count is not drawn
         q_len = caps.queries
@@ -187,7 +187,7 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
         head_dim = draw(_head_dims(caps, num_heads, low, max_head_dim))
     else:
         head_dim = draw(_head_dims(caps, num_heads, 1, max_head_dim))
-    allowed = [d for d in caps.dtypes if dtypes is None or d in dtypes]
+    allowed = [d for d in caps.floats.supported if dtypes is None or d in dtypes]
     dtype = draw(_sampled(tuple(dtype_name(d) for d in allowed)))
 
     kept = None

@@ -158,7 +158,7 @@ def bundled_mutants() -> list[Mutant]:
 
     return [Mutant(module.IMPLEMENTATION.name, module.__name__, module.CATCHES,
                    module.IMPLEMENTATION.description,
-                   module.IMPLEMENTATION.capabilities.causal != "never")
+                   module.IMPLEMENTATION.capabilities.causality.kind != "never")
             for module in MUTANT_MODULES]
 
 

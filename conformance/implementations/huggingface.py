@@ -23,6 +23,7 @@ from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
 from conformance import (
     Capabilities,
     Config,
+    Dtypes,
     FusedProjection,
     Implementation,
     MaskConvention,
@@ -62,11 +63,11 @@ def gpt2(config: Config) -> nn.Module:
 
 IMPLEMENTATIONS = [
     Implementation("hf-bert-self-attention", bert,
-                   Capabilities(call="self", mask=ADDITIVE, dtypes=DTYPES, dropout="config"),
+                   Capabilities(call="self", mask=ADDITIVE, floats=Dtypes(DTYPES), dropout="config"),
                    SeparateProjections(q="inner.query", k="inner.key", v="inner.value"),
                    description="transformers BertSelfAttention (eager)"),
     Implementation("hf-gpt2-attention", gpt2,
-                   Capabilities(call="self", mask=ADDITIVE, dtypes=DTYPES, dropout="config"),
+                   Capabilities(call="self", mask=ADDITIVE, floats=Dtypes(DTYPES), dropout="config"),
                    FusedProjection(qkv="inner.c_attn", o="inner.c_proj"),
                    description="transformers GPT2Attention (eager), Conv1D projections"),
 ]

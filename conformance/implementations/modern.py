@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conformance import Implementation, PackedForm
+from conformance import Implementation, PackedForm, Packing
 from conformance.implementations.modern_declared import (
     KEEP_INT_PER_QUERY,
     ROPE_THETA_ARGUMENT,
@@ -366,8 +366,8 @@ IMPLEMENTATIONS: list[Implementation] = [
     declare_llama("modern-mistral", MistralAttention, window="config",
                   description="correct: LlamaAttention with a sliding window"),
     declare_llama("modern-sliding-window", SlidingWindowAttention, window="config",
-                  positional=None, relative=None, positions=None, position_form=None,
-                  mask=KEEP_INT_PER_QUERY, packed=PackedForm.MASK,
+                  position={"positional": None, "relative": None, "argument": None, "form": None},
+                  mask=KEEP_INT_PER_QUERY, packing=Packing(form=PackedForm.MASK),
                   description="correct: sliding window, grouped-query heads, no position "
                               "encoding (every reference check applies); packed through a "
                               "block-diagonal mask"),

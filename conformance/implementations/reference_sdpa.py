@@ -13,6 +13,8 @@ from torch import nn
 
 from conformance import (
     Capabilities,
+    CausalForm,
+    Dtypes,
     Implementation,
     MaskConvention,
     MaskKind,
@@ -62,8 +64,8 @@ IMPLEMENTATION = Implementation(
                  mask_formats=(MaskConvention(MaskKind.ADDITIVE, MaskLayout.BROADCAST),
                                MaskConvention(MaskKind.KEEP_BOOL, MaskLayout.PER_HEAD),
                                MaskConvention(MaskKind.ADDITIVE, MaskLayout.PER_HEAD)),
-                 causal="optional", causal_argument="is_causal", cross_attention=True,
-                 dtypes=(torch.float32, torch.float64, torch.float16, torch.bfloat16),
+                 causality=CausalForm("optional", "is_causal"), cross_attention=True,
+                 floats=Dtypes((torch.float32, torch.float64, torch.float16, torch.bfloat16)),
                  dropout="config", fully_masked="zeros"),
     SeparateProjections(q="q_proj", k="k_proj", v="v_proj", o="out_proj"),
     description="correct reference: F.scaled_dot_product_attention with q/k/v/out projections",

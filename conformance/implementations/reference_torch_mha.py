@@ -12,6 +12,8 @@ from torch import nn
 
 from conformance import (
     Capabilities,
+    CausalForm,
+    Dtypes,
     Implementation,
     MaskConvention,
     MaskKind,
@@ -46,8 +48,8 @@ IMPLEMENTATION = Implementation(
                                      argument="key_padding_mask"),
                  mask_formats=(MaskConvention(MaskKind.ADDITIVE, MaskLayout.KEY_PADDING,
                                               argument="key_padding_mask"),),
-                 causal="optional", causal_argument="is_causal", cross_attention=True,
-                 dtypes=(torch.float32, torch.float64, torch.float16, torch.bfloat16),
+                 causality=CausalForm("optional", "is_causal"), cross_attention=True,
+                 floats=Dtypes((torch.float32, torch.float64, torch.float16, torch.bfloat16)),
                  dropout="config", paths=(("need_weights=True", (("need_weights", True),)),)),
     PackedInProjection("attention"),
     description="correct reference: torch.nn.MultiheadAttention(batch_first=True)",

@@ -15,6 +15,7 @@ from torch import nn
 from conformance.errors import ConformanceError
 from conformance.inference.names.convention import FILLABLE_POSITIONS, ForwardConvention
 from conformance.inference.names.roles import CONTEXT_LENGTH, MAX_BATCH_SIZE, ConstructorRoles
+from conformance.model.capability_groups import CacheForm, Dtypes, laid_over
 from conformance.model.declarations import DeclarationError
 from conformance.model.remedies import Note, Option, Remedy
 from conformance.model.spec import Capabilities, Config, Implementation
@@ -227,11 +228,10 @@ class Plan:
     def implementation(self, name: str, **capabilities: object) -> Implementation:
         declared = dict(call=self.convention.call, heads=self.head_count(),
                         max_len=CONTEXT_LENGTH if self.roles.context else None,
-                        max_batch=MAX_BATCH_SIZE if self.roles.max_batch else None,
-                        cross_attention=self.convention.call != "self", dtypes=ALL_DTYPES,
-                        assumed_dtypes=ASSUMED_DTYPES)
-        declared.update(capabilities)
-        return Implementation(name, self.construct, Capabilities(**declared))
+                        cache=CacheForm(max_batch=MAX_BATCH_SIZE if self.roles.max_batch else None),
+                        cross_attention=self.convention.call != "self",
+                        floats=Dtypes(supported=ALL_DTYPES, assumed=ASSUMED_DTYPES))
+        return Implementation(name, self.construct, Capabilities(**laid_over(declared, capabilities)))
 
 
 def first_call(plan: Plan, config: Config) -> torch.Tensor | tuple:

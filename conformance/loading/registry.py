@@ -17,13 +17,12 @@ from pathlib import Path
 import torch
 
 from conformance.errors import ConformanceError, one_line, raised_by_its_code
+from conformance.model.capability_groups import DEFAULT_DTYPES, CausalForm, Causality, Dtypes
 from conformance.model.declarations import Declarations, merged
 from conformance.model.forms import MaskConvention
 from conformance.model.spec import (
-    DEFAULT_DTYPES,
     CallConvention,
     Capabilities,
-    Causality,
     Config,
     FullyMaskedPolicy,
     Implementation,
@@ -104,9 +103,9 @@ def implementation(
         def my_mha(config: Config) -> nn.Module:
             return MyMultiHeadAttention(config.d_model, config.num_heads)
     """
-    capabilities = Capabilities(call=call, mask=mask, causal=causal,
-                                causal_argument=causal_argument, cross_attention=cross_attention,
-                                max_len=max_len, heads=heads, dtypes=tuple(dtypes),
+    capabilities = Capabilities(call=call, mask=mask, causality=CausalForm(causal, causal_argument),
+                                cross_attention=cross_attention,
+                                max_len=max_len, heads=heads, floats=Dtypes(tuple(dtypes)),
                                 weights=weights is not None, fully_masked=fully_masked)
 
     def declare(factory: Callable[[Config], object]) -> Implementation:

@@ -12,16 +12,17 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
+from conformance.model.capability_groups import (
+    CacheForm,
+    CausalForm,
+    Dtypes,
+    Packing,
+    Positions,
+    flat_keywords,
+)
 from conformance.model.forms import (
-    AlibiSlopes,
-    CacheLayout,
-    CacheStyle,
     KernelArguments,
     MaskConvention,
-    PackedForm,
-    PositionEncoding,
-    PositionForm,
-    RelativeEncoding,
     Setting,
 )
 from conformance.model.remedies import Note, as_notes
@@ -35,9 +36,6 @@ CallConvention = Literal["self", "qkv", "cross", "latent"]
 cross-attention over encoder states: one tensor for both, of its own length); ``"latent"``:
 ``f(x[, mask])`` whose queries are the module's own (Perceiver's learned latents): keys and
 values from ``x``, one output row per query it holds, ``Capabilities.queries`` of them."""
-
-Causality = Literal["never", "always", "optional"]
-"""Whether the implementation masks the future: never, always, or when asked through an argument."""
 
 DropoutKind = Literal["none", "config", "fixed"] | float
 """No dropout; the rate given by ``Config.dropout``; a rate the module hard-codes (its value, or
@@ -96,9 +94,6 @@ class Config:
         return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
 
-DEFAULT_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
-
-
 @dataclass(frozen=True)
 class Doubts:
     """What inference could not settle about what it found, each in words (the evidence), for
@@ -139,15 +134,21 @@ class Doubts:
     window: str | None = None
 
 
+@flat_keywords
 @dataclass(frozen=True)
 class Capabilities:
     """What an implementation declares it can do; checks needing more SKIP with the reason.
 
+    Its families are records (causality, cache, packing, position, floats: see
+    :mod:`conformance.model.capability_groups`); the flat keywords and names they replace
+    (``causal_argument=``, ``caps.kv_cache``, ...) still build and read the same value, with a
+    DeprecationWarning naming the new form.
+
     Attributes:
         call: the call convention.
         mask: how it takes a padding mask, or ``None`` when it takes none.
-        causal: whether it masks the future.
-        causal_argument: keyword that turns causality on, when ``causal == "optional"``.
+        causality: whether it masks the future, and the keyword that turns it on where it
+            is optional (see CausalForm).
         cross_attention: whether ``kv_len != q_len`` is supported (``"qkv"`` only).
         queries: for the ``"latent"`` call, how many queries the module holds itself (its
             output's rows, whatever the input's length): every case has ``q_len`` this.
@@ -155,14 +156,10 @@ class Capabilities:
         heads: a fixed number of heads (1 for single-head modules), or ``None`` for any.
         shapes: the (num_heads, head_dim) pairs it can be built for, where its constructor
             rejects some (see :mod:`conformance.generation.constraints`); ``None`` for any.
-        dtypes: the floating dtypes it supports.
-        assumed_dtypes: those of ``dtypes`` that inference assumed rather than anyone declared
-            (float16 / bfloat16 for an undeclared module): what breaks there is a warning.
-        probed_dtypes: those of ``dtypes`` tried because nobody declared any (float32 and
-            float64 for an undeclared module): one the basic call raises in, where another
-            runs, is a dtype it refuses; the gate drops it and says so, never a failure.
-        positional: a position encoding inside the module ("rotary", "alibi", "positions"),
-            with its evidence; checks that assume position-free attention skip.
+        floats: the floating dtypes it supports, and which of them were assumed or probed
+            (see Dtypes).
+        position: the position encoding inside, the forward keyword that takes the tokens'
+            positions, and what the reference applies for it (see Positions).
         weights: whether its projections are readable and writable in the canonical form.
         fully_masked: what a row with every key masked gives (see FullyMaskedPolicy).
         dropout: ``"none"``; ``"config"`` when the factory honours ``Config.dropout``; or the
@@ -172,24 +169,10 @@ class Capabilities:
             ``(name, ((keyword, value), ...))`` pairs, e.g. ``("need_weights", (("need_weights",
             True),))``.
         kv_heads: grouped-query key/value heads (see KVHeads).
-        relative: a relative position encoding inside ("rotary", "alibi"); ``position_shift``
-            checks that shifting every position changes nothing.
-        alibi: the ALiBi slopes it promises (see AlibiSlopes); ``alibi`` measures them.
-        positions: the forward keyword that takes token positions, and ``position_form`` how.
         window: a causal sliding window (see Window).
-        kv_cache: how a KV cache is handed over between decoding calls (see CacheStyle);
-            ``cache_argument`` names the keyword (the start position for ``buffers``),
-            ``cache_options`` are keywords a cached call adds (``use_cache=True``), and
-            ``cache_factory`` ("module:Class") builds a fresh cache object for ``object``;
-            ``cache_layout``: the form a returned cache must have (see CacheLayout), where one
-            was declared (a cache in another form fails kv_cache).
-        packed: how packed variable-length sequences are passed (see PackedForm);
-            ``packed_argument`` names the cu_seqlens keyword, ``max_seqlen_argument`` the
-            longest sequence's.
-        max_batch: the largest batch it takes (a preallocated cache's ``max_batch_size``).
-        encoding: the relative position encoding the float64 reference applies for it (RoPE,
-            ALiBi); where set, the checks that compare with the reference run (``positional``
-            then only describes it).
+        cache: how a KV cache is handed over between decoding calls, and the largest batch
+            it takes (see CacheForm).
+        packing: how packed variable-length sequences are passed (see Packing).
         float32_parts: torch functions inference saw producing float32 tensors inside a
             float64 forward (HuggingFace's RoPE tables, a float32 softmax): float64 runs are
             then judged with float32 tolerances.
@@ -214,38 +197,23 @@ class Capabilities:
 
     call: CallConvention = "self"
     mask: MaskConvention | None = None
-    causal: Causality = "never"
-    causal_argument: str | None = None
+    causality: CausalForm = field(default_factory=CausalForm)
     cross_attention: bool = False
     queries: int | None = None
     max_len: int | None = None
     heads: int | None = None
     shapes: tuple[tuple[int, int], ...] | None = None
-    dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES
-    assumed_dtypes: tuple[torch.dtype, ...] = ()
-    probed_dtypes: tuple[torch.dtype, ...] = ()
-    positional: str | None = None
+    floats: Dtypes = field(default_factory=Dtypes)
+    position: Positions = field(default_factory=Positions)
     weights: bool = False
     fully_masked: FullyMaskedPolicy = "report"
     dropout: DropoutKind = "none"
     mask_formats: tuple[MaskConvention, ...] = ()
     paths: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
     kv_heads: KVHeads = None
-    relative: RelativeEncoding | None = None
-    alibi: AlibiSlopes | None = None
-    positions: str | None = None
-    position_form: PositionForm | None = None
     window: Window = None
-    kv_cache: CacheStyle | None = None
-    cache_argument: str | None = None
-    cache_options: tuple[tuple[str, object], ...] = ()
-    cache_factory: str | None = None
-    cache_layout: CacheLayout | None = None
-    packed: PackedForm | None = None
-    packed_argument: str | None = None
-    max_seqlen_argument: str | None = None
-    max_batch: int | None = None
-    encoding: PositionEncoding | None = None
+    cache: CacheForm = field(default_factory=CacheForm)
+    packing: Packing = field(default_factory=Packing)
     float32_parts: tuple[str, ...] = ()
     configured: tuple[tuple[Setting, str], ...] = ()
     padded_queries: PaddedQueries | None = None
@@ -262,7 +230,7 @@ class Capabilities:
                 }[self.call]
         parts = [call, self.mask.describe() if self.mask else "no mask"]
         parts.append({"never": "not causal", "always": "always causal",
-                      "optional": f"causal when {self.causal_argument}=True"}[self.causal])
+                      "optional": f"causal when {self.causality.argument}=True"}[self.causality.kind])
         if self.cross_attention and self.call != "latent":
             parts.append("cross-attention")
         if self.heads is not None:
@@ -272,17 +240,17 @@ class Capabilities:
         if self.kv_heads is not None:
             parts.append("grouped key/value heads" + (
                 f" ({self.kv_heads})" if isinstance(self.kv_heads, int) else ""))
-        if self.relative:
+        if self.position.relative:
             parts.append({"rotary": "rotary positions", "alibi": "ALiBi",
-                          "bias": "a relative position bias"}[self.relative])
+                          "bias": "a relative position bias"}[self.position.relative])
         if self.window is not None:
             parts.append("sliding window" + (
                 f" of {self.window}" if isinstance(self.window, int) else ""))
-        if self.kv_cache is not None:
-            held = f", (k, v) each {self.cache_layout.value}" if self.cache_layout else ""
-            parts.append(f"KV cache ({self.kv_cache.value} through {self.cache_argument}{held})")
-        if self.packed is not None:
-            parts.append(f"packed sequences ({self.packed.value})")
+        if self.cache.style is not None:
+            held = f", (k, v) each {self.cache.layout.value}" if self.cache.layout else ""
+            parts.append(f"KV cache ({self.cache.style.value} through {self.cache.argument}{held})")
+        if self.packing.form is not None:
+            parts.append(f"packed sequences ({self.packing.form.value})")
         parts.append("canonical weights" if self.weights else "no weight access")
         return "; ".join(parts)
 
@@ -330,25 +298,12 @@ class Implementation:
         if (caps.call == "latent") != (caps.queries is not None):
             raise ValueError(f"{self.name}: the 'latent' call convention goes with queries (how "
                              "many it holds), and queries with it")
-        if caps.call == "latent" and caps.causal != "never":
+        if caps.call == "latent" and caps.causality.kind != "never":
             raise ValueError(f"{self.name}: queries of its own are no tokens: nothing is causal")
-        if caps.causal == "optional" and not caps.causal_argument:
-            raise ValueError(f"{self.name}: causal='optional' needs causal_argument")
-        if (caps.kv_cache is not None and not caps.cache_argument) or (
-                caps.kv_cache is not None and caps.causal == "never" and caps.call != "cross"):
-            raise ValueError(f"{self.name}: a KV cache needs cache_argument, and causal "
-                             "attention unless it caches a cross-attention's context")
-        if caps.cache_layout is not None and caps.kv_cache is not CacheStyle.RETURNED:
-            raise ValueError(f"{self.name}: cache_layout is the form of a returned cache")
-        if caps.kv_cache is CacheStyle.OBJECT and not caps.cache_factory:
-            raise ValueError(f"{self.name}: an object cache needs cache_factory ('module:Class')")
-        if caps.window is not None and caps.causal != "always":
+        caps.causality.check(self.name)
+        caps.cache.check(self.name, caps.causality.kind, caps.call)
+        if caps.window is not None and caps.causality.kind != "always":
             raise ValueError(f"{self.name}: a sliding window is declared for always-causal "
                              "attention")
-        if caps.positions and caps.position_form is None:
-            raise ValueError(f"{self.name}: positions needs position_form")
-        if caps.packed in (PackedForm.CU_SEQLENS, PackedForm.CU_SEQLENS_FLAT) and not (
-                caps.packed_argument):
-            raise ValueError(f"{self.name}: cu_seqlens packing needs packed_argument")
-        if caps.packed is PackedForm.MASK and caps.mask is None:
-            raise ValueError(f"{self.name}: packing through a mask needs a declared mask")
+        caps.position.check(self.name)
+        caps.packing.check(self.name, masked=caps.mask is not None)

@@ -85,13 +85,13 @@ def preflight(subject: Subject) -> None:
     a line, instead of every check failing (one that rejects some is the gate's to narrow
     down)."""
     caps = subject.capabilities
-    case = base_case(caps, caps.dtypes[0], "cpu")
+    case = base_case(caps, caps.floats.supported[0], "cpu")
     try:
         subject.instantiate(case.config, case.seed).settle()
     except ImplementationError as error:
         def builds(heads: int, head_dim: int) -> bool:
             config = Config(batch=2, q_len=5, kv_len=5, d_model=heads * head_dim,
-                            num_heads=heads, dtype=caps.dtypes[0])
+                            num_heads=heads, dtype=caps.floats.supported[0])
             try:
                 subject.instantiate(config, 0).settle()
             except ImplementationError:

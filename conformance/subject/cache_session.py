@@ -5,15 +5,15 @@ call continues a cache holding ``position`` tokens; 0 starts a fresh one). The c
 crosses the boundary: it lives here, beside the module, in the style the implementation declares
 (:class:`conformance.model.forms.CacheStyle`):
 
-- ``returned``: the past goes in through ``cache_argument`` (None for a fresh cache) and the
+- ``returned``: the past goes in through ``cache.argument`` (None for a fresh cache) and the
   present comes back in the output tuple: its only other element, or else the first element
   after the output that is neither a tensor nor None (HuggingFace's legacy ``(output, weights,
   present)``);
-- ``buffers``: the module keeps its own preallocated buffers; ``cache_argument`` gets the first
+- ``buffers``: the module keeps its own preallocated buffers; ``cache.argument`` gets the first
   new token's position (Meta Llama's ``start_pos``), or, where it is also the declared position
   argument, the new tokens' positions in that argument's form (gpt-fast's ``input_pos`` vector);
-- ``object``: a fresh cache object built by ``cache_factory`` ("module:Class", called with no
-  arguments) goes in through ``cache_argument`` and is updated by the module in place.
+- ``object``: a fresh cache object built by ``cache.factory`` ("module:Class", called with no
+  arguments) goes in through ``cache.argument`` and is updated by the module in place.
 """
 
 from __future__ import annotations
@@ -85,20 +85,20 @@ class CacheSession:
         caps = self._caps
         if position == 0:
             self.length = 0
-            self._state = (_factory(caps.cache_factory)()
-                           if caps.kv_cache is CacheStyle.OBJECT else None)
+            self._state = (_factory(caps.cache.factory)()
+                           if caps.cache.style is CacheStyle.OBJECT else None)
         elif position != self.length:
             raise ValueError(f"a cached call at position {position}, but the cache holds "
                              f"{self.length} tokens")
         self._batch = batch
-        kwargs: dict[str, object] = dict(caps.cache_options)
-        if caps.kv_cache is CacheStyle.BUFFERS:
-            form = (caps.position_form if caps.positions == caps.cache_argument
+        kwargs: dict[str, object] = dict(caps.cache.options)
+        if caps.cache.style is CacheStyle.BUFFERS:
+            form = (caps.position.form if caps.position.argument == caps.cache.argument
                     else PositionForm.START)
-            kwargs[caps.cache_argument] = positions_argument(form, position, batch, length,
+            kwargs[caps.cache.argument] = positions_argument(form, position, batch, length,
                                                              device)
         else:
-            kwargs[caps.cache_argument] = self._state
+            kwargs[caps.cache.argument] = self._state
         return kwargs
 
     def collect(self, output: object, length: int) -> object:
@@ -106,22 +106,22 @@ class CacheSession:
         ``returned``) is kept for the next call."""
         first, rest = (output[0], tuple(output[1:])) if isinstance(output, (tuple, list)) else (
             output, ())
-        if self._caps.kv_cache is CacheStyle.RETURNED:
+        if self._caps.cache.style is CacheStyle.RETURNED:
             present = _present(rest)
             if present is None:
                 raise CacheProtocolError(
-                    f"a call with {self._caps.cache_argument} returned no present cache beside "
+                    f"a call with {self._caps.cache.argument} returned no present cache beside "
                     "its output (expected (output, present))")
             self._state = present
         self.length += length
-        if self._caps.cache_layout is not None and self._config is not None:
+        if self._caps.cache.layout is not None and self._config is not None:
             self._hold(self._state)
         return first
 
     def _hold(self, present: object) -> None:
         """Raise CacheProtocolError where ``present`` is not the declared layout: (k, v), each
         of the layout's shape for the tokens the cache holds (key/value heads: the config's)."""
-        config, layout = self._config, self._caps.cache_layout
+        config, layout = self._config, self._caps.cache.layout
         expected = layout.shape(self._batch, config.kv_heads, self.length, config.head_dim)
         tensors = (isinstance(present, (tuple, list)) and len(present) == 2
                    and all(isinstance(part, torch.Tensor) for part in present))

@@ -116,7 +116,7 @@ class ModuleInstance(Instance):
         args: list[object] = list(copies.values())
         kwargs: dict[str, object] = dict(inputs.options)
         batch, q_len = inputs.query.shape[:2]
-        flat = inputs.segments is not None and caps.packed is PackedForm.CU_SEQLENS_FLAT
+        flat = inputs.segments is not None and caps.packing.form is PackedForm.CU_SEQLENS_FLAT
         keep = inputs.keep
         if inputs.segments is not None:
             keep = self._packed(inputs, kwargs, keep)
@@ -137,17 +137,17 @@ class ModuleInstance(Instance):
             else:
                 args.append(mask)
         if inputs.causal:
-            if caps.causal == "never":
+            if caps.causality.kind == "never":
                 raise CapabilityError(f"{self._implementation.name} is not causal")
-            if caps.causal == "optional":
-                kwargs[caps.causal_argument] = True
-        if caps.positions:
-            kwargs[caps.positions] = positions_argument(caps.position_form, inputs.position,
+            if caps.causality.kind == "optional":
+                kwargs[caps.causality.argument] = True
+        if caps.position.argument:
+            kwargs[caps.position.argument] = positions_argument(caps.position.form, inputs.position,
                                                         batch, q_len, inputs.query.device)
         elif inputs.position and not inputs.cache:
             raise CapabilityError(f"{self._implementation.name} declares no position argument")
         if inputs.cache:
-            if caps.kv_cache is None:
+            if caps.cache.style is None:
                 raise CapabilityError(f"{self._implementation.name} declares no KV cache")
             try:
                 kwargs.update(self._cache.arguments(inputs.position, batch, q_len,
@@ -187,21 +187,21 @@ class ModuleInstance(Instance):
         """Add the declared packed form of ``inputs.segments`` to ``kwargs``; the mask to pass
         (a block-diagonal one where packing goes through the mask)."""
         caps = self._capabilities
-        if caps.packed is None:
+        if caps.packing.form is None:
             raise CapabilityError(f"{self._implementation.name} declares no packed sequences")
         if sum(inputs.segments) != inputs.query.shape[1]:
             raise CapabilityError(f"segments {inputs.segments} don't cover "
                                   f"{inputs.query.shape[1]} tokens")
-        if caps.packed is PackedForm.MASK:
+        if caps.packing.form is PackedForm.MASK:
             if keep is not None:
                 raise CapabilityError("packed sequences through the mask take no other mask")
             return block_diagonal(inputs.segments, inputs.query.shape[0], False,
                                   inputs.query.device)
         if inputs.query.shape[0] != 1:
             raise CapabilityError("sequences packed with cu_seqlens come as one batch element")
-        kwargs[caps.packed_argument] = cu_seqlens(inputs.segments, inputs.query.device)
-        if caps.max_seqlen_argument:
-            kwargs[caps.max_seqlen_argument] = max(inputs.segments)
+        kwargs[caps.packing.argument] = cu_seqlens(inputs.segments, inputs.query.device)
+        if caps.packing.max_seqlen_argument:
+            kwargs[caps.packing.max_seqlen_argument] = max(inputs.segments)
         return keep
 
     def forward(self, inputs: Inputs, *, training: bool = False, seed: int | None = None,

@@ -56,7 +56,7 @@ class Alibi(Check):
     title = "ALiBi: a per-head linear distance penalty -m_h (i - j), m_h > 0 (declared slopes)"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if capabilities.alibi is None:
+        if capabilities.position.alibi is None:
             return Lacking("no ALiBi position bias")
         if not capabilities.weights:
             return "needs canonical weight access to zero the content logits"
@@ -102,11 +102,11 @@ class Alibi(Check):
                     details=[f"fitted slopes {_slopes_text(measured)}"],
                     hint="is the ALiBi bias added with the wrong sign (+m (i - j))?"
                     if m < 0 else None)
-        if context.capabilities.alibi != "standard":
+        if context.capabilities.position.alibi != "standard":
             if any(note.startswith("ALiBi slopes") for note in context.observations):
                 return None
             return f"ALiBi slopes measured with {case.num_heads} heads: {_slopes_text(measured)}"
-        encoding = context.capabilities.encoding
+        encoding = context.capabilities.position.encoding
         expected = (standard_slopes(case.num_heads) if encoding is None or encoding.alibi is None
                     else head_slopes(encoding.alibi, case.num_heads, case.config.kv_heads))
         if encoding is not None and encoding.alibi is not None and encoding.alibi.scaled:

@@ -166,7 +166,7 @@ class Autograd(Check):
                          masks="partly_masked" if caps.mask is not None else "none").filter(
             lambda case: bool(case.attendable_rows().all()))
         context.explore(strategy, lambda case: self.verify(context, case))
-        if torch.float64 in caps.dtypes:
+        if torch.float64 in caps.floats.supported:
             context.explore(_tiny(context).filter(lambda case: bool(case.attendable_rows().all())),
                             lambda case: self.gradcheck(context, case), max_examples=5)
 

@@ -155,7 +155,7 @@ class CheckContext:
                 output = self.run(instance, inputs, tried)
                 found = output_mistake(output, instance.read_weights(), inputs,
                                        causal=tried.causal, rows=self.rows(tried),
-                                       window=tried.window, encoding=self.capabilities.encoding,
+                                       window=tried.window, encoding=self.capabilities.position.encoding,
                                        only=only)
             except (Violation, ImplementationError):
                 return None

@@ -98,7 +98,7 @@ class BatchIndependence(Check):
         other elements' outputs all moved by one common factor about one common point (a
         reduction over the whole batch, as a norm or mean without dim= gives); else None."""
         if reference_applies(context.capabilities):
-            weights, encoding = instance.read_weights(), context.capabilities.encoding
+            weights, encoding = instance.read_weights(), context.capabilities.position.encoding
             variant = batch_heads_mixed(weights, inputs, causal=case.causal, window=case.window,
                                         encoding=encoding)
             correct = reference_attention(weights, inputs.query, inputs.key, inputs.value,

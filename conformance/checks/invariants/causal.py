@@ -157,7 +157,7 @@ def _mask_mistake(context: CheckContext, case: Case,
                                 only=CAUSAL_MISTAKES)
     if found is None and reference_applies(caps):
         found = context.mask_mistake(case, only=CAUSAL_MISTAKES)
-    elif found is None and not caps.positional:
+    elif found is None and not caps.position.positional:
         found = _pattern_mistake(context, case)
     return found
 
@@ -178,7 +178,7 @@ def _computation_mistake(context: CheckContext, case: Case) -> Hint | None:
         inputs = tried.inputs(caps.call)
         words = explain(context.run(instance, inputs, tried), instance.read_weights(), inputs,
                         causal=tried.causal, rows=context.rows(tried), window=tried.window,
-                        encoding=caps.encoding)
+                        encoding=caps.position.encoding)
         kind = getattr(words, "kind", None)
         if kind == Bug.SOFTMAX_OVER_QUERIES.value:
             return QUERY_AXIS
@@ -212,7 +212,7 @@ class Causal(Check):
     title = "no row sees a later position; every row sees itself and earlier ones"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if capabilities.causal == "never":
+        if capabilities.causality.kind == "never":
             return Lacking("non-causal attention")
         return None
 

@@ -60,7 +60,7 @@ class Configuration(Check):
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if not capabilities.configured:
             return "no constructor setting to vary (a RoPE theta or rotated share)"
-        encoding = capabilities.encoding
+        encoding = capabilities.position.encoding
         if not reference_applies(capabilities) or encoding is None or encoding.rotary is None:
             return "needs weight access and the RoPE the reference models"
         if not wide_dtypes(capabilities):
@@ -73,11 +73,11 @@ class Configuration(Check):
 
     def verify(self, context: CheckContext, setting: Setting, argument: str) -> None:
         caps = context.capabilities
-        dtype = torch.float64 if torch.float64 in caps.dtypes else torch.float32
+        dtype = torch.float64 if torch.float64 in caps.floats.supported else torch.float32
         length = min(LENGTH, caps.max_len or LENGTH)
         case = base_case(caps, dtype, context.device, q_len=length, kv_len=length,
-                         causal=caps.causal == "always")
-        rotary = caps.encoding.rotary
+                         causal=caps.causality.kind == "always")
+        rotary = caps.position.encoding.rotary
         value = other_value(setting, rotary)
         if context.on_example is not None:
             context.on_example()
@@ -91,7 +91,7 @@ class Configuration(Check):
 
         def seen(turning: Rotary):
             return agree_with_reference(output, weights, inputs, case, rows, judged=judged,
-                                        encoding=replace(caps.encoding, rotary=turning))[0]
+                                        encoding=replace(caps.position.encoding, rotary=turning))[0]
 
         asked, default = seen(with_value(setting, rotary, value)), seen(rotary)
         if asked.ok:

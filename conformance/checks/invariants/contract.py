@@ -59,7 +59,7 @@ class Contract(Check):
         if problems:
             raise CheckFailed(Violation(problems[0], details=problems[1:]), None)
         caps = context.capabilities
-        first = caps.dtypes[0]
+        first = caps.floats.supported[0]
         single = [base_case(caps, first, context.device, q_len=1, kv_len=1)]
         if caps.cross_attention:
             single += [replace(single[0], kv_len=3), own_queries(replace(single[0], q_len=3,

@@ -85,7 +85,7 @@ class Dropout(Check):
             lambda case: replace(case, dropout=self._rate(context)))
         context.explore(strategy, lambda case: self.eval_mode(context, case))
         context.explore(strategy, lambda case: self.unbiased(context, case), max_examples=4)
-        if caps.mask is not None or caps.causal != "never":
+        if caps.mask is not None or caps.causality.kind != "never":
             context.explore(strategy, lambda case: self.train_mode_masks(context, case))
 
     def eval_mode(self, context: CheckContext, case: Case) -> None:

@@ -116,7 +116,7 @@ class FullyMasked(Check):
         if reference_applies(caps):
             seen, _ = agree_with_reference(output, instance.read_weights(), inputs, case, rows,
                                            judged=context.judged(case.config.dtype),
-                                           encoding=context.capabilities.encoding)
+                                           encoding=context.capabilities.position.encoding)
             if not seen.ok:
                 b, row, _ = seen.worst
                 raise Violation(

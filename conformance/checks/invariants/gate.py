@@ -143,11 +143,11 @@ class Gate:
         outcome = GateOutcome(effective=caps)
         outcome.refused = self._refused(context)
         if outcome.refused:
-            caps = replace(caps, dtypes=tuple(d for d in caps.dtypes
-                                              if dtype_name(d) not in outcome.refused))
+            caps = replace(caps, floats=replace(caps.floats, supported=tuple(
+                d for d in caps.floats.supported if dtype_name(d) not in outcome.refused)))
             outcome.effective = caps
             context = replace(context, capabilities=caps)
-        first, *others = caps.dtypes
+        first, *others = caps.floats.supported
         if caps.shapes is None:
             try:
                 outcome.constraint = discover(
@@ -185,7 +185,7 @@ class Gate:
             problem = try_call(context, base_case(caps, dtype, device))
             if problem is None and caps.mask is not None and "mask" not in broken:
                 masked = call_problem(context, base_case(caps, dtype, device, kept=(3, 5)))
-                if masked is not None and masked.raised and dtype in caps.probed_dtypes:
+                if masked is not None and masked.raised and dtype in caps.floats.probed:
                     # Nobody declared it, and it raises only with the mask the first dtype
                     # takes (GPT-2's upcast path adds a float32 mask): a refusal, said.
                     outcome.refused[dtype_name(dtype)] = f"with a mask: {masked.words}"
@@ -194,27 +194,27 @@ class Gate:
             if problem is None:
                 kept_dtypes.append(dtype)
             else:
-                origin = "assumed" if dtype in caps.assumed_dtypes else "declared"
+                origin = "assumed" if dtype in caps.floats.assumed else "declared"
                 broken[dtype_name(dtype)] = f"{origin} dtype {dtype_name(dtype)}: {problem}"
         if caps.cross_attention:
             problem = try_call(context, base_case(caps, first, device, kv_len=3))
             if problem is not None:
                 broken["cross_attention"] = (
                     f"declared cross-attention (kv_len 3 != q_len 5): {problem}")
-        if caps.causal == "optional":
+        if caps.causality.kind == "optional":
             problem = try_call(context, base_case(caps, first, device, causal=True))
             if problem is not None:
-                broken["causal"] = f"declared {caps.causal_argument}=True: {problem}"
+                broken["causal"] = f"declared {caps.causality.argument}=True: {problem}"
         if caps.weights:
             problem = _weights_problem(context, base_case(caps, first, device))
             if problem is not None:
                 broken["weights"] = f"declared weight access: {problem}"
 
         outcome.effective = replace(
-            caps, dtypes=tuple(kept_dtypes),
+            caps, floats=replace(caps.floats, supported=tuple(kept_dtypes)),
             mask=None if "mask" in broken else caps.mask,
             cross_attention=caps.cross_attention and "cross_attention" not in broken,
-            causal="never" if "causal" in broken else caps.causal,
+            causality=replace(caps.causality, kind="never") if "causal" in broken else caps.causality,
             weights=caps.weights and "weights" not in broken)
         if torch.float64 in kept_dtypes:
             outcome.precision = self._precision(context, outcome.effective)
@@ -227,10 +227,10 @@ class Gate:
         the basic call's failure is then the gate's. A call that returns (the wrong dtype, a
         wrong shape) is no refusal: the implementation accepted those inputs."""
         caps = context.capabilities
-        if not caps.probed_dtypes:
+        if not caps.floats.probed:
             return {}
         problems = {dtype: call_problem(context, base_case(caps, dtype, context.device))
-                    for dtype in caps.dtypes if dtype in caps.probed_dtypes}
+                    for dtype in caps.floats.supported if dtype in caps.floats.probed}
         refused = {dtype_name(dtype): problem.words for dtype, problem in problems.items()
                    if problem is not None and problem.raised}
         if len(refused) == len(problems):
@@ -244,7 +244,7 @@ class Gate:
         count limits the configurations as much as a constructor that refuses them)."""
         caps = context.capabilities
         case = own_queries(Case(batch=2, q_len=3, kv_len=3, num_heads=heads, head_dim=head_dim,
-                                dtype=dtype_name(caps.dtypes[0]), device=context.device,
+                                dtype=dtype_name(caps.floats.supported[0]), device=context.device,
                                 **fixed_features(caps)), caps)
         try:
             instance = context.subject.instantiate(case.config, 0)
@@ -273,7 +273,7 @@ class Gate:
         calls fail (the checks report that)."""
         noises, gaps = [], []
         compared = reference_applies(caps)
-        causal = caps.causal == "always"  # the case says what the implementation does
+        causal = caps.causality.kind == "always"  # the case says what the implementation does
         for seed in (0, 1):
             for kept in ((None, (3, 5)) if caps.mask is not None else (None,)):
                 case = base_case(caps, torch.float64, context.device, seed=seed, kept=kept,
@@ -300,4 +300,4 @@ class Gate:
     def _gap(context: CheckContext, instance, inputs, case: Case) -> float:
         output = instance.forward(inputs)
         return reference_gap(output, instance.read_weights(), inputs, case, context.rows(case),
-                             context.capabilities.encoding)
+                             context.capabilities.position.encoding)

@@ -75,14 +75,14 @@ class HeadSplit(Check):
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
         context.explore(cases(caps, context.device, masks="auto",
-                              causal=caps.causal == "always", min_heads=2),
+                              causal=caps.causality.kind == "always", min_heads=2),
                         lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:
         instance, inputs, output, rows = context.first_call(case)
         weights = instance.read_weights()
         expect_finite_or_mask_mistake(context, case, output, rows)
-        encoding = context.capabilities.encoding
+        encoding = context.capabilities.position.encoding
         expected = concatenated_heads(weights, inputs, causal=case.causal, window=case.window,
                                       encoding=encoding)
         judged = context.judged(case.config.dtype)

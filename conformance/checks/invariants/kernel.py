@@ -89,7 +89,7 @@ class KernelCheck(Check):
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
-        first = caps.dtypes[0]
+        first = caps.floats.supported[0]
         # At a configuration it builds (a kernel may take head_dim in multiples of 8 only).
         heads, head_dim = base_pair(caps)
         # Decode first: hypothesis tries the explicit examples last-applied first.

@@ -104,7 +104,7 @@ class KVCacheDecoding(Check):
     title = "prefill + decoding with the KV cache (token by token, in chunks) = the full forward"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if capabilities.kv_cache is None:
+        if capabilities.cache.style is None:
             return Lacking("no KV cache")
         return None
 
@@ -256,11 +256,11 @@ class KVCacheDecoding(Check):
         masked = self._inputs(context, case, prefix, 0, cache=False)
         unmasked = replace(masked, causal=False)
         instance = context.build(case)
-        if caps.causal == "optional":
+        if caps.causality.kind == "optional":
             expected = context.run(instance, unmasked, case)
         elif reference_applies(caps):
             expected = reference_attention(instance.read_weights(), unmasked.query, unmasked.key,
-                                           unmasked.value, encoding=caps.encoding).output
+                                           unmasked.value, encoding=caps.position.encoding).output
         else:
             return None
         # Told apart only where the causal mask changes this prefix (two tokens or more).
@@ -285,7 +285,7 @@ class KVCacheDecoding(Check):
             return ("the first decode call agrees, a later one does not: is the cache returned "
                     "or written at every call (the present cache, with the new keys and "
                     "values)?")
-        if context.capabilities.relative:
+        if context.capabilities.position.relative:
             return ("are the new tokens' positions offset by the cache length (RoPE / ALiBi at "
                     "positions p, p + 1, ..., not 0, 1, ...)?")
         return None

@@ -76,13 +76,13 @@ class LowPrecision(Check):
     owns = tuple(dtype_name(d) for d in LOW_PRECISION)
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if not any(d in LOW_PRECISION for d in capabilities.dtypes):
+        if not any(d in LOW_PRECISION for d in capabilities.floats.supported):
             return Lacking("no float16 or bfloat16")
         return None
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
-        assumed = {dtype_name(d) for d in caps.assumed_dtypes}
+        assumed = {dtype_name(d) for d in caps.floats.assumed}
         broken = {feature: p for feature, p in context.broken.items()
                   if feature in {dtype_name(d) for d in LOW_PRECISION}}
         declared = [p for feature, p in broken.items() if feature not in assumed]
@@ -93,7 +93,7 @@ class LowPrecision(Check):
             context.warnings.append(Finding(Violation(
                 f"{problem} (a dtype inference assumed, nobody declared: a warning)",
                 hint=overflow_hint(problem), severity="warn"), None))
-        low = tuple(d for d in caps.dtypes if d in LOW_PRECISION)
+        low = tuple(d for d in caps.floats.supported if d in LOW_PRECISION)
         if not low:  # every low-precision dtype broke at the gate (reported above)
             return
         context.explore(cases(caps, context.device, dtypes=low,
@@ -108,7 +108,7 @@ class LowPrecision(Check):
             context.explore(SEEDS.map(lambda seed, c=long_case: replace(c, seed=seed)),
                             lambda case: self.verify(context, case, offset=LONG_OFFSET),
                             max_examples=2)
-        for dtype in low if caps.positional else ():
+        for dtype in low if caps.position.positional else ():
             length = exact_integers(dtype) + PAST_EXACT
             if caps.max_len is not None and caps.max_len < length:
                 continue
@@ -125,10 +125,10 @@ class LowPrecision(Check):
         heads, _ = base_pair(caps)
         head_dims = sorted(d for h, d in caps.shapes or () if h == heads) or [16]
         head_dim = min(head_dims, key=lambda d: abs(d - 16))
-        q_len = 8 if caps.cross_attention and caps.causal == "never" else LONG_KEYS
+        q_len = 8 if caps.cross_attention and caps.causality.kind == "never" else LONG_KEYS
         keep = None if caps.mask is None else (LONG_KEYS - 37,)
         case = Case(batch=1, q_len=q_len, kv_len=LONG_KEYS, num_heads=heads, head_dim=head_dim,
-                    dtype=dtype, device=device, kept=keep, causal=caps.causal == "always",
+                    dtype=dtype, device=device, kept=keep, causal=caps.causality.kind == "always",
                     **fixed_features(caps))
         if case.window is not None and keep is not None:
             case = window_padding(case, case.window)  # every row keeps a key in its window
@@ -151,7 +151,7 @@ class LowPrecision(Check):
         past = case.kv_len > exact_integers(case.config.dtype)
         seen, reference = agree_with_reference(output, instance.read_weights(), inputs, case,
                                                rows, judged=context.judged(case.config.dtype),
-                                               encoding=context.capabilities.encoding,
+                                               encoding=context.capabilities.position.encoding,
                                                dtype_tables=not past)
         if not seen.ok:
             b, row, _ = seen.worst
@@ -195,7 +195,7 @@ class LowPrecision(Check):
         long case, error that grows with the keys), or does not (the bug is not precision's);
         None when no wider dtype is declared."""
         wider = next((d for d in (torch.float32, torch.float64)
-                      if d in context.capabilities.dtypes), None)
+                      if d in context.capabilities.floats.supported), None)
         if wider is None:
             return None
         wide = replace(case, dtype=dtype_name(wider))
@@ -204,7 +204,7 @@ class LowPrecision(Check):
             expect_finite_rows(output, rows)
             seen, _ = agree_with_reference(output, instance.read_weights(), inputs, wide, rows,
                                            judged=context.judged(wider),
-                                           encoding=context.capabilities.encoding)
+                                           encoding=context.capabilities.position.encoding)
         except (Violation, ImplementationError):
             seen = None
         if seen is None or not seen.ok:

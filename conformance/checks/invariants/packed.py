@@ -46,7 +46,7 @@ class Packed(Check):
     title = "packed sequences (cu_seqlens / block-diagonal mask) = each sequence alone"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if capabilities.packed is None:
+        if capabilities.packing.form is None:
             return Lacking("no packed sequences (cu_seqlens or a block-diagonal mask)")
         return None
 

@@ -133,7 +133,7 @@ class Padding(Check):
         if reference_applies(caps):
             return named(context.mask_mistake(case, only=(Mistake.INVERTED,
                                                           Mistake.AFTER_SOFTMAX)))
-        if inputs.is_self or caps.positional:
+        if inputs.is_self or caps.position.positional:
             return None  # x is queries and keys at once: kept keys can't be changed alone
         try:
             kept_changed = context.run(instance, case.replace_positions(
@@ -178,7 +178,7 @@ class Padding(Check):
         symptom = "the kept keys' weights are not finite either: the whole row is lost"
         wide = replace(case, dtype="float32")
         if case.dtype not in ("float16", "bfloat16") or torch.float32 not in (
-                context.capabilities.dtypes):
+                context.capabilities.floats.supported):
             return symptom
         try:
             attention = measure_attention(context.build(wide), wide, context.capabilities.call,

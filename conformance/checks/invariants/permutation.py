@@ -36,10 +36,10 @@ class Permutation(Check):
     title = "permuting tokens permutes the output (no position dependence without causality)"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if capabilities.causal == "always":
+        if capabilities.causality.kind == "always":
             return "always causal: order matters by design"
-        if capabilities.positional:
-            return f"{capabilities.positional}: order matters by design"
+        if capabilities.position.positional:
+            return f"{capabilities.position.positional}: order matters by design"
         return None
 
     def run(self, context: CheckContext) -> None:

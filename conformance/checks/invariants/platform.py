@@ -29,7 +29,7 @@ def platform_or(context: CheckContext, case: Case, violation: Violation,
     dtype = case.config.dtype
     if (dtype not in (torch.float16, torch.bfloat16)
             or not matmul_spreads_nan(dtype, torch.device(case.device).type)
-            or torch.float32 not in context.capabilities.dtypes):
+            or torch.float32 not in context.capabilities.floats.supported):
         return violation
     try:
         output = context.build(case).forward(case.inputs(context.capabilities.call))

@@ -35,8 +35,8 @@ ANGLE_ULPS = 8.0
 def _through_positions(caps: Capabilities) -> bool:
     """Whether the position argument shifts positions alone (not a preallocated cache's start,
     which also reads whatever the cache holds before it)."""
-    return bool(caps.positions) and not (caps.kv_cache is CacheStyle.BUFFERS
-                                         and caps.positions == caps.cache_argument)
+    return bool(caps.position.argument) and not (caps.cache.style is CacheStyle.BUFFERS
+                                         and caps.position.argument == caps.cache.argument)
 
 
 def _through_mask(caps: Capabilities) -> bool:
@@ -52,7 +52,7 @@ class PositionShift(Check):
     title = "relative positions: shifting every position by the same offset changes nothing"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
-        if capabilities.relative is None:
+        if capabilities.position.relative is None:
             return Lacking("no relative position encoding (RoPE, ALiBi)")
         if not wide_dtypes(capabilities):
             return "run in float32 or float64, and it declares neither"
@@ -76,7 +76,7 @@ class PositionShift(Check):
         plain = context.run(instance, inputs, case)
         rows = context.rows(case)
         if _through_positions(caps):
-            how = f"through {caps.positions}"
+            how = f"through {caps.position.argument}"
             shifted = context.run(instance, Inputs(
                 inputs.query, inputs.key, inputs.value, causal=inputs.causal, position=shift),
                 case)
@@ -90,8 +90,8 @@ class PositionShift(Check):
         if float(diff.max()) <= allowed:
             return
         b, row, _ = worst_index(diff)
-        encoding = {"rotary": "RoPE", "alibi": "ALiBi", "bias": "its position bias"}[caps.relative]
-        unpaired = caps.relative == "rotary" and case.head_dim % 2 == 1
+        encoding = {"rotary": "RoPE", "alibi": "ALiBi", "bias": "its position bias"}[caps.position.relative]
+        unpaired = caps.position.relative == "rotary" and case.head_dim % 2 == 1
         raise Violation(
             f"shifting every position by {shift} ({how}) changed output row {row} of batch {b} "
             f"by {fmt(float(diff[b, row].max()))} (allowed {fmt(allowed)})"
@@ -100,9 +100,9 @@ class PositionShift(Check):
             severity="warn" if unpaired else "fail",
             hint=(f"{encoding} makes attention depend on i - j only: are q and k rotated with "
                   "the same pairing (half-split vs interleaved) and the same positions?"
-                  if caps.relative == "rotary" else
+                  if caps.position.relative == "rotary" else
                   "ALiBi's bias is -m (i - j): does it use absolute positions somewhere?"
-                  if caps.relative == "alibi" else
+                  if caps.position.relative == "alibi" else
                   "its bias measured as a function of j - i: does it count positions from "
                   "somewhere the shift moves (the mask's padding, a cache)?"))
 

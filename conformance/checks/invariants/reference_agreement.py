@@ -119,7 +119,7 @@ class ReferenceAgreement(Check):
         weights = instance.read_weights()
         expect_finite_or_mask_mistake(context, case, output, rows)
         dtype = context.judged(case.config.dtype)
-        encoding = context.capabilities.encoding
+        encoding = context.capabilities.position.encoding
         seen, reference = agree_with_reference(output, weights, inputs, case, rows, judged=dtype,
                                                encoding=encoding)
         if not seen.ok:

@@ -68,12 +68,12 @@ class RowStochastic(Check):
         if not caps.weights:
             require_core(context, NO_WEIGHTS)
             context.explore(core_cases(caps, context.device, masks="auto",
-                                       causal=caps.causal == "always"),
+                                       causal=caps.causality.kind == "always"),
                             lambda case: self.verify_core(context, case))
             return
         context.route = Route.WEIGHTS
         context.explore(cases(caps, context.device, masks="auto",
-                              causal=caps.causal == "always", probe=True),
+                              causal=caps.causality.kind == "always", probe=True),
                         lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:

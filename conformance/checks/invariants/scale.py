@@ -147,11 +147,11 @@ class Scale(Check):
 
     def verify(self, context: CheckContext, case: Case) -> None:
         measured = probe(context.build(case), case, context.capabilities.call,
-                         causal=case.causal, encoding=context.capabilities.encoding)
+                         causal=case.causal, encoding=context.capabilities.position.encoding)
         rows = context.rows(case)
         dtype = case.config.dtype
         smallest = 0.0 if dtype in WIDE_DTYPES else torch.finfo(dtype).tiny
-        encoding = context.capabilities.encoding
+        encoding = context.capabilities.position.encoding
         fitted, residual = fit_scale(measured.attention, measured.logits, rows, measured.bias,
                                      smallest, softcap=encoding.softcap if encoding else None)
         if math.isnan(fitted) and residual == 0.0:

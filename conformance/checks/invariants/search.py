@@ -184,7 +184,7 @@ class Search:
             return "warn"
         if isinstance(error, ImplementationError) and error.fatal:
             return "fail"
-        return "warn" if case.config.dtype in capabilities.assumed_dtypes else "fail"
+        return "warn" if case.config.dtype in capabilities.floats.assumed else "fail"
 
     @staticmethod
     def _as_warning(error: BaseException, case: Case) -> Violation:

@@ -74,7 +74,7 @@ def widest_case(caps: Capabilities, device: str) -> Case:
                           key=lambda p: (p[1], -abs(p[0] - heads)))
     length = min(WIDEST_LENGTH, caps.max_len or WIDEST_LENGTH)
     return base_case(caps, torch.float16, device, num_heads=heads, head_dim=head_dim,
-                     q_len=length, kv_len=length, causal=caps.causal == "always")
+                     q_len=length, kv_len=length, causal=caps.causality.kind == "always")
 
 
 class Stability(Check):
@@ -93,7 +93,7 @@ class Stability(Check):
         if wide:
             context.explore(cases(caps, context.device, masks=masks, min_len=2, dtypes=wide),
                             lambda case: self.large_and_shifted(context, case))
-        if torch.float16 in caps.dtypes:
+        if torch.float16 in caps.floats.supported:
             context.explore(cases(caps, context.device, masks=masks,
                                   dtypes=(torch.float16,)),
                             lambda case: self.float16_large(context, case), severity="warn",
@@ -112,7 +112,7 @@ class Stability(Check):
         inputs = case.inputs(context.capabilities.call)
         output = context.run(instance, inputs, case)
         rows = context.rows(case)
-        encoding = context.capabilities.encoding
+        encoding = context.capabilities.position.encoding
         try:
             expect_finite_rows(output, rows)
         except Violation as violation:
@@ -147,7 +147,7 @@ class Stability(Check):
             expect_finite_rows(output, rows)
             seen, _ = agree_with_reference(output, ordinary, inputs, case, rows,
                                            judged=context.judged(case.config.dtype),
-                                           encoding=context.capabilities.encoding)
+                                           encoding=context.capabilities.position.encoding)
         except (Violation, ImplementationError):
             seen = None
         if seen is None or not seen.ok:
@@ -161,7 +161,7 @@ class Stability(Check):
         instance = context.build(case)
         weights = instance.read_weights()
         inputs = case.inputs(context.capabilities.call)
-        encoding = context.capabilities.encoding
+        encoding = context.capabilities.position.encoding
         q, k = _projections(weights, inputs, case, encoding)
         largest = float((q @ k.transpose(-1, -2)).abs().max()) / case.head_dim**0.5
         if largest == 0.0:
@@ -197,7 +197,7 @@ class Stability(Check):
         instance = context.build(case)
         weights = instance.read_weights()
         inputs = case.inputs(context.capabilities.call)
-        q, k = _projections(weights, inputs, case, context.capabilities.encoding)
+        q, k = _projections(weights, inputs, case, context.capabilities.position.encoding)
         # Root mean square, not std(): a single element has no std but has a magnitude.
         q_gain = FLOAT16_STD / max(float(q.pow(2).mean().sqrt()), 1e-12)
         k_gain = FLOAT16_STD / max(float(k.pow(2).mean().sqrt()), 1e-12)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from conformance import MaskConvention, MaskKind, MaskLayout
+from conformance import Dtypes, MaskConvention, MaskKind, MaskLayout
 from conformance.implementations.mutants.textbook import TextbookAttention, declare
 
 CATCHES = "mask_formats"
@@ -25,4 +25,4 @@ class BoolMaskInverted(TextbookAttention):
 IMPLEMENTATION = declare("mutant-bool-mask-inverted", BoolMaskInverted,
                          description="bool masks converted with True = masked",
                          mask_formats=(MaskConvention(MaskKind.KEEP_BOOL, MaskLayout.BROADCAST),),
-                         dtypes=(torch.float32, torch.float64))
+                         floats=Dtypes((torch.float32, torch.float64)))

@@ -22,6 +22,6 @@ class GQARepeat(SlidingWindowAttention):
 
 
 IMPLEMENTATION = declare_llama(
-    "mutant-gqa-repeat", GQARepeat, window="config", positional=None, relative=None,
-    positions=None, position_form=None, benchmark=False,
+    "mutant-gqa-repeat", GQARepeat, window="config",
+    position={"positional": None, "relative": None, "argument": None, "form": None}, benchmark=False,
     description="key/value heads expanded with repeat, not repeat_interleave")

@@ -26,5 +26,5 @@ class RopeNoOffset(LlamaAttention):
 
 
 IMPLEMENTATION = declare_llama("mutant-rope-no-offset", RopeNoOffset, benchmark=False,
-                               positions=None, position_form=None,
+                               position={"argument": None, "form": None},
                                description="RoPE positions restart at 0 in every decode call")

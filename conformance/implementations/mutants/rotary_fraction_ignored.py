@@ -26,5 +26,5 @@ class RotaryFractionIgnored(LlamaAttention):
 
 IMPLEMENTATION = declare_llama(
     "mutant-rotary-fraction-ignored", RotaryFractionIgnored, benchmark=False,
-    encoding=PositionEncoding(rotary=Rotary("half", 10000.0, fraction=0.5)),
+    position={"encoding": PositionEncoding(rotary=Rotary("half", 10000.0, fraction=0.5))},
     description="partial_rotary_factor taken, every dimension rotated")

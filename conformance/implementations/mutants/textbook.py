@@ -18,6 +18,8 @@ from torch import nn
 
 from conformance import (
     Capabilities,
+    CausalForm,
+    Dtypes,
     Implementation,
     MaskConvention,
     MaskKind,
@@ -108,8 +110,8 @@ def declare(name: str, module: type[TextbookAttention], *, causal: bool = False,
             description: str, **capabilities: object) -> Implementation:
     """The declaration textbook-derived modules share; ``capabilities`` overrides what differs."""
     declared = dict(call="qkv", mask=INT_MASK, mask_formats=OTHER_MASKS,
-                    causal="always" if causal else "never", cross_attention=not causal,
-                    dtypes=ALL_DTYPES, dropout="config", fully_masked="nan")
+                    causality=CausalForm("always" if causal else "never"), cross_attention=not causal,
+                    floats=Dtypes(ALL_DTYPES), dropout="config", fully_masked="nan")
     declared.update(capabilities)
     return Implementation(
         name,

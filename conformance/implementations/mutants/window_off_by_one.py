@@ -24,6 +24,6 @@ class WindowOffByOne(SlidingWindowAttention):
 
 
 IMPLEMENTATION = declare_llama(
-    "mutant-window-off-by-one", WindowOffByOne, window="config", positional=None,
-    relative=None, positions=None, position_form=None, benchmark=False,
+    "mutant-window-off-by-one", WindowOffByOne, window="config",
+    position={"positional": None, "relative": None, "argument": None, "form": None}, benchmark=False,
     description="sliding window i - j <= W: one key too wide")

@@ -36,8 +36,9 @@ class CacheProtocol:
     factory: str | None = None
 
     def capabilities(self) -> dict[str, object]:
-        return {"kv_cache": self.style, "cache_argument": self.argument,
-                "cache_options": self.options, "cache_factory": self.factory}
+        """The cache group's fields it sets (Capabilities' ``cache``)."""
+        return {"cache": {"style": self.style, "argument": self.argument, "options": self.options,
+                          "factory": self.factory}}
 
     def describe(self) -> str:
         if self.style is CacheStyle.BUFFERS:

@@ -26,8 +26,8 @@ def probe_form(build: Callable[..., Instance], case: Case, call: str, argument: 
             Inputs(x, context, context if call == "cross" else x.clone(), causal=case.causal,
                    segments=segments)
         try:
-            output = build(packed=form, packed_argument=argument,
-                           max_seqlen_argument=max_seqlen).forward(inputs)
+            output = build(packing={"form": form, "argument": argument,
+                                    "max_seqlen_argument": max_seqlen}).forward(inputs)
         except ImplementationError:
             continue
         if tuple(output.shape) == tuple(x.shape):

@@ -38,6 +38,7 @@ from conformance.inference.functions.kernel_arguments import (
 from conformance.inference.functions.varlen_function import dense_view, is_varlen
 from conformance.inference.infer import infer
 from conformance.inference.plan import ALL_DTYPES, InferenceError, Inferred, declarations_read
+from conformance.model.capability_groups import Dtypes
 from conformance.model.declarations import Declarations
 from conformance.model.forms import CausalAlignment, KernelArguments
 from conformance.model.remedies import Note, Remedy, as_notes
@@ -319,8 +320,8 @@ def infer_function(function, *, name: str | None = None,
                   + "".join(f"; refuses {device} ({why})" for device, why in elsewhere))
         # Probed here, so probed on every other device too: FlashAttention's kernel runs
         # float32 on a CPU and not on CUDA, where the gate states it and leaves it out.
-        capabilities = replace(inferred.implementation.capabilities, dtypes=runs,
-                               assumed_dtypes=(), probed_dtypes=runs, kernel=arguments)
+        capabilities = replace(inferred.implementation.capabilities,
+                               floats=Dtypes(supported=runs, assumed=(), probed=runs), kernel=arguments)
     else:
         dtypes = "dtypes " + _names(wanted) + " (declared)"
         capabilities = replace(inferred.implementation.capabilities, kernel=arguments)

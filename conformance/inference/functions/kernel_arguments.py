@@ -168,7 +168,7 @@ def kernel_arguments(function, layout: str, caps: Capabilities,
     # The keyword inference turned causality on with (the wrapper's is_causal passes it on).
     causal = next((n for n in names if "causal" in n), None)
     alignment = None
-    if caps.causal == "optional" and causal:
+    if caps.causality.kind == "optional" and causal:
         alignment, words = causal_alignment(function, layout, causal, dtype)
         notes.append(words)
     found = {role: next((n for n in candidates if n in names), None)

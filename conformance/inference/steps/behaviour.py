@@ -46,7 +46,7 @@ def find_weights(inquiry: Inquiry) -> None:
         output = declared.choice("output_projection", ("applied",))
     outcome = weight_roles.find(
         build_at, plan.cls, plan.convention.call,
-        causal=capabilities.caps.causal == "always", single_head=not plan.roles.heads,
+        causal=capabilities.caps.causality.kind == "always", single_head=not plan.roles.heads,
         kv_argument=plan.roles.kv_heads or plan.roles.kv_group,
         pairs=constraint.pairs if constraint else None,
         max_len=CONTEXT_LENGTH if plan.roles.context else None, notes=notes,
@@ -73,20 +73,20 @@ def causality(inquiry: Inquiry) -> None:
             raise InferenceError(f"causal {declared.causal!r}: use never, always or optional")
         if declared.causal == "optional" and not plan.convention.causal:
             raise InferenceError("causal=optional, but forward has no is_causal/causal argument")
-        capabilities.set(causal=declared.causal)
+        capabilities.set(causality={"kind": declared.causal})
         if declared.causal == "optional":
-            capabilities.set(causal_argument="is_causal")
+            capabilities.set(causality={"argument": "is_causal"})
         notes.append(f"causal: {declared.causal} (declared)")
         return
     if plan.convention.causal:
         try:
-            inquiry.build(causal="optional", causal_argument="is_causal").forward(
+            inquiry.build(causality={"kind": "optional", "argument": "is_causal"}).forward(
                 probe_case(heads, head_dim, kept=None, causal=True).inputs(plan.convention.call))
         except ImplementationError as error:
             notes.append(f"{plan.convention.causal}=True raises ({error}): a hint, as in "
                          "nn.MultiheadAttention; causality not checked through it")
         else:
-            capabilities.set(causal="optional", causal_argument="is_causal")
+            capabilities.set(causality={"kind": "optional", "argument": "is_causal"})
             notes.append(f"causal when {plan.convention.causal}=True")
             return
     try:
@@ -96,7 +96,7 @@ def causality(inquiry: Inquiry) -> None:
         capabilities.unprobed.add("causal")
         return
     if causal:
-        capabilities.set(causal="always")
+        capabilities.set(causality={"kind": "always"})
         notes.append(Note("always causal (probed: rows ignore every later position)",
                           Remedy.to("causal", "never",
                                     "check it as an encoder, if it is meant not to be")))
@@ -130,11 +130,11 @@ def dtypes_form(inquiry: Inquiry) -> None:
     with declarations_read():
         dtypes = declared.dtype_list()
     if dtypes is not None:
-        capabilities.set(dtypes=dtypes, assumed_dtypes=())
+        capabilities.set(floats={"supported": dtypes, "assumed": ()})
         notes.append("dtypes " + ", ".join(dtype_name(d) for d in dtypes) + " (declared)")
     else:
         # Nobody declared float32 or float64 either: one it refuses is dropped, not failed.
-        capabilities.set(probed_dtypes=(torch.float32, torch.float64))
+        capabilities.set(floats={"probed": (torch.float32, torch.float64)})
         notes.append(Note("float16 and bfloat16 assumed (an nn.Module can be cast to them, "
                           "nobody declared them): what breaks there is a warning",
                           Remedy.to("dtypes", "float32,float64,float16,bfloat16",

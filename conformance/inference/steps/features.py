@@ -26,7 +26,7 @@ def window_form(inquiry: Inquiry) -> None:
     name = plan.roles.window
     if not name:
         return
-    if capabilities.caps.causal != "always":
+    if capabilities.caps.causality.kind != "always":
         notes.append(f"{name}: a window argument, but the module is not always causal: built "
                      f"with {name}={WIDE_WINDOW} (a window wider than any sequence), not checked "
                      "as windowed")
@@ -97,7 +97,7 @@ def cache_form(inquiry: Inquiry) -> None:
     else:
         return
     cross = plan.convention.call == "cross"
-    if capabilities.caps.causal == "never" and not cross:
+    if capabilities.caps.causality.kind == "never" and not cross:
         why = ("its causality could not be probed" if "causal" in capabilities.unprobed
                else "the module is not causal")
         notes.append(f"{found.argument}: a KV cache argument, but {why}: the cache is not "
@@ -115,7 +115,7 @@ def cache_form(inquiry: Inquiry) -> None:
         raise DeclarationError(f"cache-layout {layout.value}: the cache is handed over as "
                                f"{found.describe()}, not returned: the layout holds only a "
                                "returned cache")
-    capabilities.set(**found.capabilities(), cache_layout=layout)
+    capabilities.set(cache={**found.capabilities()["cache"], "layout": layout})
     held = f"; held to (k, v) each {layout.value} (declared)" if layout else ""
     against = ("the context's keys and values kept between calls; kv_cache checks the queries fed "
                "in steps, with the context's mask, against one uncached call" if cross else
@@ -132,12 +132,12 @@ def packed_form(inquiry: Inquiry) -> None:
     heads, head_dim = inquiry.heads, inquiry.head_dim
     stated = declared.packing()
     case = probe_case(heads, head_dim, kept=None, batch=1,
-                      causal=capabilities.caps.causal == "always")
+                      causal=capabilities.caps.causality.kind == "always")
     if stated is not None and stated[0] is PackedForm.MASK:
         mask = capabilities.caps.mask
         if (mask is None or mask.layout not in QUERY_AXIS_LAYOUTS) and not per_query_mask(inquiry):
             return
-        capabilities.set(packed=PackedForm.MASK)
+        capabilities.set(packing={"form": PackedForm.MASK})
         notes.append("packed sequences through a block-diagonal mask (declared)")
         return
     argument = stated[1] if stated is not None else plan.convention.packed
@@ -154,7 +154,7 @@ def packed_form(inquiry: Inquiry) -> None:
                               "(tokens (total, D) or (1, total, D)): packing is not checked",
                               Remedy.to("packed", f"cu_seqlens@{argument}", "check it packed")))
             return
-    capabilities.set(packed=form, packed_argument=argument, max_seqlen_argument=max_seqlen)
+    capabilities.set(packing={"form": form, "argument": argument, "max_seqlen_argument": max_seqlen})
     tokens = "(total, D)" if form is PackedForm.CU_SEQLENS_FLAT else "(1, total, D)"
     notes.append(f"{argument}: packed sequences, tokens {tokens} ({how})"
                  + (f", with {max_seqlen}" if max_seqlen else ""))
@@ -199,7 +199,7 @@ def mask_form(inquiry: Inquiry) -> None:
         capabilities.set(mask=declared_mask)
         notes.append(f"{argument}: {declared_mask.describe()} (declared)")
     elif argument:
-        causal = capabilities.caps.causal == "always"
+        causal = capabilities.caps.causality.kind == "always"
         search = infer_mask(inquiry.build(), own_queries(probe_case(heads, head_dim, causal=causal),
                                                          capabilities.caps),
                             plan.convention.call, plan.convention.mask_family, argument,

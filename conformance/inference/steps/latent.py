@@ -60,7 +60,8 @@ def latent_form(inquiry: Inquiry) -> None:
         raise InferenceError("a weight layout is declared, but its queries are its own (learned "
                              "rows, not a projection of the input): no layout maps them; leave "
                              "weights out and the checks judge it through its attention core")
-    inquiry.capabilities.set(call="latent", queries=plan.queries, cross_attention=True, causal="never")
+    inquiry.capabilities.set(call="latent", queries=plan.queries, cross_attention=True,
+                             causality={"kind": "never"})
     inquiry.notes.append(Note(f"its queries are its own: {plan.queries} output rows for inputs of any "
                       "length (learned latents, Perceiver-style; found by behaviour): x gives the "
                       "keys and values, nothing is causal, and the checks that need a weight "
@@ -88,7 +89,7 @@ def _order(inquiry: Inquiry) -> None:
         return  # the checks report a failing call
     change = float(abs_error(moved, output, nan_equal=True).max())
     if change > reordering_tolerance(output.dtype, output):
-        capabilities.set(positional="positions of x's tokens (probed: reordering them changes "
-                                    f"the output, by {change:.3g})")
+        capabilities.set(position={"positional": "positions of x's tokens (probed: reordering "
+                                                 f"them changes the output, by {change:.3g})"})
         notes.append("its output depends on the order of x's tokens (probed: reordering them "
                      f"changes it by {change:.3g}): checked as position-dependent")

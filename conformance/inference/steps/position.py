@@ -43,21 +43,21 @@ def encoding_inside(inquiry: Inquiry) -> None:
     stated = declared.declared_encoding()
     reproduced = outcome.encoding
     if reproduced is not None and reproduced.softcap is not None:
-        capabilities.set(encoding=reproduced)
+        capabilities.set(position={"encoding": reproduced})
         notes.append(f"a logit softcap c·tanh(logits / c), c = {reproduced.softcap:g}, before the "
                      "mask (observed at its attention core, and the float64 reference with it "
                      "reproduces its output): the reference checks apply it")
     if reproduced is not None and reproduced.positional and stated in (
             None, "rotary" if reproduced.rotary else "alibi"):
         kind = "rotary" if reproduced.rotary else "alibi"
-        capabilities.set(positional=f"{reproduced.describe()} (reproduced)", relative=kind,
-                            encoding=reproduced)
+        capabilities.set(position={"positional": f"{reproduced.describe()} (reproduced)",
+                                   "relative": kind, "encoding": reproduced})
         text = (f"{reproduced.describe()} inside (found by behaviour: its output depends on "
                 "the tokens' positions, and the float64 reference with this encoding reproduces "
                 "it; the reference checks apply it); position_shift checks that shifting every "
                 "position changes nothing")
         if kind == "alibi":
-            capabilities.set(alibi=declared.alibi or "standard")
+            capabilities.set(position={"alibi": declared.alibi or "standard"})
             text += "; alibi holds the slopes to the paper's (they reproduced the output)"
         notes.append(text)
         # A RoPE the reference models by a rule (not a table measured per width) can be built
@@ -88,10 +88,11 @@ def encoding_inside(inquiry: Inquiry) -> None:
     if measured in WORDS:
         # Its attention core shows where the position dependence is: a bias in its logits that
         # the tokens don't move (a learned relative bias, T5's), not tokens mixed up.
-        capabilities.set(positional=f"a position bias in its logits (measured: {measured.value})")
+        capabilities.set(position={
+            "positional": f"a position bias in its logits (measured: {measured.value})"})
         relative = measured is BiasForm.RELATIVE
         if relative:
-            capabilities.set(relative="bias")
+            capabilities.set(position={"relative": "bias"})
         notes.append(f"a position bias in its logits: its output depends on the tokens' "
                      f"positions, and at its attention core the logits carry a bias the tokens "
                      f"don't move that is {WORDS[measured]} (measured from two forwards): the "
@@ -118,16 +119,16 @@ def encoding_inside(inquiry: Inquiry) -> None:
     if found is not None:
         kind, evidence = found
         origin = "declared" if evidence == "declared" else f"inferred from {evidence}"
-        capabilities.set(positional=f"{POSITION_WORDS[kind]} ({origin})")
+        capabilities.set(position={"positional": f"{POSITION_WORDS[kind]} ({origin})"})
         options = () if evidence == "declared" else (
             Option("position_encoding", "none", "say it has none"),)
         text = (f"{POSITION_WORDS[kind]} inside ({origin}): the checks that assume "
                 "position-free attention skip")
         if kind in ("rotary", "alibi"):
-            capabilities.set(relative=kind)
+            capabilities.set(position={"relative": kind})
             text += "; position_shift checks that shifting every position changes nothing"
         if kind == "alibi":
-            capabilities.set(alibi=declared.alibi or "measured")
+            capabilities.set(position={"alibi": declared.alibi or "measured"})
             text += "; alibi measures the slopes" + (
                 " against the paper's (declared)" if declared.alibi == "standard" else "")
             if declared.alibi != "standard":
@@ -136,7 +137,7 @@ def encoding_inside(inquiry: Inquiry) -> None:
         if held is not None:
             # Behaviour could not reproduce it, but what is meant is declared: the reference
             # holds the module to it.
-            capabilities.set(encoding=held)
+            capabilities.set(position={"encoding": held})
             text += (f"; no encoding behaviour tried reproduces its output, so the reference "
                      f"checks hold it to the declared {held.describe()}")
         notes.append(Note(text, Remedy(options) if options else None))
@@ -148,13 +149,13 @@ def alibi_counting(inquiry: Inquiry) -> None:
     reproduces its output under a mask with padding before kept keys, at the kept rows."""
     plan, capabilities, layout = inquiry.plan, inquiry.capabilities, inquiry.layout
     heads, head_dim = inquiry.heads, inquiry.head_dim
-    encoding = capabilities.caps.encoding
+    encoding = capabilities.caps.position.encoding
     if (not isinstance(encoding, PositionEncoding) or encoding.alibi is None
             or capabilities.caps.mask is None or layout is None):
         return
     config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim, num_heads=heads,
                     num_kv_heads=None, dtype=torch.float64)
-    causal = capabilities.caps.causal == "always"
+    causal = capabilities.caps.causality.kind == "always"
     try:
         instance = inquiry.build(config, layout)
         inputs = probe_case(heads, head_dim, causal=causal, dtype="float64").inputs(
@@ -172,8 +173,8 @@ def alibi_counting(inquiry: Inquiry) -> None:
                                        encoding=candidate).output
         errors[counts_kept] = relative_error(output[rows], expected[rows])
     if errors[True] < REPRODUCED_FLOAT32 <= errors[False]:
-        capabilities.set(encoding=replace(encoding, alibi=replace(encoding.alibi,
-                                                                   counts_kept=True)))
+        capabilities.set(position={"encoding": replace(encoding, alibi=replace(
+            encoding.alibi, counts_kept=True))})
         inquiry.notes.append("ALiBi positions count the kept tokens only (BLOOM's cumulative sum of "
                      f"the mask; probed: relative error {errors[True]:.1e} with it, "
                      f"{errors[False]:.1e} counting every token)")
@@ -211,7 +212,7 @@ def position_input(inquiry: Inquiry) -> None:
         how = "its name says so"
     else:
         return
-    capabilities.set(positions=argument, position_form=form)
+    capabilities.set(position={"argument": argument, "form": form})
     inquiry.notes.append(f"{argument}: the tokens' positions, passed as {POSITION_FORM_WORDS[form]} "
                  f"({how})")
 

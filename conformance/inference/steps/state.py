@@ -46,7 +46,7 @@ def _moved(instance: Instance, call: Inputs, between: Inputs) -> float | None:
 def _probe(plan: Plan, capabilities: CapabilitiesFound, heads: int,
            head_dim: int) -> tuple[Case, Inputs, Inputs]:
     """The probes' case, its inputs, and the same call with other tokens everywhere."""
-    case = probe_case(heads, head_dim, kept=None, causal=capabilities.caps.causal == "always")
+    case = probe_case(heads, head_dim, kept=None, causal=capabilities.caps.causality.kind == "always")
     inputs = case.inputs(plan.convention.call)
     everywhere = torch.ones(case.batch, case.q_len, dtype=torch.bool)
     return case, inputs, case.replace_positions(inputs, everywhere, stream=17, scale=1.0,
@@ -57,7 +57,7 @@ def plain_state(inquiry: Inquiry) -> None:
     """InferenceError where plain calls (no cache, no positions) read what earlier calls wrote:
     the same call gives another output after a call with other tokens."""
     _, inputs, other = _probe(inquiry.plan, inquiry.capabilities, inquiry.heads, inquiry.head_dim)
-    change = _moved(inquiry.build(positions=None, position_form=None), inputs, other)
+    change = _moved(inquiry.build(position={"argument": None, "form": None}), inputs, other)
     if change is not None:
         raise InferenceError(
             f"{inquiry.label}: keeps state between calls: the same call gave outputs {change:.2g} apart "
@@ -79,8 +79,8 @@ def position_state(inquiry: Inquiry) -> None:
     input, whatever its name: it is a cache API, checked by ``kv_cache`` where the module is
     causal (its buffers, the positions in the argument's form), else left alone."""
     plan, capabilities, notes = inquiry.plan, inquiry.capabilities, inquiry.notes
-    argument = capabilities.caps.positions
-    if argument is None or capabilities.caps.kv_cache is not None:
+    argument = capabilities.caps.position.argument
+    if argument is None or capabilities.caps.cache.style is not None:
         return
     case, inputs, other = _probe(plan, capabilities, inquiry.heads, inquiry.head_dim)
     change = _moved(inquiry.build(), replace(inputs, position=STATE_SHIFT), other)
@@ -91,7 +91,7 @@ def position_state(inquiry: Inquiry) -> None:
                 f"at positions 0..{case.q_len - 1}: the module keeps what a call writes at its "
                 "positions")
     if not case.causal:
-        capabilities.set(positions=None, position_form=None)
+        capabilities.set(position={"argument": None, "form": None})
         notes.append(f"{argument}: not a position input alone but a cache API ({evidence}); "
                      "the module is not causal, so the cache is not checked, and the argument "
                      "is left to its default")
@@ -99,7 +99,7 @@ def position_state(inquiry: Inquiry) -> None:
     found = CacheProtocol(CacheStyle.BUFFERS, argument)
     problem = confirm(inquiry.build, found, case, plan.convention.call)
     if problem is not None:
-        capabilities.set(positions=None, position_form=None)
+        capabilities.set(position={"argument": None, "form": None})
         notes.append(f"{argument}: not a position input alone but a cache API ({evidence}); a "
                      f"prefill through it failed ({problem}): the cache is not checked, and the "
                      "argument is left to its default")
