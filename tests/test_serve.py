@@ -133,8 +133,11 @@ def test_ctrl_c_reaches_the_served_check(server, tmp_path):
     env, log = server
     (tmp_path / "slow.py").write_text(SLOW_MODULE)
     slow = f"{tmp_path / 'slow.py'}::Slow"
+    # As a terminal's foreground command has it: a shell's background job (the tests run by a
+    # script in the background, say) inherits Ctrl-C ignored, and Python then leaves it so.
     client = subprocess.Popen([sys.executable, "-m", "conformance", "check", slow], cwd=ROOT,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     time.sleep(3)  # well into loading it (inference calls it: seconds)
     assert client.poll() is None and _served(log, "serving at")
