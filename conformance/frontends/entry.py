@@ -18,7 +18,6 @@ deleted, zygotes stopped) first.
 from __future__ import annotations
 
 import gc
-import os
 import sys
 from collections.abc import Sequence
 
@@ -60,12 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if _will_fork_workers(arguments):
         from conformance.worker import warm_start
 
-        ahead: list[str] = []
-        if arguments[0] == "check":  # the user's own file (never a student's: grade)
-            from conformance.frontends.imports_ahead import installed_imports
-
-            ahead = installed_imports(arguments, os.getcwd())
-        warm_start.prestart(ahead)
+        warm_start.prestart()
     from conformance.frontends.cli import main as cli_main
 
     # What is imported now (torch, the suite) lives as long as the command: out of the

@@ -1,11 +1,12 @@
-"""The installed packages a checked file imports, read from its source (never run), for a
-zygote to import ahead: every worker forked after has them, so a module that imports
-transformers pays that import once, not in each of its workers (``warm_start.prestart`` for a
-cold ``check``, ``warm_start.preload`` for a warm ``serve``).
+"""The installed packages a checked file imports, read from its source (never run), for a warm
+``serve``'s zygote to import ahead (``warm_start.preload``): every worker forked after has them,
+so a module that imports transformers pays that import once, not at every check.
 
-Standard library only: the command's entry reads it before it imports anything heavy. Only
-installed packages (in site-packages) are named, never the user's own modules nor anything
-found from the working directory: what a zygote imports runs outside any sandbox.
+Standard library only. Only installed packages (in site-packages) are named, never the user's
+own modules nor anything found from the working directory: what a zygote imports runs outside
+any sandbox. (A cold ``check`` does not import ahead: measured on 2026-11-27 with the three
+transformers-based wild styles, idle, its wall time did not change, 5.2-5.9 s either way; the
+workers' own import of the package is not what a cold check waits for.)
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ def _installed(name: str) -> bool:
 
 def installed_imports(argv: list[str], cwd: str) -> list[str]:
     """The modules of installed packages the files a command names import (their source read,
-    never run), for a zygote to import ahead: a module that imports transformers costs that import
-    once, not in every worker."""
+    never run), for a zygote to import ahead."""
     names: list[str] = []
     for arg in argv[1:]:
         file = arg.partition("::")[0]

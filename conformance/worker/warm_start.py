@@ -86,16 +86,14 @@ def json_line(buffer: bytes, receive: Callable[[float], bytes | None],
 
 
 class Zygote:
-    """One zygote process, and the requests to fork from it (one at a time); ``imports``:
-    installed modules it imports before it says it is ready (see :func:`prestart`)."""
+    """One zygote process, and the requests to fork from it (one at a time)."""
 
-    def __init__(self, env: dict[str, str], imports: Sequence[str] = ()) -> None:
+    def __init__(self, env: dict[str, str]) -> None:
         self._lock = threading.Lock()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.process = subprocess.Popen(
-                suite_command("conformance.worker.zygote", str(theirs.fileno()),
-                              *([json.dumps(list(imports))] if imports else [])),
+                suite_command("conformance.worker.zygote", str(theirs.fileno())),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),), start_new_session=True, env=env)
         finally:
@@ -185,13 +183,12 @@ def enabled() -> bool:
     return os.environ.get(SWITCH, "1") != "0"
 
 
-def _zygote(env: dict[str, str], imports: Sequence[str] = ()) -> Zygote:
-    """This process's zygote for ``env`` (started, importing ``imports``, where there is none)."""
+def _zygote(env: dict[str, str]) -> Zygote:
     base = {k: v for k, v in env.items() if k not in ("HOME", "TMPDIR")}
     key = json.dumps(base, sort_keys=True)
     with _zygotes_lock:
         if key not in _zygotes:
-            _zygotes[key] = Zygote(base, imports)
+            _zygotes[key] = Zygote(base)
             _zygotes[key].key = key
         return _zygotes[key]
 
@@ -244,14 +241,11 @@ def adopt(zygote: Zygote) -> None:
         _zygotes[zygote.key] = zygote
 
 
-def prestart(imports: Sequence[str] = ()) -> None:
+def prestart() -> None:
     """Start this process's zygote now, without waiting for it: it imports torch while this
-    process does (two cores' worth), and the first worker is forked when both are done.
-    ``imports``: installed modules the checked file imports (``frontends/imports_ahead``), which
-    it imports too before it says it is ready, so that each worker forked after has them (a
-    zygote that runs threads after them says so, and workers are then started instead)."""
+    process does (two cores' worth), and the first worker is forked when both are done."""
     if enabled():
-        _zygote(base_environment(), imports)
+        _zygote(base_environment())
 
 
 def shared(env: dict[str, str]) -> Zygote | None:

@@ -1,6 +1,6 @@
 """The zygote: a warm worker template that forks each worker instead of starting an interpreter.
 
-Run as ``python -I -B -m conformance.worker.zygote FD [IMPORTS]`` by the checker (``warm_start.py``), with
+Run as ``python -I -B -m conformance.worker.zygote FD`` by the checker (``warm_start.py``), with
 the workers' clean environment and a UNIX socket on fd ``FD``, it imports torch and the worker's modules
 once (one torch thread, no parallel region run), checks that it is still one thread (fork is only
 safe then), and says so. Then, for each request (the supervisor's configuration, and the
@@ -140,10 +140,9 @@ def _answer(channel: socket.socket, message: bytes, fds: list[int],
 
 
 def _preload(names: list) -> list[str]:
-    """Import the installed modules a checked file imports (at the start, for a cold ``check``:
-    ``warm_start.prestart``; on request, for a warm ``serve``: ``warm_start.preload``; the user's
-    own code, checked in place, never a student's), so that every worker forked after has them;
-    those that import."""
+    """Import the installed modules a checked file imports (``warm_start.preload``, for a warm
+    ``serve``: the user's own code, checked in place), so that every worker forked after has
+    them; those that import."""
     imported = []
     for name in names:
         try:
@@ -174,8 +173,6 @@ def main() -> int:
     # worker's first collection does not touch (and copy) every page of it.
     gc.freeze()
     channel = socket.socket(fileno=int(sys.argv[1]))
-    if len(sys.argv) > 2:  # what the checked file imports of installed packages (prestart)
-        _preload(json.loads(sys.argv[2]))
     ready = {"ready": True, "threads": _threads(), "pid": os.getpid()}
     channel.sendall(json.dumps(ready).encode() + b"\n")
     serve(channel)
