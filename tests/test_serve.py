@@ -295,3 +295,17 @@ def test_what_a_server_refuses():
     assert refusal({**mine, "argv": ["grade", "class"]}) == "'grade' is not served"
     changed = {**mine, "env": {**os.environ, "TORCH_LOGS": "+dynamo"}}
     assert refusal(changed) == "started under other settings (TORCH_LOGS)"
+
+
+def test_a_server_refuses_once_the_suites_code_changed_under_it(monkeypatch):
+    """Same installation, same path, other code (an upgrade in place, an edit): the server runs
+    what it imported at its start, so it refuses, and the check runs cold on the code it has."""
+    from conformance.frontends import serve
+
+    mine = {"key": served.installation_key(), "argv": ["check", "x.py"], "env": dict(os.environ)}
+    count, latest = serve.suite_sources()
+    assert count > 100 and latest > 0
+    monkeypatch.setattr(serve, "_SOURCES_AT_START", (count, latest))
+    assert refusal(mine) is None
+    monkeypatch.setattr(serve, "_SOURCES_AT_START", (count, latest - 1))
+    assert refusal(mine) == "the suite's code changed since this server started (restart it)"

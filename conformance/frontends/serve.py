@@ -15,8 +15,10 @@ of a check run cold.
 Nothing runs in the server itself but the imports: it forks only while it runs one Python thread
 and CUDA is not started (``run.shared.forkable``, what the checker's own forks require; torch runs
 no parallel region here), and each command's state dies with its copy. It refuses (and the
-client runs the command itself) a command of another installation, or one whose environment
-differs in what is read at import (``served.FIXED_AT_IMPORT``). It serves only its own user and
+client runs the command itself) a command of another installation, one whose environment
+differs in what is read at import (``served.FIXED_AT_IMPORT``), and every command once the
+suite's sources changed since it started (an upgrade in place, an edit: it would run the code it
+imported then, :func:`suite_sources`). It serves only its own user and
 stops on Ctrl-C (the checks running finish on their own).
 """
 
@@ -88,10 +90,32 @@ def _receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
     return json.loads(data), fds
 
 
+def suite_sources() -> tuple[int, int]:
+    """The suite's Python sources as they are now: how many, and the latest change (ns). A
+    server runs the code it imported when it started; an upgrade or an edit since (same
+    installation, same path) changes this."""
+    from conformance.worker.warm_start import SUITE
+
+    count = latest = 0
+    for folder, _, files in os.walk(SUITE):
+        for name in files:
+            if name.endswith(".py"):
+                with contextlib.suppress(OSError):
+                    latest = max(latest, os.stat(os.path.join(folder, name)).st_mtime_ns)
+                    count += 1
+    return count, latest
+
+
+_SOURCES_AT_START: tuple[int, int] | None = None
+"""``suite_sources()`` when this server started (None: not a server)."""
+
+
 def refusal(request: dict[str, Any]) -> str | None:
     """Why this server must not run ``request`` (its client then runs it itself), or None."""
     if request.get("key") != served.installation_key():
         return "another installation's command"
+    if _SOURCES_AT_START is not None and suite_sources() != _SOURCES_AT_START:
+        return "the suite's code changed since this server started (restart it)"
     argv = request.get("argv") or [""]
     if argv[0] not in served.SERVED:
         return f"{argv[0]!r} is not served"
@@ -219,6 +243,8 @@ def serve(log: TextIO = sys.stdout) -> int:
     first_backward.import_ahead()
     import numpy.random  # noqa: F401
 
+    global _SOURCES_AT_START
+    _SOURCES_AT_START = suite_sources()
     listener, path = _listen()
     running: dict[int, tuple[list[str], float]] = {}
     preloaded: set[str] = set()
