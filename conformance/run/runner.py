@@ -310,8 +310,8 @@ def _verdict(check: Check, context: CheckContext, implementation: str, device: s
     if search.unfit and len(search.unfit) == search.searches and not context.warnings:
         return CheckResult(implementation, check.name, device, Status.SKIPPED,
                            reason=search.unfit[0], observations=list(context.observations))
-    context.observations += [f"part of the check did not run: {words}"
-                             for words in dict.fromkeys(search.unfit)]
+    search.observations += [f"part of the check did not run: {words}"
+                            for words in dict.fromkeys(search.unfit)]
     if context.warnings:
         error, case = context.warnings[0]
         result = _finding(Status.WARNED, error, case, implementation, check.name, device)

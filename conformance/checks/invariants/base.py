@@ -57,10 +57,6 @@ class CheckContext:
     def observations(self) -> list[str]:
         return self.search.observations
 
-    @observations.setter
-    def observations(self, notes: list[str]) -> None:
-        self.search.observations = notes
-
     @property
     def warnings(self) -> list[Finding]:
         """Robustness findings (see ``explore``): WARNED where one is and no failure."""
