@@ -173,6 +173,11 @@ def test_ctrl_c_before_the_server_says_whose_the_copy_is_still_reaches_it(monkey
     with pytest.raises(KeyboardInterrupt):
         served._wait(None)
     assert sent == []
+    # A second Ctrl-C while the server still says nothing ends the wait here.
+    sent = _lines_after_a_ctrl_c(monkeypatch, KeyboardInterrupt(), {"pid": 4242})
+    with pytest.raises(KeyboardInterrupt):
+        served._wait(None)
+    assert sent == []
 
 
 WARM_MODULE = '''

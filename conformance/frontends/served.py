@@ -133,7 +133,10 @@ def _wait(connection: socket.socket) -> int | None:
             break
         except KeyboardInterrupt:
             # Before the server said whose it is: the copy it is about to start must not go on
-            # alone, printing to this terminal; it is interrupted as soon as it is known.
+            # alone, printing to this terminal; it is interrupted as soon as it is known. A
+            # second Ctrl-C stops waiting (a server that never answers can't hold the terminal).
+            if interrupted:
+                raise
             interrupted = True
     if not first or "pid" not in first:
         if interrupted:
