@@ -33,7 +33,7 @@ UNIT = {
 }
 INTEGRATION = {
     "test_behaviour_inference", "test_bench", "test_example_database", "test_causal_hints", "test_cli",
-    "test_kv_cache_hints",
+    "test_kv_cache_hints", "test_context_argument",
     "test_declaration_parity", "test_declarations", "test_grading_execution",
     "test_grading_environment", "test_grading_printed_output",
     "test_homework_styles_are_correct", "test_library_caches_are_correct",

@@ -14,7 +14,12 @@ from torch import nn
 
 from conformance.errors import ConformanceError
 from conformance.inference.names.convention import FILLABLE_POSITIONS, ForwardConvention
-from conformance.inference.names.roles import CONTEXT_LENGTH, MAX_BATCH_SIZE, ConstructorRoles
+from conformance.inference.names.roles import (
+    CONTEXT_LENGTH,
+    MAX_BATCH_SIZE,
+    ConstructorRoles,
+    context_length,
+)
 from conformance.model.capability_groups import CacheForm, Dtypes, laid_over
 from conformance.model.declarations import DeclarationError
 from conformance.model.remedies import Note, Option, Remedy
@@ -178,7 +183,7 @@ class Plan:
         if roles.dropout:
             kwargs[roles.dropout] = config.dropout
         if roles.context:
-            kwargs[roles.context] = CONTEXT_LENGTH
+            kwargs[roles.context] = context_length(config.q_len, config.kv_len)
         if roles.batch_first:
             kwargs[roles.batch_first] = True
         if roles.kv_heads:
