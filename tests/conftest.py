@@ -28,7 +28,7 @@ UNIT = {
     "test_front_end_words", "test_masks_and_cases", "test_platform_defects", "test_reference",
     "test_run_options",
     "test_suite_errors", "test_hint_evidence", "test_declaration_specs", "test_remedies",
-    "test_tolerance", "test_attention_core", "test_errors",
+    "test_tolerance", "test_attention_core", "test_errors", "test_search_replays",
     "test_weights", "test_worker_codec", "test_worker_pristine", "test_capability_groups",
 }
 INTEGRATION = {

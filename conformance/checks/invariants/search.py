@@ -37,8 +37,9 @@ def _failures_kept(verify: Callable[[Case], str | None]) -> Callable[[Case], str
     before: hypothesis replays the shrunk case once more to report it, and a warning's second
     search starts from the case that found it, so a failing case was verified two or three
     times (the float16 positions case of 2,056 tokens: a second each). A module that answers
-    otherwise the second time is judged by its first answer, as hypothesis' own replay judged a
-    failure it could not repeat. Passing cases are not kept: hypothesis asks for none twice."""
+    otherwise the second time is judged by its first answer, at the shrunk case (a replay that
+    passed made the search flaky, and the first failure, unshrunk, was reported). Passing cases
+    are not kept: hypothesis asks for none twice."""
     failed: dict[Case, BaseException] = {}
 
     def kept(case: Case) -> str | None:
