@@ -3,9 +3,12 @@ is a statistic."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import torch
 
-from conformance.numerics.tolerance import MEAN_MIN_ELEMENTS, agreement
+from conformance.numerics.tolerance import MEAN_MIN_ELEMENTS, agreement, worst_index
 
 
 def test_a_few_elements_a_unit_off_are_judged_by_the_max_rule_alone():
@@ -27,3 +30,22 @@ def test_a_systematic_bias_under_the_max_rule_still_fails_on_enough_elements():
     seen = agreement(biased, reference, baseline, torch.float16)
     assert seen.max_error <= seen.allowed
     assert not seen.ok and "systematic bias" in seen.describe()
+
+
+def test_the_worst_index_is_where_the_largest_entry_is():
+    generator = torch.Generator().manual_seed(0)
+    for shape in [(3,), (2, 5), (2, 3, 4), (1, 7, 1, 3)]:
+        for _ in range(20):
+            error = torch.rand(shape, generator=generator)
+            index = worst_index(error)
+            assert len(index) == len(shape) and error[index] == error.max()
+
+
+def test_finding_the_worst_index_imports_no_sympy():
+    """torch.unravel_index imports sympy (0.4 s) on its first call; an isolated check's checker
+    needs nothing else of it."""
+    code = ("import sys, torch; from conformance.numerics.tolerance import worst_index; "
+            "worst_index(torch.rand(2, 3)); print('sympy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "False"

@@ -91,7 +91,13 @@ def abs_error(actual: torch.Tensor, expected: torch.Tensor, *, nan_equal: bool =
 def worst_index(error: torch.Tensor) -> tuple[int, ...]:
     """Index of the largest entry of ``error``."""
     flat = int(torch.argmax(error.reshape(-1)))
-    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), error.shape))
+    # In integers, not torch.unravel_index: that imports sympy on its first call (0.4 s of a
+    # checker that otherwise never needs it).
+    index = []
+    for size in reversed(error.shape):
+        flat, at = divmod(flat, size)
+        index.append(at)
+    return tuple(reversed(index))
 
 
 @dataclass(frozen=True)

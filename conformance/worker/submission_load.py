@@ -10,7 +10,6 @@ from typing import Any, NamedTuple
 
 import conformance.worker.codec as codec
 from conformance.model.declarations import Declarations
-from conformance.subject import first_backward
 from conformance.worker.errors import LoadError, WorkerError, WorkerStatus
 from conformance.worker.limits import WorkerLimits
 from conformance.worker.process import Pending, WorkerProcess
@@ -56,9 +55,6 @@ def read(launched: Launched, spec: str, decode: Decode) -> LoadReply:
     did not."""
     worker, names = launched.worker, ()
     try:
-        # While the worker imports the submission: what this process's first gradient check
-        # would import (a no-op after the first worker).
-        first_backward.import_ahead()
         frame = worker.reply(launched.asked)
         if frame.header["ok"]:
             names = decode(worker, frame, "names")
