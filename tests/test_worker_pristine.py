@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+
+import pytest
 import torch
 
+from conformance.worker import pristine as pristine_module
 from conformance.worker.pristine import Pristine
+
+TAGGED = sys.implementation.name == "cpython" and (3, 11) <= sys.version_info[:2] <= (3, 13)
+"""Whether this interpreter's dictionaries carry the version tag the fast path reads."""
 
 
 def test_patched_functions_and_shadowing_methods_are_put_back():
@@ -47,3 +54,46 @@ def test_a_deleted_function_comes_back_even_when_another_name_keeps_the_count():
         math.sqrt = sqrt
         vars(math).pop("not_sqrt", None)
     assert restored == ("math.sqrt",)
+
+
+@pytest.mark.skipif(not TAGGED, reason="no dictionary version tags in this interpreter")
+def test_a_restore_after_no_change_compares_nothing(monkeypatch):
+    pristine = Pristine()
+    assert pristine._versions is not None  # the tags passed their test on this interpreter
+    monkeypatch.setattr(pristine, "_compared", lambda: pytest.fail("compared unchanged names"))
+    torch.ones(3).softmax(0)
+    assert pristine.restore() == ()
+
+
+@pytest.mark.skipif(not TAGGED, reason="no dictionary version tags in this interpreter")
+def test_after_a_patch_is_put_back_the_next_restore_is_fast_again(monkeypatch):
+    pristine = Pristine()
+    allclose = torch.allclose
+    try:
+        torch.allclose = lambda *args, **kwargs: True
+        assert pristine.restore() == ("torch.allclose",)
+    finally:
+        torch.allclose = allclose
+    assert pristine.restore() == ()  # what the finally did is what was recorded
+    monkeypatch.setattr(pristine, "_compared", lambda: pytest.fail("compared unchanged names"))
+    assert pristine.restore() == ()
+
+
+def test_a_patch_undone_before_the_restore_restores_nothing():
+    pristine = Pristine()
+    allclose = torch.allclose
+    torch.allclose = lambda *args, **kwargs: True
+    torch.allclose = allclose
+    assert pristine.restore() == ()
+
+
+def test_without_version_tags_every_restore_compares(monkeypatch):
+    monkeypatch.setattr(pristine_module, "version_reader", lambda namespaces: None)
+    pristine = Pristine()
+    allclose = torch.allclose
+    try:
+        torch.allclose = lambda *args, **kwargs: True
+        assert pristine.restore() == ("torch.allclose",)
+    finally:
+        torch.allclose = allclose
+    assert pristine.restore() == ()

@@ -11,13 +11,24 @@ module are left alone (torch adds its lazily imported submodules itself).
 
 Patches made and undone within one call of the submission's own code stay its own business:
 they change only what that call computes, which the checker judges.
+
+Most requests change nothing, and comparing the 1,500 attributes took 78 us of every request (a
+sixth of the worker's time on a small forward). Where CPython keeps a version tag on each
+dictionary, changed by every change to it (PEP 509's ``ma_version_tag``, 3.11 to 3.13), the
+namespaces' tags are read first (under a microsecond): none changed since the last restore, no
+attribute did either. Whether this interpreter's dictionaries have such a tag is tested on one of
+its own before it is relied on; where not, every restore compares.
 """
 
 from __future__ import annotations
 
 import builtins
+import ctypes
+import gc
 import math
 import operator
+import sys
+from collections.abc import Callable
 from types import ModuleType
 
 import torch
@@ -36,10 +47,20 @@ class Pristine:
         for space in namespaces:
             names, values = zip(*vars(space).items(), strict=True)
             self._saved.append((space, names, values))
+        self._versions = version_reader(namespaces)
+        self._seen = self._versions() if self._versions is not None else None
 
     def restore(self) -> tuple[str, ...]:
         """Put back every recorded attribute that was replaced or deleted; the names put back
         (``torch.Tensor.__sub__``), in the order of the namespaces."""
+        if self._versions is not None and self._versions() == self._seen:
+            return ()  # no namespace changed since it was last left as recorded
+        restored = self._compared()
+        if self._versions is not None:
+            self._seen = self._versions()
+        return restored
+
+    def _compared(self) -> tuple[str, ...]:
         restored = []
         for space, names, values in self._saved:
             current = vars(space)
@@ -65,6 +86,59 @@ class Pristine:
 
 
 _MISSING = object()
+
+_VERSION_OFFSET = 3 * ctypes.sizeof(ctypes.c_ssize_t)
+"""Where a ``PyDictObject``'s ``ma_version_tag`` lies (CPython 3.11 to 3.13): after the reference
+count, the type and ``ma_used``."""
+
+
+def version_reader(namespaces: tuple[object, ...]) -> Callable[[], tuple[int, ...]] | None:
+    """A function giving the version tags of the dictionaries behind ``namespaces`` (a class's
+    ``vars`` is a read-only view of one), or None where this interpreter's dictionaries have no
+    tag that every change to them changes: tested first on a dictionary and a class of its own
+    (an update in place, a deletion, an insertion, a class attribute set), so another layout
+    (a debug build, a later CPython) compares every attribute instead of misreading memory."""
+    if sys.implementation.name != "cpython" or not (3, 11) <= sys.version_info[:2] <= (3, 13):
+        return None
+
+    def tag(table: dict) -> int:
+        return ctypes.c_uint64.from_address(id(table) + _VERSION_OFFSET).value
+
+    def table(space: object) -> dict | None:
+        found = vars(space)
+        if type(found) is not dict:
+            found = next((r for r in gc.get_referents(found) if type(r) is dict), None)
+        return found
+
+    probe = {"kept": 0}
+    probe_class = type("Probe", (), {})
+    tags = [tag(probe)]
+    for change in (lambda: probe.__setitem__("kept", 1), lambda: probe.pop("kept"),
+                   lambda: probe.__setitem__("added", 2)):
+        change()
+        tags.append(tag(probe))
+    class_table = table(probe_class)
+    before = tag(class_table) if class_table is not None else None
+    probe_class.added = 1
+    if len(set(tags)) != len(tags) or class_table is None or tag(class_table) == before:
+        return None
+    tables = [table(space) for space in namespaces]
+    if any(found is None for found in tables):
+        return None
+    return _Tags(tables)
+
+
+class _Tags:
+    """The version tags of some dictionaries, read in place (they are kept alive here: their
+    addresses are read)."""
+
+    def __init__(self, tables: list[dict]) -> None:
+        self._tables = tables
+        self._tags = [ctypes.c_uint64.from_address(id(found) + _VERSION_OFFSET)
+                      for found in tables]
+
+    def __call__(self) -> tuple[int, ...]:
+        return tuple(tag.value for tag in self._tags)
 
 
 def _name(space: object) -> str:
