@@ -68,13 +68,8 @@ def test_a_restore_after_no_change_compares_nothing(monkeypatch):
 @pytest.mark.skipif(not TAGGED, reason="no dictionary version tags in this interpreter")
 def test_after_a_patch_is_put_back_the_next_restore_is_fast_again(monkeypatch):
     pristine = Pristine()
-    allclose = torch.allclose
-    try:
-        torch.allclose = lambda *args, **kwargs: True
-        assert pristine.restore() == ("torch.allclose",)
-    finally:
-        torch.allclose = allclose
-    assert pristine.restore() == ()  # what the finally did is what was recorded
+    assert _restored_with_allclose_patched(pristine) == ("torch.allclose",)
+    assert pristine.restore() == ()  # what the helper's finally did is what was recorded
     monkeypatch.setattr(pristine, "_compared", lambda: pytest.fail("compared unchanged names"))
     assert pristine.restore() == ()
 
@@ -90,10 +85,16 @@ def test_a_patch_undone_before_the_restore_restores_nothing():
 def test_without_version_tags_every_restore_compares(monkeypatch):
     monkeypatch.setattr(pristine_module, "version_reader", lambda namespaces: None)
     pristine = Pristine()
+    assert _restored_with_allclose_patched(pristine) == ("torch.allclose",)
+    assert pristine.restore() == ()
+
+
+def _restored_with_allclose_patched(pristine: Pristine) -> tuple[str, ...]:
+    """What ``pristine`` puts back with ``torch.allclose`` replaced (and put back after, whatever
+    happens)."""
     allclose = torch.allclose
     try:
         torch.allclose = lambda *args, **kwargs: True
-        assert pristine.restore() == ("torch.allclose",)
+        return pristine.restore()
     finally:
         torch.allclose = allclose
-    assert pristine.restore() == ()
