@@ -100,32 +100,27 @@ def version_reader(namespaces: tuple[object, ...]) -> Callable[[], tuple[int, ..
     (a debug build, a later CPython) compares every attribute instead of misreading memory."""
     if sys.implementation.name != "cpython" or not (3, 11) <= sys.version_info[:2] <= (3, 13):
         return None
-
-    def tag(table: dict) -> int:
-        return ctypes.c_uint64.from_address(id(table) + _VERSION_OFFSET).value
-
-    def table(space: object) -> dict | None:
-        found = vars(space)
-        if type(found) is not dict:
-            found = next((r for r in gc.get_referents(found) if type(r) is dict), None)
-        return found
-
-    probe = {"kept": 0}
-    probe_class = type("Probe", (), {})
-    tags = [tag(probe)]
-    for change in (lambda: probe.__setitem__("kept", 1), lambda: probe.pop("kept"),
-                   lambda: probe.__setitem__("added", 2)):
-        change()
-        tags.append(tag(probe))
-    class_table = table(probe_class)
-    before = tag(class_table) if class_table is not None else None
-    probe_class.added = 1
-    if len(set(tags)) != len(tags) or class_table is None or tag(class_table) == before:
-        return None
-    tables = [table(space) for space in namespaces]
+    probe, probe_class = {"kept": 0}, type("Probe", (), {})
+    tables = [_table(space) for space in (probe, probe_class, *namespaces)]
     if any(found is None for found in tables):
         return None
-    return _Tags(tables)
+    probe_tags = _Tags(tables[:2])
+    seen = [probe_tags()]
+    # Each change touches one of the two dictionaries: every one must give new tags.
+    for change in (lambda: probe.__setitem__("kept", 1), lambda: probe.pop("kept"),
+                   lambda: probe.__setitem__("added", 2), lambda: setattr(probe_class, "added", 1)):
+        change()
+        seen.append(probe_tags())
+    return _Tags(tables[2:]) if len(set(seen)) == len(seen) else None
+
+
+def _table(space: object) -> dict | None:
+    """The dictionary behind ``space``: itself, its module's, or the one a class's read-only view
+    shows."""
+    found = space if type(space) is dict else vars(space)
+    if type(found) is not dict:
+        found = next((r for r in gc.get_referents(found) if type(r) is dict), None)
+    return found
 
 
 class _Tags:
