@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
 
+import numpy as np
 import pytest
 import torch
 
@@ -123,6 +124,22 @@ def test_a_tensor_subclass_crosses_as_its_data():
 
     (back,) = _through_pipe({}, [torch.arange(3.0).as_subclass(Liar)])
     assert type(back) is torch.Tensor and torch.equal(back, torch.arange(3.0))
+
+
+def test_a_plain_contiguous_tensor_is_written_from_its_own_memory():
+    """A plain contiguous CPU tensor's bytes are written from the tensor itself (no copy on the
+    way); a view with an offset, a tensor that requires grad, a strided and an empty one each
+    cross with their values, the strided one laid out contiguously (as clone() lays it out)."""
+    base = torch.arange(24.0).reshape(4, 6)
+    plain = base[1:]  # contiguous, at an offset into its storage
+    payload = encode_frame({}, [plain])[2]
+    assert np.asarray(payload).__array_interface__["data"][0] == plain.data_ptr()
+
+    sent = [plain, torch.randn(3, 2, requires_grad=True), base[:, ::2], torch.zeros(0, 5)]
+    back = _through_pipe({}, sent)
+    for original, received in zip(sent, back, strict=True):
+        assert torch.equal(received, original.detach())
+    assert back[2].is_contiguous() and not back[1].requires_grad
 
 
 def _nested(depth):

@@ -48,10 +48,24 @@ def encode(value: object, tensors: list[torch.Tensor]) -> Any:
     return _encode(value, tensors, {}, 0)
 
 
+_PLAIN = frozenset({type(None), bool, int, float, str})
+"""Types encoded as themselves, told by exact type (a str- or int-Enum member is not one)."""
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def _encode(value: object, tensors: list[torch.Tensor], seen: dict[int, int], depth: int) -> Any:
     if depth > _MAX_DEPTH:
         raise CodecError("value nested too deeply")
-    if value is None or (isinstance(value, (bool, int, float, str)) and not isinstance(value, Enum)):
+    kind = type(value)
+    if kind in _PLAIN:  # the common cases first: a request is mostly scalars and tensors
+        return value
+    if kind is torch.Tensor:
+        return _reference(value, tensors, seen)
+    if isinstance(value, (bool, int, float, str)) and not isinstance(value, Enum):
         return value
     if isinstance(value, Enum):
         if not isinstance(value.value, (str, int)):
@@ -63,14 +77,10 @@ def _encode(value: object, tensors: list[torch.Tensor], seen: dict[int, int], de
             raise CodecError(f"dtype {name} cannot cross")
         return name
     if isinstance(value, torch.Tensor):
-        index = seen.get(id(value))
-        if index is None:
-            index = seen[id(value)] = len(tensors)
-            tensors.append(value)
-        return {"$tensor": index}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _encode(getattr(value, f.name), tensors, seen, depth + 1)
-                for f in dataclasses.fields(value)}
+        return _reference(value, tensors, seen)
+    if dataclasses.is_dataclass(kind):
+        return {name: _encode(getattr(value, name), tensors, seen, depth + 1)
+                for name in _field_names(kind)}
     if isinstance(value, (tuple, list)):
         return [_encode(item, tensors, seen, depth + 1) for item in value]
     if isinstance(value, Mapping):
@@ -78,6 +88,14 @@ def _encode(value: object, tensors: list[torch.Tensor], seen: dict[int, int], de
             raise CodecError("mapping keys must be strings")
         return {key: _encode(item, tensors, seen, depth + 1) for key, item in value.items()}
     raise CodecError(f"a {type(value).__name__} cannot cross the boundary")
+
+
+def _reference(tensor: torch.Tensor, tensors: list[torch.Tensor], seen: dict[int, int]) -> Any:
+    index = seen.get(id(tensor))
+    if index is None:
+        index = seen[id(tensor)] = len(tensors)
+        tensors.append(tensor)
+    return {"$tensor": index}
 
 
 def decode(data: Any, expected: Any, tensors: Sequence[torch.Tensor], where: str = "message") -> Any:

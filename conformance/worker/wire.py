@@ -57,10 +57,15 @@ class Frame:
 
 
 def _dense_cpu(tensor: torch.Tensor) -> torch.Tensor:
-    """A fresh CPU copy of the tensor's data, laid out as ``clone()`` lays it out (a dense
-    permuted layout such as a transpose keeps its strides, anything else becomes contiguous), so
-    the receiver sees the memory layout an in-process run would give the implementation. A
-    subclass's ``__torch_function__`` is not consulted: what crosses is the data."""
+    """The tensor's data on the CPU, laid out as ``clone()`` lays it out (a dense permuted layout
+    such as a transpose keeps its strides, anything else becomes contiguous), so the receiver
+    sees the memory layout an in-process run would give the implementation. A plain contiguous
+    CPU tensor is that already and is sent as it is (its bytes are written before anything runs
+    that could change them); anything else is copied. A subclass's ``__torch_function__`` is
+    not consulted: what crosses is the data."""
+    if (type(tensor) is torch.Tensor and tensor.device.type == "cpu" and tensor.is_contiguous()
+            and not tensor.is_conj() and not tensor.is_neg()):
+        return tensor.detach()
     with torch._C.DisableTorchFunctionSubclass():
         plain = tensor.as_subclass(torch.Tensor) if type(tensor) is not torch.Tensor else tensor
         return plain.detach().to("cpu").resolve_conj().resolve_neg().clone()
@@ -88,6 +93,9 @@ def _dense_strides(shape: list[int], strides: object) -> bool:
     return True
 
 
+_NAMES: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES.items()}
+
+
 def _padding(size: int) -> int:
     return -size % ALIGN
 
@@ -96,9 +104,9 @@ def encode_frame(header: dict[str, Any], tensors: Sequence[torch.Tensor]) -> lis
     """The frame as buffers to write in order (tensor bytes are not copied)."""
     table, chunks, payload = [], [], 0
     for tensor in tensors:
-        name = str(tensor.dtype).removeprefix("torch.")
-        if name not in DTYPES:
-            raise ProtocolError(f"a {name} tensor cannot cross")
+        name = _NAMES.get(tensor.dtype)
+        if name is None:
+            raise ProtocolError(f"a {str(tensor.dtype).removeprefix('torch.')} tensor cannot cross")
         device = str(tensor.device)
         data = _dense_cpu(tensor)
         raw = _memory_order_bytes(data)
