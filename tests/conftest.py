@@ -30,6 +30,7 @@ UNIT = {
     "test_suite_errors", "test_hint_evidence", "test_declaration_specs", "test_remedies",
     "test_tolerance", "test_attention_core", "test_errors", "test_search_replays",
     "test_weights", "test_worker_codec", "test_worker_pristine", "test_capability_groups",
+    "test_input_writes",
 }
 INTEGRATION = {
     "test_behaviour_inference", "test_bench", "test_example_database", "test_causal_hints", "test_cli",

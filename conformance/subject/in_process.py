@@ -70,6 +70,16 @@ def _where(error: BaseException) -> str:
     return f" ({frame.filename}:{frame.lineno})"
 
 
+def _written(given: torch.Tensor, original: torch.Tensor) -> bool:
+    """Whether the copy ``given`` to the implementation no longer holds ``original``'s values
+    (NaN where NaN was counts as held). Exact equality settles the common case in one
+    comparison; only where it fails (a write, or a NaN) are NaNs compared as equal."""
+    given, original = given.detach(), original.detach()
+    if torch.equal(given, original):
+        return False
+    return not torch.equal(torch.nan_to_num(given), torch.nan_to_num(original))
+
+
 class ModuleInstance(Instance):
     """An implementation built in this process; its module lives here."""
 
@@ -169,9 +179,7 @@ class ModuleInstance(Instance):
             except CacheProtocolError as error:
                 raise ImplementationError(str(error)) from error
         for name, tensor in named.items():
-            written = not torch.equal(torch.nan_to_num(copies[name].detach()),
-                                      torch.nan_to_num(tensor.detach()))
-            if written and name not in self._input_writes:
+            if name not in self._input_writes and _written(copies[name], tensor):
                 self._input_writes.append(name)
         if not isinstance(output, torch.Tensor):
             raise ImplementationError(
