@@ -22,7 +22,6 @@ import sys
 from collections.abc import Sequence
 
 from conformance.frontends.exit_codes import finish, status_of
-from conformance.frontends.run_flags import jobs_said
 
 
 def _will_fork_workers(argv: Sequence[str]) -> bool:
@@ -35,6 +34,9 @@ def _will_fork_workers(argv: Sequence[str]) -> bool:
         return "--no-sandbox" not in argv and "--merge" not in argv
     if argv[0] != "check" or "--no-isolate" in argv:
         return False
+    # Here, not at the top: a check a server takes never needs it (nor its 10 ms of imports).
+    from conformance.frontends.run_flags import jobs_said
+
     # A file (``path.py``, ``path.py::Attr``) or a dotted module (``pkg.mod:Attr``); an option's
     # value such as ``--mask keep_bool:broadcast`` is not one (a top-level ``mod:Attr`` is
     # missed: it is then checked as fast as before the warm start, no slower).
