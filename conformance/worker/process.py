@@ -284,6 +284,14 @@ class WorkerProcess:
 
     # Stopping.
 
+    def let_go(self) -> None:
+        """Close this process's end of the control pipe (another process, a fork of this one,
+        still holds it): the worker stops when that one closes it too. :meth:`stop` then waits
+        for how it ended, as before."""
+        if self._supervisor is not None and self._supervisor.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._supervisor.stdin.close()
+
     def stop(self) -> None:
         """Kill the whole tree (the supervisor does it when its control pipe closes) and wait."""
         supervisor = self._supervisor

@@ -382,6 +382,13 @@ class IsolatedSubject(Subject):
 
     # Stopping.
 
+    def forked_away(self) -> None:
+        """A fork uses this twin's workers now: this process lets go of their control pipes, so
+        each stops (its supervisor kills its tree) as soon as the fork ends, while this process
+        is still at work; :meth:`close` then finds it stopped."""
+        for worker in self._workers:
+            worker.let_go()
+
     def close(self) -> None:
         """Stop every worker (and everything they started); delete the scratch copies."""
         self._finalizer()
