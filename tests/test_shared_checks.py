@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -111,6 +112,27 @@ def test_the_twins_loading_beside_a_module_that_fails_to_load_are_stopped():
         check_many([("tests/fixtures/syntax_error.py::Anything", Isolated())],
                    devices=["cpu"], jobs=2)
     assert left == []
+
+
+def test_a_twin_handed_to_a_fork_stops_when_the_fork_ends():
+    """Once a fork has taken a twin (``forked_away``), this process holds nothing that keeps the
+    twin's worker running: it stops as the fork ends, before this process closes the twin."""
+    from conformance.worker import IsolatedSubject
+
+    path = ROOT / "conformance/implementations/mutants/mask_after_softmax.py"
+    with IsolatedSubject(path, "mask_after_softmax.py::MaskAfterSoftmax", twins=1) as subject:
+        twin = subject.twin()
+        worker = Path(f"/proc/{twin._worker.pid}")
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if twin.ready() else 1)
+        twin.forked_away()
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        deadline = time.monotonic() + 10
+        while worker.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not worker.exists()
+        twin.close()
 
 
 def test_each_check_starts_from_one_random_state_and_the_callers_is_given_back():
