@@ -128,17 +128,20 @@ def test_a_tensor_subclass_crosses_as_its_data():
 
 def test_a_plain_contiguous_tensor_is_written_from_its_own_memory():
     """A plain contiguous CPU tensor's bytes are written from the tensor itself (no copy on the
-    way); a view with an offset, a tensor that requires grad, a strided and an empty one each
-    cross with their values, the strided one laid out contiguously (as clone() lays it out)."""
+    way); a view with an offset, a tensor that requires grad, a strided one, an empty one and a
+    contiguous one with an odd stride on a size-1 dimension each cross with their values and
+    the layout clone() gives them (the strided one contiguous, the odd stride kept)."""
     base = torch.arange(24.0).reshape(4, 6)
     plain = base[1:]  # contiguous, at an offset into its storage
     payload = encode_frame({}, [plain])[2]
     assert np.asarray(payload).__array_interface__["data"][0] == plain.data_ptr()
 
-    sent = [plain, torch.randn(3, 2, requires_grad=True), base[:, ::2], torch.zeros(0, 5)]
+    odd = torch.empty_strided((2, 1, 3), (3, 100, 1)).copy_(torch.randn(2, 1, 3))  # contiguous
+    sent = [plain, torch.randn(3, 2, requires_grad=True), base[:, ::2], torch.zeros(0, 5), odd]
     back = _through_pipe({}, sent)
     for original, received in zip(sent, back, strict=True):
         assert torch.equal(received, original.detach())
+        assert received.stride() == original.clone().stride() or original.numel() == 0
     assert back[2].is_contiguous() and not back[1].requires_grad
 
 

@@ -63,7 +63,8 @@ def _dense_cpu(tensor: torch.Tensor) -> torch.Tensor:
     CPU tensor is that already and is sent as it is (its bytes are written before anything runs
     that could change them); anything else is copied. A subclass's ``__torch_function__`` is
     not consulted: what crosses is the data."""
-    if (type(tensor) is torch.Tensor and tensor.device.type == "cpu" and tensor.is_contiguous()
+    if (type(tensor) is torch.Tensor and tensor.layout is torch.strided
+            and tensor.device.type == "cpu" and tensor.is_contiguous()
             and not tensor.is_conj() and not tensor.is_neg()):
         return tensor.detach()
     with torch._C.DisableTorchFunctionSubclass():
