@@ -9,12 +9,11 @@ waiting for its reply: it travels ahead of the instance's first request, and the
 while this process draws the inputs (see :class:`~conformance.worker.instance.IsolatedInstance`).
 
 When the worker dies (or is killed: a timeout, a flood, a malformed reply), the call in flight
-raises :class:`WorkerError` with the status and evidence, every instance of that worker raises the
-same error, and the next ``instantiate`` starts a fresh worker (at most ``WorkerLimits.max_restarts``
-times). Within one check (``begin_check``, called by the Runner), a fatal failure makes every
-later call of that check fail at once with the same evidence, so hypothesis replaying and
-shrinking a hang doesn't cost the time limit again for each example (the gate excepted: it tries
-each declared feature once, and each gets its own answer).
+raises :class:`WorkerError` with the status and evidence, as does every instance of that worker,
+and the next ``instantiate`` starts a fresh worker (at most ``WorkerLimits.max_restarts`` times).
+Within one check (``begin_check``, called by the Runner), a fatal failure makes every later call of
+that check fail at once with the same evidence, so replaying and shrinking a hang doesn't cost the
+time limit again per example (but in the gate, each feature tried gets its own answer).
 """
 
 from __future__ import annotations
@@ -147,8 +146,7 @@ class IsolatedSubject(Subject):
         self._worker: WorkerProcess | None = None
         self._workers: list[WorkerProcess] = []
         self._built = 0
-        """Instances numbered so far (the checker numbers them: requests can follow a
-        construction before its reply)."""
+        """Instances numbered so far (numbered here: requests may follow a build before its reply)."""
         self._spares: list[Launched] = []
         """Workers loading the submission that no twin has taken yet (stopped with this)."""
         self._finalizer = weakref.finalize(self, IsolatedSubject._stop_all, self._workers,
@@ -375,17 +373,13 @@ class IsolatedSubject(Subject):
             self._poison = error
 
     def release(self, worker: WorkerProcess, number: int) -> None:
-        """Free instance ``number`` of ``worker`` with the next request to it (called from a
-        finalizer: no request here)."""
+        """Free instance ``number`` with the next request to ``worker`` (a finalizer sends none)."""
         if worker.dead is None:
             self._released.append((worker, number))
 
     # Stopping.
 
-    def forked_away(self) -> None:
-        """A fork uses this twin's workers now: this process lets go of their control pipes, so
-        each stops (its supervisor kills its tree) as soon as the fork ends, while this process
-        is still at work; :meth:`close` then finds it stopped."""
+    def forked_away(self) -> None:  # each worker stops with the fork; close() finds it stopped
         for worker in self._workers:
             worker.let_go()
 
