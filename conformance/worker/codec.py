@@ -36,6 +36,9 @@ DTYPES: dict[str, torch.dtype] = {
 }
 """The dtypes that may cross, by name."""
 
+NAMES: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES.items()}
+"""The name each dtype that may cross goes by (the reverse of :data:`DTYPES`)."""
+
 _MAX_DEPTH = 32
 
 
@@ -72,10 +75,9 @@ def _encode(value: object, tensors: list[torch.Tensor], seen: dict[int, int], de
             raise CodecError(f"enum {type(value).__name__} has a non-primitive value")
         return value.value
     if isinstance(value, torch.dtype):
-        name = str(value).removeprefix("torch.")
-        if name not in DTYPES:
-            raise CodecError(f"dtype {name} cannot cross")
-        return name
+        if value not in NAMES:
+            raise CodecError(f"dtype {str(value).removeprefix('torch.')} cannot cross")
+        return NAMES[value]
     if isinstance(value, torch.Tensor):
         return _reference(value, tensors, seen)
     if dataclasses.is_dataclass(kind):

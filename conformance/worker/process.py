@@ -285,9 +285,8 @@ class WorkerProcess:
     # Stopping.
 
     def let_go(self) -> None:
-        """Close this process's end of the control pipe (another process, a fork of this one,
-        still holds it): the worker stops when that one closes it too. :meth:`stop` then waits
-        for how it ended, as before."""
+        """Close this process's end of the control pipe: the worker stops once no process holds
+        it (a fork of this one may still). :meth:`stop` starts here, then waits for how it ended."""
         if self._supervisor is not None and self._supervisor.stdin is not None:
             with contextlib.suppress(OSError):
                 self._supervisor.stdin.close()
@@ -297,8 +296,7 @@ class WorkerProcess:
         supervisor = self._supervisor
         if supervisor is None or supervisor.returncode is not None:
             return
-        with contextlib.suppress(OSError):
-            supervisor.stdin.close()
+        self.let_go()
         deadline = time.monotonic() + 10.0
         while self.exit is None:
             line = self._status_line(deadline)

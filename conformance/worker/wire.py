@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from conformance.worker.codec import DTYPES
+from conformance.worker.codec import DTYPES, NAMES
 from conformance.worker.errors import ProtocolError
 
 MAGIC = b"ACW1"
@@ -94,9 +94,6 @@ def _dense_strides(shape: list[int], strides: object) -> bool:
     return True
 
 
-_NAMES: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES.items()}
-
-
 def _padding(size: int) -> int:
     return -size % ALIGN
 
@@ -105,7 +102,7 @@ def encode_frame(header: dict[str, Any], tensors: Sequence[torch.Tensor]) -> lis
     """The frame as buffers to write in order (tensor bytes are not copied)."""
     table, chunks, payload = [], [], 0
     for tensor in tensors:
-        name = _NAMES.get(tensor.dtype)
+        name = NAMES.get(tensor.dtype)
         if name is None:
             raise ProtocolError(f"a {str(tensor.dtype).removeprefix('torch.')} tensor cannot cross")
         device = str(tensor.device)
