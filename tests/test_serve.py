@@ -314,3 +314,24 @@ def test_a_server_refuses_once_the_suites_code_changed_under_it(monkeypatch):
     assert refusal(mine) is None
     monkeypatch.setattr(serve, "_SOURCES_AT_START", (count, latest - 1))
     assert refusal(mine) == "the suite's code changed since this server started (restart it)"
+
+
+def test_the_server_finds_which_sandboxes_work_before_it_serves(monkeypatch):
+    """Which sandboxes work here is three probes, each a process (70 ms), cached per process: the
+    server runs them once before it listens, so its forks (every served check) inherit them."""
+    from conformance.frontends import serve
+    from conformance.worker import sandbox
+
+    probes = (sandbox._bwrap, sandbox._landlock, sandbox._namespaces)
+    for probe in probes:
+        probe.cache_clear()
+    found = []
+
+    def listen():
+        found.append([probe.cache_info().currsize for probe in probes])
+        raise serve.ServeError("stopped here by the test")
+
+    monkeypatch.setattr(serve, "_listen", listen)
+    monkeypatch.setattr(serve, "_SOURCES_AT_START", None)
+    assert serve.run() == 2
+    assert found == [[1, 1, 1]]

@@ -236,12 +236,16 @@ def serve(log: TextIO = sys.stdout) -> int:
     """Listen until Ctrl-C; every ``check`` of this installation and user runs warm meanwhile."""
     import conformance.frontends.cli  # noqa: F401  (torch and the suite: what every command imports)
     from conformance.subject import first_backward
-    from conformance.worker import warm_start
+    from conformance.worker import sandbox, warm_start
 
     # What a check imports on its way (torch's on a first backward pass; hypothesis' numpy
     # seeding): once here, not in every command.
     first_backward.import_ahead()
     import numpy.random  # noqa: F401
+
+    # Which sandboxes work here: three probes, each a process (about 70 ms), cached per process,
+    # so every fork would run them again before its first worker.
+    sandbox.available()
 
     global _SOURCES_AT_START
     _SOURCES_AT_START = suite_sources()
