@@ -34,6 +34,7 @@ UNIT = {
 }
 INTEGRATION = {
     "test_behaviour_inference", "test_bench", "test_example_database", "test_causal_hints", "test_cli",
+    "test_command_exit",
     "test_kv_cache_hints", "test_context_argument",
     "test_declaration_parity", "test_declarations", "test_grading_execution",
     "test_grading_environment", "test_grading_printed_output",
