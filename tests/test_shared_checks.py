@@ -15,7 +15,7 @@ import torch
 
 from conformance.implementations import bundled
 from conformance.model.check_names import CHECK_NAMES
-from conformance.model.results import CheckResult
+from conformance.model.results import CheckResult, Status
 from conformance.run import shared
 from conformance.run.isolated import BadInput, Isolated
 from conformance.run.many import check_many
@@ -134,6 +134,37 @@ def test_a_twin_handed_to_a_fork_stops_when_the_fork_ends():
         assert not worker.exists()
         twin.close()
 
+
+def test_the_queue_holds_every_check_past_the_gate_longest_first(tmp_path, forks):
+    """Each process takes the checks past the gate in ``SLOWEST_FIRST`` order (a long check taken
+    last would leave the other process waiting), and every check is run once."""
+    assert sorted(shared.SLOWEST_FIRST) == sorted(n for n in CHECK_NAMES if n != "gate")
+    record = tmp_path / "taken"
+
+    class Recording:
+        progress = None
+
+        def run_check(self, subject, name, device):
+            with record.open("a") as out:
+                out.write(f"{os.getpid()} {name}\n")
+            return CheckResult(subject.name, name, device, Status.PASSED)
+
+        def runs_checks(self, subject, device):
+            return True
+
+    subject = InProcessSubject(BUNDLED["textbook"])
+    pairs = [("cpu", name) for name in CHECK_NAMES]
+    results = shared.run(Recording(), subject, pairs, shared.twins(subject, 1))
+    assert [r.check for r in results] == list(CHECK_NAMES)
+    assert len(forks) == 1
+    taken: dict[str, list[str]] = {}
+    for line in record.read_text().splitlines():
+        pid, name = line.split()
+        taken.setdefault(pid, []).append(name)
+    assert sorted(n for names in taken.values() for n in names) == sorted(CHECK_NAMES)
+    for names in taken.values():
+        past_gate = [n for n in names if n != "gate"]
+        assert past_gate == sorted(past_gate, key=shared.SLOWEST_FIRST.index)
 
 def test_each_check_starts_from_one_random_state_and_the_callers_is_given_back():
     """A forward that draws from torch's global generator (dropout left on in eval) draws the same
