@@ -115,7 +115,7 @@ def test_the_twins_loading_beside_a_module_that_fails_to_load_are_stopped():
 
 
 def test_a_twin_handed_to_a_fork_stops_when_the_fork_ends():
-    """Once a fork has taken a twin (``forked_away``), this process holds nothing that keeps the
+    """Once a fork has taken a twin (``let_go``), this process holds nothing that keeps the
     twin's worker running: it stops as the fork ends, before this process closes the twin."""
     from conformance.worker import IsolatedSubject
 
@@ -126,7 +126,7 @@ def test_a_twin_handed_to_a_fork_stops_when_the_fork_ends():
         pid = os.fork()
         if pid == 0:
             os._exit(0 if twin.ready() else 1)
-        twin.forked_away()
+        twin.let_go()
         assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
         deadline = time.monotonic() + 10
         while worker.exists() and time.monotonic() < deadline:
@@ -134,6 +134,23 @@ def test_a_twin_handed_to_a_fork_stops_when_the_fork_ends():
         assert not worker.exists()
         twin.close()
 
+
+def test_a_subject_closed_after_its_run_is_let_go_as_its_twins_close(forks):
+    """``closed_after``: the caller closes the subject next, so its worker begins to stop as the
+    run ends (beside the twins' stops, not after them) and is gone before ``close``."""
+    from conformance.worker import IsolatedSubject
+
+    path = ROOT / "conformance/implementations/mutants/mask_after_softmax.py"
+    with IsolatedSubject(path, "mask_after_softmax.py::MaskAfterSoftmax", twins=1) as subject:
+        worker = Path(f"/proc/{subject._worker.pid}")
+        results = Runner(processes=2).run(subject, devices=["cpu"], closed_after=True,
+                                          checks=["gate", "padding", "scale"])
+        assert [r.check for r in results] == ["gate", "padding", "scale"]
+        assert len(forks) == 1
+        deadline = time.monotonic() + 10
+        while worker.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not worker.exists()
 
 def test_the_queue_holds_every_check_past_the_gate_longest_first(tmp_path, forks):
     """Each process takes the checks past the gate in ``SLOWEST_FIRST`` order (a long check taken

@@ -142,7 +142,7 @@ def isolated_results(runner: Runner, spec: str, what: Isolated,
                                          **what.expected_warnings.get(subject.name, {})}
             interfaces[subject.name] = (subject.describe(), tuple(subject.notes))
             if usable:
-                results += runner.run(subject, devices=usable, checks=checks)
+                results += runner.run(subject, devices=usable, checks=checks, closed_after=True)
             results += [CheckResult(subject.name, name, device, Status.SKIPPED,
                                     reason=WORKER_DEVICE_SKIP.format(device=device))
                         for device in wanted if device not in usable for name in names]

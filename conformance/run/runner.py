@@ -223,7 +223,9 @@ class Runner:
         return _budgeted(self._expectations(subject, result), context.search.budget)
 
     def run(self, subject: Subject, *, devices: Sequence[str] | None = None,
-            checks: Iterable[str] | None = None) -> list[CheckResult]:
+            checks: Iterable[str] | None = None, closed_after: bool = False) -> list[CheckResult]:
+        """The verdicts of ``checks`` on ``devices``; ``closed_after``: the caller closes
+        ``subject`` next, so it is let go as the twins are closed (their stops overlap)."""
         names = list(checks) if checks is not None else list(CHECK_NAMES)
         unknown = [n for n in names if n not in CHECK_NAMES]
         if unknown:
@@ -236,6 +238,8 @@ class Runner:
             results = (shared.run(self, subject, pairs, twins) if twins else
                        [self.run_check(subject, name, device) for device, name in pairs])
         finally:
+            if closed_after:
+                subject.let_go()
             for twin in twins:
                 if twin is not subject:
                     twin.close()

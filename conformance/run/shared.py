@@ -134,7 +134,7 @@ def run(checker: Checker, subject: Subject, pairs: Sequence[Pair],
                 _fork(checker, twin, pairs, queue, write_end)
             os.close(write_end)
             forks[read_end] = pid
-            twin.forked_away()
+            twin.let_go()
         buffers = {fd: bytearray() for fd in forks}
         tell = getattr(checker.progress, "checked", None)
 

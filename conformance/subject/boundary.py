@@ -218,9 +218,10 @@ class Subject(ABC):
         a twin whose implementation declared otherwise when loaded again is not."""
         return True
 
-    def forked_away(self) -> None:  # noqa: B027 (nothing to let go unless a subject says so)
-        """Called in this process once a fork has taken this twin (``run.shared``): only the fork
-        uses it from now on, so what answers for it may stop when the fork ends, not later."""
+    def let_go(self) -> None:  # noqa: B027 (nothing to let go unless a subject says so)
+        """Nothing more is asked of it in this process: a fork took this twin (``run.shared``),
+        or its run ended and it is closed next. What answers for it may begin to stop now (when
+        the fork ends, for a twin), so that stops overlap; :meth:`close` still waits for it."""
 
     def close(self) -> None:  # noqa: B027 (nothing to stop unless a subject says otherwise)
         """Stop what answers for it (a worker process)."""

@@ -379,7 +379,7 @@ class IsolatedSubject(Subject):
 
     # Stopping.
 
-    def forked_away(self) -> None:  # each worker stops with the fork; close() finds it stopped
+    def let_go(self) -> None:  # each worker stops once no process holds it; close() waits
         for worker in self._workers:
             worker.let_go()
 
