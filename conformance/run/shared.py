@@ -3,11 +3,11 @@
 After the gates (run here first: every check needs its device's, and a failed one blocks the
 rest), the checks are queued in a pipe, by index, longest first (:data:`SLOWEST_FIRST`); this
 process and each fork take them from it one at a time, so a long check never leaves the others
-waiting behind it. A fork checks through
-a twin of the subject (:meth:`~conformance.subject.boundary.Subject.twin`: an isolated
-implementation's is a worker of its own, loaded while the gates ran; an in-process one is the
-fork's copy) and sends each verdict back as it is reached; the verdicts come out in the order
-asked for. A check a fork took and did not answer (it died) is run here again.
+waiting behind it. A fork checks through a twin of the subject
+(:meth:`~conformance.subject.boundary.Subject.twin`: an isolated implementation's is a worker of
+its own, loaded while the gates ran; an in-process one is the fork's copy) and sends each verdict
+back as it is reached; the verdicts come out in the order asked for. A check a fork took and
+did not answer (it died) is run here again.
 
 The verdicts don't depend on the number of processes: each check's search is its own (seeded by
 itself), and what checks share is settled before the fork (the gates) or is the same whichever
@@ -63,9 +63,12 @@ SLOWEST_FIRST: tuple[str, ...] = (
     "kernel",
 )
 """The order the checks past the gate are queued in: their mean time where they ran, longest
-first (the 40 collected classes, served on a 2-core machine, 2026-11-27). The process that takes
-the last check is the one the other waits for, so the short ones go last; a check not listed
-goes after these. The order changes no verdict (each check's search is its own)."""
+first (the 40 collected classes, ``benchmarks/check_end_to_end.py --served`` on a 2-core machine,
+2026-11-27). The process that takes the last check is the one the other waits for, so the short
+ones go last; a check not listed goes after these. The order changes no verdict (each check's
+search is its own)."""
+
+_QUEUE_RANK = {name: rank for rank, name in enumerate(SLOWEST_FIRST)}
 
 
 class Checker(Protocol):
@@ -112,7 +115,7 @@ def run(checker: Checker, subject: Subject, pairs: Sequence[Pair],
         if name == GATE.name:
             results[index] = checker.run_check(subject, name, device)
     queued = sorted((i for i in range(len(pairs)) if i not in results),
-                    key=lambda i: _rank.get(pairs[i][1], len(_rank)))
+                    key=lambda i: _QUEUE_RANK.get(pairs[i][1], len(_QUEUE_RANK)))
     searching = [i for i in queued if checker.runs_checks(subject, pairs[i][0])]
     if len(searching) < 2 or not twins or not forkable():
         for index in queued:
@@ -165,9 +168,6 @@ def run(checker: Checker, subject: Subject, pairs: Sequence[Pair],
         if index not in results:
             results[index] = checker.run_check(subject, pairs[index][1], pairs[index][0])
     return [results[i] for i in range(len(pairs))]
-
-
-_rank = {name: rank for rank, name in enumerate(SLOWEST_FIRST)}
 
 
 def _queue(indices: Sequence[int]) -> int:
