@@ -87,6 +87,15 @@ def test_bad_input_is_one_line_and_exit_2(capsys, spec, message):
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
 
 
+def test_version_answered_before_any_heavy_import():
+    """The command's ``--version`` prints the parser's line without importing torch or the CLI."""
+    probe = ("import sys; from conformance.frontends.entry import main; code = main(['--version']); "
+             "print(code, 'torch' in sys.modules, 'conformance.frontends.cli' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    from conformance import __version__
+    assert done.stdout == f"attention-conformance {__version__}\n0 False False\n"
+
+
 def test_version_and_json_on_stdout(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--version"])

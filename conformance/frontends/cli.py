@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import fields, replace
 from pathlib import Path
 
-from conformance._version import __version__
+from conformance._version import VERSION_LINE
 from conformance.benchmark.decode import DEFAULT_CONTEXTS
 from conformance.benchmark.ladder import DEFAULT_LENGTHS
 from conformance.errors import one_line
@@ -52,8 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attention-conformance",
         description="Property-based conformance checks for attention layers.")
-    parser.add_argument("--version", action="version",
-                        version=f"attention-conformance {__version__}")
+    parser.add_argument("--version", action="version", version=VERSION_LINE)
     commands = parser.add_subparsers(dest="command", required=True)
 
     check = commands.add_parser("check", help="run the catalogue and print the verdicts")

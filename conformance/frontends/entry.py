@@ -48,6 +48,11 @@ def _will_fork_workers(argv: Sequence[str]) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments == ["--version"]:  # a string: not worth a second of importing torch and the suite
+        from conformance._version import VERSION_LINE
+
+        print(VERSION_LINE)
+        return 0
     if arguments[:1] == ["serve"]:
         from conformance.frontends.serve import run as serve
 
