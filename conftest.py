@@ -15,6 +15,11 @@ def pytest_configure(config) -> None:
     inherits the worker's ``PYTEST_XDIST_*`` variables and believes it is a worker itself
     (pytest-benchmark then refuses ``--benchmark-only``): the children get a clean environment.
 
+    No command a test runs is handed to a developer's warm ``attention-conformance serve``: the
+    tests check what the command does in its own process tree (the workers it leaves, its exit,
+    its imports), and a server of this installation would otherwise take every ``check`` they
+    start. The tests of serving start their own server, in a folder of their own, and lift this.
+
     One torch thread per test process: the two workers share the cores, and torch's intra-op
     threads on the tests' small tensors spin on a core the other worker needs (measured beside a
     second run of itself: tests/test_wild_styles_are_correct.py took 37 s of CPU with torch's
@@ -24,6 +29,9 @@ def pytest_configure(config) -> None:
 
     import torch
 
+    from conformance.frontends import served
+
     torch.set_num_threads(1)
+    os.environ[served.SWITCH] = "0"
     for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
         del os.environ[name]

@@ -335,3 +335,11 @@ def test_the_server_finds_which_sandboxes_work_before_it_serves(monkeypatch):
     monkeypatch.setattr(serve, "_SOURCES_AT_START", None)
     assert serve.run() == 2
     assert found == [[1, 1, 1]]
+
+
+def test_the_tests_commands_are_never_handed_to_a_developers_server():
+    """The project's conftest turns serving off for every command a test starts (the tests of
+    serving lift it for the servers they start): a developer's running ``serve`` would otherwise
+    take them, and what they check of the command's own process tree would be the server's."""
+    assert os.environ.get(served.SWITCH) == "0"
+    assert served.hand_over(["check", "x.py"]) is None
