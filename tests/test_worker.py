@@ -612,3 +612,31 @@ def test_a_users_own_calls_feed_the_time_limit_after_a_hang():
         assert limits("forward", CONFIG) == 10.0
         limits.record(10.0, timed_out=True)  # as a hung call is recorded
         assert limits("forward", CONFIG) == AFTER_A_HANG_FLOOR
+
+
+def test_after_a_hang_a_request_on_cuda_gets_the_compiles_seen_not_the_whole_allowance():
+    """A GPU worker's request on CUDA may take the compile allowance (300 s) while nothing has
+    hung; once a call has hung, COMPILE_MARGIN times the longest call that ended (a first call's
+    compile among them), so that a kernel that hangs does not cost the whole allowance at every
+    request of every check. The limit is the subject's to set, so it is seen without a GPU: no
+    request here goes to CUDA."""
+    from conformance.worker.local import COMPILE_MARGIN, CallLimits, isolated
+
+    on_cuda = Config(batch=2, q_len=5, kv_len=5, d_model=8, num_heads=2, device="cuda")
+    subject = isolated(f"{SINGLE / 'attention.py'}::MultiHeadAttention", call_seconds=10.0,
+                       accelerators=True)
+    with subject:
+        allowance = subject.limits.compile_seconds
+        assert subject.timeout("forward", on_cuda) == allowance
+        subject._timeout.record(20.0, timed_out=False)  # a first call that compiled for 20 s
+        assert subject.timeout("forward", on_cuda) == allowance  # nothing has hung yet
+        subject._timeout.record(60.0, timed_out=True)
+        assert subject.timeout("forward", on_cuda) == COMPILE_MARGIN * 20.0
+        assert subject.timeout("forward", CONFIG) == 10.0  # on the CPU, no compile allowance
+    hung_at_once = CallLimits(10.0)
+    hung_at_once.record(10.0, timed_out=True)  # no call ended: how long a compile takes is unknown
+    assert hung_at_once.compile_allowance(300.0) == 300.0
+    slow = CallLimits(10.0)
+    slow.record(200.0, timed_out=False)
+    slow.record(10.0, timed_out=True)
+    assert slow.compile_allowance(300.0) == 300.0  # never more than the whole allowance

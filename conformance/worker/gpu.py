@@ -87,11 +87,14 @@ def data_limit(limits: WorkerLimits, worker_needs: int) -> int:
     return worker_needs + limits.memory_bytes + DRIVER_DATA
 
 
-def request_seconds(seconds: float, limits: WorkerLimits, config: Config | None) -> float:
-    """The limit of one request: ``seconds``, but no less than ``limits.compile_seconds`` for a
-    request on a CUDA device of a GPU worker (its first call may compile a kernel)."""
+def request_seconds(seconds: float, limits: WorkerLimits, config: Config | None,
+                    allowance: float | None = None) -> float:
+    """The limit of one request: ``seconds``, but no less than the compile allowance for a
+    request on a CUDA device of a GPU worker (its first call may compile a kernel):
+    ``limits.compile_seconds``, or ``allowance`` where the caller has seen how long this
+    implementation's calls take (after a hang: ``local.CallLimits.compile_allowance``)."""
     if limits.accelerators and config is not None and config.device.startswith("cuda"):
-        return max(seconds, limits.compile_seconds)
+        return max(seconds, limits.compile_seconds if allowance is None else allowance)
     return seconds
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from conformance.model.declarations import Declarations
 from conformance.model.spec import Config
+from conformance.worker import gpu
 from conformance.worker.errors import LoadError, WorkerStatus
 from conformance.worker.limits import WorkerLimits
 from conformance.worker.subject import IsolatedSubject
@@ -43,18 +44,26 @@ AFTER_A_HANG_FLOOR): a hang at one shape should not cost the full limit again in
 AFTER_A_HANG_FLOOR = 5.0
 """Seconds a call may always take after a hang: a busy machine's slow call is not a hang."""
 
+COMPILE_MARGIN = 3.0
+"""After a hang, a request on a CUDA device may take this many times the longest call seen (a
+first call's compile among them) instead of the whole compile allowance
+(``WorkerLimits.compile_seconds``, 300 s): otherwise every request that hangs on CUDA costs the
+full allowance, in every check. Where no call has ended yet, the allowance stays whole."""
+
 
 class CallLimits:
     """Seconds allowed for one request: the configured limit, scaled up for cases larger than
     the generated ones (``REFERENCE_WORK``), 3x for a backward pass; after a timeout, tightened
     to ``AFTER_A_HANG`` times the median call seen (the implementation has shown it can hang),
-    except for the first call of a fresh worker (its first calls warm torch up)."""
+    except for the first call of a fresh worker (its first calls warm torch up); on CUDA, no less
+    than :meth:`compile_allowance`."""
 
     def __init__(self, seconds: float = CALL_SECONDS) -> None:
         self.seconds = seconds
         self.hung = False
         self.fresh = True
         self._durations: list[float] = []
+        self._longest = 0.0
         self._lock = threading.Lock()
 
     def __call__(self, operation: str, config: Config | None) -> float:
@@ -79,6 +88,16 @@ class CallLimits:
             else:
                 self._durations.append(seconds)
                 del self._durations[:-256]
+                self._longest = max(self._longest, seconds)
+
+    def compile_allowance(self, allowance: float) -> float:
+        """The least a request on CUDA is allowed (it may compile): ``allowance`` until a call
+        has hung; then ``COMPILE_MARGIN`` times the longest call that ended (no more than
+        ``allowance``), where one did."""
+        with self._lock:
+            if not self.hung or self._longest <= 0:
+                return allowance
+            return min(allowance, COMPILE_MARGIN * self._longest)
 
 
 class TimedSubject(IsolatedSubject):
@@ -91,6 +110,12 @@ class TimedSubject(IsolatedSubject):
         if twin is not None and isinstance(self._timeout, CallLimits):
             twin._timeout = CallLimits(self._timeout.seconds)  # its worker's calls, not ours
         return twin
+
+    def timeout(self, op: str, config: Config | None) -> float:
+        if not isinstance(self._timeout, CallLimits):
+            return super().timeout(op, config)
+        return gpu.request_seconds(self._timeout(op, config), self.limits, config,
+                                   self._timeout.compile_allowance(self.limits.compile_seconds))
 
     def submit(self, worker, op, request, tensors, config, what):
         if worker is not self._last_worker and isinstance(self._timeout, CallLimits):
