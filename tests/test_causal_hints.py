@@ -19,7 +19,7 @@ from torch import nn
 from conformance import Implementation, Status
 from conformance.checks import mask_mistakes
 from conformance.checks.diagnosis import Bug
-from conformance.checks.invariants.causal import QUERY_AXIS
+from conformance.checks.invariants.causal import QUERY_AXIS, QUERY_AXIS_IN_CORE
 from conformance.implementations.mutants import (
     batch_heads_mixed,
     causal_hides_current_token,
@@ -116,8 +116,11 @@ def test_a_softmax_over_the_query_axis_is_named_with_its_kind(call):
     assert result.hint == QUERY_AXIS and result.bug == Bug.SOFTMAX_OVER_QUERIES.value
 
 
-def test_a_softmax_over_the_query_axis_is_not_blamed_on_the_mask_without_weights():
-    """Called with q, k, v, which rows each key changes is the correct mask's pattern."""
-    result = _causal_result(_causal(softmax_query_axis, weights=False))
+@pytest.mark.parametrize("call", ["qkv", "self"])
+def test_a_softmax_over_the_query_axis_is_named_at_its_core_without_weights(call):
+    """Without a weight layout there is no reference to match, and which rows each key changes
+    can't tell it from a mask (called with x, the pattern of a causal mask not applied): the
+    core observed in the forward shows the softmax's axis, as the row_stochastic check sees it."""
+    result = _causal_result(_causal(softmax_query_axis, weights=False, call=call))
     assert result.status is Status.FAILED
-    assert result.hint is None
+    assert result.hint == QUERY_AXIS_IN_CORE and result.bug == Bug.SOFTMAX_OVER_QUERIES.value
