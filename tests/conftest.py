@@ -45,7 +45,8 @@ INTEGRATION = {
     "test_time_budget", "test_shared_checks", "test_reports",
     "test_user_pytest",
     "test_wild_styles_are_correct", "test_docs_examples", "test_new_architectures_are_correct",
-    "test_new_architectures", "test_library_held_out", "test_tiers", "test_triton_kernel",
+    "test_new_architectures", "test_new_designs_are_correct", "test_new_designs", "test_chunked",
+    "test_library_held_out", "test_tiers", "test_triton_kernel",
     "test_gpu_acceptance", "test_gpu_worker", "test_kv_cache_assignment", "test_serve",
 }
 E2E = {
@@ -57,6 +58,9 @@ MOVED_TO_SLOW = {
     ("test_new_architectures", "checked"):
         "infers and checks thirty hand-written layers of new architectures at once (a minute of "
         "one core); their float64 oracle proofs stay in make test",
+    ("test_new_designs", "checked"):
+        "infers and checks the new designs' layers and twins at once (half a minute of one core); "
+        "their float64 oracle proofs stay in make test",
     ("test_real_layer_causes", "checked"):
         "infers and checks every real-layer cause's layer and twin at once (half a minute of one "
         "core); the proofs of those layers stay in make test",

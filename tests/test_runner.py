@@ -30,6 +30,7 @@ def test_a_correct_user_implementation_passes_everything_it_can_take():
         "position_shift": "declares no relative position encoding (RoPE, ALiBi)",
         "alibi": "declares no ALiBi position bias",
         "sliding_window": "declares no sliding window",
+        "chunked": "declares no causal chunks",
         "kv_cache": "declares no KV cache",
         "packed": "declares no packed sequences (cu_seqlens or a block-diagonal mask)",
         "configuration": "no constructor setting to vary (a RoPE theta or rotated share)",

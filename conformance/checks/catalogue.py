@@ -11,6 +11,7 @@ from conformance.checks.invariants.autograd import Autograd
 from conformance.checks.invariants.base import Check
 from conformance.checks.invariants.batch_independence import BatchIndependence
 from conformance.checks.invariants.causal import Causal
+from conformance.checks.invariants.chunked import Chunked
 from conformance.checks.invariants.configuration import Configuration
 from conformance.checks.invariants.contract import Contract
 from conformance.checks.invariants.determinism import Determinism
@@ -41,7 +42,7 @@ CATALOGUE: tuple[Check, ...] = (
     ReferenceAgreement(), Scale(), MaskFormats(), Permutation(), BatchIndependence(),
     Stability(), LowPrecision(), Dropout(), Autograd(), Determinism(), PathAgreement(),
     # The modern forms, each skipped (at no cost) by an implementation that doesn't declare it.
-    KVGroups(), PositionShift(), Alibi(), SlidingWindow(), KVCacheDecoding(), Packed(),
+    KVGroups(), PositionShift(), Alibi(), SlidingWindow(), Chunked(), KVCacheDecoding(), Packed(),
     Configuration(), KernelCheck(),
 )
 """The checks after the gate, in report order."""

@@ -94,7 +94,7 @@ def scale_groups(head_dim: int, num_heads: int) -> list[tuple[Hint, float]]:
 
 
 def _misshaped(weights: HeadWeights, inputs: Inputs, *, causal: bool, split_transposed: bool,
-               merge_transposed: bool, window: int | None = None,
+               merge_transposed: bool, window: int | None = None, chunk: int | None = None,
                encoding: PositionEncoding | None = None,
                batch_first: bool = True) -> torch.Tensor:
     """float64 attention with a head split or merge done by reshape alone (no transpose); with
@@ -123,7 +123,7 @@ def _misshaped(weights: HeadWeights, inputs: Inputs, *, causal: bool, split_tran
         logits = logits + bias
     allowed = allowed_keys(q.shape[0], q.shape[2], k.shape[2],
                            None if inputs.keep is None else inputs.keep.cpu(), causal,
-                           window=window)
+                           window=window, chunk=chunk)
     attention = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
     out = attention @ v
     batch, _, length, _ = out.shape
@@ -138,11 +138,11 @@ BATCH_HEADS_MIXED = ("matches heads split with reshape(H, B, L, Dh) (then transp
 
 
 def batch_heads_mixed(weights: HeadWeights, inputs: Inputs, *, causal: bool,
-                      window: int | None = None,
+                      window: int | None = None, chunk: int | None = None,
                       encoding: PositionEncoding | None = None) -> torch.Tensor:
     """float64 attention with the heads split by reshape(H, B, L, Dh), mixing batch and heads."""
     return _misshaped(weights, inputs, causal=causal, split_transposed=True,
-                      merge_transposed=True, window=window, encoding=encoding,
+                      merge_transposed=True, window=window, chunk=chunk, encoding=encoding,
                       batch_first=False)
 
 
@@ -159,16 +159,16 @@ def repeat_words(weights: HeadWeights) -> str:
 
 
 def form_hint(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causal: bool,
-              rows: torch.Tensor | None = None, window: int | None = None,
+              rows: torch.Tensor | None = None, window: int | None = None, chunk: int | None = None,
               encoding: PositionEncoding | None = None) -> str | None:
     """The likely bug in a modern form (grouped key/value heads paired by repeat, a window one key
     off, RoPE's frequencies or pairing) when ``output`` matches it, and it differs from the
     correct computation on this case: for checks whose own hint is about something else."""
     correct = reference_attention(weights, inputs.query, inputs.key, inputs.value,
-                                  keep=inputs.keep, causal=causal, window=window,
+                                  keep=inputs.keep, causal=causal, window=window, chunk=chunk,
                                   encoding=encoding, start=inputs.position).output
     return _told_apart(output, correct, _form_variants(weights, inputs, causal=causal,
-                                                       window=window, encoding=encoding), rows)
+                                                       window=window, chunk=chunk, encoding=encoding), rows)
 
 
 def _told_apart(output: torch.Tensor, correct: torch.Tensor,
@@ -185,12 +185,12 @@ def _told_apart(output: torch.Tensor, correct: torch.Tensor,
 
 
 def _form_variants(weights: HeadWeights, inputs: Inputs, *, causal: bool, window: int | None,
-                   encoding: PositionEncoding | None = None
+                   encoding: PositionEncoding | None = None, chunk: int | None = None
                    ) -> list[tuple[str, Callable[[], torch.Tensor]]]:
     def ref(w: HeadWeights = weights, width: int | None = window,
             used: PositionEncoding | None = encoding) -> torch.Tensor:
         return reference_attention(w, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
-                                   causal=causal, window=width, encoding=used,
+                                   causal=causal, window=width, chunk=chunk, encoding=used,
                                    start=inputs.position).output
 
     variants: list[tuple[str, Callable[[], torch.Tensor]]] = []
@@ -248,12 +248,13 @@ def tiled_groups(weights: HeadWeights) -> HeadWeights:
 
 
 def _softmax_over_queries(weights: HeadWeights, inputs: Inputs, causal: bool,
-                          window: int | None, encoding: PositionEncoding | None) -> torch.Tensor:
+                          window: int | None, encoding: PositionEncoding | None,
+                          chunk: int | None = None) -> torch.Tensor:
     """The output of attention whose softmax runs down each key's column (over the queries)
     instead of along each row: the reference's own scores and values, normalised the wrong
     way (a row with no allowed key keeps weight 0)."""
     result = reference_attention(weights, inputs.query, inputs.key, inputs.value,
-                                 keep=inputs.keep, causal=causal, window=window,
+                                 keep=inputs.keep, causal=causal, window=window, chunk=chunk,
                                  encoding=encoding, start=inputs.position)
     empty = torch.isinf(result.scores).all(dim=-1, keepdim=True)
     attention = torch.softmax(result.scores.masked_fill(empty, 0.0), dim=-2).masked_fill(empty,
@@ -267,13 +268,13 @@ def _matches(output: torch.Tensor, variant: torch.Tensor, rows: torch.Tensor | N
 
 
 def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causal: bool,
-            rows: torch.Tensor | None = None, window: int | None = None,
+            rows: torch.Tensor | None = None, window: int | None = None, chunk: int | None = None,
             encoding: PositionEncoding | None = None) -> str | None:
     """The likely bug behind ``output``, when it matches a known mistake (a mask mistake: see
     :mod:`conformance.checks.mask_mistakes`)."""
     def ref(w: HeadWeights = weights, **options) -> torch.Tensor:
         return reference_attention(w, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
-                                   causal=causal, window=window, encoding=encoding,
+                                   causal=causal, window=window, chunk=chunk, encoding=encoding,
                                    start=inputs.position, **options).output
 
     variants: list[tuple[str, Callable[[], torch.Tensor]]] = [
@@ -281,7 +282,8 @@ def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causa
         for words, s in scale_groups(weights.head_dim, weights.num_heads)
     ]
     variants.append((SOFTMAX_OVER_QUERIES,
-                     lambda: _softmax_over_queries(weights, inputs, causal, window, encoding)))
+                     lambda: _softmax_over_queries(weights, inputs, causal, window, encoding,
+                                                           chunk=chunk)))
     if weights.w_o is not None:
         variants.append((Hint("matches the reference without its output projection: is W_o "
                               "skipped?", Bug.OUTPUT_PROJECTION_SKIPPED.value),
@@ -294,19 +296,19 @@ def explain(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causa
     variants.append((Hint("matches heads split with view(B, H, L, Dh) and no transpose",
                           Bug.SPLIT_WITHOUT_TRANSPOSE.value),
                      lambda: _misshaped(weights, inputs, causal=causal, split_transposed=False,
-                                        merge_transposed=True, window=window,
+                                        merge_transposed=True, window=window, chunk=chunk,
                                         encoding=encoding)))
     variants.append((Hint("matches heads merged with reshape(B, L, H * Dh) and no transpose "
                           "back", Bug.MERGE_WITHOUT_TRANSPOSE.value),
                      lambda: _misshaped(weights, inputs, causal=causal, split_transposed=True,
-                                        merge_transposed=False, window=window,
+                                        merge_transposed=False, window=window, chunk=chunk,
                                         encoding=encoding)))
     variants.append((BATCH_HEADS_MIXED, lambda: batch_heads_mixed(weights, inputs, causal=causal,
-                                                                  window=window,
+                                                                  window=window, chunk=chunk,
                                                                   encoding=encoding)))
-    variants += _form_variants(weights, inputs, causal=causal, window=window, encoding=encoding)
+    variants += _form_variants(weights, inputs, causal=causal, window=window, chunk=chunk, encoding=encoding)
     words = _told_apart(output, ref(), variants, rows)
     if words is not None:
         return words
     return named(output_mistake(output, weights, inputs, causal=causal, rows=rows,
-                                window=window, encoding=encoding))
+                                window=window, chunk=chunk, encoding=encoding))

@@ -80,24 +80,26 @@ class MaskMistake:
 
 
 def mask_mistakes(batch: int, q_len: int, kv_len: int, keep: torch.Tensor | None, *,
-                  causal: bool, window: int | None = None) -> list[MaskMistake]:
+                  causal: bool, window: int | None = None, chunk: int | None = None) -> list[MaskMistake]:
     """The known mask mistakes that differ from the mask attention specifies for these shapes
-    (``keep`` (B, Lk) bool, top-left causal, a window of W keys)."""
+    (``keep`` (B, Lk) bool, top-left causal, a window of W keys, chunks of C positions)."""
     keep = None if keep is None else keep.cpu()
     mistakes: list[MaskMistake] = []
     rows = torch.arange(q_len)[:, None]
     cols = torch.arange(kv_len)[None, :]
     if keep is not None:
         mistakes.append(MaskMistake(Mistake.INVERTED, allowed_keys(
-            batch, q_len, kv_len, ~keep, causal, window=window)))
+            batch, q_len, kv_len, ~keep, causal, window=window, chunk=chunk)))
         mistakes.append(MaskMistake(Mistake.AFTER_SOFTMAX, allowed_keys(
-            batch, q_len, kv_len, None, causal, window=window), zeroed_after=keep))
+            batch, q_len, kv_len, None, causal, window=window, chunk=chunk), zeroed_after=keep))
     if causal:
-        true = allowed_keys(batch, q_len, kv_len, keep, True, window=window)
+        true = allowed_keys(batch, q_len, kv_len, keep, True, window=window, chunk=chunk)
         mistakes.append(MaskMistake(Mistake.HIDES_CURRENT, true & (cols < rows)))
         ahead = allowed_keys(batch, q_len, kv_len, keep, False) & (cols <= rows + 1)
         if window is not None:
             ahead = ahead & (rows - cols < window)
+        if chunk is not None:
+            ahead = ahead & (rows // chunk == cols // chunk)
         mistakes.append(MaskMistake(Mistake.SHOWS_NEXT, ahead))
         mistakes.append(MaskMistake(Mistake.IGNORES_CAUSAL, allowed_keys(
             batch, q_len, kv_len, keep, False)))
@@ -133,7 +135,7 @@ def _close(actual: torch.Tensor, expected: torch.Tensor, rows: torch.Tensor) -> 
 
 
 def output_mistake(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *, causal: bool,
-                   rows: torch.Tensor | None = None, window: int | None = None,
+                   rows: torch.Tensor | None = None, window: int | None = None, chunk: int | None = None,
                    encoding: PositionEncoding | None = None,
                    only: tuple[Mistake, ...] | None = None) -> Mistake | None:
     """The mask mistake ``output`` (B, Lq, D) reproduces, or None (none does, or
@@ -147,9 +149,9 @@ def output_mistake(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *
     found: list[Mistake] = []
     batch, q_len, kv_len = inputs.query.shape[0], inputs.query.shape[1], inputs.key.shape[1]
     keep = None if inputs.keep is None else inputs.keep.cpu()
-    correct_mask = allowed_keys(batch, q_len, kv_len, keep, causal, window=window)
+    correct_mask = allowed_keys(batch, q_len, kv_len, keep, causal, window=window, chunk=chunk)
     correct = None
-    for mistake in mask_mistakes(batch, q_len, kv_len, keep, causal=causal, window=window):
+    for mistake in mask_mistakes(batch, q_len, kv_len, keep, causal=causal, window=window, chunk=chunk):
         if only is not None and mistake.kind not in only:
             continue
         compared, differs = _evidence_rows(mistake, correct_mask, rows)
@@ -158,7 +160,7 @@ def output_mistake(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *
 
         def reference(allowed=None, zeroed_after=None) -> torch.Tensor:
             result = reference_attention(weights, inputs.query, inputs.key, inputs.value,
-                                         keep=keep, causal=causal, window=window,
+                                         keep=keep, causal=causal, window=window, chunk=chunk,
                                          encoding=encoding, start=inputs.position,
                                          allowed=allowed)
             if zeroed_after is None:
@@ -180,7 +182,7 @@ def output_mistake(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, *
 
 def weights_mistake(attention: torch.Tensor, keep: torch.Tensor | None, *, causal: bool,
                     tolerance: float, rows: torch.Tensor | None = None,
-                    window: int | None = None, logits: torch.Tensor | None = None,
+                    window: int | None = None, chunk: int | None = None, logits: torch.Tensor | None = None,
                     only: tuple[Mistake, ...] | None = None) -> Mistake | None:
     """The mask mistake a measured attention matrix ``attention`` (B, H, Lq, Lk) shows, or None
     (none does, or several do).
@@ -195,10 +197,10 @@ def weights_mistake(attention: torch.Tensor, keep: torch.Tensor | None, *, causa
     """
     batch, _, q_len, kv_len = attention.shape
     keep = None if keep is None else keep.cpu()
-    correct = allowed_keys(batch, q_len, kv_len, keep, causal, window=window)
+    correct = allowed_keys(batch, q_len, kv_len, keep, causal, window=window, chunk=chunk)
     attention = attention.detach().to(torch.float64).cpu()
     found: list[Mistake] = []
-    for mistake in mask_mistakes(batch, q_len, kv_len, keep, causal=causal, window=window):
+    for mistake in mask_mistakes(batch, q_len, kv_len, keep, causal=causal, window=window, chunk=chunk):
         if only is not None and mistake.kind not in only:
             continue
         compared, differs = _evidence_rows(mistake, correct, rows)

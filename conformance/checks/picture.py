@@ -96,7 +96,7 @@ def _drawn(subject: Subject, capabilities: Capabilities, case: Case, named: bool
     inputs = case.inputs(capabilities.call)
     output = instance.forward(inputs).to(torch.float64).cpu()
     expected = reference_attention(weights, inputs.query, inputs.key, inputs.value, keep=keep,
-                                   causal=case.causal, window=case.window,
+                                   causal=case.causal, window=case.window, chunk=case.chunk,
                                    encoding=capabilities.position.encoding).output.cpu()
     if output.shape != expected.shape:
         raise ValueError(f"its output has shape {tuple(output.shape)}, the reference's "
@@ -170,7 +170,7 @@ def _allowed(case: Case) -> tuple[torch.Tensor | None, torch.Tensor]:
     keep = case.keep()
     keep = None if keep is None else keep.cpu()
     return keep, allowed_keys(case.batch, case.q_len, case.kv_len, keep, case.causal,
-                              window=case.window)[:, 0]
+                              window=case.window, chunk=case.chunk)[:, 0]
 
 
 def _enlarged(case: Case, capabilities: Capabilities) -> Case | None:

@@ -122,7 +122,7 @@ def reference_gap(output: torch.Tensor, weights: HeadWeights, inputs: Inputs, ca
     """max |output - reference| / max(1, |reference|) over ``rows`` (B, Lq): the relative gap of
     a float64 output to the float64 reference from its own weights."""
     expected = reference_attention(weights, inputs.query, inputs.key, inputs.value,
-                                   keep=inputs.keep, causal=case.causal, window=case.window,
+                                   keep=inputs.keep, causal=case.causal, window=case.window, chunk=case.chunk,
                                    encoding=encoding, start=inputs.position).output
     error = only_rows(abs_error(output, expected), rows)
     return float(error.max()) / magnitude(only_rows(expected.detach().cpu(), rows))

@@ -52,6 +52,7 @@ class Case:
     shared_mask: bool = False
     kv_heads: int | None = None
     window: int | None = None
+    chunk: int | None = None
 
     def __repr__(self) -> str:
         defaults = {f.name: f.default for f in fields(self)}
@@ -95,7 +96,7 @@ class Case:
         return Config(batch=self.batch, q_len=self.q_len, kv_len=self.kv_len,
                       d_model=self.num_heads * self.head_dim, num_heads=self.num_heads,
                       dropout=self.dropout, dtype=DTYPES[self.dtype], device=self.device,
-                      num_kv_heads=self.kv_heads, window=self.window)
+                      num_kv_heads=self.kv_heads, window=self.window, chunk=self.chunk)
 
     @property
     def d_model(self) -> int:
@@ -123,7 +124,7 @@ class Case:
         keep = self.keep()
         allowed = allowed_keys(self.batch, self.q_len, self.kv_len,
                                None if keep is None else keep.cpu(), self.causal,
-                               window=self.window)
+                               window=self.window, chunk=self.chunk)
         return allowed.any(dim=-1)[:, 0]
 
     def tensor(self, *shape: int, stream: int = 0, scale: float = 1.0) -> torch.Tensor:

@@ -6,7 +6,7 @@ drawn often because ``B == L`` hides no transposition bug the way unequal sizes 
 the common case; head_dim 1..16. Masks keep at least one key per batch element, or separately
 mask every key of some elements. Grouped-query attention: key/value heads a divisor of the head
 count (a proper one first), or the head count a multiple of a fixed number of key/value heads.
-Sliding windows: 1 to 8 keys.
+Sliding windows: 1 to 8 keys. Causal chunks: 2 to 8 positions.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ SEEDS = st.integers(0, 2**16 - 1)
 HEAD_COUNTS = (2, 3, 4, 1, 5, 6, 7, 8)
 # Shrinks towards a window of 3 keys: shorter than most sequences, wider than one key.
 WINDOWS = (3, 1, 2, 4, 5, 6, 8)
+# Shrinks towards chunks of 3: a sequence of a few positions already holds two of them.
+CHUNKS = (3, 2, 4, 5, 6, 8)
 
 MaskStyle = Literal["none", "auto", "kept", "partly_masked", "fully_masked"]
 """``kept``: at least one kept key per batch element; ``auto``: ``kept`` where a mask is declared,
@@ -119,6 +121,15 @@ def windows(caps: Capabilities) -> st.SearchStrategy:
     return _sampled(WINDOWS)
 
 
+def chunks(caps: Capabilities) -> st.SearchStrategy:
+    """The causal chunk sizes a case may have (None: not chunked)."""
+    if caps.chunk is None:
+        return st.none()
+    if isinstance(caps.chunk, int):
+        return st.just(caps.chunk)
+    return _sampled(CHUNKS)
+
+
 def _head_dims(caps: Capabilities, num_heads: int, low: int,
                high: int) -> st.SearchStrategy[int]:
     if caps.shapes is None:
@@ -181,6 +192,7 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
     # got before they existed.
     kv_head_count = None if caps.kv_heads is None else draw(kv_heads(caps, num_heads, grouped))
     window = None if caps.window is None else draw(windows(caps))
+    chunk = None if caps.chunk is None else draw(chunks(caps))
     if probe:
         # One-hot values need head_dim >= kv_len; the content channel needs d_model > kv_len.
         low = max(kv_len, 1 if num_heads > 1 else kv_len + 1)
@@ -209,19 +221,25 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
     case = Case(batch=batch, q_len=q_len, kv_len=kv_len, num_heads=num_heads,
                 head_dim=head_dim, dtype=dtype, device=device, seed=draw(SEEDS), kept=kept,
                 mask_seed=mask_seed, causal=causal, shared_mask=shared and kept is not None,
-                kv_heads=kv_head_count, window=window)
+                kv_heads=kv_head_count, window=window, chunk=chunk)
     if causal and masks in ("kept", "partly_masked") and not bool(case.attendable_rows().all()):
         case = replace(case, mask_seed=None)  # right padding keeps key 0: every row sees a key
-        if window is not None:
-            case = window_padding(case, window, masked=masks == "partly_masked")
+        if window is not None or chunk is not None:
+            case = window_padding(case, masked=masks == "partly_masked")
     return case
 
 
-def window_padding(case: Case, window: int, *, masked: bool = False) -> Case:
-    """``case`` (right-padded) with no row left without a key in its window of ``window`` keys:
-    at most ``window - 1`` keys padded at the end (at least one where ``masked``). Rows with no
-    key to attend to are the fully_masked check's; elsewhere every row sees one, windows too."""
-    floor = case.kv_len - window + 1
+def window_padding(case: Case, *, masked: bool = False) -> Case:
+    """``case`` (right-padded) with no row left without a key in its window of ``case.window``
+    keys or its chunk of ``case.chunk`` positions: at most ``window - 1`` keys padded at the
+    end, none of the last chunk's first one (at least one where ``masked``). Rows with no key to
+    attend to are the fully_masked check's; elsewhere every row sees one, windows and chunks
+    too."""
+    floor = 0
+    if case.window is not None:
+        floor = case.kv_len - case.window + 1
+    if case.chunk is not None:
+        floor = max(floor, case.chunk * ((case.kv_len - 1) // case.chunk) + 1)
     if masked and floor >= case.kv_len:
         reject()  # a one-key window and a masked key always leave that key's row empty
     return replace(case, kept=tuple(max(count, floor) for count in case.kept))
@@ -232,14 +250,21 @@ DEFAULT_WINDOW = 4
 configuration."""
 
 
+DEFAULT_CHUNK = 4
+"""The chunk of a case built by hand for a module that takes its chunk from the
+configuration."""
+
+
 def fixed_features(caps: Capabilities) -> dict[str, int | None]:
-    """``kv_heads`` and ``window`` for a case built by hand (not drawn): what the module fixes
-    itself; where the factory takes them from the configuration, one key/value head per query
-    head and a window of DEFAULT_WINDOW keys."""
+    """``kv_heads``, ``window`` and ``chunk`` for a case built by hand (not drawn): what the
+    module fixes itself; where the factory takes them from the configuration, one key/value head
+    per query head, a window of DEFAULT_WINDOW keys and chunks of DEFAULT_CHUNK."""
     window = caps.window if isinstance(caps.window, int) else (
         DEFAULT_WINDOW if caps.window == "config" else None)
+    chunk = caps.chunk if isinstance(caps.chunk, int) else (
+        DEFAULT_CHUNK if caps.chunk == "config" else None)
     return {"kv_heads": caps.kv_heads if isinstance(caps.kv_heads, int) else None,
-            "window": window}
+            "window": window, "chunk": chunk}
 
 
 def shared_masks(caps: Capabilities) -> bool:

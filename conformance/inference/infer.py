@@ -32,7 +32,13 @@ from conformance.inference.steps.construction import (
     probe_sizes,
     sequence_order,
 )
-from conformance.inference.steps.features import cache_form, mask_form, packed_form, window_form
+from conformance.inference.steps.features import (
+    cache_form,
+    chunk_form,
+    mask_form,
+    packed_form,
+    window_form,
+)
 from conformance.inference.steps.fixed_sizes import fixed_width, hidden_heads
 from conformance.inference.steps.latent import latent_form
 from conformance.inference.steps.position import alibi_counting, encoding_inside, position_input
@@ -127,7 +133,7 @@ def infer(cls: type, *, name: str | None = None, declared: Declarations | None =
         step(inquiry)
     inquiry.capabilities.set(shapes=inquiry.constraint.pairs if inquiry.constraint else None)
     with declarations_read():
-        for step in (encoding_inside, window_form, cache_form, dropout_form, mask_form,
+        for step in (encoding_inside, window_form, chunk_form, cache_form, dropout_form, mask_form,
                      alibi_counting, packed_form):
             step(inquiry)
     return _inferred(inquiry)

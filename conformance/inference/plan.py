@@ -193,6 +193,8 @@ class Plan:
         if roles.window:
             kwargs[roles.window] = (WIDE_WINDOW if config.window is None
                                     else config.window + self.window_offset)
+        if roles.chunk:
+            kwargs[roles.chunk] = WIDE_WINDOW if config.chunk is None else config.chunk
         if roles.max_batch:
             kwargs[roles.max_batch] = MAX_BATCH_SIZE
         kwargs.update(self.init)

@@ -14,7 +14,8 @@ CHECK_NAMES: tuple[str, ...] = (
     "gate", "contract", "padding", "fully_masked", "row_stochastic", "head_split", "causal",
     "reference", "scale", "mask_formats", "permutation", "batch_independence", "stability",
     "low_precision", "dropout", "autograd", "determinism", "path_agreement", "kv_groups",
-    "position_shift", "alibi", "sliding_window", "kv_cache", "packed", "configuration", "kernel",
+    "position_shift", "alibi", "sliding_window", "chunked", "kv_cache", "packed", "configuration",
+    "kernel",
 )
 
 

@@ -151,6 +151,10 @@ SPECS: tuple[DeclarationSpec, ...] = (
                     "the constructor argument for a causal sliding window: keys = the keys a row "
                     "sees, itself included (HuggingFace's sliding_window); left = the keys "
                     "before it (FlashAttention's window_size)", read=lambda d: d.window()),
+    DeclarationSpec("chunk_arg", "NAME",
+                    "the constructor argument for causal chunked attention (Llama 4's "
+                    "attention_chunk_size): row t sees the positions of its own chunk of C up to "
+                    "itself, C * (t // C) .. t"),
     DeclarationSpec("positions", "NAME[:ids|vector|start]",
                     "the forward argument for the tokens' positions: (B, L) ids, an (L,) "
                     "vector, or the first position as an int", read=lambda d: d.position_argument()),

@@ -55,6 +55,11 @@ Window = int | Literal["config"] | None
 """A causal sliding window, counted as the keys a row sees, itself included (row t sees
 t - W + 1 .. t): ``"config"`` when the factory honours ``Config.window``, an int when fixed."""
 
+Chunk = int | Literal["config"] | None
+"""Causal chunked attention (Llama 4's): positions fall in chunks of C, and row t sees the keys
+of its own chunk up to itself, C * (t // C) .. t; ``"config"`` when the factory honours
+``Config.chunk``, an int when fixed."""
+
 PaddedQueries = Literal["zero", "self", "any"]
 """What a self-attention module outputs at a padded query position: zeros, attention to itself
 alone, or attention like any other row (to the kept keys)."""
@@ -79,6 +84,8 @@ class Config:
     """Key/value heads (grouped-query attention), None for one per query head."""
     window: int | None = None
     """Sliding window: the keys each row sees, itself included; None for none."""
+    chunk: int | None = None
+    """Causal chunks: the positions of each chunk (see Chunk); None for none."""
     settings: tuple[tuple[str, float], ...] = ()
     """Constructor keyword values to build with instead of the defaults (the configuration
     check's other values of a setting, see Capabilities.configured); a factory that has no such
@@ -170,6 +177,7 @@ class Capabilities:
             True),))``.
         kv_heads: grouped-query key/value heads (see KVHeads).
         window: a causal sliding window (see Window).
+        chunk: causal chunked attention (see Chunk).
         cache: how a KV cache is handed over between decoding calls, and the largest batch
             it takes (see CacheForm).
         packing: how packed variable-length sequences are passed (see Packing).
@@ -212,6 +220,7 @@ class Capabilities:
     paths: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
     kv_heads: KVHeads = None
     window: Window = None
+    chunk: Chunk = None
     cache: CacheForm = field(default_factory=CacheForm)
     packing: Packing = field(default_factory=Packing)
     float32_parts: tuple[str, ...] = ()
@@ -246,6 +255,9 @@ class Capabilities:
         if self.window is not None:
             parts.append("sliding window" + (
                 f" of {self.window}" if isinstance(self.window, int) else ""))
+        if self.chunk is not None:
+            parts.append("causal chunks" + (
+                f" of {self.chunk}" if isinstance(self.chunk, int) else ""))
         if self.cache.style is not None:
             held = f", (k, v) each {self.cache.layout.value}" if self.cache.layout else ""
             parts.append(f"KV cache ({self.cache.style.value} through {self.cache.argument}{held})")
@@ -304,6 +316,9 @@ class Implementation:
         caps.cache.check(self.name, caps.causality.kind, caps.call)
         if caps.window is not None and caps.causality.kind != "always":
             raise ValueError(f"{self.name}: a sliding window is declared for always-causal "
+                             "attention")
+        if caps.chunk is not None and caps.causality.kind != "always":
+            raise ValueError(f"{self.name}: causal chunks are declared for always-causal "
                              "attention")
         caps.position.check(self.name)
         caps.packing.check(self.name, masked=caps.mask is not None)

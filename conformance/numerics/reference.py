@@ -61,10 +61,11 @@ def attention_output(attention: torch.Tensor, values: torch.Tensor,
 
 def allowed_keys(batch: int, q_len: int, kv_len: int, keep: torch.Tensor | None, causal: bool,
                  device: torch.device | str = "cpu", *, window: int | None = None,
-                 offset: int = 0) -> torch.Tensor:
+                 offset: int = 0, chunk: int | None = None) -> torch.Tensor:
     """(B, 1, Lq, Lk) bool: which key each query row may attend to (causal: row i sees keys
     j <= i + ``offset``, top-left aligned at 0, bottom-right at Lk - Lq; with a ``window`` of W
-    keys, row t sees keys t - W + 1 .. t)."""
+    keys, row t sees keys t - W + 1 .. t; in ``chunk``s of C positions, only the keys of its own
+    chunk, j // C == (i + ``offset``) // C, as Llama 4's chunked attention)."""
     allowed = torch.ones(batch, 1, q_len, kv_len, dtype=torch.bool, device=device)
     if keep is not None:
         allowed = allowed & keep.to(device)[:, None, None, :]
@@ -74,6 +75,8 @@ def allowed_keys(batch: int, q_len: int, kv_len: int, keep: torch.Tensor | None,
         allowed = allowed & (cols <= rows + offset)
         if window is not None:
             allowed = allowed & (rows - cols < window)
+        if chunk is not None:
+            allowed = allowed & ((rows + offset) // chunk == cols // chunk)
     return allowed
 
 
@@ -90,6 +93,7 @@ def reference_attention(
     dtype: torch.dtype = torch.float64,
     scale_first: bool = True,
     window: int | None = None,
+    chunk: int | None = None,
     encoding: PositionEncoding | None = None,
     start: int = 0,
     heads: tuple[int, int, int] | None = None,
@@ -103,9 +107,10 @@ def reference_attention(
     defaults to 1/sqrt(head_dim). Passing the case's own dtype gives the suite's plain same-dtype
     attention, the baseline that tolerances are measured against. ``scale_first=False`` scales the product
     instead of q (another rounding path; the same in exact arithmetic). ``window``: a causal
-    sliding window of that many keys. ``encoding``: RoPE / ALiBi, tokens from position
-    ``start`` on; ``heads`` = (first, total, key/value heads) when the weights are heads first ..
-    of a module with ``total`` heads (ALiBi's slopes are per head).
+    sliding window of that many keys; ``chunk``: causal chunks of that many positions.
+    ``encoding``: RoPE / ALiBi, tokens from position ``start`` on; ``heads`` = (first, total,
+    key/value heads) when the weights are heads first .. of a module with ``total`` heads
+    (ALiBi's slopes are per head).
 
     ``allowed`` (B, 1, Lq, Lk) bool replaces the keys ``keep``, ``causal`` and ``window`` allow
     (a kernel's own alignment or window; a mistaken mask, for diagnosis). ``softcap`` c caps
@@ -134,7 +139,8 @@ def reference_attention(
 
     batch, q_len, kv_len = q_in.shape[0], q_in.shape[1], k_in.shape[1]
     if allowed is None:
-        allowed = allowed_keys(batch, q_len, kv_len, keep, causal, q_in.device, window=window)
+        allowed = allowed_keys(batch, q_len, kv_len, keep, causal, q_in.device, window=window,
+                               chunk=chunk)
     allowed = allowed.to(q_in.device)
     logits = logits.masked_fill(~allowed, float("-inf"))
     empty_rows = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, Lq, 1)
@@ -153,7 +159,8 @@ def plain_attention(weights: HeadWeights, query: torch.Tensor, key: torch.Tensor
                     value: torch.Tensor, *, keep: torch.Tensor | None, causal: bool,
                     dtype: torch.dtype, window: int | None = None,
                     encoding: PositionEncoding | None = None,
-                    start: int = 0, dtype_tables: bool = True) -> list[torch.Tensor]:
+                    start: int = 0, dtype_tables: bool = True,
+                    chunk: int | None = None) -> list[torch.Tensor]:
     """The suite's plain attention in ``dtype``, in both textbook orders (scale q first, scale
     the product), and with RoPE, also with its cos/sin tables computed in ``dtype`` (angles
     rounded there, as HuggingFace's and GPT-J's tables are), unless ``dtype_tables`` is False:
@@ -164,6 +171,6 @@ def plain_attention(weights: HeadWeights, query: torch.Tensor, key: torch.Tensor
                                and dtype != torch.float64 and dtype_tables) else (False,)
     return [reference_attention(weights, query, key, value, keep=keep, causal=causal,
                                 dtype=dtype, scale_first=first, window=window,
-                                encoding=encoding, start=start,
+                                chunk=chunk, encoding=encoding, start=start,
                                 tables_in_dtype=in_dtype).output
             for first in (True, False) for in_dtype in tables]

@@ -139,7 +139,7 @@ class ModuleInstance(Instance):
             try:
                 mask = encode_mask(keep, convention, num_heads=self.config.num_heads,
                                    q_len=q_len, dtype=inputs.query.dtype, causal=inputs.causal,
-                                   window=self.config.window)
+                                   window=self.config.window, chunk=self.config.chunk)
             except MaskEncodingError as error:
                 raise CapabilityError(f"{self._implementation.name}: {error}") from error
             if convention.argument:

@@ -18,28 +18,31 @@ class MaskEncodingError(ConformanceError, ValueError):
     batch elements with different padding, a per-row pattern in a layout without a query axis)."""
 
 
-def with_causality(keep: torch.Tensor, q_len: int, window: int | None = None) -> torch.Tensor:
+def with_causality(keep: torch.Tensor, q_len: int, window: int | None = None,
+                   chunk: int | None = None) -> torch.Tensor:
     """``keep`` (B, Lk) or (B, Lq, Lk) with the causal triangle folded in, aligned bottom-right
-    (the last query is the last key; a cached call's queries come last), and a sliding window of
-    ``window`` keys: (B, Lq, Lk)."""
+    (the last query is the last key; a cached call's queries come last), a sliding window of
+    ``window`` keys and chunks of ``chunk`` positions: (B, Lq, Lk)."""
     kv_len = keep.shape[-1]
     rows = torch.arange(kv_len - q_len, kv_len, device=keep.device)[:, None]
     cols = torch.arange(kv_len, device=keep.device)[None, :]
     allowed = cols <= rows
     if window is not None:
         allowed = allowed & (rows - cols < window)
+    if chunk is not None:
+        allowed = allowed & (rows // chunk == cols // chunk)
     shaped = keep[:, None, :] if keep.dim() == 2 else keep
     return shaped & allowed
 
 
 def encode_mask(keep: torch.Tensor, convention: MaskConvention, *, num_heads: int, q_len: int,
                 dtype: torch.dtype, causal: bool = False,
-                window: int | None = None) -> torch.Tensor:
+                window: int | None = None, chunk: int | None = None) -> torch.Tensor:
     """``keep`` (B, Lk) or (B, Lq, Lk) bool -> the tensor the implementation expects for
     ``convention`` (for a causal call of a convention that carries causality, with the causal
-    triangle and ``window`` folded in)."""
+    triangle, ``window`` and ``chunk`` folded in)."""
     if causal and convention.carries_causality:
-        keep = with_causality(keep, q_len, window)
+        keep = with_causality(keep, q_len, window, chunk)
     if keep.dim() == 3:
         shaped = _per_query(keep, convention.layout, num_heads)
     else:

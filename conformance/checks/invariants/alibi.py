@@ -78,7 +78,7 @@ class Alibi(Check):
         cols = torch.arange(length)[None, :]
         distance = ((rows - cols) if case.causal else (rows - cols).abs()).to(torch.float64)
         visible = allowed_keys(case.batch, length, length, None, case.causal,
-                               window=case.window)
+                               window=case.window, chunk=case.chunk)
         if bool(torch.isnan(attention).any()) or not bool((attention[visible.expand_as(
                 attention)] > 0).all()):
             raise Violation("with zero content logits some visible key gets weight 0 or NaN: "

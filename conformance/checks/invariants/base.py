@@ -151,8 +151,8 @@ class CheckContext:
                 output = self.run(instance, inputs, tried)
                 found = output_mistake(output, instance.read_weights(), inputs,
                                        causal=tried.causal, rows=self.rows(tried),
-                                       window=tried.window, encoding=self.capabilities.position.encoding,
-                                       only=only)
+                                       window=tried.window, chunk=tried.chunk,
+                                       encoding=self.capabilities.position.encoding, only=only)
             except (Violation, ImplementationError):
                 return None
             if found is not None:

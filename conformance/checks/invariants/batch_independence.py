@@ -100,10 +100,10 @@ class BatchIndependence(Check):
         if reference_applies(context.capabilities):
             weights, encoding = instance.read_weights(), context.capabilities.position.encoding
             variant = batch_heads_mixed(weights, inputs, causal=case.causal, window=case.window,
-                                        encoding=encoding)
+                                        chunk=case.chunk, encoding=encoding)
             correct = reference_attention(weights, inputs.query, inputs.key, inputs.value,
                                           keep=inputs.keep, causal=case.causal,
-                                          window=case.window, encoding=encoding,
+                                          window=case.window, chunk=case.chunk, encoding=encoding,
                                           start=inputs.position).output
             if reproduces(output, variant, correct, context.rows(case)):
                 return BATCH_HEADS_MIXED

@@ -7,7 +7,9 @@ causal masking); and nothing is over-masked: every row t gives positive attentio
 weight to every position s <= t (measured with the attention-matrix probe, or, without weight
 access, as a non-zero gradient of row t with respect to each position s <= t). With a sliding
 window of W keys, "every position s <= t" is every position t - W + 1 <= s <= t (what lies
-before the window is the sliding_window check's).
+before the window is the sliding_window check's); in causal chunks, what a row sees of its past
+is the chunked check's. Only the rows attention specifies are judged: a row its structure and
+the padding leave no key is fully_masked's.
 """
 
 from __future__ import annotations
@@ -94,10 +96,10 @@ def _pattern(context: CheckContext, case: Case) -> tuple[set[Mistake], set[Mista
     rows = context.rows(case)
     keep = None if inputs.keep is None else inputs.keep.cpu()
     correct = allowed_keys(case.batch, case.q_len, case.kv_len, keep, True,
-                           window=case.window)[:, 0]
+                           window=case.window, chunk=case.chunk)[:, 0]
     told, fits = set(), set()
     for mistake in mask_mistakes(case.batch, case.q_len, case.kv_len, keep, causal=True,
-                                 window=case.window):
+                                 window=case.window, chunk=case.chunk):
         if mistake.kind not in CAUSAL_MISTAKES:
             continue
         visible = mistake.visible()[:, 0]
@@ -172,7 +174,7 @@ def _mask_mistake(context: CheckContext, case: Case,
     if attention is not None:
         tolerance = 4 * eps(context.judged(case.config.dtype))
         found = weights_mistake(attention, None, causal=True, tolerance=tolerance,
-                                window=case.window, logits=torch.zeros_like(attention),
+                                window=case.window, chunk=case.chunk, logits=torch.zeros_like(attention),
                                 only=CAUSAL_MISTAKES)
     if found is None and reference_applies(caps):
         found = context.mask_mistake(case, only=CAUSAL_MISTAKES)
@@ -196,7 +198,7 @@ def _computation_mistake(context: CheckContext, case: Case) -> Hint | None:
         instance = context.build(tried)
         inputs = tried.inputs(caps.call)
         words = explain(context.run(instance, inputs, tried), instance.read_weights(), inputs,
-                        causal=tried.causal, rows=context.rows(tried), window=tried.window,
+                        causal=tried.causal, rows=context.rows(tried), window=tried.window, chunk=tried.chunk,
                         encoding=caps.position.encoding)
         kind = getattr(words, "kind", None)
         if kind == Bug.SOFTMAX_OVER_QUERIES.value:
@@ -277,6 +279,9 @@ class Causal(Check):
             return
         cotangent = torch.zeros_like(before)
         cotangent[:, : cut + 1] = case.tensor(case.batch, cut + 1, before.shape[-1], stream=31)
+        # Only the rows attention specifies: a row with no key to attend to (its structure and
+        # the padding together) or a padded query is unjudged here, NaN or not.
+        cotangent = cotangent * context.rows(case).to(cotangent.device)[:, :, None]
         gradients = instance.gradients(inputs, cotangent).inputs
         for name, gradient in gradients.items():
             future = gradient[:, cut + 1:].abs().to(torch.float64).cpu()
@@ -362,9 +367,12 @@ class Causal(Check):
             raise Violation(
                 f"batch {b}, head {h}, row {row} gives later position {key} attention weight "
                 f"{fmt(float(attention[b, h, row, key]))}, not 0", hint=mistake())
-        window = case.window or length
-        before_window = torch.tril(torch.ones(length, length, dtype=torch.bool), diagonal=-window)
-        past = attention.masked_fill(later | before_window, float("inf"))
+        if case.chunk is not None:
+            return  # what a chunked row sees of its past is the chunked check's, edges exact
+        # The keys the structure (causal, its window) leaves each row: what lies before the
+        # window is the sliding_window check's.
+        visible = allowed_keys(1, length, length, None, True, window=case.window)[0, 0]
+        past = attention.masked_fill(~visible, float("inf"))
         if float(past.min()) <= 0.0:
             b, h, row, key = worst_index(-past)
             raise Violation(
@@ -372,6 +380,8 @@ class Causal(Check):
                 f"{fmt(float(attention[b, h, row, key]))}: over-masked", hint=mistake())
 
     def past_visible(self, context: CheckContext, case: Case) -> None:
+        if case.chunk is not None:
+            return  # what a chunked row sees of its past is the chunked check's
         instance = context.build(case)
         inputs = case.inputs(context.capabilities.call)
         row = case.seed % case.q_len

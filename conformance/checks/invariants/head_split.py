@@ -29,13 +29,13 @@ from conformance.numerics.tolerance import abs_error, agreement, only_rows, wors
 
 
 def concatenated_heads(weights: HeadWeights, inputs, *, causal: bool,
-                       window: int | None = None,
+                       window: int | None = None, chunk: int | None = None,
                        encoding: PositionEncoding | None = None) -> torch.Tensor:
     """float64 ``concat_h(single-head attention h) W_o^T + b_o`` from per-head weight slices
     (query head h with its group's key/value head; ALiBi with head h's own slope)."""
     per_head = [
         reference_attention(weights.head(h), inputs.query, inputs.key, inputs.value,
-                            keep=inputs.keep, causal=causal, window=window,
+                            keep=inputs.keep, causal=causal, window=window, chunk=chunk,
                             encoding=encoding, start=inputs.position,
                             heads=(h, weights.num_heads, weights.num_kv_heads)).output
         for h in range(weights.num_heads)
@@ -84,11 +84,11 @@ class HeadSplit(Check):
         expect_finite_or_mask_mistake(context, case, output, rows)
         encoding = context.capabilities.position.encoding
         expected = concatenated_heads(weights, inputs, causal=case.causal, window=case.window,
-                                      encoding=encoding)
+                                      chunk=case.chunk, encoding=encoding)
         judged = context.judged(case.config.dtype)
         baseline = plain_attention(weights, inputs.query, inputs.key, inputs.value,
                                    keep=inputs.keep, causal=case.causal, dtype=judged,
-                                   window=case.window, encoding=encoding,
+                                   window=case.window, chunk=case.chunk, encoding=encoding,
                                    start=inputs.position)
         seen = agreement(output, expected, baseline, judged, rows)
         if not seen.ok:

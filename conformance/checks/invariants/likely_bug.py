@@ -49,7 +49,7 @@ def scales_apart(capabilities: Capabilities, case: Case) -> Case | None:
 def _explained(context: CheckContext, case: Case, instance: Instance, inputs: Inputs,
                output: torch.Tensor, rows: torch.Tensor) -> str | None:
     return explain(output, instance.read_weights(), inputs, causal=case.causal, rows=rows,
-                   window=case.window, encoding=context.capabilities.position.encoding)
+                   window=case.window, chunk=case.chunk, encoding=context.capabilities.position.encoding)
 
 
 def likely_bug(context: CheckContext, case: Case, instance: Instance, inputs: Inputs,

@@ -130,8 +130,8 @@ class LowPrecision(Check):
         case = Case(batch=1, q_len=q_len, kv_len=LONG_KEYS, num_heads=heads, head_dim=head_dim,
                     dtype=dtype, device=device, kept=keep, causal=caps.causality.kind == "always",
                     **fixed_features(caps))
-        if case.window is not None and keep is not None:
-            case = window_padding(case, case.window)  # every row keeps a key in its window
+        if (case.window is not None or case.chunk is not None) and keep is not None:
+            case = window_padding(case)  # every row keeps a key in its window and chunk
         return own_queries(case, caps)
 
     def verify(self, context: CheckContext, case: Case, offset: float = 0.0,

@@ -36,7 +36,7 @@ from conformance.subject.boundary import Inputs, Instance
 
 
 def reference_gradients(weights: HeadWeights, inputs: Inputs, cotangent: torch.Tensor, *,
-                        causal: bool, dtype: torch.dtype, window: int | None = None,
+                        causal: bool, dtype: torch.dtype, window: int | None = None, chunk: int | None = None,
                         encoding: PositionEncoding | None = None,
                         **options: object) -> dict[str, torch.Tensor]:
     """Input gradients of the reference computed in ``dtype``, keyed as Instance.gradients;
@@ -54,7 +54,7 @@ def reference_gradients(weights: HeadWeights, inputs: Inputs, cotangent: torch.T
         q, k, v = leaves["query"], leaves["key"], leaves["value"]
     with torch.enable_grad():
         output = reference_attention(weights, q, k, v, keep=inputs.keep, causal=causal,
-                                     dtype=dtype, window=window, encoding=encoding,
+                                     dtype=dtype, window=window, chunk=chunk, encoding=encoding,
                                      start=inputs.position, **options).output
         (output * cotangent.to(dtype)).sum().backward()
     return {name: leaf.grad for name, leaf in leaves.items()}
@@ -134,7 +134,8 @@ class ReferenceAgreement(Check):
         cotangent = torch.where(rows.to(output.device)[:, :, None],
                                 case.tensor(*output.shape, stream=51), 0.0)
         found = gradient_disagreement(instance, weights, inputs, cotangent, dtype,
-                                      causal=case.causal, window=case.window, encoding=encoding)
+                                      causal=case.causal, window=case.window, chunk=case.chunk,
+                                      encoding=encoding)
         if found is not None:
             name, seen = found
             raise Violation(gradient_words(name, seen),

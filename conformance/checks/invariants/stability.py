@@ -126,7 +126,7 @@ class Stability(Check):
             b, row, _ = seen.worst
             form = context.hint(lambda: form_hint(
                 output, reference_weights or weights, inputs, causal=case.causal, rows=rows,
-                window=case.window, encoding=encoding)
+                window=case.window, chunk=case.chunk, encoding=encoding)
                 or self._cause(context, case, instance, ordinary, None))
             raise Violation(f"{what}: the output differs from the reference ({seen.describe()}, "
                             f"row {row} of batch {b})", hint=form)

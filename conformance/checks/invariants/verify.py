@@ -82,10 +82,10 @@ def agree_with_reference(output: torch.Tensor, weights: HeadWeights, inputs: Inp
     reference output."""
     expected = reference_attention(reference_weights or weights, inputs.query, inputs.key,
                                    inputs.value, keep=inputs.keep, causal=case.causal,
-                                   window=case.window, encoding=encoding,
+                                   window=case.window, chunk=case.chunk, encoding=encoding,
                                    start=inputs.position).output
     baselines = plain_attention(weights, inputs.query, inputs.key, inputs.value, keep=inputs.keep,
-                                causal=case.causal, dtype=judged, window=case.window,
+                                causal=case.causal, dtype=judged, window=case.window, chunk=case.chunk,
                                 encoding=encoding, start=inputs.position,
                                 dtype_tables=dtype_tables)
     extra = logit_rounding(judged, largest_logit, expected) if largest_logit else 0.0

@@ -27,6 +27,11 @@ too; HuggingFace's ``num_key_value_groups`` is the ratio, not the count, and is 
 WINDOW = ("sliding_window", "window_size", "window", "attention_window", "local_window",
           "window_length", "sliding_window_size", "local_window_size", "max_attend_past",
           "attend_past")
+CHUNK = ("attention_chunk_size", "chunk_size", "attn_chunk_size", "chunk_len", "chunk_length",
+         "local_chunk_size")
+"""Causal chunked attention (Llama 4's ``attention_chunk_size``). A name only orders the search:
+``chunk_size`` also names computation tiles that change nothing a row sees, which the probe of
+:mod:`conformance.inference.steps.features` tells apart."""
 MAX_BATCH = ("max_batch_size", "max_batch")
 
 MAX_BATCH_SIZE = 8
@@ -72,6 +77,7 @@ class ConstructorRoles:
     """Query heads per key/value head (a group size), where an argument sets that instead of
     the count (found by trial: see :mod:`conformance.inference.steps.trial`)."""
     window: str | None = None
+    chunk: str | None = None
     max_batch: str | None = None
     unknown: list[str] = field(default_factory=list)
 
@@ -81,7 +87,8 @@ class ConstructorRoles:
             ("output width", self.output), ("dropout", self.dropout),
             ("context", self.context), ("key/value heads", self.kv_heads),
             ("query heads per key/value head", self.kv_group),
-            ("sliding window", self.window), ("max batch", self.max_batch)) if name]
+            ("sliding window", self.window), ("causal chunk", self.chunk),
+            ("max batch", self.max_batch)) if name]
         return "constructor " + (", ".join(parts) if parts else "takes no known role")
 
 
@@ -97,7 +104,7 @@ def read_roles(cls: type) -> ConstructorRoles:
                             ("output", OUTPUT),
                             ("dropout", DROPOUT), ("context", CONTEXT), ("causal", CAUSAL),
                             ("batch_first", BATCH_FIRST), ("kv_heads", KV_HEADS),
-                            ("window", WINDOW), ("max_batch", MAX_BATCH)):
+                            ("window", WINDOW), ("chunk", CHUNK), ("max_batch", MAX_BATCH)):
             if name in names and getattr(roles, role) is None:
                 setattr(roles, role, name)
                 break

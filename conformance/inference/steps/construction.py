@@ -38,7 +38,8 @@ def constructor_roles(cls: type, declared: Declarations, label: str) -> Construc
     for role, argument in (("width", declared.width_arg), ("heads", declared.heads_arg),
                            ("head_dim", declared.head_dim_arg),
                            ("kv_heads", declared.kv_heads_arg),
-                           ("window", stated_window[0] if stated_window else None)):
+                           ("window", stated_window[0] if stated_window else None),
+                           ("chunk", declared.chunk_arg)):
         if argument:
             if argument in roles.unknown:
                 roles.unknown.remove(argument)

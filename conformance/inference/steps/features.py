@@ -1,10 +1,11 @@
-"""Inference steps about the declared-or-probed features: a sliding window, a KV cache, packed
-sequences, a per-query mask, the key-padding mask's convention."""
+"""Inference steps about the declared-or-probed features: a sliding window, causal chunks, a KV
+cache, packed sequences, a per-query mask, the key-padding mask's convention."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import conformance.inference.calls.chunk as chunking
 import conformance.inference.calls.kv_cache as kv_cache
 import conformance.inference.calls.packing as packing
 import conformance.inference.calls.window as window
@@ -16,6 +17,7 @@ from conformance.model.declarations import DeclarationError
 from conformance.model.forms import QUERY_AXIS_LAYOUTS, CacheStyle, PackedForm
 from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Doubts
+from conformance.subject.boundary import ImplementationError
 
 
 def window_form(inquiry: Inquiry) -> None:
@@ -71,6 +73,60 @@ def window_form(inquiry: Inquiry) -> None:
     capabilities.set(window="config")
     notes.append(Note(f"{name}: a causal sliding window, {window.CONVENTION_WORDS[convention]} "
                       f"({how}); generated as 1 to 8 keys", remedy))
+
+
+def chunk_form(inquiry: Inquiry) -> None:
+    """Causal chunks: an argument's (declared, or a name that orders the search), confirmed by
+    what the rows see when built in chunks of 3; or a chunk the module fixes itself, measured.
+    A chunk argument under which every row still sees every earlier position sets no structure
+    (a computation tile) and is left at its default."""
+    plan, capabilities, notes = inquiry.plan, inquiry.capabilities, inquiry.notes
+    name = plan.roles.chunk
+    caps = capabilities.caps
+    if caps.causality.kind != "always" or caps.window is not None:
+        if name:
+            notes.append(f"{name}: a chunk argument, but the module is not always causal"
+                         f"{'' if caps.window is None else ' or has a sliding window'}: built "
+                         f"with {name}={WIDE_WINDOW} (wider than any sequence), not checked as "
+                         "chunked")
+        return
+    case = probe_case(inquiry.heads, inquiry.head_dim, kept=None, batch=1,
+                      q_len=chunking.LENGTH, kv_len=chunking.LENGTH, causal=True)
+    if not name:
+        try:
+            seen = chunking.dependence(inquiry.build(), case, plan.convention.call)
+        except ImplementationError:
+            return
+        fixed = chunking.chunk_of(seen)
+        if fixed is not None:
+            capabilities.set(chunk=fixed)
+            notes.append(Note(f"causal chunks of {fixed}, fixed by the module (measured: "
+                              f"{chunking.rows_words(seen)}); checked as chunked", None))
+        return
+    declared = inquiry.declared.chunk_arg == name
+    seen_kind, seen = chunking.probe_chunk(
+        lambda size: inquiry.build(replace(inquiry.config, chunk=size)), case,
+        plan.convention.call)
+    probed = f"built with {name}={chunking.PROBE_CHUNK}"
+    if seen_kind is chunking.Seen.CAUSAL and not declared:
+        plan.roles.chunk = None  # built with its own default from here on
+        notes.append(Note(f"{name}: not a visibility structure ({probed}, every row sees every "
+                          "earlier position: a computation tile?); left at its default",
+                          Remedy.to("chunk_arg", name, "declare it, if it is meant to be a "
+                                    "causal chunk")))
+        return
+    if declared:
+        how = "declared"
+    elif seen_kind is chunking.Seen.CHUNKS:
+        how = f"probed: {probed}, row t sees {chunking.PROBE_CHUNK} * (t // 3) .. t"
+    elif seen is None:
+        how = f"its name says so; {probed} it raised"
+    else:
+        how = (f"its name says so; {probed}: {chunking.rows_words(seen)}, not chunks of "
+               f"{chunking.PROBE_CHUNK} counted from position 0 (see chunked)")
+    capabilities.set(chunk="config")
+    notes.append(Note(f"{name}: causal chunks, row t sees C * (t // C) .. t ({how}); generated "
+                      "as 2 to 8 positions", None))
 
 
 def cache_form(inquiry: Inquiry) -> None:
