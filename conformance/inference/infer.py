@@ -42,6 +42,7 @@ from conformance.inference.steps.features import (
 from conformance.inference.steps.fixed_sizes import fixed_width, hidden_heads
 from conformance.inference.steps.latent import latent_form
 from conformance.inference.steps.position import alibi_counting, encoding_inside, position_input
+from conformance.inference.steps.scale import keep_scale, logit_scale
 from conformance.inference.steps.state import plain_state, position_state
 from conformance.inference.steps.trial import fill_by_trial
 from conformance.model.declarations import Declarations
@@ -128,13 +129,13 @@ def infer(cls: type, *, name: str | None = None, declared: Declarations | None =
         return _inferred(inquiry)
     sequence_order(inquiry)
     inquiry.probe = inquiry.build()
-    for step in (causality, plain_state, position_state, weights_and_heads, layout_constraint,
-                 encoding_constraint):
+    for step in (causality, plain_state, position_state, logit_scale, weights_and_heads,
+                 layout_constraint, encoding_constraint):
         step(inquiry)
     inquiry.capabilities.set(shapes=inquiry.constraint.pairs if inquiry.constraint else None)
     with declarations_read():
-        for step in (encoding_inside, window_form, chunk_form, cache_form, dropout_form, mask_form,
-                     alibi_counting, packed_form):
+        for step in (encoding_inside, keep_scale, window_form, chunk_form, cache_form,
+                     dropout_form, mask_form, alibi_counting, packed_form):
             step(inquiry)
     return _inferred(inquiry)
 

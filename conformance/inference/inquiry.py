@@ -11,6 +11,7 @@ from conformance.inference.found import CapabilitiesFound
 from conformance.inference.plan import Plan
 from conformance.inference.weights.weight_roles import WeightOutcome
 from conformance.model.declarations import Declarations
+from conformance.model.forms import LogitScale
 from conformance.model.remedies import Note
 from conformance.model.spec import Config
 from conformance.model.weights import WeightLayout
@@ -40,6 +41,9 @@ class Inquiry:
     layout: WeightLayout | None = None
     outcome: WeightOutcome | None = None
     """The weight step's layout and outcome."""
+    logit_scale: LogitScale | None = None
+    """The logit scale the layer's design sets, where it is not 1/sqrt(w) (measured at its core:
+    :mod:`conformance.inference.steps.scale`)."""
 
     def build(self, config: Config | None = None, layout: WeightLayout | None = None,
               **changes: object) -> ModuleInstance:

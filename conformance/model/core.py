@@ -78,6 +78,17 @@ class AttentionSite:
     of a tanh between the products and the softmax."""
     learned_scale: bool = False
     """The logits are multiplied by a learned parameter after the product (a temperature)."""
+    heads_mixed: bool = False
+    """The logits are a learned matrix times the heads' logits (talking heads): the products
+    behind them are not observed as q·kᵀ, so no scale is fitted there."""
+    qk_norm: str | None = None
+    """``"head"``: q or k was normalised per head by its own statistics after its projection
+    (Qwen 3's QK-norm), which the per-head weights hold but the float64 reference does not
+    model; ``"heads"``: over every head together before the split (OLMo 2's), which no per-head
+    projection holds; None without."""
+    query_temperature: bool = False
+    """The queries were multiplied by one number per position before the product (a temperature
+    of the query's position, Llama 4's), which no per-head projection holds."""
     how: str = ""
     """In words: the calls the site was found in."""
 
@@ -91,6 +102,17 @@ class AttentionSite:
         if self.sinks:
             found.append(f"the softmax spans {self.sinks} column(s) beyond the keys (attention "
                          "sinks)")
+        if self.learned_scale:
+            found.append("a learned parameter multiplies the logits (a learned temperature)")
+        if self.heads_mixed:
+            found.append("the heads' logits are mixed by a learned matrix before the softmax "
+                         "(talking heads)")
+        if self.qk_norm == "heads":
+            found.append("q or k is normalised over every head together after its projection "
+                         "(a QK-norm across heads, OLMo 2's), which no per-head projection holds")
+        if self.query_temperature:
+            found.append("each query is multiplied by a factor of its position before q·kᵀ (a "
+                         "temperature of the position, Llama 4's)")
         return tuple(found)
 
 

@@ -155,6 +155,11 @@ SPECS: tuple[DeclarationSpec, ...] = (
                     "the constructor argument for causal chunked attention (Llama 4's "
                     "attention_chunk_size): row t sees the positions of its own chunk of C up to "
                     "itself, C * (t // C) .. t"),
+    DeclarationSpec.one_of("scale",
+                           "the logit scale its design means: sqrt = 1/sqrt(head_dim), head_dim "
+                           "= 1/head_dim (muP's, Granite's), none = unscaled (T5's); a measured "
+                           "scale that differs fails",
+                           ("sqrt", "head_dim", "none")),
     DeclarationSpec("positions", "NAME[:ids|vector|start]",
                     "the forward argument for the tokens' positions: (B, L) ids, an (L,) "
                     "vector, or the first position as an int", read=lambda d: d.position_argument()),

@@ -107,15 +107,71 @@ class AlibiBias:
                    "sqrt(head_dim))" if self.scaled else ""))
 
 
+class ScaleRelation(str, Enum):
+    """How a constructor setting sets the logits' scale s."""
+
+    MULTIPLIER = "multiplier"
+    """s = value (Granite's ``attention_multiplier``, a ``softmax_scale``)."""
+    INVERSE_SQRT = "inverse_sqrt"
+    """s = value ** -0.5 (Gemma's ``query_pre_attn_scalar``)."""
+
+    def scale(self, value: float) -> float:
+        return value if self is ScaleRelation.MULTIPLIER else value ** -0.5
+
+
+@dataclass(frozen=True)
+class LogitScale:
+    """The scale of q·kᵀ in the logits where a layer's own design sets it: ``factor`` times
+    w ** ``power`` at the width w where q and k meet (measured at two widths: 1/w is muP's and
+    Granite's default), following the constructor setting ``argument`` by ``relation``; or, with
+    ``followed`` False, a setting whose name says it sets the scale and that behaviour showed
+    ignored (the scale is then the textbook one it computes)."""
+
+    factor: float = 1.0
+    power: float = -0.5
+    argument: str | None = None
+    relation: ScaleRelation | None = None
+    followed: bool = True
+    declared: bool = False
+    """Stated by a declaration (``scale``): a measured scale that differs is a failure."""
+
+    def at(self, width: int) -> float:
+        """The scale at width ``width``."""
+        return self.factor * width ** self.power
+
+    @property
+    def textbook(self) -> bool:
+        return self.power == -0.5 and abs(self.factor - 1.0) < 1e-9
+
+    def law(self) -> str:
+        """The scale as a function of the width w, in words: ``1/sqrt(w)``, ``1/w``, ``0.25``."""
+        if self.power == 0:
+            return f"{self.factor:.4g}"
+        base = {-0.5: "sqrt(w)", -1.0: "w"}.get(self.power, f"w^{-self.power:g}")
+        return f"1/{base}" if abs(self.factor - 1.0) < 1e-9 else f"{self.factor:.4g}/{base}"
+
+    def describe(self) -> str:
+        if self.argument is None:
+            return f"a logit scale of {self.law()}" + (" (declared)" if self.declared else "")
+        if not self.followed:
+            return (f"the logit scale its {self.argument} names, which it ignores (built with "
+                    f"another value, the scale stays {self.law()})")
+        return (f"a logit scale set by {self.argument} (s = {self.argument}"
+                + (" ** -0.5" if self.relation is ScaleRelation.INVERSE_SQRT else "")
+                + f"; by default {self.law()})")
+
+
 @dataclass(frozen=True)
 class PositionEncoding:
     """What the float64 reference applies to the logits beyond q·kᵀ/sqrt(d): a relative position
-    encoding (RoPE, ALiBi, or both) and a logit softcap (Gemma 2's c·tanh(logits / c), applied
-    to the scaled logits before the mask)."""
+    encoding (RoPE, ALiBi, or both), a logit softcap (Gemma 2's c·tanh(logits / c), applied
+    to the scaled logits before the mask), and a logit scale the layer's design sets instead of
+    1/sqrt(d) (see LogitScale)."""
 
     rotary: Rotary | None = None
     alibi: AlibiBias | None = None
     softcap: float | None = None
+    scale: LogitScale | None = None
 
     @property
     def positional(self) -> bool:
@@ -126,6 +182,7 @@ class PositionEncoding:
         parts = [part.describe() for part in (self.rotary, self.alibi) if part]
         if self.softcap is not None:
             parts.append(f"a logit softcap c·tanh(logits / c), c = {self.softcap:g}")
+        # The scale is said once, in a note of its own (inference's), not with every encoding.
         return "; ".join(parts)
 
 

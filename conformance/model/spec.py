@@ -200,6 +200,9 @@ class Capabilities:
             autograd, or a backward that raises NotImplementedError), probed: the checks'
             gradient parts skip, ``autograd`` skips; a backward that crashes otherwise is a bug
             and fails.
+        unmodelled: a part of its computation the float64 reference from its weights does not
+            model (a per-head QK-norm), in words: the checks that need that reference judge it
+            through its attention core or skip; those that only read or write its weights run.
         doubts: what inference could not settle about what it found (see Doubts).
     """
 
@@ -230,6 +233,7 @@ class Capabilities:
     kernel: KernelArguments | None = None
     forward_only: bool = False
     refused_devices: tuple[tuple[str, str], ...] = ()
+    unmodelled: str | None = None
     doubts: Doubts = Doubts()
 
     def describe(self) -> str:

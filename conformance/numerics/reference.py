@@ -127,6 +127,8 @@ def reference_attention(
     q, k, bias = encode(q, k, encoding, keep, start,
                         heads=heads or (0, weights.num_heads, weights.num_kv_heads),
                         tables_in_dtype=tables_in_dtype)
+    if scale is None and encoding is not None and encoding.scale is not None:
+        scale = encoding.scale.at(weights.head_dim)  # the layer's own, measured and explained
     scale = 1.0 / math.sqrt(weights.head_dim) if scale is None else scale
     # Scale q before the product, as SDPA does: in float16 the unscaled product can overflow.
     logits = (q * scale) @ k.transpose(-1, -2) if scale_first else (q @ k.transpose(-1, -2)) * scale

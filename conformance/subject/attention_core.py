@@ -201,6 +201,9 @@ def _softmax_site(tracer: CoreTracer, node: Node, q_len: int, kv_len: int
     query_axis = _query_axis(terms[0], shape, key_axis, q_len)
     if query_axis is None:
         return None
+    temperature = _queries_scaled_by_position(terms[0], shape, query_axis)
+    mixed = any(_learned_operand(term) for term in terms)
+    normalised = _qk_norm(terms[0])
     others = [a for a in range(len(shape)) if a not in (query_axis, key_axis)]
     order = [*others, query_axis, key_axis]
 
@@ -229,7 +232,68 @@ def _softmax_site(tracer: CoreTracer, node: Node, q_len: int, kv_len: int
         used=weights, values=values, result=result, over_keys=over_keys,
         combined=_maps_combined(found[0].nodes[found[1]]) if found is not None else 1,
         sinks=sinks, learned_scale=learned, scalars_known=scalars_known,
+        query_temperature=temperature, qk_norm=normalised, heads_mixed=mixed,
         softcap=_softcap(call.input_node), how=how)
+
+
+def _queries_scaled_by_position(term: Product, shape: tuple[int, ...], query_axis: int) -> bool:
+    """Whether the queries of ``term`` (the operand holding the logits' query axis) were
+    multiplied, since their projection, by a tensor the tokens and the parameters don't make
+    that varies along positions and is one number per position (a (L, 1) table, broadcast over
+    the features): a temperature of the query's position, Llama 4's. RoPE's tables vary over the
+    features, a scale is one number, a learned one is a parameter: none of them is this."""
+    if len(term.output.shape) != len(shape):
+        return False
+    letter = term.out[query_axis]
+    sides = [i for i, letters in enumerate((term.left, term.right)) if letter in letters]
+    if len(sides) != 1:
+        return False
+    start = term.nodes[sides[0]]
+    for node in [start, *_walk(start, "parents")]:
+        if node.name not in SCALINGS or node.scalar is not None or not node.tainted:
+            continue
+        for parent in node.parents:
+            if (not parent.tainted and not parent.learned and len(parent.shape) >= 2
+                    and parent.shape[-1] == 1 and math.prod(parent.shape) > 1):
+                return True
+    return False
+
+
+NORMS = frozenset({"rsqrt", "norm", "layer_norm", "rms_norm", "group_norm", "linalg_vector_norm",
+                   "normalize"})
+"""Ops that normalise a tensor by its own statistics (a QK-norm's RMSNorm or LayerNorm)."""
+
+
+def _learned_operand(term: Product) -> bool:
+    """Whether ``term`` multiplies token-derived logits by a parameter (a learned matrix that
+    mixes the heads' logits, talking heads'): then it is no q·kᵀ, and the product that is lies
+    before it."""
+    return any(node.learned and not node.tainted for node in term.nodes)
+
+
+def _normalised_width(start: Node) -> int | None:
+    """The width of the features the operand ``start`` of q·kᵀ was normalised over by their own
+    statistics since its projection (a QK-norm), or None where it was not: a norm's own output
+    width, or for an ``rsqrt`` of a mean (a hand-written RMSNorm) the width of what it
+    multiplies."""
+    for node in [start, *_walk(start, "parents")]:
+        if node.name not in NORMS or not node.tainted or not node.shape:
+            continue
+        if node.shape[-1] > 1:
+            return node.shape[-1]
+        multiplied = [child.shape[-1] for child in node.children if child.shape]
+        return max(multiplied) if multiplied else None
+    return None
+
+
+def _qk_norm(term: Product) -> str | None:
+    """``"head"`` where q or k was normalised per head after its projection (Qwen 3's QK-norm:
+    over the width where q and k meet), ``"heads"`` where over more (every head together before
+    the split, OLMo 2's), None without a QK-norm."""
+    widths = [w for w in (_normalised_width(node) for node in term.nodes) if w is not None]
+    if not widths:
+        return None
+    return "head" if all(w <= term.width() for w in widths) else "heads"
 
 
 def _query_axis(term: Product, shape: tuple[int, ...], key_axis: int, q_len: int) -> int | None:

@@ -55,6 +55,29 @@ def absorbed_width(node: Node) -> int | None:
     return node.product.width()
 
 
+def broadcast_width(node: Node, width: int) -> int | None:
+    """1 where q (or k) of ``width`` > 1 was made from a token-derived tensor one wide, broadcast
+    over its last axis on the way (HuggingFace's RoPE at head width 1: a one-dimensional q times
+    two-column cos/sin tables): its projection's width, where 1/sqrt(w) is read; else None."""
+    if width <= 1:
+        return None
+    frontier, seen = [node], {id(node)}
+    while frontier and len(seen) < 64:
+        node = frontier.pop(0)
+        if node.product is not None or node.softmax is not None or \
+                node.name not in PASSING | SCALINGS:
+            continue  # as far as rearranging and elementwise ops go: not past a projection
+        tainted = [p for p in node.parents if p.tainted]
+        if any(p.shape and p.shape[-1] == 1 for p in tainted) and node.shape \
+                and node.shape[-1] == width:
+            return 1
+        for parent in tainted:
+            if id(parent) not in seen:
+                seen.add(id(parent))
+                frontier.append(parent)
+    return None
+
+
 def _joined(node: Node, width: int) -> tuple[int, ...]:
     """Where q (or k) of ``width`` was joined along its last axis from parts (MLA's non-rotary
     and rotary dimensions, ``cat([q_nope, q_pe], -1)``), their widths; else ()."""
@@ -85,9 +108,9 @@ def widths(terms: list[Product]) -> tuple[int, ...]:
     for term in terms:
         options = {term.width()}
         for node in term.nodes:
-            absorbed = absorbed_width(node)
-            if absorbed is not None:
-                options.add(absorbed)
+            for reading in (absorbed_width(node), broadcast_width(node, term.width())):
+                if reading is not None:
+                    options.add(reading)
         totals = {t + o for t in totals for o in options}
     base = sum(term.width() for term in terms)
     return (base, *sorted(totals - {base}))

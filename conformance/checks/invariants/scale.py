@@ -15,7 +15,16 @@ the logits are s·q·kᵀ + b, b what the tokens don't move (a mask, a learned p
 fitted from two forwards' changes (Δlogits = s·Δ(q·kᵀ)) is 1/sqrt(w) within the same tolerance,
 w the width of q and k as the core contracts them (MLA: the rotary and non-rotary parts
 together; differential attention: each map's half). A scale the forward passes to
-``scaled_dot_product_attention`` is read, not fitted; a learned temperature is a warning.
+``scaled_dot_product_attention`` is read, not fitted; a learned temperature (a parameter that
+multiplies the logits, per head or one) is the layer's own design, described.
+
+Explained before it is judged: where inference measured the layer's own scale (a
+:class:`~conformance.model.forms.LogitScale`), that is the scale expected. One a constructor
+setting gives is judged against the setting: built with another value, the fitted scale is that
+value's (s = value, or value ** -0.5); a setting whose name says it is the scale and that changes
+nothing fails. 1/w, which muP's and Granite's designs give and 1/sqrt(w) applied twice gives too,
+is a warning naming both, unless a declaration (``scale``) states the scale: then any other
+fails.
 """
 
 from __future__ import annotations
@@ -51,6 +60,8 @@ from conformance.generation.strategies import (
     heads_apart,
     wide_or_own_dtypes,
 )
+from conformance.model.forms import LogitScale, ScaleRelation
+from conformance.model.remedies import Option, Remedy
 from conformance.model.results import Hint, Route
 from conformance.numerics.core_fit import (
     LOGIT_RESIDUAL,
@@ -72,6 +83,16 @@ UNSCALED_WITH_BIAS = (
     "design of its own if that is what it follows, a missing 1/sqrt(w) if not")
 """Why no scaling beside a measured position bias is a warning: behaviour can't tell T5's
 convention from a forgotten scale; intent can."""
+
+OTHER_VALUE = {ScaleRelation.MULTIPLIER: 0.2, ScaleRelation.INVERSE_SQRT: 3.0}
+"""The value a scale setting is built with to see the fitted scale follow (not inference's)."""
+
+INVERSE_WIDTH = ("the logit scale is 1/w, not 1/sqrt(w): muP's and Granite's design (their "
+                 "attention multiplier's default), and also what 1/sqrt(w) applied twice gives: "
+                 "a declaration of the scale decides")
+"""Why 1/w is a warning: a published design and a known mistake give it alike; intent decides."""
+INVERSE_WIDTH_REMEDY = Remedy((Option("scale", "head_dim", "state that 1/w is meant"),
+                               Option("scale", "sqrt", "hold it to 1/sqrt(w)")))
 
 RESIDUAL_ULPS = 16
 """Units in the last place added to RESIDUAL in a dtype: a half-precision kernel rounds its
@@ -156,7 +177,8 @@ class Scale(Check):
                                      smallest, softcap=encoding.softcap if encoding else None)
         if math.isnan(fitted) and residual == 0.0:
             return  # no row sees two keys (a window of one key): nothing to fit a scale to
-        expected = 1 / math.sqrt(case.head_dim)
+        law = encoding.scale if encoding is not None else None
+        expected = law.at(case.head_dim) if law is not None else 1 / math.sqrt(case.head_dim)
         tolerance = 0.01 + 2 * eps(dtype)
         if residual > RESIDUAL + RESIDUAL_ULPS * eps(dtype) or math.isnan(fitted):
             raise Violation(
@@ -166,13 +188,50 @@ class Scale(Check):
                     measured.attention, 2 * (case.kv_len + 2) * eps(case.config.dtype)) else
                 context.hint(lambda: self._computed(context, case)))
         if abs(fitted - expected) <= tolerance * expected:
+            if law is not None:
+                self.explained(context, case, law, fitted, tolerance)
             return
         hint = None
         for words, candidate in scale_groups(case.head_dim, case.num_heads):
             if abs(fitted - candidate) <= tolerance * candidate:
                 hint = Hint(f"matches scale {words}", words.kind)
-        raise Violation(f"the fitted logit scale is {fmt(fitted)}, expected 1/sqrt(head_dim) = "
-                        f"1/sqrt({case.head_dim}) = {fmt(expected)}", hint=hint)
+        said = (f"1/sqrt(head_dim) = 1/sqrt({case.head_dim})" if law is None or law.textbook
+                else f"{law.law().replace('w', 'head_dim')} at head_dim {case.head_dim}")
+        raise Violation(f"the fitted logit scale is {fmt(fitted)}, expected {said} = "
+                        f"{fmt(expected)}" + ("" if law is None or law.argument is None else
+                                              f" ({law.describe()})"), hint=hint)
+
+    def explained(self, context: CheckContext, case: Case, law: LogitScale, fitted: float,
+                  tolerance: float) -> None:
+        """The layer's own scale ``law``, which ``fitted`` matches, judged: a setting's followed
+        (built with another value), one whose name says it is the scale not ignored, 1/w a
+        warning unless declared."""
+        if law.argument is not None:
+            value = OTHER_VALUE[law.relation]
+            other = replace(case.config, settings=((law.argument, value),))
+            measured = probe(context.subject.instantiate(other, case.seed), case,
+                             context.capabilities.call, causal=case.causal,
+                             encoding=context.capabilities.position.encoding)
+            encoding = context.capabilities.position.encoding
+            moved, _ = fit_scale(measured.attention, measured.logits, context.rows(case),
+                                 measured.bias, softcap=encoding.softcap if encoding else None)
+            asked = law.relation.scale(value)
+            if abs(moved - asked) <= tolerance * asked:
+                context.observe(f"the logit scale follows {law.argument}: built with "
+                                f"{law.argument}={value:g}, fitted {fmt(moved)}")
+                return
+            ignored = abs(moved - fitted) <= tolerance * fitted
+            raise Violation(
+                f"built with {law.argument}={value:g} the fitted logit scale is {fmt(moved)}, "
+                f"not {fmt(asked)}" + (f": {law.argument} is ignored (the scale stays "
+                                       f"{fmt(fitted)})" if ignored else ""),
+                hint=(f"is {law.argument} stored and never read (a scale hard-coded where the "
+                      "logits are computed)?") if ignored else
+                     f"does {law.argument} change something other than the logit scale?")
+        if law.power == -1.0 and not law.declared and law.argument is None:
+            raise Violation(f"the fitted logit scale is {fmt(fitted)} = 1/head_dim at head_dim "
+                            f"{case.head_dim}", severity="warn", hint=INVERSE_WIDTH,
+                            remedy=INVERSE_WIDTH_REMEDY)
 
     @staticmethod
     def _computed(context: CheckContext, case: Case) -> str | None:
@@ -190,24 +249,43 @@ class Scale(Check):
             raise ProbeUnfit("the forward computed another number of cores for other tokens")
         dtype = context.judged(case.config.dtype)
         tolerance = scale_tolerance(dtype)
+        encoding = context.capabilities.position.encoding
+        law = encoding.scale if encoding is not None else None
         for index, (site, other) in enumerate(zip(first, second, strict=True)):
             fitted, residual = fitted_scale(site, other)
+            if site.heads_mixed:
+                context.observe(f"{core_words(site, index, len(first))}: the heads' logits are "
+                                "mixed by a learned matrix (talking heads), its own design: no "
+                                "scale of one head's q·kᵀ to judge there")
+                continue
+            if site.learned_scale:
+                # A learned temperature (per head, or one) is a design: described, not held to
+                # 1/sqrt(w); what training set it to is no contract.
+                context.observe(f"{core_words(site, index, len(first))}: a learned parameter "
+                                "multiplies the logits (a learned temperature), its own design: "
+                                f"not held to 1/sqrt(w) (fitted {fmt(fitted)})")
+                continue
             if not site.scalars_known or math.isnan(fitted):
                 continue  # q or k scaled differently on its paths; or no logit moved
             if residual > LOGIT_RESIDUAL + RESIDUAL_ULPS * eps(dtype):
                 context.observe(NOT_ONE_SCALE)
                 continue
-            if any(matches(fitted, 1 / math.sqrt(w), tolerance) for w in site.widths):
+            if law is not None and any(matches(fitted, law.at(w), tolerance)
+                                       for w in site.widths):
+                if law.power == -1.0 and not law.declared and law.argument is None:
+                    raise Violation(f"{core_words(site, index, len(first))}: the fitted logit "
+                                    f"scale is {fmt(fitted)} = 1/w", severity="warn",
+                                    hint=INVERSE_WIDTH,
+                                    remedy=INVERSE_WIDTH_REMEDY)
+                continue
+            if (law is None or not law.declared) and any(
+                    matches(fitted, 1 / math.sqrt(w), tolerance) for w in site.widths):
                 continue
             width = site.widths[0]
             where = core_words(site, index, len(first))
             summary = (f"{where}: the fitted logit scale is {fmt(fitted)}, expected "
                        f"1/sqrt(w) = 1/sqrt({width}) = {fmt(1 / math.sqrt(width))}, w the width of "
                        "q and k where they meet")
-            if site.learned_scale:
-                raise Violation(summary, severity="warn",
-                                hint="a learned parameter multiplies the logits (a temperature): "
-                                     "a design of its own rather than 1/sqrt(w)")
             if matches(fitted, 1.0, tolerance) and bias_form(
                     logit_bias(site, other, fitted), bias_tolerance(site)) is not BiasForm.NONE:
                 raise Violation(summary, severity="warn", hint=UNSCALED_WITH_BIAS)

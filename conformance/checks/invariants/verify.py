@@ -123,11 +123,15 @@ def expect_finite_rows(output: torch.Tensor, rows: torch.Tensor, *,
 
 def position_skip_reason(capabilities: Capabilities) -> str | None:
     """Why a check that compares with the float64 reference can't apply: a position encoding
-    inside that the reference does not model (RoPE and ALiBi it does, once known)."""
+    inside that the reference does not model (RoPE and ALiBi it does, once known), or another
+    part of its computation it does not (``Capabilities.unmodelled``: a per-head QK-norm)."""
     encoding = capabilities.position.encoding
     if capabilities.position.positional and (encoding is None or not encoding.positional):
         return (f"{capabilities.position.positional}: the suite's float64 reference does not model this "
                 "position encoding, so this comparison does not apply")
+    if capabilities.unmodelled:
+        return (f"{capabilities.unmodelled}: the suite's float64 reference from its weights does "
+                "not model that, so this comparison does not apply")
     return None
 
 

@@ -50,7 +50,8 @@ def find_weights(inquiry: Inquiry) -> None:
         kv_argument=plan.roles.kv_heads or plan.roles.kv_group,
         pairs=constraint.pairs if constraint else None,
         max_len=CONTEXT_LENGTH if plan.roles.context else None, notes=notes,
-        grouping=grouping, rope=rope, output_applied=output == "applied")
+        grouping=grouping, rope=rope, output_applied=output == "applied",
+        scale=inquiry.logit_scale)
     if outcome.kv_heads is not None:
         capabilities.set(kv_heads=outcome.kv_heads)
     if outcome.kv_doubt is not None:
@@ -61,6 +62,8 @@ def find_weights(inquiry: Inquiry) -> None:
         capabilities.set(float32_parts=tuple(outcome.float32_parts))
     if outcome.variant_doubt is not None:
         capabilities.doubt(variant=outcome.variant_doubt)
+    if outcome.unmodelled is not None:
+        capabilities.set(unmodelled=outcome.unmodelled)
     inquiry.layout, inquiry.outcome = outcome.layout, outcome
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from conformance.errors import clipped
 from conformance.inference.observing.core_observed import (
+    ROUTED,
     capped,
     core_departures,
     core_softcap,
@@ -37,7 +38,7 @@ from conformance.inference.weights.weight_search import (
     search,
 )
 from conformance.inference.weights.weight_trace import trace
-from conformance.model.forms import PositionEncoding
+from conformance.model.forms import LogitScale, PositionEncoding
 from conformance.model.layouts import ParameterProjections, RelabelledHeads
 from conformance.model.remedies import Note, Option, Remedy
 from conformance.model.weights import WeightLayout, WeightLayoutError, user_path
@@ -63,17 +64,21 @@ class WeightOutcome:
     unexplained_widths: tuple[int, ...] = ()
     float32_parts: list[str] = field(default_factory=list)
     variant_doubt: str | None = None
+    unmodelled: str | None = None
+    """What of its computation the float64 reference from these weights does not model (a
+    per-head QK-norm): the checks that need the reference take the core route."""
 
 
 def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
          kv_argument: str | None, pairs: tuple[tuple[int, int], ...] | None,
          max_len: int | None, notes: list[str | Note], grouping: str | None = None,
          rope: tuple[str, float | None, float | None] | None = None,
-         output_applied: bool = False) -> WeightOutcome:
+         output_applied: bool = False, scale: LogitScale | None = None) -> WeightOutcome:
     """The weight step (see the module docstring); every finding goes into ``notes``.
     ``grouping``: the declared pairing of grouped query and key/value heads (None: found);
     ``rope``: the declared RoPE (pairing, theta, fraction); ``output_applied``: an output
-    projection is declared, so a layer shaped like one that the forward skips is read as it."""
+    projection is declared, so a layer shaped like one that the forward skips is read as it;
+    ``scale``: the logit scale its design sets (measured), in every hypothesis."""
     outcome = WeightOutcome()
     heads, head_dim = reproduction_pair(pairs, single_head)
     kv = next((k for k in range(heads // 2, 0, -1) if heads % k == 0), None) if (
@@ -96,7 +101,8 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
     found = search(found_trace, root, heads, causal=causal, threshold=threshold,
                    encodings=lambda layout, weights: capped(hypotheses(
                        root.inner, cls, weights.head_dim, dependent=outcome.dependent,
-                       causal=causal, tiled=isinstance(layout, RelabelledHeads)), softcap),
+                       causal=causal, tiled=isinstance(layout, RelabelledHeads)), softcap,
+                       scale),
                    groupings=(grouping,) if grouping else ("interleaved", "tiled"),
                    loose=REPRODUCED_FLOAT32)
     if found.reproduced:
@@ -162,12 +168,24 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
         unmapped = core_departures(sites, found.tried, found.error)
         if unmapped is not None:  # no textbook weights to find: checked through its core
             notes.append(unmapped)
-            return WeightOutcome(dependent=outcome.dependent, float32_parts=outcome.float32_parts)
+            # Its grouped key/value heads are still read (a QK-norm layer has them): the
+            # configurations generated build them, and kv_groups says why it can't judge them.
+            kv_heads = _kv_heads(build, found.layout, kv_argument, heads, head_dim, kv,
+                                 None if single_head else pairs, notes)
+            return WeightOutcome(dependent=outcome.dependent, float32_parts=outcome.float32_parts,
+                                 kv_heads=kv_heads)
+        if any(site.qk_norm == "head" for site in sites):
+            outcome.unmodelled = ("q and k are normalised per head after their projections (a "
+                                  "QK-norm, Qwen 3's)")
+            follows = (f"{outcome.unmodelled}, which the float64 reference from weights does not "
+                       f"model: {ROUTED} judge it through its attention core, kv_groups changes "
+                       "one key/value head through these weights")
+        else:
+            follows = "the reference checks will show how it differs"
         notes.append(f"weights: {describe} (by the roles its forward gives them: nudging a query "
                      "changes its own row, a value every row linearly, a key every row; no "
                      f"assignment of {found.tried} tried reproduces its output, closest "
-                     f"relative error {found.error:.1e}: the reference checks will show how it "
-                     "differs)")
+                     f"relative error {found.error:.1e}: {follows})")
     outcome.kv_heads = _kv_heads(build, found.layout, kv_argument, heads, head_dim, kv,
                                  None if single_head else pairs, notes)
     skipped = _skipped_output(found_trace, found.layout, root, heads)
