@@ -4,9 +4,8 @@ every correct layer checked without a failure, and every broken twin failing the
 for its bug.
 
 Issue 53 is built in steps. What its later steps settle is marked here as an expected failure
-(strict: the day a step makes one pass, the mark has to go), each saying which step: a scale
-explained before it is judged (2), per-head checks at the core (3), the reference through the
-core (4), sizes inference picks kept small (5).
+(strict: the day a step makes one pass, the mark has to go), each saying which step: sizes
+inference picks kept small and a fixed-length layer checked at its length (5).
 """
 
 from __future__ import annotations
@@ -14,25 +13,16 @@ from __future__ import annotations
 import pytest
 
 from conformance import Status
+from conformance.inference import infer
 from conformance.loading.registry import ResolveError, resolve
+from conformance.model.remedies import texts
+from conformance.model.results import Route
 from conformance.run.many import check_many
 from tests.fixtures import new_designs as designs
 
 PENDING = {
-    "ChunkedTemperatureAttention": "a temperature that is a function of the query's position is "
-                                   "not yet measured per row (issue 53, step 2)",
-    "SettingScaledAttention": "a scale a constructor setting gives is not yet judged against "
-                              "the setting (issue 53, step 2)",
-    "LearnedTemperatureAttention": "a learned logit scale is not yet described as such on the "
-                                   "weights route (issue 53, step 2)",
-    "CrossHeadQKNormAttention": "a norm over every head before the split is not yet told from "
-                                "head mixing: per-head checks at the core (issue 53, steps 3-4)",
-    "TalkingHeadsAttention": "heads mixed by a learned parameter inside the core are not yet "
-                             "described as designed mixing (issue 53, step 3)",
     "WindowAttention": "a window size inference must choose is not yet kept small, nor a "
                        "fixed-length layer checked at its length (issue 53, step 5)",
-    "MultiplierIgnored": "whether a scale setting is followed is not yet measured (issue 53, "
-                         "step 2)",
     "WindowBiasAfterSoftmax": "see WindowAttention (issue 53, step 5)",
 }
 """The layers whose verdict a later step of issue 53 settles, and why they are not right yet."""
@@ -82,3 +72,29 @@ def test_each_twin_fails_the_check_named_for_its_bug(checked, cls, check):
     results = checked[cls.__name__]
     assert "load" not in results, results["load"]
     assert results[check].status is Status.FAILED, results[check]
+
+
+DESCRIBED = {
+    "ChunkedTemperatureAttention": "a temperature of the position",
+    "LearnedTemperatureAttention": "a learned temperature",
+    "CrossHeadQKNormAttention": "a QK-norm",
+    "TalkingHeadsAttention": "talking heads",
+}
+"""The designs whose core departs from one softmax of per-head q·kᵀ, and the words that say
+how: no per-head weights hold them, so the checks that can judge them through their core do."""
+
+
+@pytest.mark.parametrize("name", list(DESCRIBED))
+def test_a_core_of_its_own_design_is_described_and_judged_there(checked, name):
+    scale = checked[name]["scale"]
+    assert scale.route is Route.CORE and scale.status is Status.PASSED
+    for check in ("row_stochastic", "reference"):
+        assert checked[name][check].route is Route.CORE
+        assert checked[name][check].status is Status.PASSED
+    notes = texts(infer(getattr(designs, name)).notes)
+    assert any(DESCRIBED[name] in note and "judge it through its" in note for note in notes)
+
+
+def test_a_scale_setting_is_followed_and_one_ignored_fails_for_it(checked):
+    assert checked["SettingScaledAttention"]["reference"].status is Status.PASSED
+    assert "attention_multiplier is ignored" in checked["MultiplierIgnored"]["scale"].reason

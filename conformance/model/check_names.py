@@ -19,7 +19,7 @@ CHECK_NAMES: tuple[str, ...] = (
 )
 
 
-THROUGH_THE_CORE: tuple[str, ...] = ("row_stochastic", "scale")
+THROUGH_THE_CORE: tuple[str, ...] = ("row_stochastic", "reference", "scale")
 """The checks with a second route: where no weight layout maps a layer, they judge it through
 its attention core, observed in its forward (:class:`conformance.model.results.Route`)."""
 

@@ -15,14 +15,13 @@ from __future__ import annotations
 import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.structure_edges import zero_logit_gap
 from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Lacking, Violation
-from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.spec import Capabilities
-from conformance.numerics.reference import allowed_keys
-from conformance.numerics.tolerance import abs_error, eps, unchanged_tolerance, worst_index
+from conformance.numerics.tolerance import abs_error, unchanged_tolerance, worst_index
 from conformance.subject.boundary import Inputs
 
 EARLY_HINT = ("the chunk boundaries sit one position early: are the chunk ids computed from "
@@ -31,8 +30,10 @@ LATE_HINT = ("the chunk boundaries sit one position late: are the chunk ids comp
              "(t - 1) // C where t // C is meant?")
 
 
-def _chunk_words(start: int, chunk: int) -> str:
-    return f"chunks of {chunk} positions: the chunk starting at {start} holds {start}..{start + chunk - 1}"
+def _chunk_words(start: int, end: int, chunk: int) -> str:
+    """The chunk of rows ``start`` .. ``end - 1`` (the case's part of it), in words."""
+    return (f"chunks of {chunk} positions: the chunk starting at {start} holds "
+            + (f"{start}..{end - 1}" if end - 1 > start else f"{start} alone"))
 
 
 def _perturb_before(inputs: Inputs, start: int, case: Case) -> Inputs:
@@ -80,7 +81,7 @@ class Chunked(Check):
             raise Violation(
                 f"changing inputs at positions < {start} changed output row {start + offset} of "
                 f"batch {b} by {fmt(float(diff[b, offset].max()))} (tolerance {fmt(tolerance)}); "
-                f"in {_chunk_words(start, chunk)}", hint=EARLY_HINT)
+                f"in {_chunk_words(start, end, chunk)}", hint=EARLY_HINT)
 
         cotangent = torch.zeros_like(before)
         cotangent[:, start:end] = case.tensor(case.batch, end - start, before.shape[-1],
@@ -94,7 +95,7 @@ class Chunked(Check):
                     f"the gradient of rows {start}..{end - 1} with respect to {name} at position "
                     f"{position}, before their chunk (batch {b}), is "
                     f"{fmt(float(outside[b, position].max()))}, not exactly 0; in "
-                    f"{_chunk_words(start, chunk)}",
+                    f"{_chunk_words(start, end, chunk)}",
                     hint=EARLY_HINT if position == start - 1 else None)
         cotangent = torch.zeros_like(before)
         cotangent[:, end - 1] = case.tensor(case.batch, before.shape[-1], stream=93)
@@ -103,26 +104,19 @@ class Chunked(Check):
         if end - 1 > start and float(reach.abs().max()) == 0.0:
             raise Violation(
                 f"output row {end - 1} does not depend on position {start}, the first of its "
-                f"chunk ({_chunk_words(start, chunk)})", hint=LATE_HINT)
+                f"chunk ({_chunk_words(start, end, chunk)})", hint=LATE_HINT)
 
     def edges(self, context: CheckContext, case: Case) -> None:
-        attention = measure_attention(context.build(case), case, context.capabilities.call,
-                                      causal=True, gain=0.0)
-        visible = allowed_keys(case.batch, case.q_len, case.kv_len, None, True,
-                               window=case.window, chunk=case.chunk).expand_as(attention)
-        counts = visible.sum(dim=-1, keepdim=True).to(torch.float64)
-        expected = torch.where(visible, 1.0 / counts, 0.0)
-        diff = abs_error(attention, expected)
-        tolerance = 4 * (case.kv_len + 2) * eps(context.judged(case.config.dtype))
-        if float(diff.max()) <= tolerance:
+        gap = zero_logit_gap(context, case)
+        if gap is None:
             return
-        b, h, row, key = worst_index(diff)
+        row, key = gap.row, gap.key
         start = row - row % case.chunk
-        where = "inside" if bool(visible[b, h, row, key]) else "outside"
+        where = "inside" if gap.inside else "outside"
         hint = (EARLY_HINT if key == start - 1 else
                 LATE_HINT if key == start and where == "inside" else None)
         raise Violation(
             f"with zero content logits, row {row} (its chunk's positions {start}..{row}) gives "
-            f"position {key}, {where} them, weight {fmt(float(attention[b, h, row, key]))}, "
-            f"expected {fmt(float(expected[b, h, row, key]))} (batch {b}, head {h}; "
-            f"chunks of {case.chunk})", hint=hint)
+            f"position {key}, {where} them, weight {fmt(gap.measured)}, expected "
+            f"{fmt(gap.expected)} (batch {gap.batch}, head {gap.head}; chunks of {case.chunk})",
+            hint=hint)

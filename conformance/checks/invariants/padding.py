@@ -26,6 +26,7 @@ from conformance.checks.invariants.verify import fmt, reference_applies
 from conformance.checks.invariants.violation import CheckFailed, Lacking, Violation
 from conformance.checks.mask_mistakes import Mistake, named, weights_mistake
 from conformance.checks.probes import measure_attention
+from conformance.generation.base_case import base_case
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.remedies import Option, Remedy
@@ -52,6 +53,19 @@ UNRESOLVED_REMEDY = Remedy((Option("mask", "KIND:LAYOUT@ARGUMENT",
 ASSUMED_REMEDY = Remedy.to("mask", None, "state the mask it takes, if the one assumed is not it")
 
 
+def revealing_masks(caps: Capabilities, device: str) -> tuple[Case, ...]:
+    """The case always tried first for an always-causal layer: in every batch element a masked
+    key before a kept one, key 0 kept (inference's probe case). Under causal masking, right
+    padding hides masked keys from every kept row whatever the mask does, so a mask applied on
+    the query axis, or not at all below the diagonal, shows only here."""
+    if (caps.causality.kind != "always" or caps.cross_attention or caps.queries is not None
+            or (caps.max_len or 6) < 6):
+        return ()  # without causal masking, the generated masks show it
+    dtype = torch.float32 if torch.float32 in caps.floats.supported else caps.floats.supported[0]
+    case = base_case(caps, dtype, device, q_len=6, kv_len=6, kept=(3, 4), mask_seed=2)
+    return () if case.shared_mask or not bool(case.attendable_rows().all()) else (case,)
+
+
 def _positions(row: torch.Tensor) -> list[int]:
     return [int(i) for i in torch.nonzero(row).flatten()]
 
@@ -75,7 +89,8 @@ class Padding(Check):
                                         remedy=UNRESOLVED_REMEDY), None)
         try:
             context.explore(cases(caps, context.device, masks="partly_masked"),
-                            lambda case: self.no_influence(context, case))
+                            lambda case: self.no_influence(context, case),
+                            examples=revealing_masks(caps, context.device))
         except CheckFailed as failure:
             if caps.doubts.mask_assumed and isinstance(failure.error, Violation):
                 failure.error.details.append(f"the mask convention was assumed: "

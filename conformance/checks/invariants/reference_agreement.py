@@ -9,26 +9,32 @@ hand-written backward is judged against what half precision can do on that very 
 with no key to attend to are the fully_masked check's. A gradient that disagrees is said to be no
 derivative of the forward only where finite differences of the implementation's own forward, in
 its own float32 or float64, disagree with its backward too.
+
+Through the core, where no weight layout maps the layer or its position encoding is one the
+reference does not model: each attention core its forward computes against the float64 softmax
+of its own logits with the keys attention hides masked (see
+:mod:`conformance.checks.invariants.core_reference`).
 """
 
 from __future__ import annotations
 
 import torch
 
+from conformance.checks.core_route import core_cases, require_core, weights_skip_reason
 from conformance.checks.invariants.autograd import FD_STEP, finite_difference_problem
 from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.core_reference import verify_core
 from conformance.checks.invariants.likely_bug import expect_finite_or_mask_mistake, likely_bug
 from conformance.checks.invariants.verify import (
     agree_with_reference,
     output_disagreement,
-    reference_skip_reason,
 )
 from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
-from conformance.generation.strategies import cases
+from conformance.generation.strategies import cases, wide_or_own_dtypes
 from conformance.model.forms import PositionEncoding
 from conformance.model.remedies import Option, Remedy
-from conformance.model.spec import Capabilities
+from conformance.model.results import Route
 from conformance.model.weights import HeadWeights
 from conformance.numerics.reference import reference_attention
 from conformance.numerics.tolerance import Agreement, agreement
@@ -90,11 +96,17 @@ class ReferenceAgreement(Check):
     name = "reference"
     title = "output and input gradients agree with the float64 reference (per-example tolerance)"
 
-    def skip_reason(self, capabilities: Capabilities) -> str | None:
-        return reference_skip_reason(capabilities)
-
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities
+        unmapped = weights_skip_reason(caps)
+        if unmapped is not None:  # the reference through each core the forward computes
+            require_core(context, unmapped)
+            context.explore(core_cases(caps, context.device, masks="auto",
+                                       causal=caps.causality.kind == "always",
+                                       dtypes=wide_or_own_dtypes(caps)),
+                            lambda case: verify_core(context, case))
+            return
+        context.route = Route.WEIGHTS
         context.explore(cases(caps, context.device,
                               masks="auto"),
                         lambda case: self.verify(context, case))

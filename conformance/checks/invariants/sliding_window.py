@@ -13,15 +13,14 @@ from __future__ import annotations
 import torch
 
 from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.structure_edges import zero_logit_gap
 from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Lacking, Violation
-from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.remedies import Remedy
 from conformance.model.spec import Capabilities
-from conformance.numerics.reference import allowed_keys
-from conformance.numerics.tolerance import abs_error, eps, unchanged_tolerance, worst_index
+from conformance.numerics.tolerance import abs_error, unchanged_tolerance, worst_index
 from conformance.subject.boundary import Inputs
 
 WIDE_HINT = ("the window is one key too wide: is it `i - j <= W` where `i - j < W` is meant "
@@ -108,23 +107,16 @@ class SlidingWindow(Check):
                 f"of {window} keys ({edge}..{row})", hint=NARROW_HINT)
 
     def edges(self, context: CheckContext, case: Case) -> None:
-        attention = measure_attention(context.build(case), case, context.capabilities.call,
-                                      causal=True, gain=0.0)
-        visible = allowed_keys(case.batch, case.q_len, case.kv_len, None, True,
-                               window=case.window).expand_as(attention)
-        counts = visible.sum(dim=-1, keepdim=True).to(torch.float64)
-        expected = torch.where(visible, 1.0 / counts, 0.0)
-        diff = abs_error(attention, expected)
-        tolerance = 4 * (case.kv_len + 2) * eps(context.judged(case.config.dtype))
-        if float(diff.max()) <= tolerance:
+        gap = zero_logit_gap(context, case)
+        if gap is None:
             return
-        b, h, row, key = worst_index(diff)
+        row, key = gap.row, gap.key
         first = max(0, row - case.window + 1)
-        where = ("inside" if bool(visible[b, h, row, key]) else "outside")
+        where = "inside" if gap.inside else "outside"
         hint = (WIDE_HINT if key == row - case.window else
                 NARROW_HINT if key == first and where == "inside" else None)
         raise Violation(
             f"with zero content logits, row {row} (window of {case.window} keys: positions "
             f"{first}..{row}) gives position {key}, {where} the window, weight "
-            f"{fmt(float(attention[b, h, row, key]))}, expected {fmt(float(expected[b, h, row, key]))}"
-            f" (batch {b}, head {h})", hint=hint)
+            f"{fmt(gap.measured)}, expected {fmt(gap.expected)} (batch {gap.batch}, head "
+            f"{gap.head})", hint=hint)
