@@ -39,3 +39,17 @@ def test_a_mask_mistake_at_the_core_fails_the_reference_named(verdicts, name):
     assert result.route is Route.CORE and result.status is Status.FAILED
     assert "gives the keys attention hides from it" in result.reason
     assert result.hint == TWINS[name]
+
+
+def test_an_input_the_forward_ignores_at_width_one_has_its_zero_derivative():
+    """Perceiver's LayerNorm over a context one feature wide makes every token the same: no
+    gradient reaches the keys because the output does not depend on them, and that zero is the
+    derivative, not a detached graph (a thorough-profile false alarm, seed 1)."""
+    from conformance.generation.cases import Case
+
+    spec = "tests.fixtures.new_architectures:PerceiverLatentAttention"
+    case = Case(batch=1, q_len=4, kv_len=3, num_heads=1, head_dim=1, seed=0, kept=(2,))
+    (result,) = check_many([(spec, resolve(spec)[0])], devices=["cpu"], checks=("autograd",),
+                           replay=case)
+    assert result.status is Status.PASSED, result.reason
+    assert any("its zero gradient is its derivative" in note for note in result.observations)

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from conformance.subject.core_trace import PASSING, SCALINGS, Node, Product
 
+ELEMENTWISE = SCALINGS | {"add", "add_", "__add__", "__radd__", "__iadd__", "sub", "sub_",
+                          "__sub__", "__rsub__", "__isub__"}
+"""Ops that combine tensors element by element, broadcasting a size-1 axis."""
+
 SAME_FACTOR = 1e-6
 """Relative difference under which two paths' scalar factors are one factor (float rounding)."""
 
@@ -68,9 +72,9 @@ def broadcast_width(node: Node, width: int) -> int | None:
                 node.name not in PASSING | SCALINGS:
             continue  # as far as rearranging and elementwise ops go: not past a projection
         tainted = [p for p in node.parents if p.tainted]
-        if any(p.shape and p.shape[-1] == 1 for p in tainted) and node.shape \
-                and node.shape[-1] == width:
-            return 1
+        if node.name in ELEMENTWISE and node.shape and node.shape[-1] == width and any(
+                p.shape and p.shape[-1] == 1 for p in tainted):
+            return 1  # an elementwise op broadcast the one column (not a join: cat adds widths)
         for parent in tainted:
             if id(parent) not in seen:
                 seen.add(id(parent))
