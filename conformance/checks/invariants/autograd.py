@@ -3,11 +3,11 @@
 Property: backward runs; every parameter receives a gradient and every gradient is finite; the
 query and value inputs (and the key input where a row has two keys to weigh) receive a non-zero
 gradient wherever the output depends on them (an input the forward ignores at that size, as a
-LayerNorm over one feature does, has the zero derivative); in float64 on tiny shapes, the backward pass agrees with finite differences of the
-forward (for random directions d and cotangents c, <grad of sum(c * f), d> equals the
-fourth-order central difference of t -> sum(c * f(x + t d)), at the precision the
-implementation computes in, once that difference has converged: refined with smaller steps
-where it disagrees, and judged only where two successive steps agree); and key/value inputs
+LayerNorm over one feature does, has the zero derivative); in float64 on tiny shapes, the backward
+pass agrees with finite differences of the forward (for random directions d and cotangents c, <grad
+of sum(c * f), d> equals the fourth-order central difference of t -> sum(c * f(x + t d)), at the
+precision the implementation computes in, once that difference has converged: refined with smaller
+steps where it disagrees, and judged only where two successive steps agree); and key/value inputs
 at masked positions receive exactly zero gradient (for self-attention: with no gradient flowing
 into the masked positions' own rows).
 
