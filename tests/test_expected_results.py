@@ -203,7 +203,7 @@ MUTANT_KINDS = {
     "rope_theta_ignored": "rope",
     "rotary_fraction_ignored": "rope",
     "softmax_query_axis": "softmax_axis", "streaming_half_accumulators": "precision",
-    "window_off_by_one": "window",
+    "window_off_by_one": "window", "chunk_off_by_one": "chunk",
 }
 """Each bundled mutant's kind of bug."""
 
@@ -221,6 +221,7 @@ HINT_KINDS = [
     ("one common factor about one common point", {"batch_reduction"}),
     ("expanded with repeat", {"kv_grouping"}),
     ("the window is one key too", {"window"}), ("matches a window of", {"window"}),
+    ("the chunk boundaries sit one position", {"chunk"}),
     ("matches RoPE", {"rope"}), ("RoPE makes attention depend on i - j", {"rope"}),
     ("stored and never read", {"rope"}), ("change something other than RoPE", {"rope"}),
     ("ALiBi bias added with the wrong sign", {"alibi"}),
