@@ -55,12 +55,13 @@ def test_only_attributes_read_through_self_in_their_own_class_are_renamed(tmp_pa
 
 def test_the_self_test_warns_when_names_cost_a_correct_solution_points(tmp_path):
     """A rubric that declares the weights by name ties the points to those names."""
-    text = (EXAMPLE / "rubric.toml").read_text().replace(
+    original = (EXAMPLE / "rubric.toml").read_text()
+    declared = 'output-projection = "applied", scale = "sqrt" }'
+    assert declared in original  # the interface the names are added to
+    text = original.replace(
         'reference = "reference/attention.py"',
         f'reference = "{EXAMPLE / "reference" / "attention.py"}"').replace(
-        'heads-arg = "num_heads", output-projection = "applied" }',
-        'heads-arg = "num_heads", output-projection = "applied", '
-        'weights = "q_proj,k_proj,v_proj,out_proj" }')
+        declared, declared[:-2] + ', weights = "q_proj,k_proj,v_proj,out_proj" }')
     path = tmp_path / "rubric.toml"
     path.write_text(text)
     result = selftest.run(load(path), mutants=[])
