@@ -18,14 +18,10 @@ import torch
 from torch import nn
 
 from tests.fixtures import new_architectures as arch
+from tests.oracle import F64, heads, linear, merge, randn, rms, same_weights
 
-F64 = torch.float64
 LOOSE = {"rtol": 1e-5, "atol": 1e-5}
 """Layers whose rotary tables are float32 by design agree with float64 to float32's rounding."""
-
-
-def randn(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
 
 
 def build(cls, *args, seed=0, **kwargs):
@@ -44,29 +40,7 @@ def build(cls, *args, seed=0, **kwargs):
     return module
 
 
-def same_weights(module, cls, *args, **kwargs):
-    """A ``cls(*args, **kwargs)`` in float64 holding ``module``'s parameters."""
-    other = cls(*args, **kwargs).double().eval()
-    other.load_state_dict(module.state_dict())
-    return other
-
-
 # -- textbook float64 pieces ---------------------------------------------------------------------
-
-def linear(x, layer):
-    out = x @ layer.weight.T
-    return out if layer.bias is None else out + layer.bias
-
-
-def heads(t, count):
-    """(B, L, count * d) -> (B, count, L, d)."""
-    return t.reshape(*t.shape[:2], count, -1).transpose(1, 2)
-
-
-def merge(out):
-    """(B, H, L, d) -> (B, L, H * d)."""
-    return out.transpose(1, 2).reshape(out.shape[0], out.shape[2], -1)
-
 
 def attention(q, k, v, allowed=None, scale=None, bias=0.0):
     """softmax(q k^T * scale + bias, -inf where not ``allowed``) v over (..., L, d)."""
@@ -90,10 +64,6 @@ def rope(x, positions, theta=10000.0, interleaved=False):
         return torch.stack((z.real, z.imag), dim=-1).flatten(-2)
     z = torch.complex(x[..., : dim // 2], x[..., dim // 2:]) * turn
     return torch.cat((z.real, z.imag), dim=-1)
-
-
-def rms(x, weight, eps):
-    return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight
 
 
 def layer_norm(x, norm):

@@ -16,12 +16,7 @@ import pytest
 import torch
 
 from tests.fixtures import new_designs as designs
-
-F64 = torch.float64
-
-
-def randn(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
+from tests.oracle import F64, heads, linear, merge, randn, rms, same_weights
 
 
 def build(cls, *args, seed=0, **kwargs):
@@ -37,29 +32,7 @@ def build(cls, *args, seed=0, **kwargs):
     return module
 
 
-def same_weights(module, cls, *args, **kwargs):
-    """A ``cls(*args, **kwargs)`` in float64 holding ``module``'s parameters."""
-    other = cls(*args, **kwargs).double().eval()
-    other.load_state_dict(module.state_dict())
-    return other
-
-
 # -- textbook float64 pieces ---------------------------------------------------------------------
-
-def linear(x, layer):
-    out = x @ layer.weight.T
-    return out if layer.bias is None else out + layer.bias
-
-
-def heads(t, count):
-    """(B, L, count * d) -> (B, count, L, d)."""
-    return t.reshape(*t.shape[:2], count, -1).transpose(1, 2)
-
-
-def merge(out):
-    """(B, H, L, d) -> (B, L, H * d)."""
-    return out.transpose(1, 2).reshape(out.shape[0], out.shape[2], -1)
-
 
 def grouped(t, num_heads):
     """(B, Hkv, L, d) -> (B, num_heads, L, d): query head h reads key/value head h // group."""
@@ -70,10 +43,6 @@ def grouped(t, num_heads):
 def softmax_masked(scores, allowed):
     """softmax over the last dimension with -inf where not ``allowed``."""
     return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
-
-
-def rms(x, weight, eps):
-    return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight
 
 
 def allowed_by(rule, keep, length):
