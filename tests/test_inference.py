@@ -65,8 +65,7 @@ MUTANTS = {module.IMPLEMENTATION.name: module for module in MUTANT_MODULES}
 def _inverse_width(caps) -> bool:
     """Whether inference measured a logit scale of 1/w no setting explains (a warning)."""
     encoding = caps.position.encoding
-    scale = None if encoding is None else encoding.scale
-    return scale is not None and scale.power == -1.0 and scale.argument is None
+    return encoding is not None and encoding.scale is not None and encoding.scale.ambiguous
 
 
 @pytest.fixture(scope="module")

@@ -143,6 +143,13 @@ class LogitScale:
     def textbook(self) -> bool:
         return self.power == -0.5 and abs(self.factor - 1.0) < 1e-9
 
+    @property
+    def ambiguous(self) -> bool:
+        """1/w measured, neither stated nor set by an argument: muP's and Granite's design, and
+        also 1/sqrt(w) applied twice; intent decides."""
+        return (self.power == -1.0 and abs(self.factor - 1.0) < 1e-6 and not self.declared
+                and self.argument is None)
+
     def law(self) -> str:
         """The scale as a function of the width w, in words: ``1/sqrt(w)``, ``1/w``, ``0.25``."""
         if self.power == 0:

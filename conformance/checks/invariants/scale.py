@@ -209,10 +209,9 @@ class Scale(Check):
         if law.argument is not None:
             value = OTHER_VALUE[law.relation]
             other = replace(case.config, settings=((law.argument, value),))
-            measured = probe(context.subject.instantiate(other, case.seed), case,
-                             context.capabilities.call, causal=case.causal,
-                             encoding=context.capabilities.position.encoding)
             encoding = context.capabilities.position.encoding
+            measured = probe(context.subject.instantiate(other, case.seed), case,
+                             context.capabilities.call, causal=case.causal, encoding=encoding)
             moved, _ = fit_scale(measured.attention, measured.logits, context.rows(case),
                                  measured.bias, softcap=encoding.softcap if encoding else None)
             asked = law.relation.scale(value)
@@ -228,7 +227,7 @@ class Scale(Check):
                 hint=(f"is {law.argument} stored and never read (a scale hard-coded where the "
                       "logits are computed)?") if ignored else
                      f"does {law.argument} change something other than the logit scale?")
-        if law.power == -1.0 and not law.declared and law.argument is None:
+        if law.ambiguous:
             raise Violation(f"the fitted logit scale is {fmt(fitted)} = 1/head_dim at head_dim "
                             f"{case.head_dim}", severity="warn", hint=INVERSE_WIDTH,
                             remedy=INVERSE_WIDTH_REMEDY)
@@ -272,7 +271,7 @@ class Scale(Check):
                 continue
             if law is not None and any(matches(fitted, law.at(w), tolerance)
                                        for w in site.widths):
-                if law.power == -1.0 and not law.declared and law.argument is None:
+                if law.ambiguous:
                     raise Violation(f"{core_words(site, index, len(first))}: the fitted logit "
                                     f"scale is {fmt(fitted)} = 1/w", severity="warn",
                                     hint=INVERSE_WIDTH,

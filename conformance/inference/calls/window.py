@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from conformance.generation.cases import Case
-from conformance.numerics.tolerance import abs_error, unchanged_tolerance
+from conformance.inference.calls.chunk import dependence
 from conformance.subject.boundary import ImplementationError, Instance
 
 SETTLED = {"sliding_window": "keys", "sliding_window_size": "keys", "max_attend_past": "left"}
@@ -29,18 +29,7 @@ CONVENTION_WORDS = {"keys": "W keys per row, itself included (HuggingFace's slid
 
 def seen_positions(instance: Instance, case: Case, call: str) -> list[int]:
     """The positions whose inputs change the last row's output."""
-    inputs = case.inputs(call, use_mask=False)
-    before = instance.forward(inputs)
-    tolerance = unchanged_tolerance(before.dtype, before)
-    seen = []
-    for position in range(case.q_len):
-        where = torch.zeros(case.batch, case.kv_len, dtype=torch.bool)
-        where[:, position] = True
-        after = instance.forward(case.replace_positions(inputs, where, stream=9, scale=3.0,
-                                                        query_too=True))
-        if float(abs_error(after, before)[:, -1].max()) > tolerance:
-            seen.append(position)
-    return seen
+    return [int(p) for p in torch.nonzero(dependence(instance, case, call)[-1]).flatten()]
 
 
 def probe_convention(build: Callable[[int], Instance], case: Case,

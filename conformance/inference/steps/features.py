@@ -118,7 +118,8 @@ def chunk_form(inquiry: Inquiry) -> None:
     if declared:
         how = "declared"
     elif seen_kind is chunking.Seen.CHUNKS:
-        how = f"probed: {probed}, row t sees {chunking.PROBE_CHUNK} * (t // 3) .. t"
+        how = (f"probed: {probed}, row t sees {chunking.PROBE_CHUNK} * (t // "
+               f"{chunking.PROBE_CHUNK}) .. t")
     elif seen is None:
         how = f"its name says so; {probed} it raised"
     else:

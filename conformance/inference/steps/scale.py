@@ -119,7 +119,7 @@ def logit_scale(inquiry: Inquiry) -> None:
         if settled:
             scale = LogitScale(factor, power, name, relations[0], followed=False)
             break
-    if scale is None and (power, round(factor, 6)) == (-1.0, 1.0):
+    if scale is None and LogitScale(factor, power).ambiguous:
         scale = LogitScale(factor, power)  # 1/w: muP's and Granite's, or 1/sqrt(w) twice
     if scale is None:
         return
