@@ -20,6 +20,7 @@ from conformance.checks.diagnosis import SOFTMAX_OVER_QUERIES
 from conformance.checks.invariants.base import CheckContext
 from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Violation
+from conformance.checks.mask_mistakes import Mistake, named
 from conformance.generation.cases import Case
 from conformance.model.core import AttentionSite, CoreKind
 from conformance.numerics.reference import allowed_keys
@@ -30,8 +31,9 @@ ROUNDING_ULPS = 4
 weight is rounded with its exponent's argument (x - max, rounded relative to its size) and its sum
 over the keys."""
 
-MASKED_AFTER = ("the weights that multiply the values are the softmax's times the mask, not "
-                "renormalised: is the mask applied after the softmax?")
+MASKED_AFTER = named(Mistake.AFTER_SOFTMAX)
+"""The mask mistake the weights that multiply the values show where they are the softmax's
+times the mask, not renormalised: named as the weights route names it, with its kind."""
 LEAKS = "a key the mask (or the causal structure) hides gets weight: is the mask applied there?"
 
 
@@ -72,6 +74,15 @@ def _tolerance(site: AttentionSite, reference: torch.Tensor) -> float:
     return ROUNDING_ULPS * torch.finfo(dtype).eps * (reference.shape[-1] + 2 + spread)
 
 
+def _after(site: AttentionSite, own: torch.Tensor, hidden: torch.Tensor, judged: torch.Tensor,
+           tolerance: float) -> bool:
+    """Whether the weights that multiply the values are the softmax's ``own`` times the mask,
+    not renormalised, on the ``judged`` rows (measured only for a failure's hint)."""
+    return site.used is not None and site.used.shape == own.shape and bool(torch.allclose(
+        torch.where(judged, site.used.to(torch.float64), 0.0),
+        torch.where(judged, own * ~hidden, 0.0), atol=tolerance))
+
+
 def verify_core(context: CheckContext, case: Case) -> None:
     """The property of the module docstring on ``case`` (one mask for the batch)."""
     found = sites_of(context.build(case), case.inputs(context.capabilities.call), case)
@@ -86,14 +97,12 @@ def verify_core(context: CheckContext, case: Case) -> None:
         judged = rows[None, :, None] & torch.isfinite(expected)  # a row hidden whole: not here
         diff = torch.where(judged, (own - expected).abs(), 0.0).nan_to_num(nan=float("inf"))
         tolerance = _tolerance(site, expected)
-        after = site.used is not None and site.used.shape == own.shape and bool(torch.allclose(
-            torch.where(judged, site.used.to(torch.float64), 0.0),
-            torch.where(judged, own * ~hidden, 0.0), atol=tolerance))
         if float(diff.max()) > tolerance:
             group, row, key = worst_index(diff)
             leaked = torch.where(hidden[row], own[group, row], 0.0).nan_to_num()
             if float(leaked.sum()) > tolerance:
                 keys = [int(k) for k in torch.nonzero(leaked > tolerance).flatten()]
+                after = _after(site, own, hidden, judged, tolerance)
                 raise Violation(
                     f"{where}: group {group}, row {row} gives the keys attention hides from it "
                     f"({', '.join(map(str, keys))}) weight {fmt(float(leaked.sum()))} in all, "
@@ -117,4 +126,4 @@ def verify_core(context: CheckContext, case: Case) -> None:
                 f"key {key} weight {fmt(float(used[group, row, key]))}, where the float64 softmax "
                 f"of its logits with the keys attention hides masked gives "
                 f"{fmt(float(expected[group, row, key]))} (tolerance {fmt(tolerance)})",
-                hint=MASKED_AFTER if after else None)
+                hint=MASKED_AFTER if _after(site, own, hidden, judged, tolerance) else None)
