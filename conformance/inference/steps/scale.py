@@ -116,7 +116,9 @@ def logit_scale(inquiry: Inquiry) -> None:
                 break
         if scale is not None:
             break
-        if settled:
+        if settled and moved is not None:
+            # Measured with the other value and not followed; a build that raised or showed no
+            # core there is no evidence of anything.
             scale = LogitScale(factor, power, name, relations[0], followed=False)
             break
     if scale is None and LogitScale(factor, power).ambiguous:
