@@ -46,7 +46,7 @@ INTEGRATION = {
     "test_user_pytest",
     "test_wild_styles_are_correct", "test_docs_examples", "test_new_architectures_are_correct",
     "test_new_architectures", "test_new_designs_are_correct", "test_new_designs", "test_chunked",
-    "test_logit_scale", "test_padded_rows", "test_core_reference",
+    "test_logit_scale", "test_padded_rows", "test_core_reference", "test_fixed_length",
     "test_library_held_out", "test_tiers", "test_triton_kernel",
     "test_gpu_acceptance", "test_gpu_worker", "test_kv_cache_assignment", "test_serve",
 }

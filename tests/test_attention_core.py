@@ -243,6 +243,22 @@ def test_weights_changed_after_the_softmax_are_what_multiplies_the_values():
     torch.testing.assert_close(site.used, site.probabilities * torch.tensor([1.0, 1, 1, 0, 0]))
 
 
+def mask_cast_like_the_weights_added_after(x):
+    q, k, v = qkv(x)
+    probabilities = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D), -1)
+    mask = (x[:, :, 0] > 0)[:, None, None, :]  # made from the tokens, as a mask argument is
+    return merge((probabilities + mask.to(probabilities)) @ v)
+
+
+def test_a_tensor_cast_like_the_weights_is_not_made_from_them():
+    """Swin's ``mask.to(attn)``: the mask takes the weights' dtype, not their values, so the
+    weights that multiply the values combine one softmax map (and row_stochastic judges them),
+    not two (which it would excuse as differential attention)."""
+    (site,) = observed(mask_cast_like_the_weights_added_after)
+    assert site.combined == 1 and site.departures() == ()
+    assert float(site.used.sum(-1).max()) > 1.5
+
+
 def softcapped(x):
     q, k, v = qkv(x)
     scores = torch.tanh(q @ k.transpose(-1, -2) * D ** -0.5 / 3.0) * 3.0

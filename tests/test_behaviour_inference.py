@@ -241,6 +241,26 @@ def test_a_whole_mask_carries_causality_and_a_padding_mask_is_preferred():
     assert {r.status for r in results} == {Status.PASSED}
 
 
+def test_the_mask_forms_passed_over_are_said_with_what_they_did():
+    said = _note(infer(WholeMaskOnly), "attention_mask: ")
+    assert "forms tried before it: " in said
+    assert "shape (B, Lk) runs, but a mask that keeps every key changes the output" in said
+    assert "shapes (B, 1, 1, Lk), (B, 1, Lq, Lk) raise in every form tried" in said
+    first = _note(infer(KeyPaddingFirst), "attention_mask: ")  # the first form tried works
+    assert "forms tried before it" not in first
+
+
+class KeyPaddingFirst(WholeMaskOnly):
+    """Not causal; a (B, Lk) attention_mask, 1 = attend: the first form the search tries."""
+
+    def forward(self, x, attention_mask=None):
+        b, n, d = x.shape
+        q, k, v = (t.view(b, n, self.h, -1).transpose(1, 2) for t in self.qkv(x).split(d, -1))
+        mask = None if attention_mask is None else attention_mask[:, None, None, :].bool()
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(out.transpose(1, 2).reshape(b, n, d))
+
+
 def test_a_padding_mask_that_drops_causality_is_assumed_and_caught():
     from conformance.implementations.mutants.mask_drops_causality import MaskDropsCausality
 

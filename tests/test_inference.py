@@ -140,7 +140,8 @@ def test_the_report_opens_with_what_was_inferred():
                                     "weights reproduces its output") for note in notes)
     assert not any("inner." in note.text for note in notes)
     # What would state each otherwise is data beside the words, said by each front end.
-    assert Note("attention_mask: int mask, 0 = masked, shape (B, 1, 1, Lk) (probed)",
+    assert Note("attention_mask: int mask, 0 = masked, shape (B, 1, 1, Lk) (probed; forms tried "
+                "before it: shape (B, Lk) raises in every form tried)",
                 Remedy.to("mask", "keep_int:broadcast@attention_mask", "state it")) in notes
     assert Note("not causal (probed: rows see later positions)",
                 Remedy.to("causal", "always", "say it is meant to be")) in notes

@@ -1,11 +1,8 @@
 """What the suite makes of the 2024-26 designs (``tests/fixtures/new_designs.py``, each proved by
 its own float64 oracle in ``tests/test_new_designs_are_correct.py``), with nothing declared:
 every correct layer checked without a failure, and every broken twin failing the check named
-for its bug.
-
-Issue 53 is built in steps. What its later steps settle is marked here as an expected failure
-(strict: the day a step makes one pass, the mark has to go), each saying which step: sizes
-inference picks kept small and a fixed-length layer checked at its length (5).
+for its bug. Swin's window attention takes one input length, which its ``window_size`` sets:
+it is built small and checked at that length.
 """
 
 from __future__ import annotations
@@ -19,13 +16,6 @@ from conformance.model.remedies import texts
 from conformance.model.results import Route
 from conformance.run.many import check_many
 from tests.fixtures import new_designs as designs
-
-PENDING = {
-    "WindowAttention": "a window size inference must choose is not yet kept small, nor a "
-                       "fixed-length layer checked at its length (issue 53, step 5)",
-    "WindowBiasAfterSoftmax": "see WindowAttention (issue 53, step 5)",
-}
-"""The layers whose verdict a later step of issue 53 settles, and why they are not right yet."""
 
 
 def spec(cls: type) -> str:
@@ -46,14 +36,7 @@ def checked():
     return by_name
 
 
-def pending(cls: type):
-    reason = PENDING.get(cls.__name__)
-    return pytest.param(cls, marks=pytest.mark.xfail(reason=reason, strict=True)) if reason \
-        else cls
-
-
-@pytest.mark.parametrize("cls", [pending(cls) for cls in designs.CORRECT],
-                         ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", designs.CORRECT, ids=lambda c: c.__name__)
 def test_no_correct_layer_fails(checked, cls):
     results = checked[cls.__name__]
     assert "load" not in results, results["load"]
@@ -63,10 +46,7 @@ def test_no_correct_layer_fails(checked, cls):
     assert sum(r.status is Status.PASSED for r in results.values()) >= 8
 
 
-@pytest.mark.parametrize(("cls", "check"),
-                         [pytest.param(cls, check, marks=pending(cls).marks
-                                       if cls.__name__ in PENDING else ())
-                          for cls, check in designs.BROKEN.items()],
+@pytest.mark.parametrize(("cls", "check"), list(designs.BROKEN.items()),
                          ids=lambda v: getattr(v, "__name__", v))
 def test_each_twin_fails_the_check_named_for_its_bug(checked, cls, check):
     results = checked[cls.__name__]

@@ -176,7 +176,7 @@ def _allowed(case: Case) -> tuple[torch.Tensor | None, torch.Tensor]:
 def _enlarged(case: Case, capabilities: Capabilities) -> Case | None:
     """``case`` with ``DRAWN_LENGTH`` queries and keys and heads wide enough for the probe (its
     features kept: mask, causality, window, dtype, seed), where the module builds for it."""
-    length = min(DRAWN_LENGTH, capabilities.max_len or DRAWN_LENGTH)
+    length = capabilities.length_near(DRAWN_LENGTH)
     if length <= case.kv_len:
         return None
     heads, width = case.num_heads, max(case.head_dim, 2 * length)

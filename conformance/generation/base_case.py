@@ -27,13 +27,17 @@ def base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) ->
     """The gate's small configuration: batch 2, length 5, 2 heads of 4 (see base_pair), causal
     where the implementation always is (the case says what it computes, as generated ones do).
 
-    A mask (``kept``) is made the same for every batch element where the format is shared."""
-    length = min(5, caps.max_len or 5)
+    A mask (``kept``) is made the same for every batch element where the format is shared. A
+    module that takes one length gets it, whatever length ``changes`` ask for."""
+    length = caps.length_near(5)
     heads, head_dim = base_pair(caps)
     case = Case(batch=2, q_len=length, kv_len=length, num_heads=heads, head_dim=head_dim,
                 dtype=dtype_name(dtype), device=device, seed=0, causal=caps.causality.kind == "always",
                 **fixed_features(caps))
     case = own_queries(replace(case, **changes), caps)
+    if caps.length is not None:  # the one length it takes, whatever length was asked for
+        case = replace(case, q_len=caps.length, kv_len=caps.length, kept=None if case.kept is None
+                       else tuple(min(k, caps.length) for k in case.kept))
     if case.causal and case.q_len != case.kv_len and "causal" not in changes:
         case = replace(case, causal=False)  # causal cases have as many queries as keys
     if case.kept is not None and shared_masks(caps):

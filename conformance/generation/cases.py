@@ -15,6 +15,9 @@ from conformance.model.spec import CallConvention, Capabilities, Config
 from conformance.numerics.reference import allowed_keys
 from conformance.subject.boundary import Inputs
 
+MAX_LEN = 33
+"""The longest sequence generated (queries or keys); inference's trials stay within it too."""
+
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "float64": torch.float64,

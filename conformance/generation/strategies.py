@@ -1,12 +1,13 @@
 """Hypothesis strategies for cases, shaped by what an implementation declares.
 
-Shapes: batch 1..4; lengths 1..33 (capped by a declared ``max_len``), with ``q_len == batch``
-drawn often because ``B == L`` hides no transposition bug the way unequal sizes do, and
-``kv_len != q_len`` only where cross-attention is declared; heads 1..8 with more than one head
-the common case; head_dim 1..16. Masks keep at least one key per batch element, or separately
-mask every key of some elements. Grouped-query attention: key/value heads a divisor of the head
-count (a proper one first), or the head count a multiple of a fixed number of key/value heads.
-Sliding windows: 1 to 8 keys. Causal chunks: 2 to 8 positions.
+Shapes: batch 1..4; lengths 1..33 (capped by a declared ``max_len``; the one ``length`` a module
+takes where it takes one), with ``q_len == batch`` drawn often because ``B == L`` hides no
+transposition bug the way unequal sizes do, and ``kv_len != q_len`` only where cross-attention
+is declared; heads 1..8 with more than one head the common case; head_dim 1..16. Masks keep at
+least one key per batch element, or separately mask every key of some elements. Grouped-query
+attention: key/value heads a divisor of the head count (a proper one first), or the head count
+a multiple of a fixed number of key/value heads. Sliding windows: 1 to 8 keys. Causal chunks: 2 to
+8 positions.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ import torch
 from hypothesis import reject
 from hypothesis import strategies as st
 
-from conformance.generation.cases import Case, dtype_name
+from conformance.generation.cases import MAX_LEN, Case, dtype_name
 from conformance.model.forms import MaskLayout
 from conformance.model.spec import Capabilities
 
-MAX_LEN = 33
 MAX_HEAD_DIM = 16
 SEEDS = st.integers(0, 2**16 - 1)
 # Shrinks towards 2 heads: a counterexample with several heads says more than one with one.
@@ -179,7 +179,9 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
         min_len = max(min_len, 2)
     max_batch = min(max_batch, caps.cache.max_batch or max_batch)
     batch = draw(_integers(max(min_batch, 2 if masks == "fully_masked" else 1), max_batch))
-    if caps.queries is not None:  # the module's own queries: their count is not drawn
+    if caps.length is not None:  # one length it takes: every case has it, whatever is asked
+        q_len = kv_len = caps.length
+    elif caps.queries is not None:  # the module's own queries: their count is not drawn
         q_len = caps.queries
         kv_len = draw(_just_or_integers(max(min(batch, max_len), min_len), min_len, max_len))
     else:

@@ -19,6 +19,7 @@ from conformance.inference.calls.variadic_call import settle_by_trial
 from conformance.inference.found import CapabilitiesFound
 from conformance.inference.inquiry import Inquiry
 from conformance.inference.names.roles import ConstructorRoles
+from conformance.inference.observing.probe_length import fixed_probe_length
 from conformance.inference.plan import InferenceError, Inferred, Plan, declarations_read
 from conformance.inference.steps.behaviour import causality, dropout_form, dtypes_form, find_weights
 from conformance.inference.steps.construction import (
@@ -39,6 +40,7 @@ from conformance.inference.steps.features import (
     packed_form,
     window_form,
 )
+from conformance.inference.steps.fixed_length import fixed_length
 from conformance.inference.steps.fixed_sizes import fixed_width, hidden_heads
 from conformance.inference.steps.latent import latent_form
 from conformance.inference.steps.position import alibi_counting, encoding_inside, position_input
@@ -46,7 +48,7 @@ from conformance.inference.steps.scale import keep_scale, logit_scale
 from conformance.inference.steps.state import plain_state, position_state
 from conformance.inference.steps.trial import fill_by_trial
 from conformance.model.declarations import Declarations
-from conformance.model.remedies import as_notes
+from conformance.model.remedies import Note, as_notes
 from conformance.numerics.threads import one_thread
 
 
@@ -95,14 +97,25 @@ def infer(cls: type, *, name: str | None = None, declared: Declarations | None =
         plan = replace(plan, convention=convention)
         called.append(note)
     plan, filled = fill_by_trial(plan, label)
-    settled: list[str] = []
+    settled: list[str | Note] = []
     settle_call(plan, label, settled)
+    one_length = fixed_length(plan)
+    if one_length is not None:
+        settled.append(one_length)
+    with fixed_probe_length(plan.length):
+        return _explored(plan, label, declared, init, [*called, *settled, *filled])
+
+
+def _explored(plan: Plan, label: str, declared: Declarations, init: dict[str, object],
+              said: list[str | Note]) -> Inferred:
+    """Everything inference finds once the class builds and is called as settled."""
+    cls = plan.cls
     notes = [plan.convention.describe() + ("; cross-attention assumed from its separate q, k, v"
                                            if plan.convention.call == "qkv" else ""),
              plan.roles.describe() + ("" if plan.roles.heads
                                       else "; single head (no head-count argument), unless "
                                            "its weights show more"),
-             *called, *settled, *filled]
+             *said]
     if plan.positional:
         notes.append(f"constructed positionally: {cls.__name__}({', '.join(plan.positional)}) "
                      "(declared)")

@@ -20,6 +20,7 @@ from conformance.inference.names.roles import (
     ConstructorRoles,
     context_length,
 )
+from conformance.inference.observing.probe_length import probe_length
 from conformance.model.capability_groups import CacheForm, Dtypes, laid_over
 from conformance.model.declarations import DeclarationError
 from conformance.model.remedies import Note, Option, Remedy
@@ -162,6 +163,12 @@ class Plan:
     instance: nn.Module | None = None
     """An instance checked as it is: every build is a deep copy of it (its configuration and
     weights), never a new one, and the instance itself is never changed."""
+    length: int | None = None
+    """The one input length the module takes (found by trial, see
+    :mod:`conformance.inference.steps.fixed_length`); None for any."""
+    length_window: int | None = None
+    """The window argument's value it is built with where that argument sets its one length
+    (Swin's ``window_size``), in place of a window wider than any sequence."""
     queries: int | None = None
     """Queries the module holds itself (its output's rows for inputs of any length): found by
     behaviour, see :mod:`conformance.inference.steps.latent`."""
@@ -191,8 +198,9 @@ class Plan:
         if roles.kv_group:
             kwargs[roles.kv_group] = config.num_heads // config.kv_heads
         if roles.window:
-            kwargs[roles.window] = (WIDE_WINDOW if config.window is None
-                                    else config.window + self.window_offset)
+            kwargs[roles.window] = (config.window + self.window_offset
+                                    if config.window is not None
+                                    else self.length_window or WIDE_WINDOW)
         if roles.chunk:
             kwargs[roles.chunk] = WIDE_WINDOW if config.chunk is None else config.chunk
         if roles.max_batch:
@@ -214,7 +222,9 @@ class Plan:
 
     def constructs(self, heads: int, head_dim: int) -> bool:
         """Whether the constructor accepts ``heads`` heads of ``head_dim``."""
-        config = Config(batch=2, q_len=3, kv_len=3, d_model=heads * head_dim, num_heads=heads)
+        length = probe_length(3)
+        config = Config(batch=2, q_len=length, kv_len=length, d_model=heads * head_dim,
+                        num_heads=heads)
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 self.instantiate(config)
@@ -225,7 +235,9 @@ class Plan:
     def builds(self, heads: int, head_dim: int) -> bool:
         """Whether the constructor accepts ``heads`` heads of ``head_dim``, and the forward
         then runs (RoPE's even head_dim is often the forward's to find out)."""
-        config = Config(batch=2, q_len=3, kv_len=3, d_model=heads * head_dim, num_heads=heads)
+        length = probe_length(3)
+        config = Config(batch=2, q_len=length, kv_len=length, d_model=heads * head_dim,
+                        num_heads=heads)
         try:
             first_call(self, config)
         except Exception:  # the constructor's or the forward's own validation, whatever it raises
@@ -235,6 +247,7 @@ class Plan:
     def implementation(self, name: str, **capabilities: object) -> Implementation:
         declared = dict(call=self.convention.call, heads=self.head_count(),
                         max_len=CONTEXT_LENGTH if self.roles.context else None,
+                        length=self.length,
                         cache=CacheForm(max_batch=MAX_BATCH_SIZE if self.roles.max_batch else None),
                         cross_attention=self.convention.call != "self",
                         floats=Dtypes(supported=ALL_DTYPES, assumed=ASSUMED_DTYPES))

@@ -160,6 +160,9 @@ class Capabilities:
         queries: for the ``"latent"`` call, how many queries the module holds itself (its
             output's rows, whatever the input's length): every case has ``q_len`` this.
         max_len: the longest sequence it accepts (a ``block_size`` buffer, say).
+        length: the one input length it takes, queries and keys alike (Swin's window
+            attention takes the Wh * Ww tokens of one window), or ``None`` for any: every case
+            has this length, and checks that need another skip saying so.
         heads: a fixed number of heads (1 for single-head modules), or ``None`` for any.
         shapes: the (num_heads, head_dim) pairs it can be built for, where its constructor
             rejects some (see :mod:`conformance.generation.constraints`); ``None`` for any.
@@ -212,6 +215,7 @@ class Capabilities:
     cross_attention: bool = False
     queries: int | None = None
     max_len: int | None = None
+    length: int | None = None
     heads: int | None = None
     shapes: tuple[tuple[int, int], ...] | None = None
     floats: Dtypes = field(default_factory=Dtypes)
@@ -250,6 +254,8 @@ class Capabilities:
             parts.append(f"{self.heads} head(s)")
         if self.max_len is not None:
             parts.append(f"max length {self.max_len}")
+        if self.length is not None:
+            parts.append(f"{self.length} tokens only")
         if self.kv_heads is not None:
             parts.append("grouped key/value heads" + (
                 f" ({self.kv_heads})" if isinstance(self.kv_heads, int) else ""))
@@ -269,6 +275,20 @@ class Capabilities:
             parts.append(f"packed sequences ({self.packing.form.value})")
         parts.append("canonical weights" if self.weights else "no weight access")
         return "; ".join(parts)
+
+    def length_near(self, preferred: int) -> int:
+        """The length a check that prefers ``preferred`` tokens uses: its one length where it
+        takes one, else ``preferred`` capped by ``max_len``."""
+        if self.length is not None:
+            return self.length
+        return min(preferred, self.max_len or preferred)
+
+    def fixed_length_skip(self, needs: str) -> str | None:
+        """Why a check that needs ``needs`` (other lengths, in words) skips, where the
+        implementation takes one length only; else None."""
+        if self.length is None:
+            return None
+        return f"it takes {self.length} tokens only: {needs} can't be made"
 
 
 @dataclass(frozen=True)

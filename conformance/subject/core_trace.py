@@ -36,6 +36,10 @@ PASSING = frozenset({
 """Ops through which a tensor is the same values, rearranged, or combined linearly with others
 by constant coefficients: a scalar applied before them still multiplies what comes out."""
 
+SHAPED_LIKE = frozenset({"to", "type_as", "view_as", "reshape_as", "expand_as"})
+"""Ops whose second tensor gives only a dtype, a device or a shape: what comes out is made from
+the first alone (Swin's ``mask.to(attn)`` is the mask, not the attention weights)."""
+
 MAX_VISITS = 4000
 """Nodes one search of the record visits at most (a forward's record is a few hundred)."""
 
@@ -201,6 +205,8 @@ class CoreTracer(TorchFunctionMode):
     def _record(self, name: str, args: tuple, kwargs: dict, out: object) -> None:
         flat, _ = tree_flatten((args, kwargs))
         tensors = [t for t in flat if isinstance(t, torch.Tensor)]
+        if name in SHAPED_LIKE:
+            tensors = tensors[:1]  # ``x.to(y)`` holds x's values only: y gives a dtype, a shape
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         if not outputs:
             return

@@ -126,7 +126,7 @@ def _pattern_mistake(context: CheckContext, case: Case) -> Mistake | None:
     caps = context.capabilities
     tried = [case] + [replace(case, q_len=length, kv_len=length, kept=None, mask_seed=None)
                       for length in PATTERN_LENGTHS
-                      if caps.max_len is None or caps.max_len >= length]
+                      if caps.length_near(length) == length]
     consistent, shown = set(CAUSAL_MISTAKES), dict.fromkeys(CAUSAL_MISTAKES, 0)
     for one in tried:
         measured = _pattern(context, one)

@@ -74,7 +74,7 @@ class Configuration(Check):
     def verify(self, context: CheckContext, setting: Setting, argument: str) -> None:
         caps = context.capabilities
         dtype = torch.float64 if torch.float64 in caps.floats.supported else torch.float32
-        length = min(LENGTH, caps.max_len or LENGTH)
+        length = caps.length_near(LENGTH)
         case = base_case(caps, dtype, context.device, q_len=length, kv_len=length,
                          causal=caps.causality.kind == "always")
         rotary = caps.position.encoding.rotary

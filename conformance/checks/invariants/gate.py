@@ -243,7 +243,9 @@ class Gate:
         in the declared layout with the right shapes (a layout that changes form at some head
         count limits the configurations as much as a constructor that refuses them)."""
         caps = context.capabilities
-        case = own_queries(Case(batch=2, q_len=3, kv_len=3, num_heads=heads, head_dim=head_dim,
+        length = caps.length_near(3)
+        case = own_queries(Case(batch=2, q_len=length, kv_len=length, num_heads=heads,
+                                head_dim=head_dim,
                                 dtype=dtype_name(caps.floats.supported[0]), device=context.device,
                                 **fixed_features(caps)), caps)
         try:
@@ -287,7 +289,7 @@ class Gate:
                 except ImplementationError:
                     return None
         if compared:
-            length = min(GAP_LENGTH, caps.max_len or GAP_LENGTH)
+            length = caps.length_near(GAP_LENGTH)
             case = base_case(caps, torch.float64, context.device, seed=2, q_len=length,
                              kv_len=length, causal=causal)
             try:

@@ -106,7 +106,7 @@ class KVCacheDecoding(Check):
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         if capabilities.cache.style is None:
             return Lacking("no KV cache")
-        return None
+        return capabilities.fixed_length_skip("a prefix of a sequence and its next tokens")
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities

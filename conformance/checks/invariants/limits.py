@@ -62,7 +62,7 @@ class ConfigurationLimits:
         if key not in self.probed:
             problems = []
             for batch, length in SHAPES:
-                length = min(length, caps.max_len or length)
+                length = caps.length_near(length)
                 try:
                     call(own_queries(replace(case, batch=batch, q_len=length, kv_len=length,
                                              kept=None, mask_seed=None, shared_mask=False,

@@ -99,9 +99,10 @@ class LowPrecision(Check):
         context.explore(cases(caps, context.device, dtypes=low,
                               masks="auto"),
                         lambda case: self.verify(context, case))
-        if caps.max_len is not None and caps.max_len < LONG_KEYS:
-            context.observe(f"the {LONG_KEYS}-key case is not run: it takes at most "
-                            f"{caps.max_len} positions")
+        if caps.length_near(LONG_KEYS) < LONG_KEYS:
+            context.observe(f"the {LONG_KEYS}-key case is not run: it takes "
+                            + (f"{caps.length} tokens only" if caps.length is not None
+                               else f"at most {caps.max_len} positions"))
             return
         for dtype in low:
             long_case = self.long_case(caps, context.device, dtype_name(dtype))

@@ -59,6 +59,8 @@ class PositionShift(Check):
         if not (_through_positions(capabilities) or _through_mask(capabilities)):
             return ("no way to shift positions alone: it takes no position argument and no mask "
                     "(the positions declaration names one it has)")
+        if not _through_positions(capabilities):
+            return capabilities.fixed_length_skip("masked tokens in front of its sequence")
         return None
 
     def run(self, context: CheckContext) -> None:

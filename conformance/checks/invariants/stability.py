@@ -72,7 +72,7 @@ def widest_case(caps: Capabilities, device: str) -> Case:
     pairs = list(caps.shapes or [(h, d) for h in HEAD_COUNTS for d in HEAD_DIMS])
     heads, head_dim = max([p for p in pairs if p[0] == heads] or pairs,
                           key=lambda p: (p[1], -abs(p[0] - heads)))
-    length = min(WIDEST_LENGTH, caps.max_len or WIDEST_LENGTH)
+    length = caps.length_near(WIDEST_LENGTH)
     return base_case(caps, torch.float16, device, num_heads=heads, head_dim=head_dim,
                      q_len=length, kv_len=length, causal=caps.causality.kind == "always")
 

@@ -33,7 +33,7 @@ def revealing(capabilities: Capabilities, case: Case) -> Case | None:
     mask shows nothing; in two positions a row that sees the next key sees every key). None
     where that is ``case`` itself or the module takes no sequence that long."""
     length = REVEALING_LENGTH
-    if capabilities.max_len is not None and capabilities.max_len < length:
+    if capabilities.length_near(length) != length:
         return None
     same_length = case.causal or capabilities.call == "self" or case.q_len == case.kv_len
     kept = None if case.kept is None else (length - 2,) * case.batch

@@ -33,6 +33,7 @@ import torch
 
 from conformance.errors import clipped
 from conformance.generation.cases import Case
+from conformance.inference.observing.probe_length import fitted
 from conformance.model.forms import LAYOUT_SHAPES, QUERY_AXIS_LAYOUTS, MaskConvention, MaskKind, MaskLayout
 from conformance.numerics.tolerance import abs_error, only_rows, reordering_tolerance, unchanged_tolerance
 from conformance.subject.boundary import CapabilityError, ImplementationError, Instance
@@ -62,6 +63,9 @@ LAYOUTS = {
 """Layouts each family admits, in the order tried: of the conventions that work, (B, Lk) key
 padding is preferred, then the broadcast and per-query layouts."""
 
+SHOWN_FORMS = 2
+"""Forms that ran with another meaning than the accepted one, said one by one (more: counted)."""
+
 LEAK = "masked keys still change the output"
 ALL_KEEP = "a mask that keeps every key changes the output"
 
@@ -78,15 +82,15 @@ def probe_case(num_heads: int, head_dim: int = 4, **changes: object) -> Case:
     The kept keys are scattered, key 0 always among them and a masked key before a kept one in
     every element: under causality, right padding would hide masked keys from every kept row
     whatever the mask does, and prove nothing."""
-    return replace(Case(batch=2, q_len=6, kv_len=6, num_heads=num_heads, head_dim=head_dim,
-                        seed=3, kept=(3, 4), mask_seed=2), **changes)
+    return fitted(replace(Case(batch=2, q_len=6, kv_len=6, num_heads=num_heads,
+                               head_dim=head_dim, seed=3, kept=(3, 4), mask_seed=2), **changes))
 
 
 def confirming_case(case: Case) -> Case:
     """Another shape for the same module: batch 5 over length 4, every element padded as in
     probe_case."""
-    return replace(case, batch=5, q_len=4, kv_len=4, seed=case.seed + 1, kept=(3, 2, 3, 2, 3),
-                   mask_seed=47)
+    return fitted(replace(case, batch=5, q_len=4, kv_len=4, seed=case.seed + 1,
+                          kept=(3, 2, 3, 2, 3), mask_seed=47))
 
 
 def mask_behaviour(instance: Instance, case: Case, call: str,
@@ -135,6 +139,25 @@ class MaskSearch:
     assumed: str | None = None
     """No convention works; this one, whose only failure is a leak (or an all-keep mask that
     changes the output), is assumed: padding (or causal) then fails with the counterexample."""
+
+    def passed_over(self) -> str | None:
+        """What the forms tried before the accepted one did, in words: those that ran with
+        another meaning (the first few, each with what differed), and the shapes it refuses
+        (every form of them raised); None where it was the first tried."""
+        if self.convention is None or not self.tried:
+            return None
+        ran = [(c, outcome) for c, outcome in self.tried if not outcome.startswith("raises")]
+        parts = [f"{c.describe()} runs, but {outcome}" for c, outcome in ran[:SHOWN_FORMS]]
+        if len(ran) > SHOWN_FORMS:
+            parts.append(f"{len(ran) - SHOWN_FORMS} more run with another meaning")
+        ran_in = {c.layout for c, _ in ran}
+        refused = [LAYOUT_SHAPES[layout] for layout in dict.fromkeys(
+            c.layout for c, outcome in self.tried if outcome.startswith("raises"))
+            if layout not in ran_in]
+        if refused:
+            parts.append(f"shape {refused[0]} raises in every form tried" if len(refused) == 1
+                         else f"shapes {', '.join(refused)} raise in every form tried")
+        return "forms tried before it: " + "; ".join(parts)
 
     @property
     def polarity_probed(self) -> bool:

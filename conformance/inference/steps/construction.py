@@ -13,6 +13,7 @@ from conformance.inference.calls.variadic_call import variadic
 from conformance.inference.inquiry import Inquiry
 from conformance.inference.names.convention import ForwardConvention, mask_family, read_forward
 from conformance.inference.names.roles import ConstructorRoles, read_roles
+from conformance.inference.observing.probe_length import probe_length
 from conformance.inference.observing.probing import probe_case, sequence_first
 from conformance.inference.plan import (
     CALL_REMEDY,
@@ -182,7 +183,9 @@ def probe_sizes(inquiry: Inquiry) -> None:
     """The probes' sizes (:func:`probe_pair`) for the configurations found, and their
     configuration."""
     inquiry.heads, inquiry.head_dim = heads, head_dim = probe_pair(inquiry.plan, inquiry.constraint)
-    inquiry.config = Config(batch=2, q_len=6, kv_len=6, d_model=heads * head_dim, num_heads=heads)
+    length = probe_length(6)
+    inquiry.config = Config(batch=2, q_len=length, kv_len=length, d_model=heads * head_dim,
+                            num_heads=heads)
 
 
 def probe_pair(plan: Plan, constraint: Constraint | None) -> tuple[int, int]:

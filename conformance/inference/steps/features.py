@@ -26,7 +26,7 @@ def window_form(inquiry: Inquiry) -> None:
                                            inquiry.notes)
     heads, head_dim = inquiry.heads, inquiry.head_dim
     name = plan.roles.window
-    if not name:
+    if not name or plan.length_window is not None:  # a length it sets: said where found
         return
     if capabilities.caps.causality.kind != "always":
         notes.append(f"{name}: a window argument, but the module is not always causal: built "
@@ -284,7 +284,8 @@ def mask_form(inquiry: Inquiry) -> None:
                 remedy = Remedy.to("mask", opposite_polarity(stated),
                                    "hold it to the other polarity, if that was meant")
             else:
-                text += ")"
+                passed_over = search.passed_over()
+                text += f"; {passed_over})" if passed_over else ")"
             notes.append(Note(text, remedy))
     if formats:
         capabilities.set(mask_formats=formats)

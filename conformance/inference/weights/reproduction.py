@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import torch
 
+from conformance.inference.observing.probe_length import probe_length
 from conformance.subject.boundary import Inputs
 from conformance.subject.in_process import ModuleInstance
 
@@ -18,7 +19,9 @@ LENGTH = 11
 
 
 def probe_inputs(call: str, heads: int, head_dim: int, length: int, seed: int = 11) -> Inputs:
-    """float64 inputs for the reproduction: batch 2, ``length`` tokens."""
+    """float64 inputs for the reproduction: batch 2, ``length`` tokens (the module's one
+    length, where it takes one)."""
+    length = probe_length(length)
     generator = torch.Generator().manual_seed(seed)
     width = heads * head_dim
 
