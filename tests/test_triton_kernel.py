@@ -74,8 +74,9 @@ def _checked(function: str, checks: list[str]) -> dict[str, str]:
     done = subprocess.run(
         [sys.executable, "-m", "conformance", "check",
          f"conformance.implementations.triton_attention:{function}", "--no-isolate",
-         *(f"--check={c}" for c in checks), "--json", "-"], cwd=ROOT, env=INTERPRETED,
-        capture_output=True, text=True, timeout=300)
+         # No time budget: the interpreter's pace on a busy machine is no verdict on the kernel.
+         *(f"--check={c}" for c in checks), "--time-budget=0", "--json", "-"], cwd=ROOT,
+        env=INTERPRETED, capture_output=True, text=True, timeout=300)
     assert done.returncode in (0, 1), done.stderr[-2000:]
     report = json.loads(done.stdout)
     return {r["check"]: r["status"] for r in report["results"]}
