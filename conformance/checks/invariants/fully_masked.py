@@ -12,9 +12,12 @@ is finite too: a forward that repairs the NaN (``nan_to_num`` after a softmax of
 the backward still carries it trains silently into NaN. (Under the ``nan`` policy the NaN in the
 forward says so: a NaN gradient within that element is reported, not failed.)
 
-A spill that happens only in a low-precision dtype, on a platform whose matmul is known to carry
-a NaN row into its neighbour (see :mod:`conformance.numerics.platform_defects`), while the same
-case in float32 is clean, is the platform's: a warning naming it.
+Rows that differ only because an additive mask of the dtype's most negative value, plus the row's
+own logits, rounds in half precision (HuggingFace's eager attention with its own masks) are a
+warning: a softmax of rounding is beyond the normal range. A spill that happens only in a
+low-precision dtype, on a platform whose matmul is known to carry a NaN row into its neighbour
+(see :mod:`conformance.numerics.platform_defects`), while the same case in float32 is clean, is the
+platform's: a warning naming it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from conformance.checks.invariants.violation import Violation
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
+from conformance.model.forms import MaskKind
 from conformance.model.spec import Capabilities
 from conformance.model.weights import user_path
 from conformance.numerics.tolerance import abs_error, eps, only_rows, unchanged_tolerance, worst_index
@@ -41,6 +45,8 @@ from conformance.numerics.tolerance import abs_error, eps, only_rows, unchanged_
 POLICY_WORDS = {"zeros": "zeros", "nan": "NaN", "uniform": "uniform over all keys"}
 OWN_KEY = "its own key alone (each row attends to the key at its own position)"
 FINITE = "finite output (their weights not measured: no weight layout)"
+HALF = ("float16", "bfloat16")
+"""Dtypes whose most negative value plus an ordinary logit rounds to another step."""
 """What is known of a fully masked row without weight access: its output is finite."""
 
 
@@ -228,6 +234,20 @@ class FullyMasked(Check):
             for behaviour in behaviours:
                 b, h, row = next(k for k, v in seen.items() if v == behaviour)
                 examples.append(f"batch {b}, head {h}, row {row}: {behaviour}")
+            rounded = _rounded_fill(caps, case)
             raise Violation("rows with every key masked do not all behave the same way: "
-                            + "; ".join(examples))
+                            + "; ".join(examples) + (f" ({rounded})" if rounded else ""),
+                            severity="warn" if rounded else "fail")
         return behaviours[0]
+
+
+def _rounded_fill(caps, case: Case) -> str | None:
+    """Why fully masked rows may differ by rounding alone: an additive mask of the dtype's most
+    negative value in half precision, where that value plus a row's own logits rounds to steps of
+    32 (float16) or more, so the softmax of such a row is of rounding (HuggingFace's eager
+    attention with its own masks does this); None otherwise."""
+    if caps.mask is None or caps.mask.kind is not MaskKind.ADDITIVE_MIN or case.dtype not in HALF:
+        return None
+    return (f"an additive mask of {case.dtype}'s most negative value: that value plus a row's "
+            "logits rounds, so a row with every key masked is a softmax of rounding, beyond the "
+            "normal range")
