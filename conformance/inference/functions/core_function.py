@@ -28,6 +28,7 @@ import torch
 from conformance.generation.cases import dtype_name
 from conformance.inference.functions.cache_function import cache_function_class, is_cache_kernel, page_size
 from conformance.inference.functions.function_wrapper import DROPOUT_ARGUMENTS, core_function_class
+from conformance.inference.functions.interface_function import is_interface_function, kernel_view
 from conformance.inference.functions.kernel_arguments import (
     call_output,
     kernel_arguments,
@@ -49,6 +50,12 @@ _DTYPE_WORDS = re.compile(r"(torch\.)?(b?float(16|32|64)|half|double|float)\b")
 
 OWN_WEIGHTS = "q_proj,k_proj,v_proj,out_proj"
 """The wrapper's projections (:class:`HeadProjections`), in the weights declaration's words."""
+
+INTERFACE_WORDS = ("transformers' AttentionInterface form: called as a model calls it, with "
+                   "the calling layer's num_key_value_groups, is_causal and scaling, the mask "
+                   "with the causal triangle folded in, its (B, Lq, H, D) output read back")
+"""How a function in ``AttentionInterface``'s form is called (see
+:mod:`conformance.inference.functions.interface_function`)."""
 
 LAYOUT_WORDS = {"bhld": "(batch, heads, length, head_dim)",
                 "blhd": "(batch, length, heads, head_dim)"}
@@ -272,6 +279,9 @@ def infer_function(function, *, name: str | None = None,
     varlen = is_varlen(function)
     if varlen:  # checked through its dense view, (B, L, H, D) packed one sequence per element
         function, stated = dense_view(function), "blhd"
+    interface = is_interface_function(function)
+    if interface:  # called as a model calls it, through a kernel view over (B, H, L, D)
+        function, stated = kernel_view(function), "bhld"
     core_function_class(function)  # the signature's own problem first, in one line
     runs, refused = dtype_probe(function)
     where, elsewhere = "cpu", ()
@@ -289,6 +299,7 @@ def infer_function(function, *, name: str | None = None,
     probing = torch.float32 if torch.float32 in runs else runs[0]
     layout, how, remedy = ((stated, "varlen: packed tokens (total, heads, head_dim), a batch "
                                     "packed one sequence per element", None) if varlen else
+                           (stated, INTERFACE_WORDS, None) if interface else
                            (stated, "declared", None) if stated
                            else function_layout(function, probing))
     grouped = takes_grouped(function, layout, probing)

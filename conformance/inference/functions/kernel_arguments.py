@@ -20,7 +20,7 @@ from conformance.model.spec import Capabilities
 from conformance.numerics.position_encoding import standard_slopes
 from conformance.numerics.tolerance import unchanged_tolerance
 
-SCALE_ARGUMENTS = ("softmax_scale", "scale", "sm_scale")
+SCALE_ARGUMENTS = ("softmax_scale", "scale", "sm_scale", "scaling")
 WINDOW_ARGUMENTS = ("window_size",)
 SOFTCAP_ARGUMENTS = ("softcap", "logit_softcap", "softcapping")
 LSE_ARGUMENTS = ("return_lse", "return_softmax_lse")
@@ -118,9 +118,10 @@ def lse_argument(function, layout: str, names: list[str],
     return None, None
 
 
-UNSETTLED = ("scale",)
+UNSETTLED = ("scale", "scaling")
 """Names that may mean something else than the softmax scale (``softmax_scale`` and
-``sm_scale`` settle it): behaviour decides (see :func:`_not_a_scale`)."""
+``sm_scale`` settle it; ``scaling`` is ``AttentionInterface``'s, and a RoPE's elsewhere):
+behaviour decides (see :func:`_not_a_scale`)."""
 
 TRIED = {"scale": 0.5, "window": (2, 0), "softcap": 1.0}
 """A value of each argument's form, tried once: a kernel whose argument of that name takes
