@@ -47,7 +47,7 @@ INTEGRATION = {
     "test_wild_styles_are_correct", "test_docs_examples", "test_new_architectures_are_correct",
     "test_new_architectures", "test_new_designs_are_correct", "test_new_designs", "test_chunked",
     "test_logit_scale", "test_padded_rows", "test_core_reference", "test_fixed_length",
-    "test_interface_function",
+    "test_interface_function", "test_models",
     "test_library_held_out", "test_tiers", "test_triton_kernel",
     "test_gpu_acceptance", "test_gpu_worker", "test_kv_cache_assignment", "test_serve",
 }
@@ -66,6 +66,9 @@ MOVED_TO_SLOW = {
     ("test_interface_function", "checked"):
         "infers and checks seven attention functions in AttentionInterface's form at once (a "
         "minute of one core); how the form is told and called stays in make test",
+    ("test_models", "checked"):
+        "builds three transformers models and checks each one's attention through it (a minute "
+        "and a half of one core); finding and driving the layers stays in make test",
     ("test_real_layer_causes", "checked"):
         "infers and checks every real-layer cause's layer and twin at once (half a minute of one "
         "core); the proofs of those layers stay in make test",

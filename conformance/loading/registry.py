@@ -144,7 +144,15 @@ def _as_implementations(obj: object, origin: str,
         if items and all(isinstance(item, Implementation) for item in items):
             return items
     if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
-        from conformance.inference import infer
+        from conformance.inference import InferenceError, infer
+        from conformance.inference.models.model_route import is_model_class, model_implementations
+
+        if is_model_class(obj):  # a model: each kind of attention layer in it, through it
+            try:
+                return [found.implementation for found in model_implementations(
+                    obj, origin, declared)]
+            except InferenceError as error:
+                raise ResolveError(str(error)) from error
 
         return _probed(lambda: infer(obj, name=origin, declared=declared).implementation, origin)
     if isinstance(obj, type):

@@ -1,0 +1,92 @@
+"""A model class as a target: each kind of attention layer in it, inferred and checked driven
+through the smallest model of its architecture (see the package docstring)."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import replace
+
+import torch
+from torch import nn
+
+from conformance.inference.infer import infer
+from conformance.inference.models.attention_layers import attention_paths, kinds
+from conformance.inference.models.tiny_config import takes_kv_heads, tiny_config
+from conformance.inference.plan import InferenceError, Inferred
+from conformance.model.declarations import Declarations
+from conformance.model.remedies import Note, as_notes
+from conformance.subject.layer_in_model import LayerInModel
+
+WIDTH, HEADS, KV_HEADS = 64, 4, 2
+"""The model the layers are found in: width 64, 4 heads, 2 key/value heads where it has them."""
+
+
+def is_model_class(obj: object) -> bool:
+    """Whether ``obj`` is a ``transformers`` model class (built from a config class)."""
+    if not (isinstance(obj, type) and issubclass(obj, nn.Module)):
+        return False
+    config_class = getattr(obj, "config_class", None)
+    return isinstance(config_class, type) and any(
+        base.__name__ == "PreTrainedModel" for base in inspect.getmro(obj))
+
+
+def _takes_ids(model: nn.Module) -> bool:
+    embedding = getattr(model, "get_input_embeddings", lambda: None)()
+    return isinstance(embedding, nn.Embedding)
+
+
+def _driven(model_class: type, kind: str, path: str, ids: bool, grouped: bool) -> type:
+    """A LayerInModel class whose constructor takes the sizes the checks choose."""
+    config_class = model_class.config_class
+
+    def build(self, d_model, num_heads, num_kv_heads=None):
+        config = tiny_config(config_class, d_model, num_heads, num_kv_heads if grouped else None)
+        LayerInModel.__init__(self, model_class(config).eval(), path, ids=ids)
+
+    if not grouped:
+        def __init__(self, d_model, num_heads):
+            build(self, d_model, num_heads)
+    else:
+        def __init__(self, d_model, num_heads, num_kv_heads=None):
+            build(self, d_model, num_heads, num_kv_heads)
+    return type(kind, (LayerInModel,),
+                {"__init__": __init__, "__module__": __name__,
+                 "__qualname__": f"{model_class.__name__}.{path}"})
+
+
+def model_implementations(model_class: type, origin: str,
+                          declared: Declarations | None = None) -> list[Inferred]:
+    """One inferred implementation per kind of attention layer in ``model_class``, each named
+    ``origin:path`` and saying the paths it stands for."""
+    grouped = takes_kv_heads(model_class.config_class)
+    try:
+        model = model_class(tiny_config(model_class.config_class, WIDTH, HEADS,
+                                        KV_HEADS if grouped else None)).eval()
+    except Exception as error:
+        raise InferenceError(f"{origin}: the smallest model of its architecture could not be "
+                             f"built from {model_class.config_class.__name__} ({type(error).__name__}: "
+                             f"{str(error).splitlines()[0] if str(error) else ''}): pass an "
+                             "instance in a file instead") from error
+    ids = _takes_ids(model)
+    sample = (torch.zeros(1, 5, dtype=torch.long) if ids
+              else torch.randn(1, 5, WIDTH))
+    found = attention_paths(model, lambda m: m(sample))
+    if not found:
+        raise InferenceError(f"{origin}: no attention layer found: no submodule's forward ran a "
+                             "softmax or scaled_dot_product_attention on one forward of the "
+                             "model")
+    inferred = []
+    for kind, paths in kinds(found).items():
+        first = paths[0]
+        cls = _driven(model_class, kind, first, ids, grouped)
+        one = infer(cls, name=f"{origin}:{first}", declared=declared)
+        also = f", also {', '.join(paths[1:])}" if len(paths) > 1 else ""
+        said = as_notes([Note(f"{first}: {kind}{also}: driven by its model "
+                              f"({model_class.__name__} built from {model_class.config_class.__name__}"
+                              f", width {WIDTH}, {HEADS} heads"
+                              + (f", {KV_HEADS} key/value heads" if grouped else "")
+                              + ", 2 layers); the case's hidden states replace the layer's input, "
+                              "everything else it receives is what the model computes", None)]
+                          ) + one.notes
+        inferred.append(Inferred(replace(one.implementation, notes=said), said))
+    return inferred

@@ -1,0 +1,38 @@
+"""The smallest model of an architecture, from its ``transformers`` config class.
+
+Sizes the checks choose (width, heads, key/value heads) go where every config reads them
+(``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, through the
+config's own ``attribute_map`` where it names them otherwise); the rest is made small: two
+layers, a feed-forward twice the width, a vocabulary of 32. Positions reach LONGEST, past the
+longest case. Weights are drawn with std 1/sqrt(width) (``initializer_range``), as a layer's own
+``nn.Linear`` draws them: the library's 0.02 makes every logit nearly 0 in a model this narrow, so
+attention would be uniform and every position alike.
+"""
+
+from __future__ import annotations
+
+LAYERS = 2
+"""Layers in the model: two, so a layer that depends on the one before it is still reached."""
+
+VOCAB = 32
+LONGEST = 2048
+"""Positions the model takes: past the suite's longest case (512 keys) and its benchmark's."""
+
+
+def takes_kv_heads(config_class: type) -> bool:
+    """Whether the architecture has grouped key/value heads (its config holds a count)."""
+    try:
+        return hasattr(config_class(), "num_key_value_heads")
+    except Exception:  # a config class that can't be made with its defaults: no grouping offered
+        return False
+
+
+def tiny_config(config_class: type, d_model: int, heads: int, kv_heads: int | None = None):
+    """``config_class`` for a model ``d_model`` wide with ``heads`` heads (``kv_heads``
+    key/value heads where the architecture groups them)."""
+    sizes = dict(hidden_size=d_model, num_attention_heads=heads, head_dim=d_model // heads,
+                 intermediate_size=2 * d_model, num_hidden_layers=LAYERS, vocab_size=VOCAB,
+                 max_position_embeddings=LONGEST, initializer_range=d_model ** -0.5)
+    if kv_heads is not None:
+        sizes["num_key_value_heads"] = kv_heads
+    return config_class(**sizes)

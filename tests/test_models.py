@@ -1,0 +1,83 @@
+"""A model class is a target (conformance.inference.models): its attention layers found by
+behaviour in the smallest model of its architecture, each kind checked driven through that model
+(conformance.subject.layer_in_model), nothing declared."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance import Status
+from conformance.inference.models.attention_layers import attention_paths, kinds
+from conformance.inference.models.model_route import is_model_class, model_implementations
+from conformance.inference.models.tiny_config import takes_kv_heads, tiny_config
+from conformance.loading.registry import resolve
+from conformance.model.remedies import texts
+from conformance.run.many import check_many
+from conformance.subject.layer_in_model import LayerInModel
+
+transformers = pytest.importorskip("transformers")
+
+PASSING = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+"""Models whose attention passes driven through them, nothing declared."""
+
+
+def tiny_llama():
+    return transformers.LlamaForCausalLM(tiny_config(transformers.LlamaConfig, 16, 2, 1)).eval()
+
+
+def test_the_attention_layers_are_found_by_what_their_forward_runs():
+    found = attention_paths(tiny_llama(), lambda m: m(torch.zeros(1, 4, dtype=torch.long)))
+    assert list(found) == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
+    assert kinds(found) == {"LlamaAttention": list(found)}
+
+
+def test_a_layer_driven_by_its_model_takes_hidden_states_and_only_its_parameters_learn():
+    model = tiny_llama()
+    driven = LayerInModel(model, "model.layers.1.self_attn", ids=True)
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    out = driven(x, attention_mask=torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]))
+    assert out.shape == (2, 5, 16)
+    out.sum().backward()
+    assert x.grad is not None and float(x.grad.abs().sum()) > 0
+    learning = {name for name, p in driven.named_parameters() if p.requires_grad}
+    assert learning and all(name.startswith("layer.") or ".layers.1.self_attn." in name
+                            for name in learning)
+
+
+def test_a_model_class_is_told_from_a_layer_class():
+    assert is_model_class(transformers.LlamaForCausalLM)
+    assert not is_model_class(transformers.models.llama.modeling_llama.LlamaAttention)
+    assert takes_kv_heads(transformers.LlamaConfig) and not takes_kv_heads(transformers.BertConfig)
+
+
+def test_each_kind_says_the_paths_it_stands_for_and_that_its_model_drives_it():
+    (found,) = model_implementations(transformers.LlamaForCausalLM, "transformers:LlamaForCausalLM")
+    assert found.implementation.name == "transformers:LlamaForCausalLM:model.layers.0.self_attn"
+    said = texts(found.notes)
+    assert said[0].startswith("model.layers.0.self_attn: LlamaAttention, also "
+                              "model.layers.1.self_attn: driven by its model")
+    assert any("RoPE on half-split pairs" in note for note in said)
+
+
+@pytest.fixture(scope="module")
+def checked():
+    targets = []
+    for name in PASSING:
+        targets += [(f"transformers:{name}", impl) for impl in resolve(f"transformers:{name}")]
+    by_model: dict[str, dict] = {}
+    for result in check_many(targets, devices=["cpu"], jobs=2):
+        by_model.setdefault(result.implementation.split(":")[1], {})[result.check] = result
+    return by_model
+
+
+@pytest.mark.parametrize("name", PASSING)
+def test_the_model_from_its_class_name_alone_passes(checked, name):
+    results = checked[name]
+    failed = {check: r.reason for check, r in results.items()
+              if r.status in (Status.FAILED, Status.SUITE_ERROR)}
+    assert not failed
+    # Judged, each: passed, or (reference) warning that RoPE is undefined at head width 1.
+    for check in ("reference", "causal", "padding", "kv_groups", "autograd", "scale"):
+        assert results[check].status in (Status.PASSED, Status.WARNED), (check, results[check])
+    assert results["reference"].route.value == "weights"
