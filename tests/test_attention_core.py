@@ -259,6 +259,27 @@ def test_a_tensor_cast_like_the_weights_is_not_made_from_them():
     assert float(site.used.sum(-1).max()) > 1.5
 
 
+def sdpa_normalised(x):
+    q, k, v = qkv(x)
+    q, k = (t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) for t in (q, k))
+    return merge(F.scaled_dot_product_attention(q, k, v))
+
+
+def sdpa_broadcast_from_one_wide(x):
+    q, k, v = qkv(x)
+    q, k = (t[..., :1] * torch.ones(2) for t in (q, k))  # HF's RoPE at head width 1: two columns
+    return merge(F.scaled_dot_product_attention(q, k, v[..., :2], scale=1.0))
+
+
+def test_an_sdpa_core_says_its_qk_norm_and_the_width_its_operands_were_broadcast_from():
+    """As a softmax core does: Qwen 3 through its model calls SDPA, after a per-head QK-norm,
+    and at head width 1 its RoPE hands SDPA q and k two columns wide."""
+    (site,) = observed(sdpa_normalised)
+    assert site.kind is CoreKind.SDPA and site.qk_norm == "head"
+    (site,) = observed(sdpa_broadcast_from_one_wide)
+    assert site.widths == (2, 1)
+
+
 def softcapped(x):
     q, k, v = qkv(x)
     scores = torch.tanh(q @ k.transpose(-1, -2) * D ** -0.5 / 3.0) * 3.0

@@ -21,6 +21,10 @@ transformers = pytest.importorskip("transformers")
 PASSING = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 """Models whose attention passes driven through them, nothing declared."""
 
+QWEN3 = "transformers.models.qwen3.modeling_qwen3:Qwen3Attention"
+"""An attention class built from a config, whose forward takes the position embeddings its model
+computes: checked through the model it is defined with (a per-head QK-norm, through SDPA)."""
+
 
 def tiny_llama():
     return transformers.LlamaForCausalLM(tiny_config(transformers.LlamaConfig, 16, 2, 1)).eval()
@@ -60,9 +64,17 @@ def test_each_kind_says_the_paths_it_stands_for_and_that_its_model_drives_it():
     assert any("RoPE on half-split pairs" in note for note in said)
 
 
+def test_a_layer_class_built_from_a_config_is_driven_through_the_model_it_is_defined_with():
+    (impl,) = resolve(QWEN3)
+    assert impl.name == "modeling_qwen3:Qwen3Attention:layers.0.self_attn"
+    assert texts(impl.notes)[0].startswith(
+        "layers.0.self_attn: Qwen3Attention, also layers.1.self_attn: driven by its model "
+        "(Qwen3Model built from Qwen3Config")
+
+
 @pytest.fixture(scope="module")
 def checked():
-    targets = []
+    targets = [(QWEN3, impl) for impl in resolve(QWEN3)]
     for name in PASSING:
         targets += [(f"transformers:{name}", impl) for impl in resolve(f"transformers:{name}")]
     by_model: dict[str, dict] = {}
@@ -71,7 +83,7 @@ def checked():
     return by_model
 
 
-@pytest.mark.parametrize("name", PASSING)
+@pytest.mark.parametrize("name", [*PASSING, "Qwen3Attention"])
 def test_the_model_from_its_class_name_alone_passes(checked, name):
     results = checked[name]
     failed = {check: r.reason for check, r in results.items()
@@ -80,4 +92,5 @@ def test_the_model_from_its_class_name_alone_passes(checked, name):
     # Judged, each: passed, or (reference) warning that RoPE is undefined at head width 1.
     for check in ("reference", "causal", "padding", "kv_groups", "autograd", "scale"):
         assert results[check].status in (Status.PASSED, Status.WARNED), (check, results[check])
-    assert results["reference"].route.value == "weights"
+    # Through the weights, RoPE found by behaviour; Qwen 3's QK-norm, through its core.
+    assert results["reference"].route.value == ("weights" if name in PASSING else "core")

@@ -145,12 +145,19 @@ def _as_implementations(obj: object, origin: str,
             return items
     if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
         from conformance.inference import InferenceError, infer
-        from conformance.inference.models.model_route import is_model_class, model_implementations
+        from conformance.inference.models.model_route import (
+            host_model,
+            is_model_class,
+            model_implementations,
+        )
 
-        if is_model_class(obj):  # a model: each kind of attention layer in it, through it
+        # A model: each kind of attention layer in it; a layer built from a config: through
+        # the model it is defined with.
+        model, only = (obj, None) if is_model_class(obj) else (host_model(obj), obj)
+        if model is not None:
             try:
                 return [found.implementation for found in model_implementations(
-                    obj, origin, declared)]
+                    model, origin, declared, only=only)]
             except InferenceError as error:
                 raise ResolveError(str(error)) from error
 

@@ -25,7 +25,7 @@ from conformance.subject.core_trace import (
     Product,
     SdpaCall,
 )
-from conformance.subject.core_widths import absorbed_width, factor, parts, widths
+from conformance.subject.core_widths import absorbed_width, broadcast_width, factor, parts, widths
 
 
 def sites(tracer: CoreTracer, q_len: int, kv_len: int) -> tuple[AttentionSite, ...]:
@@ -290,10 +290,16 @@ def _qk_norm(term: Product) -> str | None:
     """``"head"`` where q or k was normalised per head after its projection (Qwen 3's QK-norm:
     over the width where q and k meet), ``"heads"`` where over more (every head together before
     the split, OLMo 2's), None without a QK-norm."""
-    widths = [w for w in (_normalised_width(node) for node in term.nodes) if w is not None]
+    return _qk_norm_of(term.nodes, term.width())
+
+
+def _qk_norm_of(operands, width: int) -> str | None:
+    """The QK-norm (see :func:`_qk_norm`) of q and k, the ``operands`` that meet ``width``
+    wide (a product's, or SDPA's query and key)."""
+    widths = [w for w in (_normalised_width(node) for node in operands) if w is not None]
     if not widths:
         return None
-    return "head" if all(w <= term.width() for w in widths) else "heads"
+    return "head" if all(w <= width for w in widths) else "heads"
 
 
 def _query_axis(term: Product, shape: tuple[int, ...], key_axis: int, q_len: int) -> int | None:
@@ -367,13 +373,14 @@ def _sdpa_site(call: SdpaCall, q_len: int, kv_len: int) -> AttentionSite | None:
             bias = torch.where(allowed, full.to(torch.float64), 0.0)
     if args.get("is_causal"):
         allowed &= torch.ones(q_len, kv_len, dtype=torch.bool).tril()
-    widths = (width, *sorted({w for w in (absorbed_width(call.nodes["query"]),
-                                          absorbed_width(call.nodes["key"]))
-                              if w is not None and w != width}))
+    readings = [reading(call.nodes[name]) for name in ("query", "key")
+                for reading in (absorbed_width, lambda node: broadcast_width(node, width))]
+    widths = (width, *sorted({w for w in readings if w is not None and w != width}))
     return AttentionSite(
         kind=CoreKind.SDPA, scores=scores, widths=widths, values=flat(v),
         result=call.output.expand(*lead, q_len, call.output.shape[-1]).reshape(
             -1, q_len, call.output.shape[-1]), scale=scale, allowed=allowed, bias=bias,
         over_keys=True, scalars_known=scalars_known,
+        qk_norm=_qk_norm_of((call.nodes["query"], call.nodes["key"]), width),
         how=f"scaled_dot_product_attention over q {tuple(q.shape)}, k {tuple(k.shape)}")
 

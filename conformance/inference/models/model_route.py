@@ -4,6 +4,7 @@ through the smallest model of its architecture (see the package docstring)."""
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import replace
 
 import torch
@@ -28,6 +29,23 @@ def is_model_class(obj: object) -> bool:
     config_class = getattr(obj, "config_class", None)
     return isinstance(config_class, type) and any(
         base.__name__ == "PreTrainedModel" for base in inspect.getmro(obj))
+
+
+def host_model(layer_class: type) -> type | None:
+    """The model class a layer class built from a config lives in: a ``transformers`` model
+    class of the module that defines the layer (its base model first, which has no head to
+    build); None where the layer's constructor takes no ``config`` or no such model is there."""
+    try:
+        parameters = list(inspect.signature(layer_class.__init__).parameters)
+    except (TypeError, ValueError):
+        return None
+    if "config" not in parameters[1:2]:
+        return None
+    module = sys.modules.get(layer_class.__module__)
+    found = [obj for obj in vars(module).values() if is_model_class(obj)
+             and obj.__module__ == layer_class.__module__] if module else []
+    found.sort(key=lambda cls: (not cls.__name__.endswith("Model"), cls.__name__))
+    return found[0] if found else None
 
 
 def _takes_ids(model: nn.Module) -> bool:
@@ -55,8 +73,10 @@ def _driven(model_class: type, kind: str, path: str, ids: bool, grouped: bool) -
 
 
 def model_implementations(model_class: type, origin: str,
-                          declared: Declarations | None = None) -> list[Inferred]:
-    """One inferred implementation per kind of attention layer in ``model_class``, each named
+                          declared: Declarations | None = None,
+                          only: type | None = None) -> list[Inferred]:
+    """One inferred implementation per kind of attention layer in ``model_class`` (of class
+    ``only``, where given: a layer class checked through the model it lives in), each named
     ``origin:path`` and saying the paths it stands for."""
     grouped = takes_kv_heads(model_class.config_class)
     try:
@@ -75,8 +95,15 @@ def model_implementations(model_class: type, origin: str,
         raise InferenceError(f"{origin}: no attention layer found: no submodule's forward ran a "
                              "softmax or scaled_dot_product_attention on one forward of the "
                              "model")
+    groups = kinds(found)
+    if only is not None:
+        groups = {kind: paths for kind, paths in groups.items() if kind == only.__name__}
+        if not groups:
+            raise InferenceError(f"{origin}: {model_class.__name__}, the model it is defined "
+                                 f"with, holds no {only.__name__} its forward runs: pass an "
+                                 "instance of the model in a file")
     inferred = []
-    for kind, paths in kinds(found).items():
+    for kind, paths in groups.items():
         first = paths[0]
         cls = _driven(model_class, kind, first, ids, grouped)
         one = infer(cls, name=f"{origin}:{first}", declared=declared)
