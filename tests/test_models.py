@@ -72,9 +72,38 @@ def test_a_layer_class_built_from_a_config_is_driven_through_the_model_it_is_def
         "(Qwen3Model built from Qwen3Config")
 
 
+OWN = ("tests.fixtures.own_models:gpt", "tests.fixtures.own_models:encoder")
+"""Model instances of one's own, not from transformers: a GPT on token ids, an encoder over
+hidden states with a padding mask (nn.MultiheadAttention inside)."""
+
+
+def test_a_model_instance_of_ones_own_is_checked_through_itself():
+    (gpt,) = resolve(OWN[0])
+    assert gpt.name == "own_models:gpt:blocks.0.attn"
+    assert texts(gpt.notes)[0].startswith("blocks.0.attn: CausalSelfAttention, also "
+                                          "blocks.1.attn: driven by its model (the instance (GPT")
+    assert gpt.capabilities.causality.kind == "always" and gpt.capabilities.mask is None
+    (encoder,) = resolve(OWN[1])
+    assert encoder.name == "own_models:encoder:attentions.0.attention"
+    assert encoder.capabilities.mask.layout.value == "key_padding"
+
+
+def test_an_attention_layer_instance_is_still_checked_as_one():
+    (layer,) = resolve("tests.fixtures.own_models:layer")
+    assert layer.name == "own_models:layer"
+    assert not any("driven by its model" in note for note in texts(layer.notes))
+
+
+JUDGED = {"gpt": ("reference", "causal", "autograd", "scale"),
+          "encoder": ("reference", "padding", "autograd", "scale")}
+"""The checks each own model must be judged by (no mask in the GPT, nothing causal in the
+encoder, no grouped heads in either)."""
+
+
 @pytest.fixture(scope="module")
 def checked():
     targets = [(QWEN3, impl) for impl in resolve(QWEN3)]
+    targets += [(spec, impl) for spec in OWN for impl in resolve(spec)]
     for name in PASSING:
         targets += [(f"transformers:{name}", impl) for impl in resolve(f"transformers:{name}")]
     by_model: dict[str, dict] = {}
@@ -83,14 +112,24 @@ def checked():
     return by_model
 
 
-@pytest.mark.parametrize("name", [*PASSING, "Qwen3Attention"])
+@pytest.mark.parametrize("name", [*PASSING, "Qwen3Attention", "gpt", "encoder"])
 def test_the_model_from_its_class_name_alone_passes(checked, name):
     results = checked[name]
     failed = {check: r.reason for check, r in results.items()
               if r.status in (Status.FAILED, Status.SUITE_ERROR)}
     assert not failed
     # Judged, each: passed, or (reference) warning that RoPE is undefined at head width 1.
-    for check in ("reference", "causal", "padding", "kv_groups", "autograd", "scale"):
+    for check in JUDGED.get(name, ("reference", "causal", "padding", "kv_groups", "autograd",
+                                   "scale")):
         assert results[check].status in (Status.PASSED, Status.WARNED), (check, results[check])
-    # Through the weights, RoPE found by behaviour; Qwen 3's QK-norm, through its core.
-    assert results["reference"].route.value == ("weights" if name in PASSING else "core")
+    # Through the weights (RoPE found by behaviour); Qwen 3's QK-norm, through its core.
+    assert results["reference"].route.value == ("core" if name == "Qwen3Attention" else "weights")
+
+
+def test_pytest_parametrizes_a_model_by_its_kinds_of_attention_layer():
+    from conformance.testing import parametrize_with_checks
+    from tests.fixtures.own_models import gpt
+
+    mark = parametrize_with_checks(gpt, devices=("cpu",), checks=["gate", "causal"])
+    assert [param.id for param in mark.args[1]] == ["GPT:blocks.0.attn-gate",
+                                                    "GPT:blocks.0.attn-causal"]

@@ -174,7 +174,15 @@ def _as_implementations(obj: object, origin: str,
         except (ValueError, TypeError) as error:  # its signature's problem, said in one line
             raise ResolveError(str(error)) from error
     if isinstance(obj, torch.nn.Module):  # an instance: checked as it is
-        from conformance.inference import infer
+        from conformance.inference import InferenceError, infer
+        from conformance.inference.models.model_route import instance_implementations
+
+        try:  # a model holding attention layers: each kind of them, driven through it
+            in_model = instance_implementations(obj, origin, declared)
+        except InferenceError as error:
+            raise ResolveError(str(error)) from error
+        if in_model is not None:
+            return [found.implementation for found in in_model]
 
         try:
             return _probed(lambda: infer(type(obj), name=origin, declared=declared,

@@ -25,11 +25,14 @@ class LayerInModel(nn.Module):
 
     ``ids``: the model takes token ids (an embedding first): zeros of the case's shape are
     passed, and the layer's input is replaced; otherwise the hidden states themselves are its
-    first input."""
+    first input. ``options``: keywords every call passes (``use_cache=False`` for a
+    ``transformers`` model: no cache object between the suite's calls)."""
 
-    def __init__(self, model: nn.Module, path: str, *, ids: bool) -> None:
+    def __init__(self, model: nn.Module, path: str, *, ids: bool,
+                 options: dict[str, object] | None = None) -> None:
         super().__init__()
         self.model, self.path, self.ids = model, path, ids
+        self.options = dict(options or {})
         self.layer = model.get_submodule(path)
         judged = {id(p) for p in self.layer.parameters()}
         for parameter in model.parameters():
@@ -40,9 +43,14 @@ class LayerInModel(nn.Module):
         reached: dict[str, object] = {}
 
         def replace_input(module, args, kwargs):
-            if args:
-                return (x, *args[1:]), kwargs
-            return args, {**kwargs, "hidden_states": x}
+            # The hidden states, wherever the model passes the same tensor again (as key and
+            # value to a self-attention called f(h, h, h)).
+            given = args[0] if args else kwargs.get("hidden_states")
+            args = tuple(x if a is given else a for a in args)
+            kwargs = {k: x if v is given else v for k, v in kwargs.items()}
+            if given is None:
+                kwargs["hidden_states"] = x
+            return args, kwargs
 
         def take_output(module, args, output):
             reached["output"] = output
@@ -51,10 +59,11 @@ class LayerInModel(nn.Module):
         before = self.layer.register_forward_pre_hook(replace_input, with_kwargs=True)
         after = self.layer.register_forward_hook(take_output)
         first = (torch.zeros(x.shape[:2], dtype=torch.long, device=x.device) if self.ids else x)
-        options = {"attention_mask": attention_mask} if attention_mask is not None else {}
+        options = dict(self.options)
+        if attention_mask is not None:
+            options["attention_mask"] = attention_mask
         try:
-            self.model(first, use_cache=False, **options) if self.ids else self.model(first,
-                                                                                      **options)
+            self.model(first, **options)
         except _Reached:
             pass
         finally:
@@ -64,3 +73,10 @@ class LayerInModel(nn.Module):
             raise RuntimeError(f"the model's forward did not reach {self.path}")
         output = reached["output"]
         return output[0] if isinstance(output, tuple) else output
+
+
+class UnmaskedLayerInModel(LayerInModel):
+    """A layer in a model whose forward takes no ``attention_mask``: called without one."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x)

@@ -11,8 +11,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-CORES = frozenset({torch.softmax, F.softmax, torch.Tensor.softmax, F.scaled_dot_product_attention})
-"""The calls that make an attention core."""
+CORES = frozenset(f for f in (torch.softmax, F.softmax, torch.Tensor.softmax,
+                              F.scaled_dot_product_attention, F.multi_head_attention_forward,
+                              getattr(torch, "_native_multi_head_attention", None))
+                   if f is not None)
+"""The calls that make an attention core (``nn.MultiheadAttention``'s, fused in eval, too)."""
 
 
 class _Seen(TorchFunctionMode):

@@ -3,6 +3,7 @@ through the smallest model of its architecture (see the package docstring)."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 import sys
 from dataclasses import replace
@@ -16,7 +17,7 @@ from conformance.inference.models.tiny_config import takes_kv_heads, tiny_config
 from conformance.inference.plan import InferenceError, Inferred
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import Note, as_notes
-from conformance.subject.layer_in_model import LayerInModel
+from conformance.subject.layer_in_model import LayerInModel, UnmaskedLayerInModel
 
 WIDTH, HEADS, KV_HEADS = 64, 4, 2
 """The model the layers are found in: width 64, 4 heads, 2 key/value heads where it has them."""
@@ -48,6 +49,53 @@ def host_model(layer_class: type) -> type | None:
     return found[0] if found else None
 
 
+def _found_by_running(model: nn.Module) -> tuple[bool, dict[str, nn.Module]] | None:
+    """(whether it takes token ids, its attention layers) from one forward: on token ids first,
+    else on hidden states as wide as its first linear layer takes; None where neither runs."""
+    linear = next((m for m in model.modules() if isinstance(m, nn.Linear)), None)
+    tries = [(True, torch.zeros(1, 5, dtype=torch.long))]
+    if linear is not None:
+        tries.append((False, torch.randn(1, 5, linear.in_features)))
+    for ids, sample in tries:
+        try:
+            return ids, attention_paths(model, lambda m, s=sample: m(s))
+        except Exception:  # the model's own refusal of this input: the next form
+            continue
+    return None
+
+
+def instance_implementations(instance: nn.Module, origin: str,
+                             declared: Declarations | None = None) -> list[Inferred] | None:
+    """Where ``instance`` is a model that holds attention layers (not one itself), one inferred
+    implementation per kind, each checked as it is (its sizes and weights) driven through a copy
+    of the model; None where no submodule of it is an attention layer (it is checked as an
+    instance of a layer)."""
+    probe = copy.deepcopy(instance).eval()
+    ran = _found_by_running(probe)
+    if ran is None or not ran[1]:
+        return None
+    ids, found = ran
+    masked = "attention_mask" in inspect.signature(instance.forward).parameters
+    options = {"use_cache": False} if is_model_class(type(instance)) else {}
+    inferred = []
+    for kind, paths in kinds(found).items():
+        first = paths[0]
+        driven = (LayerInModel if masked else UnmaskedLayerInModel)(
+            copy.deepcopy(instance).eval(), first, ids=ids, options=options)
+        one = infer(type(driven), name=f"{origin}:{first}", declared=declared, instance=driven)
+        inferred.append(_said(one, first, kind, paths, f"the instance ({type(instance).__name__}, "
+                                                       "its own sizes and weights)"))
+    return inferred
+
+
+def _said(one: Inferred, first: str, kind: str, paths: list[str], model: str) -> Inferred:
+    also = f", also {', '.join(paths[1:])}" if len(paths) > 1 else ""
+    said = as_notes([Note(f"{first}: {kind}{also}: driven by its model ({model}); the case's "
+                          "hidden states replace the layer's input, everything else it receives "
+                          "is what the model computes", None)]) + one.notes
+    return Inferred(replace(one.implementation, notes=said), said)
+
+
 def _takes_ids(model: nn.Module) -> bool:
     embedding = getattr(model, "get_input_embeddings", lambda: None)()
     return isinstance(embedding, nn.Embedding)
@@ -59,7 +107,8 @@ def _driven(model_class: type, kind: str, path: str, ids: bool, grouped: bool) -
 
     def build(self, d_model, num_heads, num_kv_heads=None):
         config = tiny_config(config_class, d_model, num_heads, num_kv_heads if grouped else None)
-        LayerInModel.__init__(self, model_class(config).eval(), path, ids=ids)
+        LayerInModel.__init__(self, model_class(config).eval(), path, ids=ids,
+                              options={"use_cache": False})
 
     if not grouped:
         def __init__(self, d_model, num_heads):
@@ -107,13 +156,8 @@ def model_implementations(model_class: type, origin: str,
         first = paths[0]
         cls = _driven(model_class, kind, first, ids, grouped)
         one = infer(cls, name=f"{origin}:{first}", declared=declared)
-        also = f", also {', '.join(paths[1:])}" if len(paths) > 1 else ""
-        said = as_notes([Note(f"{first}: {kind}{also}: driven by its model "
-                              f"({model_class.__name__} built from {model_class.config_class.__name__}"
-                              f", width {WIDTH}, {HEADS} heads"
-                              + (f", {KV_HEADS} key/value heads" if grouped else "")
-                              + ", 2 layers); the case's hidden states replace the layer's input, "
-                              "everything else it receives is what the model computes", None)]
-                          ) + one.notes
-        inferred.append(Inferred(replace(one.implementation, notes=said), said))
+        inferred.append(_said(one, first, kind, paths, (
+            f"{model_class.__name__} built from {model_class.config_class.__name__}, width "
+            f"{WIDTH}, {HEADS} heads" + (f", {KV_HEADS} key/value heads" if grouped else "")
+            + ", 2 layers")))
     return inferred
