@@ -2,10 +2,9 @@
 
 An :class:`Isolated` target names what an IMPL string is expected to fail; a load the worker
 reports as bad input (a syntax or import error, nothing found, an interface that can't be
-inferred) is :class:`BadInput`, one line for the user; one that crashes while it is loaded fails
-the gate with the worker's evidence (:func:`not_loaded`); one that outlasts the time the suite
-gives a load (its import and the suite's own inference of its interface, together) is the suite's
-limit, reported as the suite's, never as the layer's FAIL.
+inferred) is :class:`BadInput`, one line for the user; one that hangs or crashes while it is
+loaded fails the gate with the worker's evidence (:func:`not_loaded`), and a load that ran out
+of time says that the time covers the suite's own probing too.
 """
 
 from __future__ import annotations
@@ -61,20 +60,17 @@ class BadInput(ConformanceError):
 
 def not_loaded(name: str, error: BaseException, devices: Sequence[str] | None,
                checks: Sequence[str] | None) -> list[CheckResult]:
-    """The verdicts of an implementation the isolated worker could not load: where it ran out
-    of the time a load is given, the gate's is a suite error (that time is spent on the suite's
-    own probes as much as on the layer); where it crashed while its interface was inferred, the
-    gate fails with the worker's evidence; the rest is blocked."""
+    """The verdicts of an implementation the isolated worker could not load (a constructor that
+    hangs, a crash while its interface is inferred): the gate fails with the worker's evidence,
+    the rest is blocked. A load that ran out of time says what that time covers: a constructor
+    that hangs and a slow probe look alike from outside the worker."""
     status = getattr(error, "status", None)
-    timed_out = getattr(status, "value", status) == "timeout"
     reason = f"{getattr(status, 'value', status)}: loading it in the isolated worker: {error}"
-    if timed_out:
-        reason += (": the suite's own limit (loading it here is importing it and inferring its "
-                   "interface by probing it), not a verdict on it: give the worker more time per "
-                   "call, or check it in this process")
+    if getattr(status, "value", status) == "timeout":
+        reason += (" (loading it is importing it and inferring its interface by probing it: if "
+                   "it is only slow, give the worker more time per call)")
     return [CheckResult(name, check, device,
-                        (Status.SUITE_ERROR if timed_out else Status.FAILED)
-                        if check == GATE.name else Status.SKIPPED,
+                        Status.FAILED if check == GATE.name else Status.SKIPPED,
                         reason=reason if check == GATE.name else BLOCKED,
                         remedy=remedy_of(error) if check == GATE.name else None)
             for device in (devices or available_devices())
