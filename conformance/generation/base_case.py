@@ -36,8 +36,7 @@ def base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) ->
                 **fixed_features(caps))
     case = own_queries(replace(case, **changes), caps)
     if caps.length is not None:  # the one length it takes, whatever length was asked for
-        case = replace(case, q_len=caps.length, kv_len=caps.length, kept=None if case.kept is None
-                       else tuple(min(k, caps.length) for k in case.kept))
+        case = case.at_length(caps.length)
     if case.causal and case.q_len != case.kv_len and "causal" not in changes:
         case = replace(case, causal=False)  # causal cases have as many queries as keys
     if case.kept is not None and shared_masks(caps):

@@ -94,6 +94,12 @@ class Case:
         except TypeError as error:
             raise ValueError(f"{text!r}: {error}") from None
 
+    def at_length(self, length: int) -> Case:
+        """This case with ``length`` queries and keys, keeping no more keys than there are (a
+        module that takes one length gets it, whatever length was asked for)."""
+        kept = None if self.kept is None else tuple(min(k, length) for k in self.kept)
+        return replace(self, q_len=length, kv_len=length, kept=kept)
+
     @property
     def config(self) -> Config:
         return Config(batch=self.batch, q_len=self.q_len, kv_len=self.kv_len,

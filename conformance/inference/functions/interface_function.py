@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from conformance.inference.functions.kernel_arguments import call_output
+from conformance.subject.masks import with_causality
 
 TENSORS = ("query", "key", "value")
 """The per-head tensors, named as ``AttentionInterface`` names them."""
@@ -57,8 +58,8 @@ def _with_causality(mask: torch.Tensor | None, q_len: int, kv_len: int,
                     like: torch.Tensor) -> torch.Tensor:
     """``mask`` (keep-boolean or additive) with the causal triangle folded in, as a model folds it
     (query i sees keys up to i + kv_len - q_len); the triangle alone, additive, where none."""
-    rows = torch.arange(q_len, device=like.device)[:, None] + (kv_len - q_len)
-    visible = torch.arange(kv_len, device=like.device)[None, :] <= rows
+    visible = with_causality(torch.ones(1, kv_len, dtype=torch.bool, device=like.device),
+                             q_len)[0]
     if mask is not None and mask.dtype == torch.bool:
         return mask & visible
     blocked = torch.zeros(q_len, kv_len, dtype=like.dtype, device=like.device).masked_fill(

@@ -13,7 +13,7 @@ from torch import nn
 
 from conformance.inference.infer import infer
 from conformance.inference.models.attention_layers import attention_paths, kinds
-from conformance.inference.models.tiny_config import takes_kv_heads, tiny_config
+from conformance.inference.models.tiny_config import LAYERS, takes_kv_heads, tiny_config
 from conformance.inference.plan import InferenceError, Inferred
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import Note, as_notes
@@ -21,6 +21,9 @@ from conformance.subject.layer_in_model import LayerInModel, UnmaskedLayerInMode
 
 WIDTH, HEADS, KV_HEADS = 64, 4, 2
 """The model the layers are found in: width 64, 4 heads, 2 key/value heads where it has them."""
+
+TRANSFORMERS_CALL = {"use_cache": False}
+"""What every call of a ``transformers`` model passes: no cache object between the suite's calls."""
 
 
 def is_model_class(obj: object) -> bool:
@@ -76,7 +79,7 @@ def instance_implementations(instance: nn.Module, origin: str,
         return None
     ids, found = ran
     masked = "attention_mask" in inspect.signature(instance.forward).parameters
-    options = {"use_cache": False} if is_model_class(type(instance)) else {}
+    options = TRANSFORMERS_CALL if is_model_class(type(instance)) else {}
     inferred = []
     for kind, paths in kinds(found).items():
         first = paths[0]
@@ -96,11 +99,6 @@ def _said(one: Inferred, first: str, kind: str, paths: list[str], model: str) ->
     return Inferred(replace(one.implementation, notes=said), said)
 
 
-def _takes_ids(model: nn.Module) -> bool:
-    embedding = getattr(model, "get_input_embeddings", lambda: None)()
-    return isinstance(embedding, nn.Embedding)
-
-
 def _driven(model_class: type, kind: str, path: str, ids: bool, grouped: bool) -> type:
     """A LayerInModel class whose constructor takes the sizes the checks choose."""
     config_class = model_class.config_class
@@ -108,7 +106,7 @@ def _driven(model_class: type, kind: str, path: str, ids: bool, grouped: bool) -
     def build(self, d_model, num_heads, num_kv_heads=None):
         config = tiny_config(config_class, d_model, num_heads, num_kv_heads if grouped else None)
         LayerInModel.__init__(self, model_class(config).eval(), path, ids=ids,
-                              options={"use_cache": False})
+                              options=TRANSFORMERS_CALL)
 
     if not grouped:
         def __init__(self, d_model, num_heads):
@@ -136,10 +134,11 @@ def model_implementations(model_class: type, origin: str,
                              f"built from {model_class.config_class.__name__} ({type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''}): pass an "
                              "instance in a file instead") from error
-    ids = _takes_ids(model)
-    sample = (torch.zeros(1, 5, dtype=torch.long) if ids
-              else torch.randn(1, 5, WIDTH))
-    found = attention_paths(model, lambda m: m(sample))
+    ran = _found_by_running(model)
+    if ran is None:
+        raise InferenceError(f"{origin}: the smallest model of its architecture raised on token "
+                             "ids and on hidden states: pass an instance in a file instead")
+    ids, found = ran
     if not found:
         raise InferenceError(f"{origin}: no attention layer found: no submodule's forward ran a "
                              "softmax or scaled_dot_product_attention on one forward of the "
@@ -159,5 +158,5 @@ def model_implementations(model_class: type, origin: str,
         inferred.append(_said(one, first, kind, paths, (
             f"{model_class.__name__} built from {model_class.config_class.__name__}, width "
             f"{WIDTH}, {HEADS} heads" + (f", {KV_HEADS} key/value heads" if grouped else "")
-            + ", 2 layers")))
+            + f", {LAYERS} layers")))
     return inferred

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -41,7 +40,4 @@ def fitted(case: Case) -> Case:
     """``case`` at the probes' length: queries and keys alike, no more keys kept than there
     are (a module that takes one length is a self-attention one)."""
     fixed = _FIXED.get()
-    if fixed is None or (case.q_len == fixed and case.kv_len == fixed):
-        return case
-    kept = None if case.kept is None else tuple(min(k, fixed) for k in case.kept)
-    return replace(case, q_len=fixed, kv_len=fixed, kept=kept)
+    return case if fixed is None else case.at_length(fixed)
