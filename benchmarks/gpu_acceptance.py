@@ -5,6 +5,10 @@ the device, and bench in TFLOP/s; one table at the end.
     python benchmarks/gpu_acceptance.py [--device cuda] [--only NAME,...] [--modes ...]
     bash benchmarks/gpu_acceptance.sh          # the same, on CUDA, within 8 minutes on one GPU
 
+The rows run ``--parallel`` at a time, each with its share of the CPU cores (``--jobs``), and
+each is printed as it ends: a run cut short keeps the rows it finished. bench runs last, alone,
+so that its times are not shared with a check.
+
 Every row is the command line as a user types it (a fresh interpreter, ``--json`` read back):
 ``expected`` is what a correct suite gives (pass: exit 0 with no failure; the twin: its check
 FAILs), ``got`` what it gave. A row whose run checked nothing (every check skipped: exit 2,
@@ -17,10 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,13 +43,20 @@ class Row:
     name: str
     spec: str
     fails: str | None = None
+    options: tuple[str, ...] = ()
+    """Its own command-line options: a compiled kernel's load and calls compile (FlexAttention
+    under ``torch.compile`` compiles each new shape; its load took over 60 s on an H200's
+    host), so they get the time that takes, not the default call timeout."""
+    timeout: float | None = None
+    """Seconds its row may take, where it needs more than ``--timeout``."""
 
 
 ROWS = (
     Row("sdpa_flash", f"{KERNELS}:sdpa_flash"),
     Row("sdpa_efficient", f"{KERNELS}:sdpa_efficient"),
     Row("sdpa_cudnn", f"{KERNELS}:sdpa_cudnn"),
-    Row("flex_compiled", f"{KERNELS}:flex_compiled"),
+    Row("flex_compiled", f"{KERNELS}:flex_compiled", options=("--call-timeout", "240"),
+        timeout=300),
     Row("triton_attention", f"{TRITON}:triton_attention"),
     Row("sdpa_flash_scale_dropped", f"{KERNELS}:sdpa_flash_scale_dropped", fails="kernel"),
     Row("triton_attention_tail_unmasked", f"{TRITON}:triton_attention_tail_unmasked",
@@ -82,8 +95,18 @@ def outcome(row: Row, code: int, data: dict | None, last: str) -> tuple[str, boo
         return f"NOTHING CHECKED ({unchecked[0]['why'][:80]})", False
     passed = sum(r["status"] == "passed" for r in data["results"])
     words = f"exit {code}: {passed} passed" + (f", FAIL {', '.join(failed)}" if failed else "")
+    if failed and row.fails is None:  # the first failure's reason: what to look at next
+        first = next(r for r in data["results"] if r["status"] == "failed")
+        words += f" ({first['check']}: {(first.get('reason') or '')[:160]})"
     right = (code == 0 and not failed) if row.fails is None else row.fails in failed
     return words, right
+
+
+HEADER = f"{'row':<32} {'mode':<18} {'expected':<16} {'right':<5} {'s':>6}  got"
+
+
+def _line(name: str, mode: str, expected: str, words: str, right: str, seconds: float) -> str:
+    return f"{name:<32} {mode:<18} {expected:<16} {right:<5} {seconds:>6.1f}  {words}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,30 +116,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default=",".join(MODES), help="in process, isolated")
     parser.add_argument("--checks", help="comma-separated checks (default: the catalogue)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per row")
+    parser.add_argument("--parallel", type=int, default=1,
+                        help="rows at a time, the CPU cores shared out between them")
     parser.add_argument("--no-catalogue", action="store_true")
     parser.add_argument("--no-bench", action="store_true")
     args = parser.parse_args(argv)
     wanted = set(args.only.split(",")) if args.only else None
     checks = [f"--check={name}" for name in args.checks.split(",")] if args.checks else []
+    jobs = ["--jobs", str(max(1, (os.cpu_count() or 1) // max(1, args.parallel)))]
+    runs = [(row, mode, ["check", row.spec, "--device", args.device, *MODES[mode], *checks,
+                         *jobs, *row.options], max(args.timeout, row.timeout or 0))
+            for row in ROWS if wanted is None or row.name in wanted
+            for mode in args.modes.split(",")]
+    runs.sort(key=lambda run: -run[3])  # the longest first
+    if not args.no_catalogue:  # first: the longest
+        runs.insert(0, (Row("bundled catalogue", ""), "isolated per file",
+                        ["check", "--device", args.device, *checks, *jobs], args.timeout * 4))
+    print(HEADER, flush=True)
     table = []
-    for row in ROWS:
-        if wanted is not None and row.name not in wanted:
-            continue
-        for mode in args.modes.split(","):
-            code, data, last, seconds = _run(["check", row.spec, "--device", args.device,
-                                              *MODES[mode], *checks], args.timeout)
+    with ThreadPoolExecutor(max(1, args.parallel)) as pool:
+        futures = {pool.submit(_run, arguments, timeout): (row, mode)
+                   for row, mode, arguments, timeout in runs}
+        for future in as_completed(futures):
+            row, mode = futures[future]
+            code, data, last, seconds = future.result()
             words, right = outcome(row, code, data, last)
             expected = "pass" if row.fails is None else f"FAIL {row.fails}"
             table.append((row.name, mode, expected, words, "yes" if right else "NO", seconds))
-    if not args.no_catalogue:
-        code, data, last, seconds = _run(["check", "--device", args.device, *checks],
-                                         args.timeout * 4)
-        words, right = outcome(Row("bundled catalogue", ""), code, data, last)
-        table.append(("bundled catalogue", "isolated per file", "pass", words,
-                      "yes" if right else "NO", seconds))
-    print(f"{'row':<32} {'mode':<18} {'expected':<16} {'right':<5} {'s':>6}  got")
-    for name, mode, expected, words, right, seconds in table:
-        print(f"{name:<32} {mode:<18} {expected:<16} {right:<5} {seconds:>6.1f}  {words}")
+            print(_line(*table[-1]), flush=True)
+    order = {(row.name, mode): i for i, (row, mode, _, _) in enumerate(runs)}
+    print("\n" + HEADER)
+    for entry in sorted(table, key=lambda entry: order[entry[0], entry[1]]):
+        print(_line(*entry))
     if not args.no_bench:
         bench = subprocess.run(
             [sys.executable, "-m", "conformance", "bench", "reference-sdpa", "--device",
@@ -124,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
              "--backward", "--batch", "4", "--heads", "16", "--head-dim", "128", "--lengths",
              "1024,4096,8192" if args.device.startswith("cuda") else "128", "--backends",
              "--rounds", "5"], cwd=ROOT, capture_output=True, text=True)
-        print("\n" + bench.stdout.strip())
+        print("\n" + bench.stdout.strip() + ("\n" + bench.stderr.strip()[-2000:]
+                                              if bench.returncode else ""), flush=True)
     return 0 if all(right == "yes" for *_, right, _ in table) else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

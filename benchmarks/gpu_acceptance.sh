@@ -4,4 +4,4 @@
 #   bash benchmarks/gpu_acceptance.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec timeout 480 python benchmarks/gpu_acceptance.py --device cuda "$@"
+exec timeout 480 python3 benchmarks/gpu_acceptance.py --device cuda --parallel 4 --timeout 100 "$@"

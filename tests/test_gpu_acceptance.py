@@ -32,4 +32,4 @@ def test_the_acceptance_driver_on_the_cpu_passes_the_kernel_fails_the_twin_and_s
 def test_the_shell_script_runs_the_driver_on_cuda_within_eight_minutes():
     script = (ROOT / "benchmarks" / "gpu_acceptance.sh").read_text()
     assert os.access(ROOT / "benchmarks" / "gpu_acceptance.sh", os.X_OK)
-    assert "timeout 480 python benchmarks/gpu_acceptance.py --device cuda" in script
+    assert "timeout 480 python3 benchmarks/gpu_acceptance.py --device cuda --parallel 4" in script

@@ -28,7 +28,8 @@ def base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) ->
     where the implementation always is (the case says what it computes, as generated ones do).
 
     A mask (``kept``) is made the same for every batch element where the format is shared. A
-    module that takes one length gets it, whatever length ``changes`` ask for."""
+    module that takes one length gets it, whatever length ``changes`` ask for; one that refuses
+    short lengths on the device (``min_len``) gets no shorter ones."""
     length = caps.length_near(5)
     heads, head_dim = base_pair(caps)
     case = Case(batch=2, q_len=length, kv_len=length, num_heads=heads, head_dim=head_dim,
@@ -37,6 +38,9 @@ def base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) ->
     case = own_queries(replace(case, **changes), caps)
     if caps.length is not None:  # the one length it takes, whatever length was asked for
         case = case.at_length(caps.length)
+    elif caps.min_len is not None and min(case.q_len, case.kv_len) < caps.min_len:
+        case = replace(case, kv_len=max(case.kv_len, caps.min_len),
+                       q_len=max(case.q_len, caps.min_len) if caps.queries is None else case.q_len)
     if case.causal and case.q_len != case.kv_len and "causal" not in changes:
         case = replace(case, causal=False)  # causal cases have as many queries as keys
     if case.kept is not None and shared_masks(caps):

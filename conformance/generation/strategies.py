@@ -173,6 +173,8 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
     if masks == "auto":
         masks = "kept" if caps.mask is not None else "none"
     max_len = min(max_len, caps.max_len or MAX_LEN)
+    min_len = max(min_len, caps.min_len or 1)  # shorter ones it refuses on this device
+    max_len = max(max_len, min_len)
     if probe:
         max_len = min(max_len, MAX_HEAD_DIM - 1)
     if masks == "partly_masked":

@@ -23,13 +23,15 @@ import functools
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
 
 
 def _held(backend: SDPBackend, q, k, v, causal: bool, softmax_scale: float | None):
     mask = None
     if causal and q.shape[-2] != k.shape[-2]:  # bottom-right, as FlashAttention >= 2.1
-        lq, lk = q.shape[-2], k.shape[-2]
-        mask = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(lk - lq)
+        # torch's own lower-right bias, not a boolean mask: FLASH takes no mask on CUDA (seen
+        # on an H200: "No available kernel"), and this bias reaches its causal kernel there.
+        mask = causal_lower_right(q.shape[-2], k.shape[-2])
         causal = False
     with sdpa_kernel([backend]):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,

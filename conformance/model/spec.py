@@ -160,6 +160,8 @@ class Capabilities:
         queries: for the ``"latent"`` call, how many queries the module holds itself (its
             output's rows, whatever the input's length): every case has ``q_len`` this.
         max_len: the longest sequence it accepts (a ``block_size`` buffer, say).
+        min_len: the shortest sequence it runs at on the device checked, where shorter ones
+            raise (cuDNN's SDPA refuses a single key): found by the gate, never declared.
         length: the one input length it takes, queries and keys alike (Swin's window
             attention takes the Wh * Ww tokens of one window), or ``None`` for any: every case
             has this length, and checks that need another skip saying so.
@@ -215,6 +217,7 @@ class Capabilities:
     cross_attention: bool = False
     queries: int | None = None
     max_len: int | None = None
+    min_len: int | None = None
     length: int | None = None
     heads: int | None = None
     shapes: tuple[tuple[int, int], ...] | None = None
@@ -278,10 +281,10 @@ class Capabilities:
 
     def length_near(self, preferred: int) -> int:
         """The length a check that prefers ``preferred`` tokens uses: its one length where it
-        takes one, else ``preferred`` capped by ``max_len``."""
+        takes one, else ``preferred`` within ``min_len`` and ``max_len``."""
         if self.length is not None:
             return self.length
-        return min(preferred, self.max_len or preferred)
+        return max(min(preferred, self.max_len or preferred), self.min_len or 1)
 
     def fixed_length_skip(self, needs: str) -> str | None:
         """Why a check that needs ``needs`` (other lengths, in words) skips, where the

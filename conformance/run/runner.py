@@ -155,6 +155,15 @@ class Runner:
                   for problem in outcome.broken.values())]
             if outcome.constraint is not None:
                 result.observations.append(outcome.constraint.describe())
+            if outcome.backward_here:
+                result.observations.append(
+                    f"forward only where it was probed; on {device} its backward runs: the "
+                    "gradient checks run there")
+            if outcome.shortest is not None:
+                length, problem = outcome.shortest
+                result.observations.append(
+                    f"refuses fewer than {length} tokens on {device} ({problem}): its cases are "
+                    f"{length} tokens or longer")
             if outcome.precision is not None and (
                     outcome.precision.judged_as != torch.float64
                     or outcome.precision.noise > FLOAT32_NOISE):

@@ -61,6 +61,13 @@ class GateOutcome:
     """What float64 runs compute at, where float64 is declared and works."""
     constraint: Constraint | None = None
     """The configurations its constructor accepts, where it rejects some (found here)."""
+    shortest: tuple[int, str] | None = None
+    """Where the basic call raises at one token (cuDNN's SDPA refuses a single key) and runs
+    at a longer length: (the shortest length it runs at, why the shorter one failed); the other
+    checks' cases are that long or longer."""
+    backward_here: bool = False
+    """A kernel probed forward only (on the CPU, where inference runs) whose backward runs on
+    this device (FlexAttention has none on a CPU and one on CUDA): the gradient checks run."""
     refused: dict[str, str] = field(default_factory=dict)
     """Dtypes nobody declared whose basic call (or, where the first dtype takes the mask, whose
     masked call) raises where another's runs: ``{dtype: why}``; the other checks run without
@@ -166,6 +173,17 @@ class Gate:
                 caps = replace(caps, shapes=outcome.constraint.pairs)
                 outcome.effective = caps
                 context = replace(context, capabilities=caps)
+        if caps.length is None and caps.min_len is None:
+            outcome.shortest = self._shortest(context, first)
+            if outcome.shortest is not None:
+                caps = replace(caps, min_len=outcome.shortest[0])
+                outcome.effective = caps
+                context = replace(context, capabilities=caps)
+        if caps.forward_only and self._backward_runs(context, base_case(caps, first, device)):
+            outcome.backward_here = True
+            caps = replace(caps, forward_only=False)
+            outcome.effective = caps
+            context = replace(context, capabilities=caps)
         found = call_problem(context, base_case(caps, first, device), finite=True)
         if found is None:
             found = call_problem(context, base_case(caps, first, device, batch=3, q_len=3,
@@ -236,6 +254,38 @@ class Gate:
         if len(refused) == len(problems):
             return {}
         return refused
+
+    @staticmethod
+    def _backward_runs(context: CheckContext, case: Case) -> bool:
+        """Whether one backward pass runs on this device and reaches the inputs (a kernel
+        probed forward only may have a backward here); any failure says no."""
+        try:
+            instance = context.build(case)
+            inputs = case.inputs(context.capabilities.call)
+            shape = (case.batch, case.q_len, case.d_model)
+            gradients = instance.gradients(inputs, case.tensor(*shape, stream=71))
+        except (ImplementationError, Violation):
+            return False
+        return any(bool(g.detach().abs().sum() > 0) for g in gradients.inputs.values())
+
+    @staticmethod
+    def _shortest(context: CheckContext, dtype: torch.dtype) -> tuple[int, str] | None:
+        """Where the basic call raises at one token and runs at some length up to the basic
+        call's own: (that length, why one token failed). None where one token runs, returns
+        something (a wrong output is the checks' to judge, not a refusal), or no length up to
+        the basic call's runs (the basic call then says why)."""
+        caps = context.capabilities
+        problem = call_problem(context, base_case(caps, dtype, context.device, q_len=1, kv_len=1))
+        if problem is None or not problem.raised:
+            return None
+        for length in range(2, caps.length_near(5) + 1):
+            longer = call_problem(context, base_case(caps, dtype, context.device, q_len=length,
+                                                     kv_len=length))
+            if longer is None:
+                return length, problem.words
+            if not longer.raised:
+                return None
+        return None
 
     @staticmethod
     def _builds(context: CheckContext, heads: int, head_dim: int) -> bool:
