@@ -123,6 +123,26 @@ def test_python_dash_m_and_list():
     listing = subprocess.run([sys.executable, "-m", "conformance", "list"], capture_output=True,
                              text=True, check=True).stdout
     assert "seed002-MultiHeadAttention" in listing and "reference-sdpa" in listing
+    assert "the checks: attention-conformance list --checks" in listing
+
+
+def test_list_checks_names_every_check_what_it_asserts_and_when_it_applies(capsys):
+    from conformance.checks.catalogue import CATALOGUE, GATE
+    from conformance.model.check_names import CHECK_NAMES
+
+    code, out, _ = run(capsys, "list", "--checks")
+    assert code == 0
+    lines = out.splitlines()
+    named = [line.split()[0] for line in lines if line and not line[0].isspace()
+             and line.split()[0] in CHECK_NAMES]
+    assert tuple(named) == CHECK_NAMES  # every check, in report order
+    for check in (GATE, *CATALOGUE):
+        at = next(i for i, line in enumerate(lines) if line.startswith(check.name + " "))
+        assert check.title in lines[at] and lines[at + 1].strip() == f"applies to: {check.applies}"
+    assert "applies to: grouped key/value heads" in out and "applies to: a KV cache" in out
+    helped = subprocess.run([sys.executable, "-m", "conformance", "check", "--help"],
+                            capture_output=True, text=True, check=True).stdout
+    assert "attention-conformance list --checks" in " ".join(helped.split())
 
 
 def test_an_undeclared_class_is_inferred_and_checked(capsys):

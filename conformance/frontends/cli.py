@@ -67,7 +67,9 @@ def _parser() -> argparse.ArgumentParser:
                             "test viewers")
     _add(check, "device", type=_device)
     check.add_argument("--check", action="append", dest="checks", choices=CHECK_NAMES,
-                       metavar="NAME", help=f"only these checks (repeatable): {', '.join(CHECK_NAMES)}")
+                       metavar="NAME", help=f"only these checks (repeatable): {', '.join(CHECK_NAMES)}"
+                                            " (what each asserts and when it applies: "
+                                            "attention-conformance list --checks)")
     check.add_argument("--seed", type=int,
                        help="hypothesis seed: the examples are drawn from it (in either profile)")
     _add(check, "replay")
@@ -99,7 +101,11 @@ def _parser() -> argparse.ArgumentParser:
         declare.add_argument(spec.flag, dest=spec.name, help=spec.help, **_argument_form(spec))
     check.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
 
-    commands.add_parser("list", help="list the registered implementations")
+    listing = commands.add_parser("list", help="list the registered implementations (--checks: "
+                                                "the checks)")
+    listing.add_argument("--checks", action="store_true",
+                         help="the checks instead: each one's name, what it asserts, and when it "
+                              "applies")
     commands.add_parser("serve", help="stay warm: each check of this installation started "
                                       "meanwhile runs here, without the cold start (Ctrl-C stops)")
     grading_cli.add_parser(commands)
@@ -334,11 +340,27 @@ def _expected(path: Path | None) -> tuple[dict, dict]:
         raise UsageError(error_words(error, "cli")) from error
 
 
-def _list() -> int:
+def _list_checks() -> int:
+    """Each check's name, what it asserts and when it applies, in report order."""
+    from conformance.checks.catalogue import CATALOGUE, GATE
+
+    width = max(len(name) for name in CHECK_NAMES) + 2
+    for check in (GATE, *CATALOGUE):
+        print(f"{check.name.ljust(width)}{check.title}")
+        print(f"{'':{width}}applies to: {check.applies}")
+    print(f"\n{len(CATALOGUE) + 1} checks; each one's property, tolerance and why: docs/checks.md")
+    return EXIT_OK
+
+
+def _list(checks: bool = False) -> int:
+    if checks:
+        return _list_checks()
     implementations = registered()
     width = max(map(len, implementations), default=0) + 2
     for name, impl in implementations.items():
         print(f"{name.ljust(width)}{impl.description}")
+    print(f"\n{len(implementations)} implementations; the checks: attention-conformance list "
+          "--checks")
     return EXIT_OK
 
 
@@ -353,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "bench":
             return run_bench(args)
-        return _check(args) if args.command == "check" else _list()
+        return _check(args) if args.command == "check" else _list(args.checks)
     except UsageError as error:
         if getattr(args, "debug", False):
             traceback.print_exc()

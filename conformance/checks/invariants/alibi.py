@@ -53,6 +53,7 @@ class Alibi(Check):
     """Position bias -m_h d(i, j) with m_h > 0 per head (the paper's slopes where declared)."""
 
     name = "alibi"
+    applies = "an ALiBi position bias"
     title = "ALiBi: a per-head linear distance penalty -m_h (i - j), m_h > 0 (declared slopes)"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:

@@ -152,6 +152,7 @@ class Autograd(Check):
     masked keys."""
 
     name = "autograd"
+    applies = "a backward (not forward only)"
     title = ("gradients reach every parameter; backward matches finite differences; masked keys "
              "get exactly zero")
 

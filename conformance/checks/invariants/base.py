@@ -165,6 +165,9 @@ class Check(ABC):
 
     name: str
     title: str
+    applies: str = "every implementation"
+    """When it runs, in words (``list --checks``): what an implementation must have for it;
+    its skip reason says which one an implementation lacks."""
     owns: tuple[str, ...] = ()
     """Declared features this check reports when the gate saw them break (see GateOutcome)."""
     judges: tuple[str, ...] = ()

@@ -55,6 +55,7 @@ class Configuration(Check):
     """Built with another value of a constructor setting, it computes with that value."""
 
     name = "configuration"
+    applies = "a constructor setting to vary (a RoPE theta or rotated share)"
     title = "constructor settings are honoured: built with another RoPE theta or share, it turns so"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:

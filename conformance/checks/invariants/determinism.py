@@ -22,6 +22,7 @@ class Determinism(Check):
     """The same call twice gives bit-identical output on the CPU."""
 
     name = "determinism"
+    applies = "every implementation, on the CPU"
     title = "the same call twice gives bit-identical output (CPU)"
 
     def device_skip_reason(self, device: str) -> str | None:

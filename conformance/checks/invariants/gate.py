@@ -142,6 +142,7 @@ class Gate:
     """Constructs; the basic forward returns the right shape, dtype and device."""
 
     name = "gate"
+    applies = "every implementation, first: its failure blocks the other checks"
     title = "constructs; the basic forward returns the right shape, dtype and device"
 
     def evaluate(self, context: CheckContext) -> GateOutcome:

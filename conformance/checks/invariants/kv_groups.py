@@ -39,6 +39,7 @@ class KVGroups(Check):
     """Query head h reads key/value head h // (H / Hkv), and only it."""
 
     name = "kv_groups"
+    applies = "grouped key/value heads"
     title = "query head h reads key/value head h // (H / Hkv), and no other (grouped-query)"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:

@@ -33,6 +33,7 @@ class Permutation(Check):
     """Non-causal attention is equivariant to query order and invariant to key/value order."""
 
     name = "permutation"
+    applies = "attention that order does not matter to by design (not always causal, no absolute positions)"
     title = "permuting tokens permutes the output (no position dependence without causality)"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:

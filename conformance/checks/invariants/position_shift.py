@@ -49,6 +49,7 @@ class PositionShift(Check):
     """Shifting every position by the same offset changes nothing."""
 
     name = "position_shift"
+    applies = "a relative position encoding (RoPE, ALiBi)"
     title = "relative positions: shifting every position by the same offset changes nothing"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:

@@ -147,6 +147,7 @@ class Scale(Check):
     """The logit scale fitted from the measured attention is 1/sqrt(head_dim)."""
 
     name = "scale"
+    applies = "every implementation"
     title = "logits are scaled by 1/sqrt(head_dim)"
 
     def run(self, context: CheckContext) -> None:

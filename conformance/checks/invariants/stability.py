@@ -81,6 +81,7 @@ class Stability(Check):
     """Large logits and shifted rows give the reference's answer, finite."""
 
     name = "stability"
+    applies = "every implementation"
     title = "logits ~1e4 (and q/k std ~80 in float16) stay finite and right; row shifts change nothing"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
