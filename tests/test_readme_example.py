@@ -46,3 +46,12 @@ def test_the_example_pytest_file_fails_the_checks_the_bug_fails():
     failed = sorted(re.findall(r"FAILED \S+::(\S+)", done.stdout))
     assert failed == ["test_my_attention[MyAttention-scale]"], done.stdout[-3000:]
     assert re.search(r"1 failed, 2 passed", done.stdout), done.stdout[-2000:]
+
+
+def test_the_readme_names_the_cpu_torch_line_and_every_pin_make_check_installs():
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in readme
+    pins = [line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
+            if "==" in line and not line.startswith("#")]
+    assert pins and all(f"{name} {version}" in readme for name, version in pins), pins
+    assert "numpy below 2.3" in readme and "numpy<2.3" in (ROOT / "constraints.txt").read_text()

@@ -1,15 +1,14 @@
 """Causal: no position sees the future, and none is hidden from its own past.
 
-Property: for a causal implementation (q_len == kv_len), output row t is unchanged when any
-input at a position > t changes, and the gradient of rows <= t with respect to every input at a
-position > t is exactly zero, with a padding mask as without one (a mask must not replace the
-causal masking); and nothing is over-masked: every row t gives positive attention
-weight to every position s <= t (measured with the attention-matrix probe, or, without weight
-access, as a non-zero gradient of row t with respect to each position s <= t). With a sliding
-window of W keys, "every position s <= t" is every position t - W + 1 <= s <= t (what lies
-before the window is the sliding_window check's); in causal chunks, what a row sees of its past
-is the chunked check's. Only the rows attention specifies are judged: a row its structure and
-the padding leave no key is fully_masked's.
+Property: for a causal implementation (q_len == kv_len), output row t is unchanged when any input
+at a position > t changes, and the gradient of rows <= t with respect to every input at a position
+> t is exactly zero, with a padding mask as without one (a mask must not replace the causal
+masking); and nothing is over-masked: every row t gives positive attention weight to every position
+s <= t (measured with the attention-matrix probe, or, without weight access, as a non-zero gradient
+of row t with respect to each position s <= t). With a sliding window of W keys, "every position s
+<= t" is every position t - W + 1 <= s <= t (what lies before the window is the sliding_window
+check's); in causal chunks, what a row sees of its past is the chunked check's. Only the rows
+attention specifies are judged: a row its structure and the padding leave no key is fully_masked's.
 """
 
 from __future__ import annotations
