@@ -10,7 +10,7 @@ import torch
 from conformance import Status
 from conformance.inference.models.attention_layers import attention_paths, kinds
 from conformance.inference.models.model_route import is_model_class, model_implementations
-from conformance.inference.models.tiny_config import takes_kv_heads, tiny_config
+from conformance.inference.models.tiny_config import LONGEST, takes_kv_heads, tiny_config
 from conformance.loading.registry import resolve
 from conformance.model.remedies import texts
 from conformance.run.many import check_many
@@ -18,8 +18,10 @@ from conformance.subject.layer_in_model import LayerInModel
 
 transformers = pytest.importorskip("transformers")
 
-PASSING = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
-"""Models whose attention passes driven through them, nothing declared."""
+PASSING = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "PhiForCausalLM",
+           "BertModel")
+"""Models whose attention passes driven through them, nothing declared (Phi: RoPE on half its
+head width; BERT: an encoder over token ids, its output projection a sibling module)."""
 
 QWEN3 = "transformers.models.qwen3.modeling_qwen3:Qwen3Attention"
 """An attention class built from a config, whose forward takes the position embeddings its model
@@ -47,6 +49,15 @@ def test_a_layer_driven_by_its_model_takes_hidden_states_and_only_its_parameters
     learning = {name for name, p in driven.named_parameters() if p.requires_grad}
     assert learning and all(name.startswith("layer.") or ".layers.1.self_attn." in name
                             for name in learning)
+
+
+def test_a_layer_in_its_model_is_judged_by_its_own_weights_alone():
+    """BERT's output projection is a sibling module its model calls after the layer: no spare
+    layer of the attention, so no doubt about one; the positions are the model's."""
+    (inferred,) = model_implementations(transformers.BertModel, "transformers:BertModel")
+    said = " ".join(texts(inferred.notes))
+    assert "no output projection" in said and "never calls it" not in said
+    assert inferred.implementation.capabilities.max_len == LONGEST
 
 
 def test_a_model_class_is_told_from_a_layer_class():
@@ -95,9 +106,11 @@ def test_an_attention_layer_instance_is_still_checked_as_one():
 
 
 JUDGED = {"gpt": ("reference", "causal", "autograd", "scale"),
-          "encoder": ("reference", "padding", "autograd", "scale")}
+          "encoder": ("reference", "padding", "autograd", "scale"),
+          "BertModel": ("reference", "padding", "autograd", "scale", "head_split"),
+          "PhiForCausalLM": ("reference", "causal", "padding", "kv_groups", "autograd", "scale")}
 """The checks each own model must be judged by (no mask in the GPT, nothing causal in the
-encoder, no grouped heads in either)."""
+encoder, no grouped heads in either; BERT is not causal and has no grouped heads)."""
 
 
 @pytest.fixture(scope="module")

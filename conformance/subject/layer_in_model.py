@@ -34,6 +34,8 @@ class LayerInModel(nn.Module):
         self.model, self.path, self.ids = model, path, ids
         self.options = dict(options or {})
         self.layer = model.get_submodule(path)
+        self.weights_scope = f"model.{path}"
+        """Where its weights are (the weight trace reads this): the layer's own submodules."""
         judged = {id(p) for p in self.layer.parameters()}
         for parameter in model.parameters():
             if id(parameter) not in judged:

@@ -13,7 +13,7 @@ from torch import nn
 
 from conformance.inference.infer import infer
 from conformance.inference.models.attention_layers import attention_paths, kinds
-from conformance.inference.models.tiny_config import LAYERS, takes_kv_heads, tiny_config
+from conformance.inference.models.tiny_config import LAYERS, LONGEST, takes_kv_heads, tiny_config
 from conformance.inference.plan import InferenceError, Inferred
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import Note, as_notes
@@ -86,17 +86,25 @@ def instance_implementations(instance: nn.Module, origin: str,
         driven = (LayerInModel if masked else UnmaskedLayerInModel)(
             copy.deepcopy(instance).eval(), first, ids=ids, options=options)
         one = infer(type(driven), name=f"{origin}:{first}", declared=declared, instance=driven)
+        positions = getattr(getattr(instance, "config", None), "max_position_embeddings", None)
         inferred.append(_said(one, first, kind, paths, f"the instance ({type(instance).__name__}, "
-                                                       "its own sizes and weights)"))
+                                                       "its own sizes and weights)",
+                              positions if isinstance(positions, int) else None))
     return inferred
 
 
-def _said(one: Inferred, first: str, kind: str, paths: list[str], model: str) -> Inferred:
+def _said(one: Inferred, first: str, kind: str, paths: list[str], model: str,
+          positions: int | None = None) -> Inferred:
+    """``one`` saying the paths it stands for and its model; ``positions``: the most the model
+    takes (its ``max_position_embeddings``), a length no case goes past."""
     also = f", also {', '.join(paths[1:])}" if len(paths) > 1 else ""
     said = as_notes([Note(f"{first}: {kind}{also}: driven by its model ({model}); the case's "
                           "hidden states replace the layer's input, everything else it receives "
                           "is what the model computes", None)]) + one.notes
-    return Inferred(replace(one.implementation, notes=said), said)
+    caps = one.implementation.capabilities
+    if positions is not None and caps.max_len is None:
+        caps = replace(caps, max_len=positions)
+    return Inferred(replace(one.implementation, notes=said, capabilities=caps), said)
 
 
 def _driven(model_class: type, kind: str, path: str, ids: bool, grouped: bool) -> type:
@@ -158,5 +166,5 @@ def model_implementations(model_class: type, origin: str,
         inferred.append(_said(one, first, kind, paths, (
             f"{model_class.__name__} built from {model_class.config_class.__name__}, width "
             f"{WIDTH}, {HEADS} heads" + (f", {KV_HEADS} key/value heads" if grouped else "")
-            + f", {LAYERS} layers")))
+            + f", {LAYERS} layers"), LONGEST))
     return inferred

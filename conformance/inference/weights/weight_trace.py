@@ -66,13 +66,22 @@ def weight_of(module: nn.Module) -> torch.Tensor | None:
 def trace(instance: ModuleInstance, inputs: Inputs) -> Trace:
     """Run ``instance`` once on ``inputs`` with every parameter-holding submodule hooked."""
     root = instance.module
+    # A layer driven through its model (subject/layer_in_model.py) names its own subtree: the
+    # model's other layers are its harness, neither its weights nor spare ones of it.
+    scope = next((f"{path}.{own}" if path else own for path, own in
+                  ((path, getattr(module, "weights_scope", None))
+                   for path, module in root.named_modules()) if isinstance(own, str)), None)
+
+    def inside(path: str) -> bool:
+        return scope is None or path == scope or path.startswith(scope + ".")
+
     output, calls = record_calls(root, lambda: instance.forward(inputs))
     named = ({"x": inputs.query} if inputs.is_self else
              {"query": inputs.query, "context": inputs.key} if inputs.shares_kv else
              {"query": inputs.query, "key": inputs.key, "value": inputs.value})
     sources, packed, seen = [], [], set()
     for call in calls:
-        if call.path in seen:
+        if call.path in seen or not inside(call.path):
             continue
         seen.add(call.path)
         if getattr(call.module, "in_proj_weight", None) is not None:
@@ -92,7 +101,7 @@ def trace(instance: ModuleInstance, inputs: Inputs) -> Trace:
         sources.append(Source(call.path, rows, cols, reads, same_values(call.output, output)))
     for path, module in root.named_modules():
         weight = weight_of(module)
-        if path and path not in seen and weight is not None and not any(
+        if path and path not in seen and weight is not None and inside(path) and not any(
                 path.startswith(p + ".") for p in packed):
             rows, cols = (weight.shape[1], weight.shape[0]) if is_conv1d(module) else weight.shape
             sources.append(Source(path, rows, cols, "unused", False))
