@@ -3,7 +3,9 @@
 Sizes the checks choose (width, heads, key/value heads) go where every config reads them
 (``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, through the
 config's own ``attribute_map`` where it names them otherwise); the rest is made small: two
-layers, a feed-forward twice the width, a vocabulary of 32. Positions reach LONGEST, past the
+layers, a feed-forward twice the width, a vocabulary of 32. Where the scale is set from a size
+(Gemma's ``query_pre_attn_scalar``), that size is the head width, as every config sized like this
+one sets it. Positions reach LONGEST, past the
 longest case. Weights are drawn with std 1/sqrt(width) (``initializer_range``), as a layer's own
 ``nn.Linear`` draws them: the library's 0.02 makes every logit nearly 0 in a model this narrow, so
 attention would be uniform and every position alike.
@@ -32,7 +34,8 @@ def tiny_config(config_class: type, d_model: int, heads: int, kv_heads: int | No
     key/value heads where the architecture groups them)."""
     sizes = dict(hidden_size=d_model, num_attention_heads=heads, head_dim=d_model // heads,
                  intermediate_size=2 * d_model, num_hidden_layers=LAYERS, vocab_size=VOCAB,
-                 max_position_embeddings=LONGEST, initializer_range=d_model ** -0.5)
+                 max_position_embeddings=LONGEST, initializer_range=d_model ** -0.5,
+                 query_pre_attn_scalar=d_model // heads)
     if kv_heads is not None:
         sizes["num_key_value_heads"] = kv_heads
     return config_class(**sizes)
