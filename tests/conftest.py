@@ -50,7 +50,7 @@ INTEGRATION = {
     "test_interface_function", "test_models",
     "test_library_held_out", "test_tiers", "test_triton_kernel",
     "test_gpu_acceptance", "test_gpu_worker", "test_kv_cache_assignment", "test_serve",
-    "test_refused_lengths", "test_readme_example",
+    "test_refused_lengths", "test_readme_example", "test_messages",
 }
 E2E = {
     "test_containment", "test_expected_results", "test_grading_cli", "test_grading_example",

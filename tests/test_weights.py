@@ -71,3 +71,12 @@ def test_permute_heads_moves_head_blocks_and_output_columns_together():
     torch.testing.assert_close(p.w_o[:, 0:2], w.w_o[:, 4:6])
     torch.testing.assert_close(p.b_o, w.b_o)
     assert w.head(1).num_heads == 1 and w.head(1).w_o is None
+
+
+def test_paths_deep_in_a_model_say_their_common_parent_once():
+    from conformance.model.weights import named_together
+
+    deep = [f"inner.model.layers.0.self_attn.{name}" for name in ("q_proj", "k_proj", "v_proj")]
+    assert named_together(deep) == "q_proj/k_proj/v_proj of model.layers.0.self_attn"
+    assert named_together(["q_proj", "k_proj", "v_proj"]) == "q_proj/k_proj/v_proj"
+    assert named_together(["attn.q", "attn.k", "out"]) == "attn.q/attn.k/out"

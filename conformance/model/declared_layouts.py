@@ -13,7 +13,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from conformance.model.weights import HeadWeights, WeightLayout, WeightLayoutError, user_path
+from conformance.model.weights import (
+    HeadWeights,
+    WeightLayout,
+    WeightLayoutError,
+    named_together,
+    user_path,
+)
 
 
 def submodule(module: nn.Module, path: str) -> nn.Module:
@@ -157,7 +163,7 @@ class SeparateProjections(WeightLayout):
 
     def describe(self) -> str:
         names = [self.q, self.k, self.v] + ([self.o] if self.o else [])
-        return ("weights from " + "/".join(map(user_path, names))
+        return ("weights from " + named_together(names)
                 + ("" if self.o else ", no output projection"))
 
 

@@ -25,7 +25,13 @@ import torch
 from torch import nn
 
 from conformance.model.declared_layouts import copy_into, linear_parts, read_output, submodule, write_output
-from conformance.model.weights import HeadWeights, WeightLayout, WeightLayoutError, user_path
+from conformance.model.weights import (
+    HeadWeights,
+    WeightLayout,
+    WeightLayoutError,
+    named_together,
+    user_path,
+)
 
 Arrangement = Literal["stacked", "per_head", "per_group"]
 
@@ -271,7 +277,7 @@ class ParameterProjections(WeightLayout):
 
     def describe(self) -> str:
         names = [self.q[0], self.k[0], self.v[0]] + ([self.o[0]] if self.o else [])
-        return ("weights from the parameters " + "/".join(map(user_path, names))
+        return ("weights from the parameters " + named_together(names)
                 + ("" if self.o else ", no output projection"))
 
 

@@ -41,6 +41,19 @@ def user_path(path: str | None) -> str:
     return path.removeprefix(WRAPPER + ".")
 
 
+def named_together(paths) -> str:
+    """``paths`` as the user's module names them, joined by "/", their common parent said once:
+    ``q_proj/k_proj/v_proj of model.layers.0.self_attn`` (a layer deep in a model)."""
+    parts = [user_path(path).split(".") for path in paths]
+    common = 0
+    while len(parts) > 1 and all(len(p) > common + 1 for p in parts) and len(
+            {p[common] for p in parts}) == 1:
+        common += 1
+    if common == 0:
+        return "/".join(".".join(p) for p in parts)
+    return "/".join(".".join(p[common:]) for p in parts) + " of " + ".".join(parts[0][:common])
+
+
 class WeightLayoutError(ConformanceError):
     """The module's parameters don't match the declared layout."""
 

@@ -155,7 +155,7 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
     describe = found.layout.describe().removeprefix("weights: ").removeprefix("weights from ")
     if found.reproduced:
         how = (f"found by behaviour: the float64 reference from these weights reproduces its "
-               f"output (relative error {found.error:.1e}, {found.tried} assignment(s) tried")
+               f"output (relative error {found.error:.1e}, {found.tried} assignment(s) tried)")
         if outcome.encoding is not None:
             how += f", with {outcome.encoding.describe()}"
         notes.append(f"weights: {describe} ({how})")
@@ -281,9 +281,9 @@ def _kv_heads(build: Build, layout: WeightLayout, kv_argument: str | None, heads
                          "(grouped-query attention)")
             return "config"
         notes.append(f"key/value heads = {kv_argument}: generated as divisors of num_heads "
-                     f"(grouped-query attention; probed: built with {kv_argument}={kv}, "
-                     f"{layout.describe().removeprefix('weights: ')} read {kv} key/value heads "
-                     f"for {heads} query heads)")
+                     f"(grouped-query attention; probed: built with {kv_argument}={kv}, {kv} "
+                     f"key/value heads for {heads} query heads, read by its "
+                     f"{layout.describe().removeprefix('weights: ')})")
         return "config"
     counts = {}
     for h, d in [(heads, head_dim)] + ([other_pair(pairs, heads)] if other_pair(pairs, heads) else []):
