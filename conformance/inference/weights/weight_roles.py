@@ -4,6 +4,7 @@ confirmed at a second head count, and the grouped key/value heads read from them
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields, replace
 
 from conformance.errors import clipped
@@ -182,10 +183,12 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
                        "one key/value head through these weights")
         else:
             follows = "the reference checks will show how it differs"
+        closest = (f"closest relative error {found.error:.1e}" if math.isfinite(found.error)
+                   else "none of them gives a finite reference to compare")
         notes.append(f"weights: {describe} (by the roles its forward gives them: nudging a query "
                      "changes its own row, a value every row linearly, a key every row; no "
-                     f"assignment of {found.tried} tried reproduces its output, closest "
-                     f"relative error {found.error:.1e}: {follows})")
+                     f"assignment of {found.tried} tried reproduces its output, {closest}: "
+                     f"{follows})")
     outcome.kv_heads = _kv_heads(build, found.layout, kv_argument, heads, head_dim, kv,
                                  None if single_head else pairs, notes)
     skipped = _skipped_output(found_trace, found.layout, root, heads)
