@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import torch
+
 from conformance.checks.invariants.platform import platform_or
 from conformance.checks.invariants.violation import Violation
 from conformance.inference.infer import infer
@@ -49,3 +51,41 @@ def test_every_note_of_an_inferred_layer_closes_what_it_opens():
     for cls in (module.GQA, module.GQARepeat):
         for note in texts(infer(cls).notes):
             assert note.count("(") == note.count(")"), note
+
+
+class MaskRescales(torch.nn.Module):
+    """Not causal; given any mask (even one keeping every key) its logits are also rescaled: no
+    convention keeps an all-keep mask harmless."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.h = num_heads
+        self.qkv = torch.nn.Linear(d_model, 3 * d_model)
+
+    def forward(self, x, mask=None):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-2, -1) / (d // self.h) ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, None, None, :], float("-inf")) * 1.5
+        return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, d)
+
+
+def test_a_mask_note_names_causal_only_for_a_causal_module():
+    """Was: "(does the mask replace the causal masking? see causal)" for a module that is not
+    causal, whose causal check was skipped."""
+    said = " ".join(texts(infer(MaskRescales).notes))
+    assert "no convention keeps an all-keep mask harmless" in said
+    assert "see causal" not in said and "(see padding)" in said
+
+
+def test_a_mask_note_never_says_the_accepted_shape_raises_in_every_form():
+    """Was: "mask: bool mask, True = attend, shape (B, Lk) (probed; forms tried before it: shape
+    (B, Lk) raises in every form tried)" for the README's example."""
+    spec = importlib.util.spec_from_file_location(
+        "my_attention", ROOT / "examples" / "my-attention" / "my_attention.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (mask,) = [n for n in texts(infer(module.MyAttention).notes) if n.startswith("mask: ")]
+    assert "shape (B, Lk) raises" not in mask and "forms tried before it: )" not in mask
+    assert mask.startswith("mask: bool mask, True = attend, shape (B, Lk) (probed)")

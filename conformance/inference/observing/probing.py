@@ -151,13 +151,15 @@ class MaskSearch:
         if len(ran) > SHOWN_FORMS:
             parts.append(f"{len(ran) - SHOWN_FORMS} more run with another meaning")
         ran_in = {c.layout for c, _ in ran}
+        # A shape the accepted form has is no shape refused in every form.
         refused = [LAYOUT_SHAPES[layout] for layout in dict.fromkeys(
             c.layout for c, outcome in self.tried if outcome.startswith("raises"))
-            if layout not in ran_in]
+            if layout not in ran_in and LAYOUT_SHAPES[layout]
+            != LAYOUT_SHAPES[self.convention.layout]]
         if refused:
             parts.append(f"shape {refused[0]} raises in every form tried" if len(refused) == 1
                          else f"shapes {', '.join(refused)} raise in every form tried")
-        return "forms tried before it: " + "; ".join(parts)
+        return "forms tried before it: " + "; ".join(parts) if parts else None
 
     @property
     def polarity_probed(self) -> bool:
@@ -230,11 +232,14 @@ def infer_mask(instance: Instance, case: Case, call: str, family: str, argument:
                 f"{convention.describe()}, the first that runs on every shape tried and leaves "
                 f"an all-keep mask harmless: masked keys leak ({_summary(search.tried)})")
         else:
+            # Only a causal module's mask can replace its causal masking: said where it is one.
+            why = ("does the mask replace the causal masking? see causal" if case.causal
+                   else "see padding")
             search.assumed = (
                 f"{argument}: no convention keeps an all-keep mask harmless; read as "
                 f"{convention.describe()}, the first that hides masked keys on every shape "
-                "tried: given a mask, the output changes in another way (does the mask replace "
-                f"the causal masking? see causal) ({_summary(search.tried)})")
+                f"tried: given a mask, the output changes in another way ({why}) "
+                f"({_summary(search.tried)})")
         return search
     search.problem = (f"{argument}: no mask convention makes masked keys invisible "
                       f"({_summary(search.tried)})")
