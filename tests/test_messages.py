@@ -89,3 +89,55 @@ def test_a_mask_note_never_says_the_accepted_shape_raises_in_every_form():
     (mask,) = [n for n in texts(infer(module.MyAttention).notes) if n.startswith("mask: ")]
     assert "shape (B, Lk) raises" not in mask and "forms tried before it: )" not in mask
     assert mask.startswith("mask: bool mask, True = attend, shape (B, Lk) (probed)")
+
+
+class WindowArgumentNotCausal(torch.nn.Module):
+    """A window argument in a module that is not causal (the window is unused)."""
+
+    def __init__(self, d_model, num_heads, window_size=4):
+        super().__init__()
+        self.inner = MaskRescales(d_model, num_heads)
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def test_a_declared_window_is_the_one_said_built_never_the_suites_wide_one():
+    """Was: "constructed with window_size=2 (declared)" beside "built with window_size=1024 ...
+    not checked as windowed" in one report."""
+    from conformance.model.declarations import Declarations
+
+    said = " ".join(texts(infer(WindowArgumentNotCausal,
+                                declared=Declarations(init=(("window_size", 2),))).notes))
+    assert "constructed with window_size=2 (declared)" in said
+    assert "built with window_size=2 (declared), not checked as windowed" in said
+    assert "1024" not in said
+    bare = " ".join(texts(infer(WindowArgumentNotCausal).notes))
+    assert "built with window_size=1024 (a window wider than any sequence)" in bare
+
+
+class ConfigBuilt(torch.nn.Module):
+    """Built from a config object: no argument of its own names a size."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.inner = MaskRescales(config.dim, config.num_heads)
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def test_a_declared_size_argument_the_constructor_lacks_is_said_as_such():
+    """Was: the undeclared case's "no constructor argument names the model width ... declare
+    --width-arg NAME" again after --width-arg dim --heads-arg num_heads were declared."""
+    import pytest
+
+    from conformance.inference.plan import InferenceError
+    from conformance.model.declarations import Declarations
+
+    with pytest.raises(InferenceError) as raised:
+        infer(ConfigBuilt, declared=Declarations(width_arg="dim", heads_arg="num_heads"))
+    said = str(raised.value)
+    assert ("the width argument declared, 'dim', is not an argument of its constructor (it "
+            "takes config)") in said
+    assert "no constructor argument names the model width" not in said

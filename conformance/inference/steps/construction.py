@@ -4,6 +4,7 @@ convention, the configurations it builds for, the form of its output and of its 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 
 import torch
@@ -32,6 +33,21 @@ from conformance.model.weights import WeightLayout
 from conformance.subject.output_shape import output_problem
 
 
+def _takes(cls: type, role: str, argument: str, label: str) -> None:
+    """An InferenceError where ``argument``, declared for ``role``, is no argument of ``cls``'s
+    constructor: said as such, never as the undeclared case's message again."""
+    try:
+        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):  # a constructor without a signature: nothing to hold it to
+        return
+    names = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if argument in names or any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return
+    raise InferenceError(f"{label}: the {role.replace('_', ' ')} argument declared, "
+                         f"{argument!r}, is not an argument of its constructor (it takes "
+                         f"{', '.join(names) or 'none'})", SIZES_REMEDY)
+
+
 def constructor_roles(cls: type, declared: Declarations, label: str) -> ConstructorRoles:
     roles = read_roles(cls)
     with declarations_read():
@@ -42,6 +58,7 @@ def constructor_roles(cls: type, declared: Declarations, label: str) -> Construc
                            ("window", stated_window[0] if stated_window else None),
                            ("chunk", declared.chunk_arg)):
         if argument:
+            _takes(cls, role, argument, label)
             if argument in roles.unknown:
                 roles.unknown.remove(argument)
             setattr(roles, role, argument)

@@ -20,6 +20,15 @@ from conformance.model.spec import Doubts
 from conformance.subject.boundary import ImplementationError
 
 
+def _built(plan, name: str, why: str) -> str:
+    """What ``name`` is built with where its structure is not checked: the declared value
+    (``--init``), which the construction passes, else the suite's wide one."""
+    given = dict(plan.init)
+    if name in given:
+        return f"{name}={given[name]!r} (declared)"
+    return f"{name}={WIDE_WINDOW} ({why})"
+
+
 def window_form(inquiry: Inquiry) -> None:
     """A sliding-window argument: how it counts (declared, settled by its name, or probed)."""
     plan, declared, capabilities, notes = (inquiry.plan, inquiry.declared, inquiry.capabilities,
@@ -30,7 +39,7 @@ def window_form(inquiry: Inquiry) -> None:
         return
     if capabilities.caps.causality.kind != "always":
         notes.append(f"{name}: a window argument, but the module is not always causal: built "
-                     f"with {name}={WIDE_WINDOW} (a window wider than any sequence), not checked "
+                     f"with {_built(plan, name, 'a window wider than any sequence')}, not checked "
                      "as windowed")
         return
     stated = declared.window()
@@ -87,7 +96,7 @@ def chunk_form(inquiry: Inquiry) -> None:
         if name:
             notes.append(f"{name}: a chunk argument, but the module is not always causal"
                          f"{'' if caps.window is None else ' or has a sliding window'}: built "
-                         f"with {name}={WIDE_WINDOW} (wider than any sequence), not checked as "
+                         f"with {_built(plan, name, 'wider than any sequence')}, not checked as "
                          "chunked")
         return
     case = probe_case(inquiry.heads, inquiry.head_dim, kept=None, batch=1,
