@@ -13,6 +13,7 @@ from conformance.implementations.kernel_mutants import KERNEL_MUTANT_MODULES
 from conformance.implementations.mutants import MUTANT_MODULES
 from conformance.numerics.platform_defects import PLATFORM_NOTE
 from conformance.run.many import check_many
+from tests.message_rules import problems_of, result_messages
 from tests.selection import wanted
 from tests.verdicts import counted_forks, seen
 
@@ -114,6 +115,18 @@ def test_failures_and_warnings_are_exactly_the_expected_ones(results, matrix, na
     warned = {check for check, r in results[name].items()
               if r.status is Status.WARNED and not r.reason.startswith(PLATFORM_NOTE)}
     assert warned == set(expected_warnings().get(name, {}))
+
+
+@pytest.mark.parametrize("name", list(IMPLEMENTATIONS))
+def test_every_message_is_said_once_and_whole(results, name):
+    """tests/message_rules.py on everything its report says: the verdicts' messages and what
+    was inferred."""
+    messages = [message for result in results[name].values()
+                for message in result_messages(name, result)]
+    messages += [(name, getattr(note, "text", note)) for note in IMPLEMENTATIONS[name].notes]
+    skipped = {name: {check for check, r in results[name].items()
+                      if r.status is Status.SKIPPED}}
+    assert problems_of(messages, skipped) == []
 
 
 @pytest.mark.parametrize("name", CORRECT)

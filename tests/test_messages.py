@@ -141,3 +141,33 @@ def test_a_declared_size_argument_the_constructor_lacks_is_said_as_such():
     assert ("the width argument declared, 'dim', is not an argument of its constructor (it "
             "takes config)") in said
     assert "no constructor argument names the model width" not in said
+
+
+def test_the_rules_catch_each_message_a_newcomer_saw():
+    """tests/message_rules.py, on the messages as issue 55 quotes them."""
+    from tests.message_rules import problems, problems_in
+
+    assert problems_in("on this platform, in bfloat16 only: on this platform, in bfloat16 only: "
+                       "row 3 differs; the same case in float32 is clean; the same case in "
+                       "float32 is clean")
+    assert problems_in("no assignment of 18 tried reproduces its output, closest relative "
+                       "error inf: the reference checks will show how it differs")
+    assert problems_in("weights: wq/wk/wv/wo (found by behaviour: the float64 reference from "
+                       "these weights reproduces its output (relative error 1.4e-16, 2 "
+                       "assignment(s) tried)")
+    report = {"results": [
+        {"implementation": "Layer", "check": "causal", "status": "skipped", "reason": "x"},
+        {"implementation": "Layer", "check": "padding", "status": "failed",
+         "reason": "given a mask, the output changes in another way (does the mask replace "
+                   "the causal masking? see causal)"}],
+        "implementations": [{"name": "Layer", "inferred": [
+            "constructed with window_size=2 (declared)",
+            "window_size: a window argument, but the module is not always causal: built with "
+            "window_size=1024 (a window wider than any sequence), not checked as windowed"]}]}
+    found = " ".join(problems(report))
+    assert "points to causal, skipped for it" in found
+    assert "window_size=1024 said beside window_size=2 (declared)" in found
+    # Sound messages pass.
+    assert not problems_in("the fitted logit scale is 0.408, expected 1/sqrt(head_dim) = "
+                           "1/sqrt(3) = 0.577")
+    assert not problems_in("rows with every key masked give NaN (the declared policy nan)")

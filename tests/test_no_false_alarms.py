@@ -27,6 +27,7 @@ import torch
 from conformance.frontends.cli import main
 from conformance.numerics.platform_defects import PLATFORM_NOTE, matmul_spreads_nan
 from tests.fixtures import homework_styles, modern_styles, user_styles, wild_styles
+from tests.message_rules import problems
 
 SPECS = ([f"tests.fixtures.user_styles:{cls.__name__}" for cls in user_styles.STYLES]
          + [f"tests.fixtures.wild_styles:{cls.__name__}" for cls in wild_styles.STYLES]
@@ -48,6 +49,14 @@ def test_every_correct_module_exits_0_with_nothing_declared(report):
     assert failures == []
     assert code == 0
     assert len({r["implementation"] for r in payload["results"]}) == len(SPECS) >= 46
+
+
+def test_every_message_is_said_once_and_whole(report):
+    """tests/message_rules.py over the whole output of the four collections' run: no clause
+    twice, no inf or nan for a measure, no sentence cut, no declared value said otherwise, no
+    pointer to a check skipped for that layer."""
+    _, payload = report
+    assert problems(payload) == []
 
 
 def test_the_hard_styles_were_understood(report):

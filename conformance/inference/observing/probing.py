@@ -147,7 +147,12 @@ class MaskSearch:
         if self.convention is None or not self.tried:
             return None
         ran = [(c, outcome) for c, outcome in self.tried if not outcome.startswith("raises")]
-        parts = [f"{c.describe()} runs, but {outcome}" for c, outcome in ran[:SHOWN_FORMS]]
+        by_outcome: dict[str, list[str]] = {}  # each outcome said once, with its forms
+        for c, outcome in ran[:SHOWN_FORMS]:
+            by_outcome.setdefault(outcome, []).append(c.describe())
+        parts = [f"{forms[0]} runs, but {outcome}" if len(forms) == 1 else
+                 f"{', '.join(forms[:-1])} and {forms[-1]} run, but {outcome}"
+                 for outcome, forms in by_outcome.items()]
         if len(ran) > SHOWN_FORMS:
             parts.append(f"{len(ran) - SHOWN_FORMS} more run with another meaning")
         ran_in = {c.layout for c, _ in ran}
