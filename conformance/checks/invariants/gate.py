@@ -272,18 +272,23 @@ class Gate:
     @staticmethod
     def _shortest(context: CheckContext, dtype: torch.dtype) -> tuple[int, str] | None:
         """Where the basic call raises at one token and runs at some length up to the basic
-        call's own: (that length, why one token failed). None where one token runs, returns
-        something (a wrong output is the checks' to judge, not a refusal), or no length up to
-        the basic call's runs (the basic call then says why)."""
+        call's own: (that length, why one token failed). None where one token returns anything
+        (a wrong output is the checks' to judge, not a refusal), hangs or crashes (no refusal
+        either), or no length up to the basic call's runs (the basic call then says why)."""
         caps = context.capabilities
-        problem = call_problem(context, base_case(caps, dtype, context.device, q_len=1, kv_len=1))
-        if problem is None or not problem.raised:
+        one = base_case(caps, dtype, context.device, q_len=1, kv_len=1)
+        try:
+            context.build(one).forward(one.inputs(caps.call))
             return None
+        except ImplementationError as error:
+            if error.fatal:  # a hang or a crash is no refusal: the checks report it
+                return None
+            words = str(error)
         for length in range(2, caps.length_near(5) + 1):
             longer = call_problem(context, base_case(caps, dtype, context.device, q_len=length,
                                                      kv_len=length))
             if longer is None:
-                return length, problem.words
+                return length, words
             if not longer.raised:
                 return None
         return None
