@@ -80,13 +80,13 @@ def instance_implementations(instance: nn.Module, origin: str,
     ids, found = ran
     masked = "attention_mask" in inspect.signature(instance.forward).parameters
     options = TRANSFORMERS_CALL if is_model_class(type(instance)) else {}
+    positions = getattr(getattr(instance, "config", None), "max_position_embeddings", None)
     inferred = []
     for kind, paths in kinds(found).items():
         first = paths[0]
         driven = (LayerInModel if masked else UnmaskedLayerInModel)(
             copy.deepcopy(instance).eval(), first, ids=ids, options=options)
         one = infer(type(driven), name=f"{origin}:{first}", declared=declared, instance=driven)
-        positions = getattr(getattr(instance, "config", None), "max_position_embeddings", None)
         inferred.append(_said(one, first, kind, paths, f"the instance ({type(instance).__name__}, "
                                                        "its own sizes and weights)",
                               positions if isinstance(positions, int) else None))
