@@ -171,3 +171,14 @@ def test_the_rules_catch_each_message_a_newcomer_saw():
     assert not problems_in("the fitted logit scale is 0.408, expected 1/sqrt(head_dim) = "
                            "1/sqrt(3) = 0.577")
     assert not problems_in("rows with every key masked give NaN (the declared policy nan)")
+
+
+def test_rope_with_a_softcap_is_reproduced_at_every_width_it_builds():
+    """Was: "at head width(s) [5, 10] no RoPE hypothesis ... reproduces its output" for a layer
+    the float64 reference reproduces at every width: the RoPE measured at each width was held
+    to a reference without the softcap found with it."""
+    from tests.fixtures.new_architectures import SoftcapAttention
+
+    said = " ".join(texts(infer(SoftcapAttention).notes))
+    assert "logit softcap" in said and "RoPE on half-split pairs" in said
+    assert "no RoPE hypothesis" not in said

@@ -19,9 +19,10 @@ from conformance.subject.layer_in_model import LayerInModel
 transformers = pytest.importorskip("transformers")
 
 PASSING = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "PhiForCausalLM",
-           "BertModel")
+           "BertModel", "Gemma2ForCausalLM")
 """Models whose attention passes driven through them, nothing declared (Phi: RoPE on half its
-head width; BERT: an encoder over token ids, its output projection a sibling module)."""
+head width; BERT: an encoder over token ids, its output projection a sibling module; Gemma 2:
+RoPE with a logit softcap, and a scale set by query_pre_attn_scalar)."""
 
 QWEN3 = "transformers.models.qwen3.modeling_qwen3:Qwen3Attention"
 """An attention class built from a config, whose forward takes the position embeddings its model

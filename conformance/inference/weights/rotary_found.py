@@ -50,15 +50,18 @@ def as_stated(measured: Rotary, cls: type, rope: tuple[str, float | None, float 
     return expected
 
 
-def rotary_across_widths(build: Build, layout: WeightLayout, rotary: Rotary, cls: type,
+def rotary_across_widths(build: Build, layout: WeightLayout, found: PositionEncoding, cls: type,
                           call: str, causal: bool, heads: int, probed_width: int,
                           pairs: tuple[tuple[int, int], ...] | None, length: int,
                           threshold: float) -> tuple[Rotary, tuple[int, ...]]:
-    """The RoPE found, checked at every head width generated: the same rule where it
-    reproduces the output at each, else a table measured per width (the rotated dimensions and
-    theta x-transformers derives from each width); and the widths where no hypothesis
-    reproduces the output (RoPE undefined there: an odd or one-dimensional rotation, as
-    HuggingFace's layers run at head_dim 1)."""
+    """The RoPE of the encoding ``found``, checked at every head width generated: the same
+    rule where it reproduces the output at each, else a table measured per width (the rotated
+    dimensions and theta x-transformers derives from each width); and the widths where no
+    hypothesis reproduces the output (RoPE undefined there: an odd or one-dimensional rotation,
+    as HuggingFace's layers run at head_dim 1). Every other part found with it (a softcap, a
+    scale, ALiBi) is held as found: only the rotation is measured per width."""
+    rotary = found.rotary
+    assert rotary is not None, "only an encoding with RoPE is measured across widths"
     widths = sorted({d for h, d in pairs if h == heads}) if pairs else list(range(1, 17))
     entries, differs, unexplained = [], False, []
     fixed_rule = replace(rotary, dims=rotary.rotated_dims(probed_width), table=())
@@ -78,7 +81,7 @@ def rotary_across_widths(build: Build, layout: WeightLayout, rotary: Rotary, cls
         # module a rotation by pos * 1e-4 is within it of none at all.
         errors = []
         for candidate in tried:
-            encoding = PositionEncoding(rotary=candidate)
+            encoding = replace(found, rotary=candidate)
             expected = reference_attention(weights, inputs.query, inputs.key, inputs.value,
                                            causal=causal, encoding=encoding).output
             errors.append((relative_error(output, expected), len(errors), candidate))

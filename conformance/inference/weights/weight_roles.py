@@ -125,7 +125,7 @@ def find(build: Build, cls: type, call: str, *, causal: bool, single_head: bool,
         # Measured at every width first: the confirmation at another head count (and width)
         # reproduces with it.
         measured, unexplained = rotary_across_widths(
-            build, found.layout, encoding.rotary, cls, call, causal, heads, head_dim, pairs,
+            build, found.layout, encoding, cls, call, causal, heads, head_dim, pairs,
             length, threshold)
         encoding = replace(encoding, rotary=measured)
     if not single_head and not _confirmed(build, replace(found, encoding=encoding), call, causal,
