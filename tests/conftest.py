@@ -51,6 +51,7 @@ INTEGRATION = {
     "test_library_held_out", "test_tiers", "test_triton_kernel",
     "test_gpu_acceptance", "test_gpu_worker", "test_kv_cache_assignment", "test_serve",
     "test_refused_lengths", "test_readme_example", "test_messages",
+    "test_model_attention_functions",
 }
 E2E = {
     "test_containment", "test_expected_results", "test_grading_cli", "test_grading_example",
@@ -70,6 +71,10 @@ MOVED_TO_SLOW = {
     ("test_models", "checked"):
         "builds three transformers models and checks each one's attention through it (a minute "
         "and a half of one core); finding and driving the layers stays in make test",
+    ("test_model_attention_functions", "checked"):
+        "builds six transformers models with a registered attention function and its three "
+        "twins and checks each (three minutes of one core); how the function is registered "
+        "stays in make test",
     ("test_real_layer_causes", "checked"):
         "infers and checks every real-layer cause's layer and twin at once (half a minute of one "
         "core); the proofs of those layers stay in make test",

@@ -6,7 +6,7 @@ An IMPL string is a registered name (``seed002-MultiHeadAttention``), ``package.
 
 from __future__ import annotations
 
-import difflib
+import copy
 import importlib
 import importlib.util
 import sys
@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from conformance.errors import ConformanceError, one_line, raised_by_its_code
+from conformance.loading.candidates import candidates as _candidates
 from conformance.model.capability_groups import DEFAULT_DTYPES, CausalForm, Causality, Dtypes
 from conformance.model.declarations import Declarations, merged
 from conformance.model.forms import MaskConvention
@@ -135,6 +136,19 @@ def _probed(infer_it: Callable[[], Implementation], origin: str) -> list[Impleme
                            "docs/declarations.md), or fix what raised") from error
 
 
+def _attention_function(declared: Declarations | None, origin: str,
+                        model: bool = True) -> tuple[str | None, tuple]:
+    """The declared ``attn_implementation``'s registered name and how it was registered
+    (:mod:`conformance.loading.attn_implementation`); ResolveError where it can't be used."""
+    from conformance.loading.attn_implementation import AttnImplementationError, declared_function
+
+    try:
+        return declared_function(declared.attn_implementation if declared else None, origin,
+                                 model, _located_object)
+    except AttnImplementationError as error:
+        raise ResolveError(str(error)) from error
+
+
 def _as_implementations(obj: object, origin: str,
                         declared: Declarations | None = None) -> list[Implementation]:
     if isinstance(obj, Implementation):
@@ -155,11 +169,13 @@ def _as_implementations(obj: object, origin: str,
         # the model it is defined with.
         model, only = (obj, None) if is_model_class(obj) else (host_model(obj), obj)
         if model is not None:
+            name, built = _attention_function(declared, origin)
             try:
                 return [found.implementation for found in model_implementations(
-                    model, origin, declared, only=only)]
+                    model, origin, declared, only=only, attn_implementation=name, built=built)]
             except InferenceError as error:
                 raise ResolveError(str(error)) from error
+        _attention_function(declared, origin, model=False)
 
         return _probed(lambda: infer(obj, name=origin, declared=declared).implementation, origin)
     if isinstance(obj, type):
@@ -177,8 +193,13 @@ def _as_implementations(obj: object, origin: str,
         from conformance.inference import InferenceError, infer
         from conformance.inference.models.model_route import instance_implementations
 
+        name, built = _attention_function(declared, origin,
+                                          model=hasattr(obj, "set_attn_implementation"))
+        if name is not None:  # the instance as it is, but for the attention it calls
+            obj = copy.deepcopy(obj)
+            obj.set_attn_implementation(name)
         try:  # a model holding attention layers: each kind of them, driven through it
-            in_model = instance_implementations(obj, origin, declared)
+            in_model = instance_implementations(obj, origin, declared, built)
         except InferenceError as error:
             raise ResolveError(str(error)) from error
         if in_model is not None:
@@ -283,33 +304,21 @@ def resolve(spec: str, declared: Declarations | None = None) -> list[Implementat
             return [known[spec]]
         raise ResolveError(f"no implementation named {spec!r} (see `attention-conformance list`; "
                            "or give package.module:Attr or path/to/file.py::Attr)")
+    return _as_implementations(_located_object(spec), origin(spec), declared)
+
+
+def _located_object(spec: str) -> object:
+    """What a located IMPL string names, its file or module imported; ResolveError, one line,
+    where it is not there."""
     container = load_code(spec)
     location, attribute = _split(spec)
     if not attribute:
         raise ResolveError(f"{spec}: name the attribute after the colon")
     try:
-        obj = getattr(container, attribute)
+        return getattr(container, attribute)
     except AttributeError:
         raise ResolveError(f"{location} has no attribute {attribute!r}"
                            + _candidates(container, attribute)) from None
-    return _as_implementations(obj, origin(spec), declared)
-
-
-def _candidates(container: object, missing: str) -> str:
-    """``; it defines ...`` (its nn.Module classes and functions, the closest first), for a
-    name that is not there."""
-    module_name = getattr(container, "__name__", None)
-    defined = [name for name, value in vars(container).items()
-               if not name.startswith("_") and (isinstance(value, Implementation) or (
-                   getattr(value, "__module__", None) == module_name
-                   and ((isinstance(value, type) and issubclass(value, torch.nn.Module))
-                        or (callable(value) and not isinstance(value, type)))))]
-    if not defined:
-        return ""
-    close = difflib.get_close_matches(missing, defined, n=1, cutoff=0.6)
-    ordered = close + [name for name in defined if name not in close]
-    return (f"; did you mean {close[0]!r}?" if close else "") + \
-        f" (it defines {', '.join(ordered[:12])}{', ...' if len(ordered) > 12 else ''})"
 
 
 def check_form(spec: str) -> None:

@@ -181,6 +181,11 @@ SPECS: tuple[DeclarationSpec, ...] = (
                     "packed sequences: cu_seqlens@ARG (tokens (1, T, D)), cu_seqlens_flat@ARG "
                     "(tokens (T, D)), or mask (a block-diagonal mask)",
                     read=lambda d: d.packing()),
+    DeclarationSpec("attn_implementation", "NAME | module:function | FILE.py::function",
+                    "a transformers model (or a layer class built from a config) built with "
+                    "this attention function: a name registered with AttentionInterface (sdpa, "
+                    "eager, flex_attention, your own), or a function in AttentionInterface's "
+                    "form, registered under a name of its own"),
 )
 """Every declaration, in the order the command line's help lists them."""
 

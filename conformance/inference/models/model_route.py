@@ -15,7 +15,7 @@ from conformance.inference.infer import infer
 from conformance.inference.models.attention_layers import attention_paths, kinds
 from conformance.inference.models.tiny_config import LAYERS, LONGEST, takes_kv_heads, tiny_config
 from conformance.inference.plan import InferenceError, Inferred
-from conformance.model.declarations import Declarations
+from conformance.model.declarations import Declarations, merged
 from conformance.model.remedies import Note, as_notes
 from conformance.subject.layer_in_model import LayerInModel, UnmaskedLayerInModel
 
@@ -52,30 +52,33 @@ def host_model(layer_class: type) -> type | None:
     return found[0] if found else None
 
 
-def _found_by_running(model: nn.Module) -> tuple[bool, dict[str, nn.Module]] | None:
+def _found_by_running(model: nn.Module) -> tuple[bool, dict[str, nn.Module]] | str:
     """(whether it takes token ids, its attention layers) from one forward: on token ids first,
-    else on hidden states as wide as its first linear layer takes; None where neither runs."""
+    else on hidden states as wide as its first linear layer takes; where neither runs, what the
+    first raised, in one line."""
     linear = next((m for m in model.modules() if isinstance(m, nn.Linear)), None)
     tries = [(True, torch.zeros(1, 5, dtype=torch.long))]
     if linear is not None:
         tries.append((False, torch.randn(1, 5, linear.in_features)))
+    raised = []
     for ids, sample in tries:
         try:
             return ids, attention_paths(model, lambda m, s=sample: m(s))
-        except Exception:  # the model's own refusal of this input: the next form
-            continue
-    return None
+        except Exception as error:  # the model's own refusal of this input: the next form
+            raised.append(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:200])
+    return raised[0]
 
 
 def instance_implementations(instance: nn.Module, origin: str,
-                             declared: Declarations | None = None) -> list[Inferred] | None:
+                             declared: Declarations | None = None,
+                             built: tuple[Note, ...] = ()) -> list[Inferred] | None:
     """Where ``instance`` is a model that holds attention layers (not one itself), one inferred
     implementation per kind, each checked as it is (its sizes and weights) driven through a copy
     of the model; None where no submodule of it is an attention layer (it is checked as an
     instance of a layer)."""
     probe = copy.deepcopy(instance).eval()
     ran = _found_by_running(probe)
-    if ran is None or not ran[1]:
+    if isinstance(ran, str) or not ran[1]:
         return None
     ids, found = ran
     masked = "attention_mask" in inspect.signature(instance.forward).parameters
@@ -87,32 +90,35 @@ def instance_implementations(instance: nn.Module, origin: str,
         driven = (LayerInModel if masked else UnmaskedLayerInModel)(
             copy.deepcopy(instance).eval(), first, ids=ids, options=options)
         one = infer(type(driven), name=f"{origin}:{first}", declared=declared, instance=driven)
-        inferred.append(_said(one, first, kind, paths, f"the instance ({type(instance).__name__}, "
-                                                       "its own sizes and weights)",
-                              positions if isinstance(positions, int) else None))
+        inferred.append(_said(one, first, kind, paths, built, (
+            f"the instance ({type(instance).__name__}, its own sizes and weights)"),
+            positions if isinstance(positions, int) else None))
     return inferred
 
 
-def _said(one: Inferred, first: str, kind: str, paths: list[str], model: str,
-          positions: int | None = None) -> Inferred:
-    """``one`` saying the paths it stands for and its model; ``positions``: the most the model
-    takes (its ``max_position_embeddings``), a length no case goes past."""
+def _said(one: Inferred, first: str, kind: str, paths: list[str], built: tuple[Note, ...],
+          model: str, positions: int | None = None) -> Inferred:
+    """``one`` saying the paths it stands for, its model and how it was ``built``;
+    ``positions``: the most the model takes (its ``max_position_embeddings``), a length no case
+    goes past."""
     also = f", also {', '.join(paths[1:])}" if len(paths) > 1 else ""
     said = as_notes([Note(f"{first}: {kind}{also}: driven by its model ({model}); the case's "
                           "hidden states replace the layer's input, everything else it receives "
-                          "is what the model computes", None)]) + one.notes
+                          "is what the model computes", None), *built]) + one.notes
     caps = one.implementation.capabilities
     if positions is not None and caps.max_len is None:
         caps = replace(caps, max_len=positions)
     return Inferred(replace(one.implementation, notes=said, capabilities=caps), said)
 
 
-def _driven(model_class: type, kind: str, path: str, ids: bool, grouped: bool) -> type:
+def _driven(model_class: type, kind: str, path: str, ids: bool, grouped: bool,
+            attn_implementation: str | None) -> type:
     """A LayerInModel class whose constructor takes the sizes the checks choose."""
     config_class = model_class.config_class
 
     def build(self, d_model, num_heads, num_kv_heads=None):
-        config = tiny_config(config_class, d_model, num_heads, num_kv_heads if grouped else None)
+        config = tiny_config(config_class, d_model, num_heads, num_kv_heads if grouped else None,
+                             attn_implementation)
         LayerInModel.__init__(self, model_class(config).eval(), path, ids=ids,
                               options=TRANSFORMERS_CALL)
 
@@ -129,23 +135,27 @@ def _driven(model_class: type, kind: str, path: str, ids: bool, grouped: bool) -
 
 def model_implementations(model_class: type, origin: str,
                           declared: Declarations | None = None,
-                          only: type | None = None) -> list[Inferred]:
+                          only: type | None = None, attn_implementation: str | None = None,
+                          built: tuple[Note, ...] = ()) -> list[Inferred]:
     """One inferred implementation per kind of attention layer in ``model_class`` (of class
     ``only``, where given: a layer class checked through the model it lives in), each named
-    ``origin:path`` and saying the paths it stands for."""
+    ``origin:path`` and saying the paths it stands for; built with the attention function
+    registered as ``attn_implementation`` where given (``built`` says how)."""
     grouped = takes_kv_heads(model_class.config_class)
     try:
         model = model_class(tiny_config(model_class.config_class, WIDTH, HEADS,
-                                        KV_HEADS if grouped else None)).eval()
+                                        KV_HEADS if grouped else None,
+                                        attn_implementation)).eval()
     except Exception as error:
         raise InferenceError(f"{origin}: the smallest model of its architecture could not be "
                              f"built from {model_class.config_class.__name__} ({type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''}): pass an "
                              "instance in a file instead") from error
     ran = _found_by_running(model)
-    if ran is None:
+    if isinstance(ran, str):
         raise InferenceError(f"{origin}: the smallest model of its architecture raised on token "
-                             "ids and on hidden states: pass an instance in a file instead")
+                             f"ids ({ran}) and on hidden states: pass an instance in a file "
+                             "instead")
     ids, found = ran
     if not found:
         raise InferenceError(f"{origin}: no attention layer found: no submodule's forward ran a "
@@ -161,10 +171,31 @@ def model_implementations(model_class: type, origin: str,
     inferred = []
     for kind, paths in groups.items():
         first = paths[0]
-        cls = _driven(model_class, kind, first, ids, grouped)
-        one = infer(cls, name=f"{origin}:{first}", declared=declared)
-        inferred.append(_said(one, first, kind, paths, (
+        held, said = declared, built
+        if attn_implementation is not None and grouped and (
+                declared is None or declared.kv_grouping is None):
+            held, said = _own_grouping(model_class, kind, first, ids, origin, declared, built)
+        cls = _driven(model_class, kind, first, ids, grouped, attn_implementation)
+        one = infer(cls, name=f"{origin}:{first}", declared=held)
+        inferred.append(_said(one, first, kind, paths, said, (
             f"{model_class.__name__} built from {model_class.config_class.__name__}, width "
             f"{WIDTH}, {HEADS} heads" + (f", {KV_HEADS} key/value heads" if grouped else "")
             + f", {LAYERS} layers"), LONGEST))
     return inferred
+
+
+def _own_grouping(model_class: type, kind: str, path: str, ids: bool, origin: str,
+                  declared: Declarations | None,
+                  built: tuple[Note, ...]) -> tuple[Declarations, tuple[Note, ...]]:
+    """``declared`` with the key/value grouping the model's own attention has (the layer at
+    ``path`` built with the model's default implementation, inferred): a function registered
+    in a model is held to the model's convention, which its checkpoints are in, not asked for
+    intent; and the note that says so."""
+    own = infer(_driven(model_class, kind, path, ids, True, None), name=f"{origin}:{path}",
+                declared=declared)
+    grouping = ("tiled" if own.implementation.capabilities.doubts.kv_grouping is not None
+                else "interleaved")
+    note = Note(f"key/value grouping {grouping} declared for it: the model's own attention "
+                f"groups its heads so (probed, built with its default attention), and so do its "
+                "checkpoints", None)
+    return merged(declared or Declarations(), Declarations(kv_grouping=grouping)), (*built, note)

@@ -29,13 +29,17 @@ def takes_kv_heads(config_class: type) -> bool:
         return False
 
 
-def tiny_config(config_class: type, d_model: int, heads: int, kv_heads: int | None = None):
+def tiny_config(config_class: type, d_model: int, heads: int, kv_heads: int | None = None,
+                attn_implementation: str | None = None):
     """``config_class`` for a model ``d_model`` wide with ``heads`` heads (``kv_heads``
-    key/value heads where the architecture groups them)."""
+    key/value heads where the architecture groups them), whose layers call the attention
+    function registered as ``attn_implementation`` (the model's default where None)."""
     sizes = dict(hidden_size=d_model, num_attention_heads=heads, head_dim=d_model // heads,
                  intermediate_size=2 * d_model, num_hidden_layers=LAYERS, vocab_size=VOCAB,
                  max_position_embeddings=LONGEST, initializer_range=d_model ** -0.5,
                  query_pre_attn_scalar=d_model // heads)
     if kv_heads is not None:
         sizes["num_key_value_heads"] = kv_heads
+    if attn_implementation is not None:
+        sizes["attn_implementation"] = attn_implementation
     return config_class(**sizes)
