@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from conformance import Status
+from conformance.loading.attn_implementation import registered
 from conformance.loading.registry import ResolveError, resolve
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import texts
@@ -37,11 +38,12 @@ def test_the_model_is_built_with_the_function_and_says_so():
                               "as 'attention_conformance.function_")  # its name says sdpa
     assert said[1].endswith("); its mask made by transformers' sdpa_mask (a boolean mask, True = "
                             "attend, as it was observed to take)")
-    (eager,) = built_with("LlamaForCausalLM", functions.eager_written)
-    assert texts(eager.notes)[1] == (
+    name, said = registered(f"{FILE}::eager_written", lambda spec: functions.eager_written)
+    assert name == "attention_conformance.eager_written"
+    assert texts(said) == [
         f"built with attn_implementation={FILE}::eager_written (registered as "
         "'attention_conformance.eager_written'); its mask made by transformers' eager_mask (an "
-        "additive float mask, as it was observed to take)")
+        "additive float mask, as it was observed to take)"]
 
 
 def test_a_name_nothing_registered_and_a_target_that_is_no_model_are_one_line_each():
