@@ -1,0 +1,57 @@
+"""The collections' correct layers through the second route and the second profile (issue 55):
+
+- ``scale`` through the attention core (``--weights none``: q and k judged where they meet, at
+  every head width generated, 1 included) agrees with ``scale`` through the weights, which
+  passes every one of them (``tests/test_no_false_alarms.py``): no layer fails it, and every
+  layer it judges passes;
+- the whole output of the thorough profile holds to the message rules
+  (``tests/message_rules.py``) as the quick profile's does.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conformance.frontends.cli import main
+from tests.fixtures import user_styles
+from tests.message_rules import problems
+from tests.test_no_false_alarms import SPECS
+
+
+def _run(tmp_path, *arguments: str) -> tuple[int, dict]:
+    path = tmp_path / "report.json"
+    code = main(["check", *arguments, "--jobs", "2", "--no-isolate", "--json", str(path)])
+    return code, json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def through_the_core(tmp_path_factory) -> tuple[int, dict]:
+    return _run(tmp_path_factory.mktemp("core"), *SPECS, "--check", "scale", "--weights", "none")
+
+
+def test_scale_through_the_core_fails_no_correct_layer(through_the_core):
+    code, payload = through_the_core
+    failures = [f"{r['implementation']}: {r['reason']}" for r in payload["results"]
+                if r["status"] == "failed"]
+    # Exit 2 (nothing checked) where the core route can't judge a layer's scale: its only
+    # check, skipped; never 1.
+    assert failures == [] and code in (0, 2)
+
+
+def test_scale_through_the_core_judges_most_layers_at_their_core(through_the_core):
+    """Agreement that means something: the core route ran, not a skip in its place."""
+    _, payload = through_the_core
+    judged = [r for r in payload["results"] if r["check"] == "scale"
+              and r["status"] in ("passed", "warning")]
+    assert all(r["route"] == "core" for r in judged)
+    assert len(judged) >= len(SPECS) * 2 // 3, [r["implementation"] for r in payload["results"]
+                                                if r["status"] == "skipped"]
+
+
+def test_the_thorough_profile_says_every_message_once_and_whole(tmp_path):
+    specs = [f"tests.fixtures.user_styles:{cls.__name__}" for cls in user_styles.STYLES]
+    code, payload = _run(tmp_path, *specs, "--profile", "thorough")
+    assert problems(payload) == []
+    assert code == 0
