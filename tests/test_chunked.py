@@ -68,6 +68,18 @@ def test_chunks_a_module_fixes_itself_are_measured():
                for note in texts(inferred.notes))
 
 
+def test_a_window_a_module_fixes_itself_is_measured_and_checked():
+    """Was: no window inferred without a window argument, so causal failed a correct layer."""
+    inferred = infer(forms.FixedWindow)
+    assert inferred.implementation.capabilities.window == 3
+    assert any("a causal sliding window of 3 keys per row, itself included, fixed by the module "
+               "(measured" in note for note in texts(inferred.notes))
+    results = {r.check: r.status for r in check_many(
+        [("tests.fixtures.chunk_forms:FixedWindow", inferred.implementation)], devices=["cpu"],
+        checks=["causal", "sliding_window", "reference"])}
+    assert results == dict.fromkeys(("causal", "sliding_window", "reference"), Status.PASSED)
+
+
 def test_boundaries_off_the_argument_are_said_and_checked_as_the_argument_states():
     inferred = infer(forms.ChunkIdsOneBased)
     assert inferred.implementation.capabilities.chunk == "config"

@@ -120,24 +120,47 @@ def checked():
     targets += [(spec, impl) for spec in OWN for impl in resolve(spec)]
     for name in PASSING:
         targets += [(f"transformers:{name}", impl) for impl in resolve(f"transformers:{name}")]
-    by_model: dict[str, dict] = {}
+    by_kind: dict[str, dict] = {}
     for result in check_many(targets, devices=["cpu"], jobs=2):
-        by_model.setdefault(result.implementation.split(":")[1], {})[result.check] = result
-    return by_model
+        by_kind.setdefault(result.implementation, {})[result.check] = result
+    return by_kind
+
+
+def _kinds(checked, name: str) -> dict[str, dict]:
+    """Each kind of layer checked in model ``name``: its path, and its results."""
+    return {implementation.rsplit(":", 1)[1]: results
+            for implementation, results in checked.items()
+            if implementation.split(":")[1] == name}
 
 
 @pytest.mark.parametrize("name", [*PASSING, "Qwen3Attention", "gpt", "encoder"])
 def test_the_model_from_its_class_name_alone_passes(checked, name):
-    results = checked[name]
-    failed = {check: r.reason for check, r in results.items()
-              if r.status in (Status.FAILED, Status.SUITE_ERROR)}
-    assert not failed
-    # Judged, each: passed, or (reference) warning that RoPE is undefined at head width 1.
-    for check in JUDGED.get(name, ("reference", "causal", "padding", "kv_groups", "autograd",
-                                   "scale")):
-        assert results[check].status in (Status.PASSED, Status.WARNED), (check, results[check])
-    # Through the weights (RoPE found by behaviour); Qwen 3's QK-norm, through its core.
-    assert results["reference"].route.value == ("core" if name == "Qwen3Attention" else "weights")
+    for path, results in _kinds(checked, name).items():
+        failed = {check: r.reason for check, r in results.items()
+                  if r.status in (Status.FAILED, Status.SUITE_ERROR)}
+        assert not failed, path
+        # Judged, each: passed, or (reference) warning that RoPE is undefined at head width 1.
+        for check in JUDGED.get(name, ("reference", "causal", "padding", "kv_groups",
+                                       "autograd", "scale")):
+            assert results[check].status in (Status.PASSED, Status.WARNED), (check, path)
+        # Through the weights (RoPE found by behaviour); Qwen 3's QK-norm, and a window the
+        # layer fixes itself (measured after the weight search, which doesn't apply it),
+        # through its core.
+        through_core = (name == "Qwen3Attention"
+                        or results["sliding_window"].status is Status.PASSED)
+        assert results["reference"].route.value == ("core" if through_core else "weights")
+
+
+def test_sliding_layers_are_a_kind_of_their_own_and_their_window_is_checked(checked):
+    """Gemma 2's alternating sliding and full layers (its config's layer_types) are two kinds;
+    Mistral's layers are all sliding. The window (4 keys in the smallest model) is measured in
+    what each row sees, and sliding_window passes where it is, and only there."""
+    gemma = _kinds(checked, "Gemma2ForCausalLM")
+    assert set(gemma) == {"model.layers.0.self_attn", "model.layers.1.self_attn"}
+    assert gemma["model.layers.0.self_attn"]["sliding_window"].status is Status.PASSED
+    assert gemma["model.layers.1.self_attn"]["sliding_window"].status is Status.SKIPPED
+    (mistral,) = _kinds(checked, "MistralForCausalLM").values()
+    assert mistral["sliding_window"].status is Status.PASSED
 
 
 def test_pytest_parametrizes_a_model_by_its_kinds_of_attention_layer():

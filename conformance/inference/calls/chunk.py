@@ -50,6 +50,16 @@ def pattern(chunk: int | None, length: int = LENGTH) -> torch.Tensor:
     return allowed_keys(1, length, length, None, True, chunk=chunk)[0, 0]
 
 
+def window_of(seen: torch.Tensor) -> int | None:
+    """The sliding window W (1 .. L - 1 keys per row, itself included) whose causal pattern
+    ``seen`` (L, L) is, or None."""
+    length = seen.shape[0]
+    for width in range(1, length):
+        if torch.equal(seen, allowed_keys(1, length, length, None, True, window=width)[0, 0]):
+            return width
+    return None
+
+
 def chunk_of(seen: torch.Tensor) -> int | None:
     """The chunk C (2 .. L - 1) whose causal pattern ``seen`` (L, L) is, or None."""
     length = seen.shape[0]

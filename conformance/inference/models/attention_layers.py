@@ -57,9 +57,21 @@ def attention_paths(model: nn.Module, run) -> dict[str, nn.Module]:
     return found
 
 
-def kinds(found: dict[str, nn.Module]) -> dict[str, list[str]]:
-    """The layers grouped by class, each group's paths in the forward's order."""
+def kinds(found: dict[str, nn.Module], config: object = None) -> dict[str, list[str]]:
+    """The layers grouped by class and, where the model's config gives its layers types that
+    differ (``layer_types``: Gemma 2's alternating sliding and full layers), by type too; each
+    group's paths in the forward's order."""
+    types = getattr(config, "layer_types", None)
+    labels = {}
+    for path, module in found.items():
+        index = getattr(module, "layer_idx", None)
+        labels[path] = (types[index] if isinstance(types, (list, tuple)) and
+                        isinstance(index, int) and 0 <= index < len(types) else None)
+    split = len(set(labels.values())) > 1
     groups: dict[str, list[str]] = {}
     for path, module in found.items():
-        groups.setdefault(type(module).__name__, []).append(path)
+        kind = type(module).__name__
+        if split and labels[path] is not None:
+            kind = f"{kind} ({labels[path]})"
+        groups.setdefault(kind, []).append(path)
     return groups

@@ -85,7 +85,7 @@ def instance_implementations(instance: nn.Module, origin: str,
     options = TRANSFORMERS_CALL if is_model_class(type(instance)) else {}
     positions = getattr(getattr(instance, "config", None), "max_position_embeddings", None)
     inferred = []
-    for kind, paths in kinds(found).items():
+    for kind, paths in kinds(found, getattr(instance, "config", None)).items():
         first = paths[0]
         driven = (LayerInModel if masked else UnmaskedLayerInModel)(
             copy.deepcopy(instance).eval(), first, ids=ids, options=options)
@@ -128,7 +128,7 @@ def _driven(model_class: type, kind: str, path: str, ids: bool, grouped: bool,
     else:
         def __init__(self, d_model, num_heads, num_kv_heads=None):
             build(self, d_model, num_heads, num_kv_heads)
-    return type(kind, (LayerInModel,),
+    return type(kind.partition(" (")[0], (LayerInModel,),
                 {"__init__": __init__, "__module__": __name__,
                  "__qualname__": f"{model_class.__name__}.{path}"})
 
@@ -161,9 +161,10 @@ def model_implementations(model_class: type, origin: str,
         raise InferenceError(f"{origin}: no attention layer found: no submodule's forward ran a "
                              "softmax or scaled_dot_product_attention on one forward of the "
                              "model")
-    groups = kinds(found)
+    groups = kinds(found, model.config)
     if only is not None:
-        groups = {kind: paths for kind, paths in groups.items() if kind == only.__name__}
+        groups = {kind: paths for kind, paths in groups.items()
+                  if kind.partition(" (")[0] == only.__name__}
         if not groups:
             raise InferenceError(f"{origin}: {model_class.__name__}, the model it is defined "
                                  f"with, holds no {only.__name__} its forward runs: pass an "

@@ -5,10 +5,11 @@ Sizes the checks choose (width, heads, key/value heads) go where every config re
 config's own ``attribute_map`` where it names them otherwise); the rest is made small: two
 layers, a feed-forward twice the width, a vocabulary of 32. Where the scale is set from a size
 (Gemma's ``query_pre_attn_scalar``), that size is the head width, as every config sized like this
-one sets it. Positions reach LONGEST, past the
-longest case. Weights are drawn with std 1/sqrt(width) (``initializer_range``), as a layer's own
-``nn.Linear`` draws them: the library's 0.02 makes every logit nearly 0 in a model this narrow, so
-attention would be uniform and every position alike.
+one sets it; a sliding window (where the architecture has one) is WINDOW keys. Positions reach
+LONGEST, past the longest case. Weights are drawn with std 1/sqrt(width)
+(``initializer_range``), as a layer's own ``nn.Linear`` draws them: the library's 0.02 makes
+every logit nearly 0 in a model this narrow, so attention would be uniform and every position
+alike.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ LAYERS = 2
 """Layers in the model: two, so a layer that depends on the one before it is still reached."""
 
 VOCAB = 32
+WINDOW = 4
+"""A sliding window where the architecture has one (Mistral's, Gemma 2's sliding layers): 4 keys,
+so that the cases longer than it see it (the library's 4096 is wider than any case)."""
+
 LONGEST = 2048
 """Positions the model takes: past the suite's longest case (512 keys) and its benchmark's."""
 
@@ -37,7 +42,7 @@ def tiny_config(config_class: type, d_model: int, heads: int, kv_heads: int | No
     sizes = dict(hidden_size=d_model, num_attention_heads=heads, head_dim=d_model // heads,
                  intermediate_size=2 * d_model, num_hidden_layers=LAYERS, vocab_size=VOCAB,
                  max_position_embeddings=LONGEST, initializer_range=d_model ** -0.5,
-                 query_pre_attn_scalar=d_model // heads)
+                 query_pre_attn_scalar=d_model // heads, sliding_window=WINDOW)
     if kv_heads is not None:
         sizes["num_key_value_heads"] = kv_heads
     if attn_implementation is not None:

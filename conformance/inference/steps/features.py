@@ -86,7 +86,8 @@ def window_form(inquiry: Inquiry) -> None:
 
 def chunk_form(inquiry: Inquiry) -> None:
     """Causal chunks: an argument's (declared, or a name that orders the search), confirmed by
-    what the rows see when built in chunks of 3; or a chunk the module fixes itself, measured.
+    what the rows see when built in chunks of 3; or a chunk (or a sliding window) the module
+    fixes itself, measured.
     A chunk argument under which every row still sees every earlier position sets no structure
     (a computation tile) and is left at its default."""
     plan, capabilities, notes = inquiry.plan, inquiry.capabilities, inquiry.notes
@@ -111,6 +112,13 @@ def chunk_form(inquiry: Inquiry) -> None:
             capabilities.set(chunk=fixed)
             notes.append(Note(f"causal chunks of {fixed}, fixed by the module (measured: "
                               f"{chunking.rows_words(seen)}); checked as chunked", None))
+            return
+        width = chunking.window_of(seen)
+        if width is not None:  # a window it sets itself (its config's, inside a model)
+            capabilities.set(window=width)
+            notes.append(Note(f"a causal sliding window of {width} keys per row, itself "
+                              f"included, fixed by the module (measured: "
+                              f"{chunking.rows_words(seen)}); checked as windowed", None))
         return
     declared = inquiry.declared.chunk_arg == name
     seen_kind, seen = chunking.probe_chunk(
