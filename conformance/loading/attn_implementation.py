@@ -37,8 +37,9 @@ def declared_function(value: str | None, origin: str, model: bool,
         return None, ()
     if not model:
         raise AttnImplementationError(
-            f"--attn-implementation {value}: builds a transformers model with that attention, "
-            f"and {origin} is no transformers model (nor an attention class built from a config)")
+            f"the declared attn_implementation {value!r}: builds a transformers model with that "
+            f"attention, and {origin} is no transformers model (nor an attention class built "
+            "from a config)")
     name, said = registered(value, load)
     return name, tuple(said)
 
@@ -50,24 +51,25 @@ def registered(value: str, load) -> tuple[str, list[Note]]:
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface
     except ImportError as error:
-        raise AttnImplementationError(f"--attn-implementation {value}: builds a transformers "
-                                      f"model, and transformers is not installed ({error})") \
-            from error
+        raise AttnImplementationError(f"the declared attn_implementation {value!r}: builds a "
+                                      "transformers model, and transformers is not installed "
+                                      f"({error})") from error
     known = AttentionInterface._global_mapping
     if ":" not in value:
         if value != "eager" and value not in known:
             raise AttnImplementationError(
-                f"--attn-implementation {value}: no attention function is registered under that "
-                f"name (registered: eager, {', '.join(sorted(known))}); name a function as "
-                "module:function or FILE.py::function")
+                f"the declared attn_implementation {value!r}: no attention function is "
+                f"registered under that name (registered: eager, {', '.join(sorted(known))}); "
+                "name a function as module:function or FILE.py::function")
         return value, [Note(f"built with attn_implementation={value!r}", None)]
     function = load(value)
     from conformance.inference.functions.interface_function import is_interface_function
 
     if not callable(function) or not is_interface_function(function):
         raise AttnImplementationError(
-            f"--attn-implementation {value}: not a function in AttentionInterface's form "
-            "f(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs)")
+            f"the declared attn_implementation {value!r}: not a function in "
+            "AttentionInterface's form f(module, query, key, value, attention_mask, "
+            "scaling=None, dropout=0.0, **kwargs)")
     own = getattr(function, "__qualname__", function.__name__)
     name = PREFIX + (own if not any(word in own for word in DISPATCH_WORDS)
                      else f"function_{zlib.crc32(own.encode()):08x}")

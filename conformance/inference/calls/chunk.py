@@ -51,10 +51,11 @@ def pattern(chunk: int | None, length: int = LENGTH) -> torch.Tensor:
 
 
 def window_of(seen: torch.Tensor) -> int | None:
-    """The sliding window W (1 .. L - 1 keys per row, itself included) whose causal pattern
-    ``seen`` (L, L) is, or None."""
+    """The sliding window W (2 .. L - 1 keys per row, itself included) whose causal pattern
+    ``seen`` (L, L) is, or None: a row that sees itself alone (W = 1) is no attention (an
+    output that is its input), and is not read as a window."""
     length = seen.shape[0]
-    for width in range(1, length):
+    for width in range(2, length):
         if torch.equal(seen, allowed_keys(1, length, length, None, True, window=width)[0, 0]):
             return width
     return None
