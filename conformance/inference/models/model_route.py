@@ -11,6 +11,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from conformance.errors import one_line
 from conformance.inference.infer import infer
 from conformance.inference.models.attention_layers import attention_paths, kinds
 from conformance.inference.models.tiny_config import LAYERS, LONGEST, takes_kv_heads, tiny_config
@@ -65,7 +66,7 @@ def _found_by_running(model: nn.Module) -> tuple[bool, dict[str, nn.Module]] | s
         try:
             return ids, attention_paths(model, lambda m, s=sample: m(s))
         except Exception as error:  # the model's own refusal of this input: the next form
-            raised.append(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:200])
+            raised.append(one_line(error, 200))
     return raised[0]
 
 
@@ -148,9 +149,8 @@ def model_implementations(model_class: type, origin: str,
                                         attn_implementation)).eval()
     except Exception as error:
         raise InferenceError(f"{origin}: the smallest model of its architecture could not be "
-                             f"built from {model_class.config_class.__name__} ({type(error).__name__}: "
-                             f"{str(error).splitlines()[0] if str(error) else ''}): pass an "
-                             "instance in a file instead") from error
+                             f"built from {model_class.config_class.__name__} "
+                             f"({one_line(error)}): pass an instance in a file instead") from error
     ran = _found_by_running(model)
     if isinstance(ran, str):
         raise InferenceError(f"{origin}: the smallest model of its architecture raised on token "
