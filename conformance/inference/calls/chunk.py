@@ -45,9 +45,10 @@ def dependence(instance: Instance, case: Case, call: str) -> torch.Tensor:
     return seen
 
 
-def pattern(chunk: int | None, length: int = LENGTH) -> torch.Tensor:
-    """(L, L) bool: the positions each causal row sees in chunks of ``chunk`` (None: none)."""
-    return allowed_keys(1, length, length, None, True, chunk=chunk)[0, 0]
+def pattern(chunk: int | None, length: int = LENGTH, window: int | None = None) -> torch.Tensor:
+    """(L, L) bool: the positions each causal row sees in chunks of ``chunk`` (None: none), or
+    in a sliding ``window`` of that many keys."""
+    return allowed_keys(1, length, length, None, True, chunk=chunk, window=window)[0, 0]
 
 
 def window_of(seen: torch.Tensor) -> int | None:
@@ -56,7 +57,7 @@ def window_of(seen: torch.Tensor) -> int | None:
     output that is its input), and is not read as a window."""
     length = seen.shape[0]
     for width in range(2, length):
-        if torch.equal(seen, allowed_keys(1, length, length, None, True, window=width)[0, 0]):
+        if torch.equal(seen, pattern(None, length, window=width)):
             return width
     return None
 
