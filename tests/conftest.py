@@ -73,8 +73,8 @@ MOVED_TO_SLOW = {
         "builds three transformers models and checks each one's attention through it (a minute "
         "and a half of one core); finding and driving the layers stays in make test",
     ("test_model_attention_functions", "checked"):
-        "builds six transformers models with a registered attention function and its three "
-        "twins and checks each (three minutes of one core); how the function is registered "
+        "builds nine transformers models with a registered attention function and its three "
+        "twins and checks each (ten minutes of one core); how the function is registered "
         "stays in make test",
     ("test_real_layer_causes", "checked"):
         "infers and checks every real-layer cause's layer and twin at once (half a minute of one "

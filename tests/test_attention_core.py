@@ -315,3 +315,20 @@ def test_torch_multihead_attention_fast_path_shows_no_core_and_changes_nothing()
     with torch.no_grad(), tracer:
         seen = layer(x, x, x, need_weights=False)[0]
     torch.testing.assert_close(seen, expected, rtol=0, atol=0)
+
+
+def test_a_core_the_tokens_do_not_reach_is_not_the_layers():
+    """A model driving a layer runs its other layers' attention on inputs of its own first (an
+    encoder on a fixed spectrogram before a decoder's cross-attention): only the core whose
+    logits the case's tokens reach is observed, whatever the others' scale."""
+    harness = torch.randn(B, L, H * D)
+
+    def after_a_harness_core(x):
+        q, k, v = qkv(harness)
+        F.scaled_dot_product_attention(q * 3.0, k, v)
+        merge(torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v)
+        return sdpa(x)
+
+    (site,) = observed(after_a_harness_core)
+    assert site.kind is CoreKind.SDPA
+    assert scale_of(after_a_harness_core) == pytest.approx(1 / math.sqrt(D))

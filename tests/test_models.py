@@ -41,7 +41,7 @@ def test_the_attention_layers_are_found_by_what_their_forward_runs():
 
 def test_a_layer_driven_by_its_model_takes_hidden_states_and_only_its_parameters_learn():
     model = tiny_llama()
-    driven = LayerInModel(model, "model.layers.1.self_attn", ids=True)
+    driven = LayerInModel(model, "model.layers.1.self_attn")  # fed token ids, the default
     x = torch.randn(2, 5, 16, requires_grad=True)
     out = driven(x, attention_mask=torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]))
     assert out.shape == (2, 5, 16)
@@ -84,9 +84,10 @@ def test_a_layer_class_built_from_a_config_is_driven_through_the_model_it_is_def
         "(Qwen3Model built from Qwen3Config")
 
 
-OWN = ("tests.fixtures.own_models:gpt", "tests.fixtures.own_models:encoder")
+OWN = ("tests.fixtures.own_models:gpt", "tests.fixtures.own_models:encoder",
+       "tests.fixtures.own_models:vit")
 """Model instances of one's own, not from transformers: a GPT on token ids, an encoder over
-hidden states with a padding mask (nn.MultiheadAttention inside)."""
+hidden states with a padding mask (nn.MultiheadAttention inside), a ViT on images."""
 
 
 def test_a_model_instance_of_ones_own_is_checked_through_itself():
@@ -98,6 +99,9 @@ def test_a_model_instance_of_ones_own_is_checked_through_itself():
     (encoder,) = resolve(OWN[1])
     assert encoder.name == "own_models:encoder:attentions.0.attention"
     assert encoder.capabilities.mask.layout.value == "key_padding"
+    (vit,) = resolve(OWN[2])  # fed an image of its own size: the cases replace what its patches give
+    assert vit.name == "own_models:vit:attentions.0"
+    assert vit.capabilities.causality.kind == "never" and vit.capabilities.mask is None
 
 
 def test_an_attention_layer_instance_is_still_checked_as_one():
@@ -107,6 +111,7 @@ def test_an_attention_layer_instance_is_still_checked_as_one():
 
 
 JUDGED = {"gpt": ("reference", "causal", "autograd", "scale"),
+          "vit": ("reference", "autograd", "scale", "head_split", "permutation"),
           "encoder": ("reference", "padding", "autograd", "scale"),
           "BertModel": ("reference", "padding", "autograd", "scale", "head_split"),
           "PhiForCausalLM": ("reference", "causal", "padding", "kv_groups", "autograd", "scale")}
@@ -114,11 +119,34 @@ JUDGED = {"gpt": ("reference", "causal", "autograd", "scale"),
 encoder, no grouped heads in either; BERT is not causal and has no grouped heads)."""
 
 
+ENCODER_DECODERS = {
+    "BartForConditionalGeneration": {
+        "model.encoder.layers.0.self_attn": ("reference", "padding", "autograd", "scale"),
+        "model.decoder.layers.0.self_attn": ("reference", "padding", "causal", "autograd",
+                                             "scale"),
+        "model.decoder.layers.0.encoder_attn": ("reference", "padding", "autograd", "scale")},
+    "T5ForConditionalGeneration": {
+        "encoder.block.0.layer.0.SelfAttention": ("reference", "padding", "autograd",
+                                                  "position_shift"),
+        "decoder.block.0.layer.0.SelfAttention": ("reference", "padding", "causal", "autograd",
+                                                  "position_shift"),
+        "decoder.block.0.layer.1.EncDecAttention": ("reference", "padding", "autograd")},
+    "WhisperForConditionalGeneration": {
+        "model.encoder.layers.0.self_attn": ("reference", "autograd", "scale"),
+        "model.decoder.layers.0.self_attn": ("reference", "padding", "causal", "autograd",
+                                             "scale"),
+        "model.decoder.layers.0.encoder_attn": ("reference", "autograd", "scale")},
+}
+"""Encoder-decoders, each kind of layer (encoder self, decoder self, cross) with the checks that
+must pass it: T5's relative bias is checked by position_shift (its scale of 1 warns: intent);
+Whisper passes its encoder and its cross-attention no mask."""
+
+
 @pytest.fixture(scope="module")
 def checked():
     targets = [(QWEN3, impl) for impl in resolve(QWEN3)]
     targets += [(spec, impl) for spec in OWN for impl in resolve(spec)]
-    for name in PASSING:
+    for name in (*PASSING, *ENCODER_DECODERS):
         targets += [(f"transformers:{name}", impl) for impl in resolve(f"transformers:{name}")]
     by_kind: dict[str, dict] = {}
     for result in check_many(targets, devices=["cpu"], jobs=2):
@@ -133,7 +161,7 @@ def _kinds(checked, name: str) -> dict[str, dict]:
             if implementation.split(":")[1] == name}
 
 
-@pytest.mark.parametrize("name", [*PASSING, "Qwen3Attention", "gpt", "encoder"])
+@pytest.mark.parametrize("name", [*PASSING, "Qwen3Attention", "gpt", "encoder", "vit"])
 def test_the_model_from_its_class_name_alone_passes(checked, name):
     for path, results in _kinds(checked, name).items():
         failed = {check: r.reason for check, r in results.items()
@@ -170,3 +198,40 @@ def test_pytest_parametrizes_a_model_by_its_kinds_of_attention_layer():
     mark = parametrize_with_checks(gpt, devices=("cpu",), checks=["gate", "causal"])
     assert [param.id for param in mark.args[1]] == ["GPT:blocks.0.attn-gate",
                                                     "GPT:blocks.0.attn-causal"]
+
+
+@pytest.mark.parametrize("name", ENCODER_DECODERS)
+def test_an_encoder_decoder_is_checked_on_both_sides_and_across(checked, name):
+    """Each side's self-attention and the decoder's cross-attention over the encoder's states
+    are kinds of their own, driven through the model: each passes what applies to it."""
+    kinds_checked = _kinds(checked, name)
+    assert set(kinds_checked) == set(ENCODER_DECODERS[name])
+    for path, results in kinds_checked.items():
+        failed = {check: r.reason for check, r in results.items()
+                  if r.status in (Status.FAILED, Status.SUITE_ERROR)}
+        assert not failed, path
+        for check in ENCODER_DECODERS[name][path]:
+            assert results[check].status is Status.PASSED, (check, path)
+
+
+def test_the_side_of_each_layer_is_observed_and_so_is_the_mask_that_reaches_it():
+    """One forward with the encoder's input and the decoder's of different lengths tells each
+    layer's side; hiding a key through the model's mask for that side tells whether a mask
+    reaches it (Whisper's encoder and cross-attention take none)."""
+    from conformance.inference.models.sides import feeds, found_by_running
+    from conformance.subject.layer_in_model import First, Side
+
+    model = transformers.WhisperForConditionalGeneration(
+        tiny_config(transformers.WhisperConfig, 16, 2)).eval()
+    first, found = found_by_running(model, {"use_cache": False})
+    assert first.first is First.FIXED and first.shape == (8, 16)  # 8 mel bins, 16 frames
+    fed = feeds(model, first, found, {"use_cache": False}, masked=True)
+    assert {path: (feed.side, feed.mask) for path, feed in fed.items()
+            if ".0." in path} == {
+        "model.encoder.layers.0.self_attn": (Side.ENCODER, None),
+        "model.decoder.layers.0.self_attn": (Side.DECODER, "decoder_attention_mask"),
+        "model.decoder.layers.0.encoder_attn": (Side.CROSS, None)}
+    assert fed["model.decoder.layers.0.encoder_attn"].context == "key_value_states"
+    assert list(kinds(found, model.config, {p: f.side.value for p, f in fed.items()})) == [
+        "WhisperAttention (encoder self)", "WhisperAttention (decoder self)",
+        "WhisperAttention (cross)"]

@@ -195,11 +195,12 @@ def _as_implementations(obj: object, origin: str,
 
         name, built = _attention_function(declared, origin,
                                           model=hasattr(obj, "set_attn_implementation"))
+        as_given = obj
         if name is not None:  # the instance as it is, but for the attention it calls
             obj = copy.deepcopy(obj)
             obj.set_attn_implementation(name)
         try:  # a model holding attention layers: each kind of them, driven through it
-            in_model = instance_implementations(obj, origin, declared, built)
+            in_model = instance_implementations(obj, origin, declared, built, as_given)
         except InferenceError as error:
             raise ResolveError(str(error)) from error
         if in_model is not None:

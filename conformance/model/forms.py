@@ -134,6 +134,10 @@ class LogitScale:
     followed: bool = True
     declared: bool = False
     """Stated by a declaration (``scale``): a measured scale that differs is a failure."""
+    fixed_by_model: bool = False
+    """A constant scale (the same at every width) measured in a layer its model's own code
+    builds from a config: the architecture's (T5's 1, its 1/sqrt(w) folded into the
+    initialisation of q), or a missing 1/sqrt(w); intent decides, so ``scale`` warns."""
 
     def at(self, width: int) -> float:
         """The scale at width ``width``."""
@@ -149,6 +153,12 @@ class LogitScale:
         also 1/sqrt(w) applied twice; intent decides."""
         return (self.power == -1.0 and abs(self.factor - 1.0) < 1e-6 and not self.declared
                 and self.argument is None)
+
+    @property
+    def intent_undeclared(self) -> bool:
+        """A design and a known mistake give this scale alike, and nothing states which: 1/w
+        measured (:attr:`ambiguous`) or a constant its model fixes (:attr:`fixed_by_model`)."""
+        return self.ambiguous or (self.fixed_by_model and not self.declared)
 
     def law(self) -> str:
         """The scale as a function of the width w, in words: ``1/sqrt(w)``, ``1/w``, ``0.25``."""

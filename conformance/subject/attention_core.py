@@ -30,14 +30,17 @@ from conformance.subject.core_widths import absorbed_width, broadcast_width, fac
 
 def sites(tracer: CoreTracer, q_len: int, kv_len: int) -> tuple[AttentionSite, ...]:
     """The attention cores among what ``tracer`` recorded of a forward over ``q_len`` queries
-    and ``kv_len`` keys, in the order they were computed."""
+    and ``kv_len`` keys, in the order they were computed: those whose logits the tokens reach
+    (a model driving a layer runs its other layers' cores on inputs of its own first)."""
     found: list[AttentionSite] = []
     for node in tracer.softmaxes:
-        site = _softmax_site(tracer, node, q_len, kv_len)
+        site = _softmax_site(tracer, node, q_len, kv_len) if node.softmax.input_node.tainted \
+            else None
         if site is not None:
             found.append(site)
     for call in tracer.sdpa:
-        site = _sdpa_site(call, q_len, kv_len)
+        reached = call.nodes["query"].tainted or call.nodes["key"].tainted
+        site = _sdpa_site(call, q_len, kv_len) if reached else None
         if site is not None:
             found.append(site)
     return tuple(found)

@@ -94,6 +94,22 @@ INVERSE_WIDTH = ("the logit scale is 1/w, not 1/sqrt(w): muP's and Granite's des
 INVERSE_WIDTH_REMEDY = Remedy((Option("scale", "head_dim", "state that 1/w is meant"),
                                Option("scale", "sqrt", "hold it to 1/sqrt(w)")))
 
+MODEL_CONSTANT = ("the logit scale is the same at every width, which the model's architecture "
+                  "fixes: T5's design (1/sqrt(w) folded into the initialisation of q), and also "
+                  "what a missing 1/sqrt(w) gives: a declaration of the scale decides")
+"""Why a constant scale in a layer its model builds is a warning: intent decides."""
+MODEL_CONSTANT_REMEDY = Remedy((Option("scale", "none", "state that no scaling is meant"),
+                                Option("scale", "sqrt", "hold it to 1/sqrt(w)")))
+
+
+def _undeclared(law: LogitScale) -> tuple[str, str, Remedy]:
+    """What a scale whose intent nothing declared is (after "the fitted logit scale is S"), its
+    hint and its remedy (see LogitScale)."""
+    if law.ambiguous:
+        return " = 1/w", INVERSE_WIDTH, INVERSE_WIDTH_REMEDY
+    return ", the same at every head width (measured)", MODEL_CONSTANT, MODEL_CONSTANT_REMEDY
+
+
 RESIDUAL_ULPS = 16
 """Units in the last place added to RESIDUAL in a dtype: a half-precision kernel rounds its
 logits (q.k of magnitude ~3 at relative eps/2 each) and its weights (relative eps/2)."""
@@ -228,10 +244,10 @@ class Scale(Check):
                 hint=(f"is {law.argument} stored and never read (a scale hard-coded where the "
                       "logits are computed)?") if ignored else
                      f"does {law.argument} change something other than the logit scale?")
-        if law.ambiguous:
-            raise Violation(f"the fitted logit scale is {fmt(fitted)} = 1/head_dim at head_dim "
-                            f"{case.head_dim}", severity="warn", hint=INVERSE_WIDTH,
-                            remedy=INVERSE_WIDTH_REMEDY)
+        if law.intent_undeclared:
+            what, hint, remedy = _undeclared(law)
+            raise Violation(f"at head_dim {case.head_dim} the fitted logit scale is "
+                            f"{fmt(fitted)}{what}", severity="warn", hint=hint, remedy=remedy)
 
     @staticmethod
     def _computed(context: CheckContext, case: Case) -> str | None:
@@ -272,11 +288,11 @@ class Scale(Check):
                 continue
             if law is not None and any(matches(fitted, law.at(w), tolerance)
                                        for w in site.widths):
-                if law.ambiguous:
+                if law.intent_undeclared:
+                    what, hint, remedy = _undeclared(law)
                     raise Violation(f"{core_words(site, index, len(first))}: the fitted logit "
-                                    f"scale is {fmt(fitted)} = 1/w", severity="warn",
-                                    hint=INVERSE_WIDTH,
-                                    remedy=INVERSE_WIDTH_REMEDY)
+                                    f"scale is {fmt(fitted)}{what}", severity="warn",
+                                    hint=hint, remedy=remedy)
                 continue
             if (law is None or not law.declared) and any(
                     matches(fitted, 1 / math.sqrt(w), tolerance) for w in site.widths):

@@ -57,10 +57,12 @@ def attention_paths(model: nn.Module, run) -> dict[str, nn.Module]:
     return found
 
 
-def kinds(found: dict[str, nn.Module], config: object = None) -> dict[str, list[str]]:
-    """The layers grouped by class and, where the model's config gives its layers types that
-    differ (``layer_types``: Gemma 2's alternating sliding and full layers), by type too; each
-    group's paths in the forward's order."""
+def kinds(found: dict[str, nn.Module], config: object = None,
+          sides: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """The layers grouped by class, by their side of an encoder-decoder where ``sides`` gives
+    one (encoder self, decoder self, cross: one class serves all three in BART) and, where the
+    model's config gives its layers types that differ (``layer_types``: Gemma 2's alternating
+    sliding and full layers), by type too; each group's paths in the forward's order."""
     types = getattr(config, "layer_types", None)
     labels = {}
     for path, module in found.items():
@@ -70,8 +72,8 @@ def kinds(found: dict[str, nn.Module], config: object = None) -> dict[str, list[
     split = len(set(labels.values())) > 1
     groups: dict[str, list[str]] = {}
     for path, module in found.items():
-        kind = type(module).__name__
-        if split and labels[path] is not None:
-            kind = f"{kind} ({labels[path]})"
+        said = [(sides or {}).get(path), labels[path] if split else None]
+        said = [label for label in said if label]
+        kind = type(module).__name__ + (f" ({', '.join(said)})" if said else "")
         groups.setdefault(kind, []).append(path)
     return groups

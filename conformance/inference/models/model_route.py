@@ -8,20 +8,24 @@ import inspect
 import sys
 from dataclasses import replace
 
-import torch
 from torch import nn
 
 from conformance.errors import one_line
 from conformance.inference.infer import infer
-from conformance.inference.models.attention_layers import attention_paths, kinds
+from conformance.inference.models.attention_layers import kinds
+from conformance.inference.models.sides import feeds, found_by_running
 from conformance.inference.models.tiny_config import LAYERS, LONGEST, takes_kv_heads, tiny_config
 from conformance.inference.plan import InferenceError, Inferred
 from conformance.model.declarations import Declarations, merged
+from conformance.model.forms import LogitScale
 from conformance.model.remedies import Note, as_notes
-from conformance.subject.layer_in_model import LayerInModel, UnmaskedLayerInModel
+from conformance.subject.layer_in_model import Feed, LayerInModel, Side, driven_class
 
 WIDTH, HEADS, KV_HEADS = 64, 4, 2
 """The model the layers are found in: width 64, 4 heads, 2 key/value heads where it has them."""
+
+MASK_WORDS = {Side.ENCODER: "its attention_mask", Side.CROSS: "its attention_mask",
+              Side.DECODER: "its decoder_attention_mask", Side.ONLY: "its attention_mask"}
 
 TRANSFORMERS_CALL = {"use_cache": False}
 """What every call of a ``transformers`` model passes: no cache object between the suite's calls."""
@@ -53,74 +57,72 @@ def host_model(layer_class: type) -> type | None:
     return found[0] if found else None
 
 
-def _found_by_running(model: nn.Module) -> tuple[bool, dict[str, nn.Module]] | str:
-    """(whether it takes token ids, its attention layers) from one forward: on token ids first,
-    else on hidden states as wide as its first linear layer takes; where neither runs, what the
-    first raised, in one line."""
-    linear = next((m for m in model.modules() if isinstance(m, nn.Linear)), None)
-    tries = [(True, torch.zeros(1, 5, dtype=torch.long))]
-    if linear is not None:
-        tries.append((False, torch.randn(1, 5, linear.in_features)))
-    raised = []
-    for ids, sample in tries:
-        try:
-            return ids, attention_paths(model, lambda m, s=sample: m(s))
-        except Exception as error:  # the model's own refusal of this input: the next form
-            raised.append(one_line(error, 200))
-    return raised[0]
-
-
 def instance_implementations(instance: nn.Module, origin: str,
                              declared: Declarations | None = None,
-                             built: tuple[Note, ...] = ()) -> list[Inferred] | None:
+                             built: tuple[Note, ...] = (),
+                             as_given: nn.Module | None = None) -> list[Inferred] | None:
     """Where ``instance`` is a model that holds attention layers (not one itself), one inferred
     implementation per kind, each checked as it is (its sizes and weights) driven through a copy
     of the model; None where no submodule of it is an attention layer (it is checked as an
-    instance of a layer)."""
-    probe = copy.deepcopy(instance).eval()
-    ran = _found_by_running(probe)
+    instance of a layer). ``as_given``: the instance before an attention function was set in
+    it, whose layers, sides and masks are the model's (found with its own attention)."""
+    probe = copy.deepcopy(as_given if as_given is not None else instance).eval()
+    options = TRANSFORMERS_CALL if is_model_class(type(instance)) else {}
+    ran = found_by_running(probe, options)
     if isinstance(ran, str) or not ran[1]:
         return None
-    ids, found = ran
     masked = "attention_mask" in inspect.signature(instance.forward).parameters
-    options = TRANSFORMERS_CALL if is_model_class(type(instance)) else {}
-    positions = getattr(getattr(instance, "config", None), "max_position_embeddings", None)
+    fed = feeds(probe, ran[0], ran[1], options, masked)
+    config = getattr(instance, "config", None)
+    positions = getattr(config, "max_position_embeddings", None)
     inferred = []
-    for kind, paths in kinds(found, getattr(instance, "config", None)).items():
+    for kind, paths in kinds(ran[1], config, _sides(fed)).items():
         first = paths[0]
-        driven = (LayerInModel if masked else UnmaskedLayerInModel)(
-            copy.deepcopy(instance).eval(), first, ids=ids, options=options)
+        driven = driven_class(fed[first])(copy.deepcopy(instance).eval(), first,
+                                          feed=fed[first], options=options)
         one = infer(type(driven), name=f"{origin}:{first}", declared=declared, instance=driven)
         inferred.append(_said(one, first, kind, paths, built, (
             f"the instance ({type(instance).__name__}, its own sizes and weights)"),
-            positions if isinstance(positions, int) else None))
+            positions if isinstance(positions, int) else None, fed[first]))
     return inferred
 
 
+def _sides(fed: dict[str, Feed]) -> dict[str, str]:
+    """Each layer's side of an encoder-decoder, in words (none for a single stack's)."""
+    return {path: feed.side.value for path, feed in fed.items() if feed.side is not Side.ONLY}
+
+
 def _said(one: Inferred, first: str, kind: str, paths: list[str], built: tuple[Note, ...],
-          model: str, positions: int | None = None) -> Inferred:
-    """``one`` saying the paths it stands for, its model and how it was ``built``;
-    ``positions``: the most the model takes (its ``max_position_embeddings``), a length no case
-    goes past."""
+          model: str, positions: int | None, feed: Feed) -> Inferred:
+    """``one`` saying the paths it stands for, its model, how it is fed (``feed``) and how it
+    was ``built``; ``positions``: the most the model takes (its ``max_position_embeddings``), a
+    length no case goes past."""
     also = f", also {', '.join(paths[1:])}" if len(paths) > 1 else ""
-    said = as_notes([Note(f"{first}: {kind}{also}: driven by its model ({model}); the case's "
-                          "hidden states replace the layer's input, everything else it receives "
-                          "is what the model computes", None), *built]) + one.notes
+    replaced = ("the case's hidden states replace the layer's queries' states and the "
+                "encoder's states its keys come from" if feed.side is Side.CROSS else
+                "the case's hidden states replace the layer's input")
+    unmasked = (f"; no mask of the model's reaches it ({MASK_WORDS[feed.side]} hiding a key "
+                "changes nothing), so it is checked unmasked"
+                if feed.mask is None and feed.side is not Side.ONLY else "")
+    said = as_notes([Note(f"{first}: {kind}{also}: driven by its model ({model}); {replaced}, "
+                          f"everything else it receives is what the model computes{unmasked}",
+                          None), *built]) + one.notes
     caps = one.implementation.capabilities
     if positions is not None and caps.max_len is None:
         caps = replace(caps, max_len=positions)
     return Inferred(replace(one.implementation, notes=said, capabilities=caps), said)
 
 
-def _driven(model_class: type, kind: str, path: str, ids: bool, grouped: bool,
+def _driven(model_class: type, kind: str, path: str, feed: Feed, grouped: bool,
             attn_implementation: str | None) -> type:
-    """A LayerInModel class whose constructor takes the sizes the checks choose."""
+    """A LayerInModel class (as ``feed`` drives it) whose constructor takes the sizes the
+    checks choose."""
     config_class = model_class.config_class
 
     def build(self, d_model, num_heads, num_kv_heads=None):
         config = tiny_config(config_class, d_model, num_heads, num_kv_heads if grouped else None,
                              attn_implementation)
-        LayerInModel.__init__(self, model_class(config).eval(), path, ids=ids,
+        LayerInModel.__init__(self, model_class(config).eval(), path, feed=feed,
                               options=TRANSFORMERS_CALL)
 
     if not grouped:
@@ -129,7 +131,7 @@ def _driven(model_class: type, kind: str, path: str, ids: bool, grouped: bool,
     else:
         def __init__(self, d_model, num_heads, num_kv_heads=None):
             build(self, d_model, num_heads, num_kv_heads)
-    return type(kind.partition(" (")[0], (LayerInModel,),
+    return type(kind.partition(" (")[0], (driven_class(feed),),
                 {"__init__": __init__, "__module__": __name__,
                  "__qualname__": f"{model_class.__name__}.{path}"})
 
@@ -144,24 +146,28 @@ def model_implementations(model_class: type, origin: str,
     registered as ``attn_implementation`` where given (``built`` says how)."""
     grouped = takes_kv_heads(model_class.config_class)
     try:
-        model = model_class(tiny_config(model_class.config_class, WIDTH, HEADS,
-                                        KV_HEADS if grouped else None,
-                                        attn_implementation)).eval()
+        # Its layers, their sides and the masks that reach them are the model's, found with
+        # its default attention (a function that ignores the mask must not read as a model
+        # that passes none); built with the function too, so a refusal of it is said here.
+        for implementation in ((attn_implementation, None) if attn_implementation else (None,)):
+            model = model_class(tiny_config(model_class.config_class, WIDTH, HEADS,
+                                            KV_HEADS if grouped else None,
+                                            implementation)).eval()
     except Exception as error:
         raise InferenceError(f"{origin}: the smallest model of its architecture could not be "
                              f"built from {model_class.config_class.__name__} "
                              f"({one_line(error)}): pass an instance in a file instead") from error
-    ran = _found_by_running(model)
+    ran = found_by_running(model, TRANSFORMERS_CALL)
     if isinstance(ran, str):
-        raise InferenceError(f"{origin}: the smallest model of its architecture raised on token "
-                             f"ids ({ran}) and on hidden states: pass an instance in a file "
-                             "instead")
-    ids, found = ran
+        raise InferenceError(f"{origin}: the smallest model of its architecture raised on every "
+                             f"input the suite makes ({ran}): pass an instance in a file instead")
+    first_input, found = ran
     if not found:
         raise InferenceError(f"{origin}: no attention layer found: no submodule's forward ran a "
                              "softmax or scaled_dot_product_attention on one forward of the "
                              "model")
-    groups = kinds(found, model.config)
+    fed = feeds(model, first_input, found, TRANSFORMERS_CALL, masked=True)
+    groups = kinds(found, model.config, _sides(fed))
     if only is not None:
         groups = {kind: paths for kind, paths in groups.items()
                   if kind.partition(" (")[0] == only.__name__}
@@ -173,30 +179,52 @@ def model_implementations(model_class: type, origin: str,
     for kind, paths in groups.items():
         first = paths[0]
         held, said = declared, built
-        if attn_implementation is not None and grouped and (
-                declared is None or declared.kv_grouping is None):
-            held, said = _own_grouping(model_class, kind, first, ids, origin, declared, built)
-        cls = _driven(model_class, kind, first, ids, grouped, attn_implementation)
+        if attn_implementation is not None:
+            held, said = _own_conventions(model_class, kind, first, fed[first], origin, grouped,
+                                          declared, built)
+        cls = _driven(model_class, kind, first, fed[first], grouped, attn_implementation)
         one = infer(cls, name=f"{origin}:{first}", declared=held)
         inferred.append(_said(one, first, kind, paths, said, (
             f"{model_class.__name__} built from {model_class.config_class.__name__}, width "
             f"{WIDTH}, {HEADS} heads" + (f", {KV_HEADS} key/value heads" if grouped else "")
-            + f", {LAYERS} layers"), LONGEST))
+            + f", {LAYERS} layers"), LONGEST, fed[first]))
     return inferred
 
 
-def _own_grouping(model_class: type, kind: str, path: str, ids: bool, origin: str,
-                  declared: Declarations | None,
-                  built: tuple[Note, ...]) -> tuple[Declarations, tuple[Note, ...]]:
-    """``declared`` with the key/value grouping the model's own attention has (the layer at
-    ``path`` built with the model's default implementation, inferred): a function registered
-    in a model is held to the model's convention, which its checkpoints are in, not asked for
-    intent; and the note that says so."""
-    own = infer(_driven(model_class, kind, path, ids, True, None), name=f"{origin}:{path}",
-                declared=declared)
-    grouping = ("tiled" if own.implementation.capabilities.doubts.kv_grouping is not None
-                else "interleaved")
-    note = Note(f"key/value grouping {grouping} declared for it: the model's own attention "
-                f"groups its heads so (probed, built with its default attention), and so do its "
-                "checkpoints", None)
-    return merged(declared or Declarations(), Declarations(kv_grouping=grouping)), (*built, note)
+def _own_conventions(model_class: type, kind: str, path: str, feed: Feed, origin: str,
+                     grouped: bool, declared: Declarations | None,
+                     built: tuple[Note, ...]) -> tuple[Declarations, tuple[Note, ...]]:
+    """``declared`` with the conventions the model's own attention has (the layer at ``path``
+    built with the model's default implementation, inferred): its key/value grouping and its
+    logit scale, where not declared. A function registered in a model is held to the model's
+    conventions, which its checkpoints are in, not asked for intent; and the note that says
+    so."""
+    own = infer(_driven(model_class, kind, path, feed, grouped, None), name=f"{origin}:{path}",
+                declared=declared).implementation.capabilities
+    held = Declarations()
+    said = []
+    if grouped and (declared is None or declared.kv_grouping is None):
+        grouping = "tiled" if own.doubts.kv_grouping is not None else "interleaved"
+        held = merged(held, Declarations(kv_grouping=grouping))
+        said.append(f"key/value grouping {grouping}")
+    law = own.position.encoding.scale if own.position.encoding is not None else None
+    scale = _scale_declared(law)
+    if scale is not None and (declared is None or declared.scale is None):
+        held = merged(held, Declarations(scale=scale))
+        said.append(f"logit scale {scale}")
+    if not said:
+        return declared, built
+    note = Note(f"{' and '.join(said)} declared for it: the model's own attention has "
+                f"{'them' if len(said) > 1 else 'it'} (probed, built with its default attention), "
+                "and so do its checkpoints", None)
+    return merged(declared or Declarations(), held), (*built, note)
+
+
+def _scale_declared(law: LogitScale | None) -> str | None:
+    """The ``scale`` declaration that states ``law`` (None: the textbook 1/sqrt(w)); None where
+    a setting sets it or no declaration states it."""
+    if law is None:
+        return "sqrt"
+    if law.argument is not None or abs(law.factor - 1.0) > 1e-6:
+        return None
+    return {-0.5: "sqrt", -1.0: "head_dim", 0.0: "none"}.get(law.power)

@@ -3,7 +3,8 @@
 Sizes the checks choose (width, heads, key/value heads) go where every config reads them
 (``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, through the
 config's own ``attribute_map`` where it names them otherwise); the rest is made small: two
-layers, a feed-forward twice the width, a vocabulary of 32. Where the scale is set from a size
+layers, a feed-forward twice the width, a vocabulary of 32 (on both sides of an encoder-decoder,
+SIDES). Where the scale is set from a size
 (Gemma's ``query_pre_attn_scalar``), that size is the head width, as every config sized like this
 one sets it; a sliding window (where the architecture has one) is WINDOW keys. Positions reach
 LONGEST, past the longest case. Weights are drawn with std 1/sqrt(width)
@@ -25,13 +26,29 @@ so that the cases longer than it see it (the library's 4096 is wider than any ca
 LONGEST = 2048
 """Positions the model takes: past the suite's longest case (512 keys) and its benchmark's."""
 
+MELS, SOURCE = 8, 8
+"""A speech encoder's input (Whisper's): 8 mel bins, 8 positions (16 frames): its length is
+fixed, and the cases replace its layers' input anyway."""
+
+SIDES = {"heads": ("encoder_attention_heads", "decoder_attention_heads"),
+         "layers": ("encoder_layers", "decoder_layers", "num_decoder_layers"),
+         "feed_forward": ("encoder_ffn_dim", "decoder_ffn_dim", "d_ff")}
+"""An encoder-decoder's sizes for each side, where its config names them apart (BART's, T5's,
+Whisper's): the same as the single-stack names."""
+
+
+def _default(config_class: type):
+    try:
+        return config_class()
+    except Exception:  # a config class that can't be made with its defaults
+        return None
+
 
 def takes_kv_heads(config_class: type) -> bool:
-    """Whether the architecture has grouped key/value heads (its config holds a count)."""
-    try:
-        return hasattr(config_class(), "num_key_value_heads")
-    except Exception:  # a config class that can't be made with its defaults: no grouping offered
-        return False
+    """Whether the architecture has grouped key/value heads (its config holds a count of its
+    own, not another name for the heads' count: Whisper maps it to its encoder's heads)."""
+    return (hasattr(_default(config_class), "num_key_value_heads")
+            and "num_key_value_heads" not in getattr(config_class, "attribute_map", {}))
 
 
 def tiny_config(config_class: type, d_model: int, heads: int, kv_heads: int | None = None,
@@ -43,6 +60,14 @@ def tiny_config(config_class: type, d_model: int, heads: int, kv_heads: int | No
                  intermediate_size=2 * d_model, num_hidden_layers=LAYERS, vocab_size=VOCAB,
                  max_position_embeddings=LONGEST, initializer_range=d_model ** -0.5,
                  query_pre_attn_scalar=d_model // heads, sliding_window=WINDOW)
+    default = _default(config_class)
+    for size, value in (("heads", heads), ("layers", LAYERS), ("feed_forward", 2 * d_model)):
+        sizes.update({name: value for name in SIDES[size] if hasattr(default, name)})
+    speech = dict(num_mel_bins=MELS, max_source_positions=SOURCE, max_target_positions=LONGEST)
+    sizes.update({name: value for name, value in speech.items() if hasattr(default, name)})
+    # Token ids past the small vocabulary (Whisper's 50256) would index past its embedding.
+    sizes.update({name: VOCAB - 1 for name, value in vars(default or object()).items()
+                  if name.endswith("token_id") and isinstance(value, int) and value >= VOCAB})
     if kv_heads is not None:
         sizes["num_key_value_heads"] = kv_heads
     if attn_implementation is not None:

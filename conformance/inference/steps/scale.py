@@ -123,6 +123,8 @@ def logit_scale(inquiry: Inquiry) -> None:
             break
     if scale is None and LogitScale(factor, power).ambiguous:
         scale = LogitScale(factor, power)  # 1/w: muP's and Granite's, or 1/sqrt(w) twice
+    if scale is None and power == 0 and getattr(plan.cls, "built_by_its_model", False):
+        scale = LogitScale(factor, power, fixed_by_model=True)  # T5's 1, or none by mistake
     if scale is None:
         return
     inquiry.logit_scale = scale
@@ -136,6 +138,12 @@ def logit_scale(inquiry: Inquiry) -> None:
         notes.append(Note(f"{scale.describe()}: measured at its attention core ({measured_words}; "
                           f"built with {scale.argument}={TRIED[scale.relation]:g} it follows); "
                           "the reference computes with it", None))
+    elif scale.fixed_by_model:
+        notes.append(Note(f"a logit scale of {scale.law()} at every width ({measured_words}, "
+                          "measured at its attention core), not 1/sqrt(w): its model's "
+                          "architecture fixes it (T5's design), or 1/sqrt(w) is missing; the "
+                          "reference computes with it, scale warns",
+                          Remedy.to("scale", "none", "make it part of its contract")))
     else:
         notes.append(Note(f"a logit scale of {scale.law()} ({measured_words}, measured at its "
                           "attention core), not 1/sqrt(w): muP's and Granite's default, or "
