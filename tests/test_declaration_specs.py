@@ -30,7 +30,7 @@ BAD = {"call": "both", "mask": "keep_maybe:key_padding", "causal": "sometimes",
        "weights": "q,k", "mask_formats": ["keep_int:nowhere"], "window_arg": "w:right",
        "positions": "pos:matrix", "position_encoding": "learned", "alibi": "guessed",
        "kv_cache": "somewhere@past", "cache_layout": "lbhd", "packed": "ragged@cu",
-       "sequence_first": "true", "scale": "quadratic",
+       "sequence_first": "true", "scale": "quadratic", "layer": "LlamaAttention",
        "batch_first": "true"}
 """A value of each declaration that does not parse (the last two: contradicting each other)."""
 

@@ -77,3 +77,25 @@ def test_a_forward_of_no_known_shape_is_one_line(capsys):
     with pytest.raises(InferenceError, match=r"forward takes no input tensor") as caught:
         infer(NoInputs)
     assert caught.value.remedy == CALL_REMEDY
+
+
+def test_declarations_per_layer_class_apply_to_that_class_alone_over_the_rest():
+    from conformance.model.declaration_sources import for_layer, from_mapping
+    from conformance.model.declarations import DeclarationError
+
+    stated = from_mapping({"dtypes": "float32", "LlamaAttention": {"kv-grouping": "tiled",
+                                                                   "init": {"causal": True}},
+                           "layer": {"BertSelfAttention": {"dtypes": "float64"}}}, "declare")
+    assert stated.layer == ("BertSelfAttention:dtypes=float64", "LlamaAttention:kv-grouping=tiled",
+                            "LlamaAttention:init=causal=True")
+    llama = for_layer(stated, "LlamaAttention")
+    assert (llama.kv_grouping, llama.init, llama.dtypes, llama.layer) == (
+        "tiled", (("causal", True),), "float32", None)
+    assert for_layer(stated, "BertSelfAttention").dtypes == "float64"
+    other = for_layer(stated, "MistralAttention")
+    assert (other.kv_grouping, other.dtypes) == (None, "float32")
+    with pytest.raises(DeclarationError, match="use CLASS:NAME=VALUE"):
+        from_mapping({"layer": "LlamaAttention:kv_groupingtiled"}, "declare")
+    with pytest.raises(DeclarationError, match="kv-grouping"):
+        for_layer(from_mapping({"layer": "LlamaAttention:kv-grouping=sideways"}, "declare"),
+                  "LlamaAttention")

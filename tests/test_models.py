@@ -235,3 +235,22 @@ def test_the_side_of_each_layer_is_observed_and_so_is_the_mask_that_reaches_it()
     assert list(kinds(found, model.config, {p: f.side.value for p, f in fed.items()})) == [
         "WhisperAttention (encoder self)", "WhisperAttention (decoder self)",
         "WhisperAttention (cross)"]
+
+
+def test_declarations_apply_per_layer_class_inside_a_model():
+    """``declare={"CausalSelfAttention": {...}}`` (``--layer CLASS:NAME=VALUE``) states it for
+    the layers of that class alone: the GPT's scale declared 1/w is held to that; declared for a
+    class the model doesn't hold, nothing changes."""
+    from conformance.model.declarations import Declarations
+    from conformance.testing import parametrize_with_checks
+
+    (gpt,) = resolve(OWN[0], Declarations(layer=("CausalSelfAttention:scale=head_dim",)))
+    law = gpt.capabilities.position.encoding.scale
+    assert law.declared and law.power == -1.0
+    (other,) = resolve(OWN[0], Declarations(layer=("ViTAttention:scale=head_dim",)))
+    assert other.capabilities.position.encoding is None or \
+        other.capabilities.position.encoding.scale is None
+    mark = parametrize_with_checks(OWN[0], devices=("cpu",), checks=["scale"],
+                                   declare={"CausalSelfAttention": {"scale": "head_dim"}})
+    (param,) = mark.args[1]
+    assert param.id == "own_models:gpt:blocks.0.attn-scale"

@@ -177,7 +177,8 @@ def _check(args: argparse.Namespace) -> int:
         declared = validate(Declarations(**{
             **{f.name: getattr(args, f.name) for f in fields(Declarations)},
             "init": init,
-            "mask_formats": tuple(args.mask_formats) if args.mask_formats else None}))
+            "mask_formats": tuple(args.mask_formats) if args.mask_formats else None,
+            "layer": tuple(args.layer) if args.layer else None}))
     except DeclarationError as error:
         raise UsageError(error_words(error, "cli")) from error
     devices = args.devices or available_devices()

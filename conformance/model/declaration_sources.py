@@ -10,18 +10,27 @@ import ast
 import contextlib
 import sys
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from conformance._compat import tomllib
 from conformance.model.declaration_specs import validate
-from conformance.model.declarations import DeclarationError, Declarations
+from conformance.model.declarations import DeclarationError, Declarations, merged
 
 
 def from_mapping(values: dict, origin: str) -> Declarations:
     """Declarations from a TOML table or parsed flags (dashes or underscores)."""
     known = {f.name for f in fields(Declarations)}
     items = {key.replace("-", "_"): value for key, value in values.items()}
+    # A table under ``layer``, or under a name no declaration has (``{"LlamaAttention": {...}}``):
+    # the declarations for the attention layers of that class inside a model.
+    layers = [items.pop("layer")] if isinstance(items.get("layer"), dict) else []
+    layers += [{key: items.pop(key)} for key in list(items)
+               if key not in known and isinstance(items[key], dict)]
+    if layers:
+        given = items.get("layer") or []
+        items["layer"] = [*([given] if isinstance(given, str) else given),
+                          *_layer_items(layers)]
     unknown = sorted(set(items) - known)
     if unknown:
         raise DeclarationError(f"{origin}: unknown declaration(s) {unknown}; known: "
@@ -32,7 +41,7 @@ def from_mapping(values: dict, origin: str) -> Declarations:
             pairs = value.items() if isinstance(value, dict) else (
                 parse_init(item) for item in value)
             values[key] = tuple(pairs)
-        elif key == "mask_formats":
+        elif key in ("mask_formats", "layer"):
             values[key] = tuple([value] if isinstance(value, str) else value)
         elif key == "dtypes" and not isinstance(value, str):
             values[key] = ",".join(value)
@@ -42,6 +51,34 @@ def from_mapping(values: dict, origin: str) -> Declarations:
         return validate(Declarations(**values))
     except DeclarationError as error:
         raise DeclarationError(f"{origin}: {error}") from None
+
+
+def _layer_items(tables: list[dict]) -> list[str]:
+    """``CLASS:NAME=VALUE`` items of ``{class: {name: value}}`` tables (a list's values, an
+    ``init`` table's keywords, one item each)."""
+    items = []
+    for table in tables:
+        for cls, declared in table.items():
+            if not isinstance(declared, dict):
+                raise DeclarationError(f"layer {cls!r}: give a table of declarations for that "
+                                       "class, e.g. {\"kv-grouping\": \"tiled\"}")
+            for name, value in declared.items():
+                values = ([f"{k}={v}" for k, v in value.items()] if isinstance(value, dict) else
+                          value if isinstance(value, list) else [value])
+                items += [f"{cls}:{name}={v}" for v in values]
+    return items
+
+
+def for_layer(declared: Declarations | None, class_name: str) -> Declarations | None:
+    """``declared`` for the attention layers of class ``class_name`` inside a model: that
+    class's table (the ``layer`` declarations) over the rest, which apply to every layer."""
+    if declared is None or not declared.layer:
+        return declared
+    table = declared.layer_tables().get(class_name)
+    rest = replace(declared, layer=None)
+    if not table:
+        return rest
+    return merged(rest, from_mapping(table, f"layer {class_name}"))
 
 
 def parse_init(item: str) -> tuple[str, object]:

@@ -141,6 +141,10 @@ SPECS: tuple[DeclarationSpec, ...] = (
                     read=lambda d: d.weight_layout("inner")),
     DeclarationSpec("init", "NAME=VALUE", "a constructor keyword, e.g. causal=True (repeatable; "
                     "a table in TOML)", form=Form.REPEATED, type=tuple[tuple[str, object], ...]),
+    DeclarationSpec("layer", "CLASS:NAME=VALUE",
+                    "a declaration for the attention layers of one class inside a model, e.g. "
+                    "LlamaAttention:kv-grouping=tiled (repeatable; a table of tables in TOML, "
+                    "one per class)", form=Form.REPEATED, read=lambda d: d.layer_tables()),
     DeclarationSpec("mask_formats", "KIND:LAYOUT",
                     "another mask format it accepts (repeatable; a list in TOML)",
                     form=Form.REPEATED, flag_name="mask-format",

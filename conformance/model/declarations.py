@@ -15,7 +15,7 @@ from dataclasses import field, fields, make_dataclass
 import torch
 
 from conformance.errors import ConformanceError
-from conformance.model.declaration_specs import SPECS
+from conformance.model.declaration_specs import SPECS, Form
 from conformance.model.declared_layouts import FusedProjection, PackedInProjection, SeparateProjections
 from conformance.model.forms import (
     QUERY_AXIS_LAYOUTS,
@@ -49,6 +49,28 @@ class Declarations(_Declared):
 
     def any(self) -> bool:
         return any(getattr(self, f.name) is not None for f in fields(self))
+
+    def layer_tables(self) -> dict[str, dict[str, object]]:
+        """The declarations for the attention layers of each class inside a model (``layer``,
+        CLASS:NAME=VALUE each), by class: ``{class: {name: value}}``, a repeatable
+        declaration's values in a list."""
+        repeated = {spec.name for spec in SPECS if spec.form is Form.REPEATED}
+        known = {spec.name for spec in SPECS} - {"layer"}
+        tables: dict[str, dict[str, object]] = {}
+        for item in self.layer or ():
+            cls, colon, rest = item.partition(":")
+            name, equals, value = rest.partition("=")
+            name = name.strip().replace("-", "_")
+            if not (colon and equals and cls.isidentifier()) or name not in known:
+                raise DeclarationError(
+                    f"layer {item!r}: use CLASS:NAME=VALUE, e.g. LlamaAttention:kv-grouping="
+                    "tiled, NAME one of the other declarations")
+            table = tables.setdefault(cls, {})
+            if name in repeated:
+                table.setdefault(name, []).append(value)
+            else:
+                table[name] = value
+        return tables
 
     def mask_convention(self, argument: str) -> MaskConvention | None:
         """The declared mask, passed as ``argument`` (the suite's wrapper's keyword)."""

@@ -16,6 +16,7 @@ from conformance.inference.models.attention_layers import kinds
 from conformance.inference.models.sides import feeds, found_by_running
 from conformance.inference.models.tiny_config import LAYERS, LONGEST, takes_kv_heads, tiny_config
 from conformance.inference.plan import InferenceError, Inferred
+from conformance.model.declaration_sources import for_layer
 from conformance.model.declarations import Declarations, merged
 from conformance.model.forms import LogitScale
 from conformance.model.remedies import Note, as_notes
@@ -80,7 +81,8 @@ def instance_implementations(instance: nn.Module, origin: str,
         first = paths[0]
         driven = driven_class(fed[first])(copy.deepcopy(instance).eval(), first,
                                           feed=fed[first], options=options)
-        one = infer(type(driven), name=f"{origin}:{first}", declared=declared, instance=driven)
+        one = infer(type(driven), name=f"{origin}:{first}",
+                    declared=for_layer(declared, kind.partition(" (")[0]), instance=driven)
         inferred.append(_said(one, first, kind, paths, built, (
             f"the instance ({type(instance).__name__}, its own sizes and weights)"),
             positions if isinstance(positions, int) else None, fed[first]))
@@ -178,10 +180,10 @@ def model_implementations(model_class: type, origin: str,
     inferred = []
     for kind, paths in groups.items():
         first = paths[0]
-        held, said = declared, built
+        held, said = for_layer(declared, kind.partition(" (")[0]), built
         if attn_implementation is not None:
             held, said = _own_conventions(model_class, kind, first, fed[first], origin, grouped,
-                                          declared, built)
+                                          held, built)
         cls = _driven(model_class, kind, first, fed[first], grouped, attn_implementation)
         one = infer(cls, name=f"{origin}:{first}", declared=held)
         inferred.append(_said(one, first, kind, paths, said, (
