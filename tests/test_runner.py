@@ -123,3 +123,18 @@ def test_probe_measures_the_attention_matrix_an_implementation_computes():
     expected = reference_attention(weights, x[:, :3], x, x, keep=case.keep()).output
     torch.testing.assert_close(instance.forward(
         conformance.Inputs(x[:, :3], x, x, case.keep())).double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_worker_resolves_each_impl_once_for_every_kind_it_checks(monkeypatch):
+    """A model resolves to each kind of attention layer in it, each inferred: a worker process
+    checking several kinds of one model resolves it once, not once per kind (per declarations)."""
+    from conformance.model.declarations import Declarations
+    from conformance.run import many
+
+    calls = []
+    monkeypatch.setattr(many, "_RESOLVED", {})
+    monkeypatch.setattr(many, "resolve", lambda spec, declared: calls.append(spec) or [spec])
+    for _ in range(3):
+        assert many._resolved("transformers:BartModel", None) == ["transformers:BartModel"]
+    many._resolved("transformers:BartModel", Declarations(scale="none"))
+    assert calls == ["transformers:BartModel"] * 2

@@ -57,6 +57,22 @@ def _travelling(what: Implementation | Isolated) -> _Resolved | Isolated:
     return _Resolved(what.name, dict(what.expected_failures), dict(what.expected_warnings))
 
 
+_RESOLVED: dict[tuple[str, Declarations | None], list[Implementation]] = {}
+"""What each IMPL resolved to in this worker process: a model resolves to each kind of attention
+layer in it (each inferred), and a worker checks several of its kinds one after another."""
+
+
+def _resolved(spec: str, declared: Declarations | None) -> list[Implementation]:
+    key = (spec, declared)
+    try:
+        hash(key)
+    except TypeError:  # a declaration holding an unhashable value (an init list): resolved anew
+        return resolve(spec, declared)
+    if key not in _RESOLVED:
+        _RESOLVED[key] = resolve(spec, declared)
+    return _RESOLVED[key]
+
+
 def _check_in_worker(spec: str, what: _Resolved | Isolated, declared: Declarations | None,
                      options: RunOptions) -> tuple[list[CheckResult], Interfaces]:
     """One target's verdicts (and interfaces), in a spawned process: an in-process one is
@@ -64,7 +80,7 @@ def _check_in_worker(spec: str, what: _Resolved | Isolated, declared: Declaratio
     come from files or flags the process never saw)."""
     torch.set_num_threads(1)  # the processes share the cores between them
     if isinstance(what, _Resolved):
-        (impl,) = [i for i in resolve(spec, declared) if i.name == what.name]
+        (impl,) = [i for i in _resolved(spec, declared) if i.name == what.name]
         what = replace(impl, expected_failures=what.expected_failures,
                        expected_warnings=what.expected_warnings)
     interfaces: Interfaces = {}

@@ -20,6 +20,7 @@ from conformance.model.declaration_sources import for_layer
 from conformance.model.declarations import Declarations, merged
 from conformance.model.forms import LogitScale
 from conformance.model.remedies import Note, as_notes
+from conformance.model.spec import Capabilities
 from conformance.subject.layer_in_model import Feed, LayerInModel, Side, driven_class
 
 WIDTH, HEADS, KV_HEADS = 64, 4, 2
@@ -193,6 +194,27 @@ def model_implementations(model_class: type, origin: str,
     return inferred
 
 
+_OWN: dict[tuple, Capabilities] = {}
+"""The capabilities of each kind of layer built with its model's default attention, by what it
+was inferred from: the same for every function a model is built with."""
+
+
+def _own_capabilities(model_class: type, kind: str, path: str, feed: Feed, grouped: bool,
+                      declared: Declarations) -> Capabilities:
+    key = (model_class, kind, path, feed, grouped, declared)
+    try:
+        cached = _OWN.get(key)
+    except TypeError:  # a declaration holding an unhashable value: inferred anew
+        cached, key = None, None
+    if cached is None:
+        cached = infer(_driven(model_class, kind, path, feed, grouped, None),
+                       name=f"{model_class.__name__}:{path}",
+                       declared=declared).implementation.capabilities
+        if key is not None:
+            _OWN[key] = cached
+    return cached
+
+
 def _own_conventions(model_class: type, kind: str, path: str, feed: Feed, origin: str,
                      grouped: bool, declared: Declarations | None,
                      built: tuple[Note, ...]) -> tuple[Declarations, tuple[Note, ...]]:
@@ -201,8 +223,8 @@ def _own_conventions(model_class: type, kind: str, path: str, feed: Feed, origin
     logit scale, where not declared. A function registered in a model is held to the model's
     conventions, which its checkpoints are in, not asked for intent; and the note that says
     so."""
-    own = infer(_driven(model_class, kind, path, feed, grouped, None), name=f"{origin}:{path}",
-                declared=declared).implementation.capabilities
+    own = _own_capabilities(model_class, kind, path, feed, grouped,
+                            replace(declared or Declarations(), attn_implementation=None))
     held = Declarations()
     said = []
     if grouped and (declared is None or declared.kv_grouping is None):
