@@ -2,8 +2,8 @@
 
 - ``scale`` through the attention core (``--weights none``: q and k judged where they meet, at
   every head width generated, 1 included) agrees with ``scale`` through the weights, which
-  passes every one of them (``tests/test_no_false_alarms.py``): no layer fails it, and every
-  layer it judges passes;
+  passes every one of them (``tests/test_no_false_alarms.py``): no layer fails it, every layer
+  it judges passes, and layer by layer the two routes give the same verdict;
 - the whole output of the thorough profile holds to the message rules
   (``tests/message_rules.py``) as the quick profile's does.
 """
@@ -38,6 +38,23 @@ def test_scale_through_the_core_fails_no_correct_layer(through_the_core):
     # Exit 2 (nothing checked) where the core route can't judge a layer's scale: its only
     # check, skipped; never 1.
     assert failures == [] and code in (0, 2)
+
+
+@pytest.fixture(scope="module")
+def by_default(tmp_path_factory) -> tuple[int, dict]:
+    return _run(tmp_path_factory.mktemp("default"), *SPECS, "--check", "scale")
+
+
+def test_the_two_routes_give_each_layer_the_same_verdict(through_the_core, by_default):
+    """Layer by layer: where both routes judge a layer's scale (neither skips), their verdicts
+    are the same (passed, or a warning about intent)."""
+    verdicts = [{r["implementation"]: r["status"] for r in payload["results"]
+                 if r["check"] == "scale" and r["status"] != "skipped"}
+                for _, payload in (through_the_core, by_default)]
+    both = sorted(set(verdicts[0]) & set(verdicts[1]))
+    assert len(both) >= len(SPECS) // 2
+    assert {name: (verdicts[0][name], verdicts[1][name]) for name in both
+            if verdicts[0][name] != verdicts[1][name]} == {}
 
 
 def test_scale_through_the_core_judges_most_layers_at_their_core(through_the_core):
