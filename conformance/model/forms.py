@@ -1,8 +1,6 @@
 """The forms an implementation declares beside its call: a relative position encoding (RoPE, ALiBi),
-a position input, a KV cache style, packed sequences, and its key-padding mask's convention.
-
-Plain data, as :mod:`conformance.model.spec` is; :class:`~conformance.model.spec.Capabilities`
-holds them.
+a position input, a KV cache style, packed sequences, and its key-padding mask's convention. Plain
+data, as :mod:`conformance.model.spec` is; :class:`~conformance.model.spec.Capabilities` holds them.
 """
 
 from __future__ import annotations
@@ -16,8 +14,6 @@ import torch
 RelativeEncoding = Literal["rotary", "alibi", "bias"]
 """A relative position encoding inside: RoPE, ALiBi, or a learned bias of j − i measured at the
 attention core (T5's buckets)."""
-"""A relative position encoding inside the module: logits depend on positions only through
-i - j (RoPE rotates q and k by their positions; ALiBi adds -m_h (i - j))."""
 
 AlibiSlopes = Literal["standard", "measured"]
 """ALiBi slopes: ``standard``, the paper's geometric sequence (2^(-8 (h + 1) / H) for H a power
@@ -135,9 +131,8 @@ class LogitScale:
     declared: bool = False
     """Stated by a declaration (``scale``): a measured scale that differs is a failure."""
     fixed_by_model: bool = False
-    """A constant scale (the same at every width) measured in a layer its model's own code
-    builds from a config: the architecture's (T5's 1, its 1/sqrt(w) folded into the
-    initialisation of q), or a missing 1/sqrt(w); intent decides, so ``scale`` warns."""
+    """A constant scale measured in a layer its model builds: the architecture's (T5's 1) or a
+    missing 1/sqrt(w); intent decides, so ``scale`` warns."""
 
     def at(self, width: int) -> float:
         """The scale at width ``width``."""
@@ -156,8 +151,7 @@ class LogitScale:
 
     @property
     def intent_undeclared(self) -> bool:
-        """A design and a known mistake give this scale alike, and nothing states which: 1/w
-        measured (:attr:`ambiguous`) or a constant its model fixes (:attr:`fixed_by_model`)."""
+        """A design and a known mistake give it alike, undeclared (1/w, or a model's constant)."""
         return self.ambiguous or (self.fixed_by_model and not self.declared)
 
     def law(self) -> str:
