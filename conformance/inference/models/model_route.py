@@ -13,9 +13,10 @@ from torch import nn
 from conformance.errors import one_line
 from conformance.inference.infer import infer
 from conformance.inference.models.attention_layers import kinds
-from conformance.inference.models.sides import feeds, found_by_running
+from conformance.inference.models.sides import MASK_KEYWORD, feeds, found_by_running
 from conformance.inference.models.tiny_config import LAYERS, LONGEST, takes_kv_heads, tiny_config
 from conformance.inference.plan import InferenceError, Inferred
+from conformance.inference.steps.scale import DECLARED
 from conformance.model.declaration_sources import for_layer
 from conformance.model.declarations import Declarations, merged
 from conformance.model.forms import LogitScale
@@ -25,9 +26,6 @@ from conformance.subject.layer_in_model import Feed, LayerInModel, Side, driven_
 
 WIDTH, HEADS, KV_HEADS = 64, 4, 2
 """The model the layers are found in: width 64, 4 heads, 2 key/value heads where it has them."""
-
-MASK_WORDS = {Side.ENCODER: "its attention_mask", Side.CROSS: "its attention_mask",
-              Side.DECODER: "its decoder_attention_mask", Side.ONLY: "its attention_mask"}
 
 TRANSFORMERS_CALL = {"use_cache": False}
 """What every call of a ``transformers`` model passes: no cache object between the suite's calls."""
@@ -104,7 +102,7 @@ def _said(one: Inferred, first: str, kind: str, paths: list[str], built: tuple[N
     replaced = ("the case's hidden states replace the layer's queries' states and the "
                 "encoder's states its keys come from" if feed.side is Side.CROSS else
                 "the case's hidden states replace the layer's input")
-    unmasked = (f"; no mask of the model's reaches it ({MASK_WORDS[feed.side]} hiding a key "
+    unmasked = (f"; no mask of the model's reaches it (its {MASK_KEYWORD[feed.side]} hiding a key "
                 "changes nothing), so it is checked unmasked"
                 if feed.mask is None and feed.side is not Side.ONLY else "")
     said = as_notes([Note(f"{first}: {kind}{also}: driven by its model ({model}); {replaced}, "
@@ -183,8 +181,8 @@ def model_implementations(model_class: type, origin: str,
         first = paths[0]
         held, said = for_layer(declared, kind.partition(" (")[0]), built
         if attn_implementation is not None:
-            held, said = _own_conventions(model_class, kind, first, fed[first], origin, grouped,
-                                          held, built)
+            held, said = _own_conventions(model_class, kind, first, fed[first], grouped, held,
+                                          built)
         cls = _driven(model_class, kind, first, fed[first], grouped, attn_implementation)
         one = infer(cls, name=f"{origin}:{first}", declared=held)
         inferred.append(_said(one, first, kind, paths, said, (
@@ -215,8 +213,8 @@ def _own_capabilities(model_class: type, kind: str, path: str, feed: Feed, group
     return cached
 
 
-def _own_conventions(model_class: type, kind: str, path: str, feed: Feed, origin: str,
-                     grouped: bool, declared: Declarations | None,
+def _own_conventions(model_class: type, kind: str, path: str, feed: Feed, grouped: bool,
+                     declared: Declarations | None,
                      built: tuple[Note, ...]) -> tuple[Declarations, tuple[Note, ...]]:
     """``declared`` with the conventions the model's own attention has (the layer at ``path``
     built with the model's default implementation, inferred): its key/value grouping and its
@@ -251,4 +249,4 @@ def _scale_declared(law: LogitScale | None) -> str | None:
         return "sqrt"
     if law.argument is not None or abs(law.factor - 1.0) > 1e-6:
         return None
-    return {-0.5: "sqrt", -1.0: "head_dim", 0.0: "none"}.get(law.power)
+    return next((name for name, power in DECLARED.items() if power == law.power), None)

@@ -15,6 +15,8 @@ alike.
 
 from __future__ import annotations
 
+import functools
+
 LAYERS = 2
 """Layers in the model: two, so a layer that depends on the one before it is still reached."""
 
@@ -37,7 +39,9 @@ SIDES = {"heads": ("encoder_attention_heads", "decoder_attention_heads"),
 Whisper's): the same as the single-stack names."""
 
 
+@functools.cache
 def _default(config_class: type):
+    """The config with its defaults, read only: made once per class (every build reads it)."""
     try:
         return config_class()
     except Exception:  # a config class that can't be made with its defaults
