@@ -9,7 +9,11 @@ import torch
 
 from conformance import Status
 from conformance.inference.models.attention_layers import attention_paths, kinds
-from conformance.inference.models.model_route import is_model_class, model_implementations
+from conformance.inference.models.model_route import (
+    is_model_class,
+    model_implementations,
+    wanted,
+)
 from conformance.inference.models.tiny_config import LONGEST, takes_kv_heads, tiny_config
 from conformance.loading.registry import resolve
 from conformance.model.remedies import texts
@@ -74,6 +78,16 @@ def test_each_kind_says_the_paths_it_stands_for_and_that_its_model_drives_it():
     assert said[0].startswith("model.layers.0.self_attn: LlamaAttention, also "
                               "model.layers.1.self_attn: driven by its model")
     assert any("RoPE on half-split pairs" in note for note in said)
+
+
+def test_a_worker_that_wants_one_kind_infers_that_kind_alone():
+    """Each kind is named ``origin:first path``; a name that is one keeps that kind alone (a
+    worker checking it infers no other), any other keeps them all."""
+    groups = {"BartAttention (encoder self)": ["model.encoder.layers.0.self_attn"],
+              "BartAttention (cross)": ["model.decoder.layers.0.encoder_attn"]}
+    assert wanted(groups, "bart", "bart:model.decoder.layers.0.encoder_attn") == {
+        "BartAttention (cross)": ["model.decoder.layers.0.encoder_attn"]}
+    assert wanted(groups, "bart", None) == wanted(groups, "bart", "bart:elsewhere") == groups
 
 
 def test_a_layer_class_built_from_a_config_is_driven_through_the_model_it_is_defined_with():

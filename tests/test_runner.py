@@ -125,16 +125,20 @@ def test_probe_measures_the_attention_matrix_an_implementation_computes():
         conformance.Inputs(x[:, :3], x, x, case.keep())).double(), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_a_worker_resolves_each_impl_once_for_every_kind_it_checks(monkeypatch):
+def test_a_worker_resolves_only_the_kind_it_checks_and_each_once(monkeypatch):
     """A model resolves to each kind of attention layer in it, each inferred: a worker process
-    checking several kinds of one model resolves it once, not once per kind (per declarations)."""
+    asks for the one kind it checks (no other is inferred), once per kind and declarations."""
     from conformance.model.declarations import Declarations
     from conformance.run import many
 
     calls = []
     monkeypatch.setattr(many, "_RESOLVED", {})
-    monkeypatch.setattr(many, "resolve", lambda spec, declared: calls.append(spec) or [spec])
+    monkeypatch.setattr(many, "resolve",
+                        lambda spec, declared, named: calls.append((spec, named)) or [named])
+    bart = "transformers:BartModel"
     for _ in range(3):
-        assert many._resolved("transformers:BartModel", None) == ["transformers:BartModel"]
-    many._resolved("transformers:BartModel", Declarations(scale="none"))
-    assert calls == ["transformers:BartModel"] * 2
+        assert many._resolved(bart, None, f"{bart}:encoder") == [f"{bart}:encoder"]
+    many._resolved(bart, None, f"{bart}:decoder")
+    many._resolved(bart, Declarations(scale="none"), f"{bart}:encoder")
+    assert calls == [(bart, f"{bart}:encoder"), (bart, f"{bart}:decoder"),
+                     (bart, f"{bart}:encoder")]

@@ -640,3 +640,35 @@ def test_after_a_hang_a_request_on_cuda_gets_the_compiles_seen_not_the_whole_all
     slow.record(200.0, timed_out=False)
     slow.record(10.0, timed_out=True)
     assert slow.compile_allowance(300.0) == 300.0  # never more than the whole allowance
+
+
+def test_a_spec_naming_several_loads_them_all_once_and_each_other_worker_its_own(tmp_path,
+                                                                                 monkeypatch):
+    """Where a spec names several implementations (a model's kinds of layer, a list), the first
+    worker loads them all; each other implementation gets a worker of its own that is asked to
+    load that one alone (a model's other kinds are not inferred again there), sent at once."""
+    from conformance.worker import local
+    from conformance.worker import subject as subject_module
+
+    (tmp_path / "attention.py").write_text((SINGLE / "attention.py").read_text() + """
+
+from conformance import Capabilities, Implementation, SeparateProjections
+
+LAYOUT = SeparateProjections("q_proj", "k_proj", "v_proj", "out_proj")
+declared = [Implementation(name, lambda c: MultiHeadAttention(c.d_model, c.num_heads),
+                           Capabilities(call="self"), LAYOUT) for name in ("first", "second")]
+""")
+    asked = []
+    launch = subject_module.launch
+    monkeypatch.setattr(subject_module, "launch",
+                        lambda *args: asked.append(args[-1]) or launch(*args))
+    subjects = local.open_all(f"{tmp_path / 'attention.py'}::declared")
+    try:
+        assert [s.name for s in subjects] == ["first", "second"]
+        assert asked == [None, "second"]
+        inputs = Inputs.self_attention(torch.randn(2, 5, 8))
+        for each in subjects:
+            assert each.instantiate(CONFIG, 0).forward(inputs).shape == (2, 5, 8)
+    finally:
+        for each in subjects:
+            each.close()

@@ -149,8 +149,8 @@ def _attention_function(declared: Declarations | None, origin: str,
         raise ResolveError(str(error)) from error
 
 
-def _as_implementations(obj: object, origin: str,
-                        declared: Declarations | None = None) -> list[Implementation]:
+def _as_implementations(obj: object, origin: str, declared: Declarations | None = None,
+                        named: str | None = None) -> list[Implementation]:
     if isinstance(obj, Implementation):
         return [obj]
     if isinstance(obj, Iterable) and not isinstance(obj, (str, bytes)):
@@ -172,7 +172,8 @@ def _as_implementations(obj: object, origin: str,
             name, built = _attention_function(declared, origin)
             try:
                 return [found.implementation for found in model_implementations(
-                    model, origin, declared, only=only, attn_implementation=name, built=built)]
+                    model, origin, declared, only=only, attn_implementation=name, built=built,
+                    named=named)]
             except InferenceError as error:
                 raise ResolveError(str(error)) from error
         _attention_function(declared, origin, model=False)
@@ -200,7 +201,7 @@ def _as_implementations(obj: object, origin: str,
             obj = copy.deepcopy(obj)
             obj.set_attn_implementation(name)
         try:  # a model holding attention layers: each kind of them, driven through it
-            in_model = instance_implementations(obj, origin, declared, built, as_given)
+            in_model = instance_implementations(obj, origin, declared, built, as_given, named)
         except InferenceError as error:
             raise ResolveError(str(error)) from error
         if in_model is not None:
@@ -286,8 +287,11 @@ def _load_module(name: str) -> object:
         raise _import_failed(error, f"module {name}", [Path.cwd()]) from error
 
 
-def resolve(spec: str, declared: Declarations | None = None) -> list[Implementation]:
-    """The implementations an IMPL argument names. Raises ResolveError with a one-line reason.
+def resolve(spec: str, declared: Declarations | None = None, *,
+            named: str | None = None) -> list[Implementation]:
+    """The implementations an IMPL argument names (where it names several, only the one
+    ``named``, if it is one of them: a model's other kinds are then not inferred). Raises
+    ResolveError with a one-line reason.
 
     An undeclared ``nn.Module`` class is inferred; ``declared`` (over what the current
     directory's ``pyproject.toml`` declares for ``spec``) overrides inference item by item.
@@ -305,7 +309,7 @@ def resolve(spec: str, declared: Declarations | None = None) -> list[Implementat
             return [known[spec]]
         raise ResolveError(f"no implementation named {spec!r} (see `attention-conformance list`; "
                            "or give package.module:Attr or path/to/file.py::Attr)")
-    return _as_implementations(_located_object(spec), origin(spec), declared)
+    return _as_implementations(_located_object(spec), origin(spec), declared, named)
 
 
 def _located_object(spec: str) -> object:

@@ -57,19 +57,19 @@ def _travelling(what: Implementation | Isolated) -> _Resolved | Isolated:
     return _Resolved(what.name, dict(what.expected_failures), dict(what.expected_warnings))
 
 
-_RESOLVED: dict[tuple[str, Declarations | None], list[Implementation]] = {}
-"""What each IMPL resolved to in this worker process: a model resolves to each kind of attention
-layer in it (each inferred), and a worker checks several of its kinds one after another."""
+_RESOLVED: dict[tuple[str, Declarations | None, str], list[Implementation]] = {}
+"""What each IMPL resolved to in this worker process, for each implementation of it wanted (a
+model's one kind of attention layer: the others are not inferred)."""
 
 
-def _resolved(spec: str, declared: Declarations | None) -> list[Implementation]:
-    key = (spec, declared)
+def _resolved(spec: str, declared: Declarations | None, name: str) -> list[Implementation]:
+    key = (spec, declared, name)
     try:
         hash(key)
     except TypeError:  # a declaration holding an unhashable value (an init list): resolved anew
-        return resolve(spec, declared)
+        return resolve(spec, declared, named=name)
     if key not in _RESOLVED:
-        _RESOLVED[key] = resolve(spec, declared)
+        _RESOLVED[key] = resolve(spec, declared, named=name)
     return _RESOLVED[key]
 
 
@@ -80,7 +80,7 @@ def _check_in_worker(spec: str, what: _Resolved | Isolated, declared: Declaratio
     come from files or flags the process never saw)."""
     torch.set_num_threads(1)  # the processes share the cores between them
     if isinstance(what, _Resolved):
-        (impl,) = [i for i in _resolved(spec, declared) if i.name == what.name]
+        (impl,) = [i for i in _resolved(spec, declared, what.name) if i.name == what.name]
         what = replace(impl, expected_failures=what.expected_failures,
                        expected_warnings=what.expected_warnings)
     interfaces: Interfaces = {}

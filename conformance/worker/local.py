@@ -17,8 +17,8 @@ from pathlib import Path
 from conformance.model.declarations import Declarations
 from conformance.model.spec import Config
 from conformance.worker import gpu
-from conformance.worker.errors import LoadError, WorkerStatus
 from conformance.worker.limits import WorkerLimits
+from conformance.worker.protocol import Declaration
 from conformance.worker.subject import IsolatedSubject
 
 CALL_SECONDS = 10.0
@@ -105,8 +105,8 @@ class TimedSubject(IsolatedSubject):
 
     _last_worker: object = None
 
-    def twin(self) -> TimedSubject | None:
-        twin = super().twin()
+    def twin(self, declaration: Declaration | None = None) -> TimedSubject | None:
+        twin = super().twin(declaration)
         if twin is not None and isinstance(self._timeout, CallLimits):
             twin._timeout = CallLimits(self._timeout.seconds)  # its worker's calls, not ours
         return twin
@@ -164,16 +164,16 @@ def isolated(spec: str, declared: Declarations | None = None, *, name: str | Non
 def open_all(spec: str, declared: Declarations | None = None, *,
              call_seconds: float = CALL_SECONDS, twins: int = 0,
              accelerators: bool = False) -> list[IsolatedSubject]:
-    """Every implementation ``spec`` names (a list of declared ones, say), each loaded in a
-    worker of its own (and ``twins`` more, where it names one); ``accelerators``: the workers
-    may use the machine's GPU. Raises the worker's LoadError when the module can't be loaded."""
-    try:
-        return [isolated(spec, declared, call_seconds=call_seconds, twins=twins,
-                         accelerators=accelerators)]
-    except LoadError as error:
-        several = (error.status is WorkerStatus.INTERFACE_MISMATCH and error.defined_names
-                   and "choose one with name=" in str(error))
-        if not several:
-            raise
-        return [isolated(spec, declared, name=name, call_seconds=call_seconds,
-                         accelerators=accelerators) for name in error.defined_names]
+    """Every implementation ``spec`` names (a list of declared ones, or each kind of attention
+    layer in a model), each in a worker of its own (and ``twins`` more for the first); the first
+    worker loads them all, each other one loads its own only, sent at once and not waited for
+    (so they load while the first is checked); ``accelerators``: the workers may use the
+    machine's GPU. Raises the worker's LoadError when the module can't be loaded."""
+    first = isolated(spec, declared, name=IsolatedSubject.FIRST, call_seconds=call_seconds,
+                     twins=twins, accelerators=accelerators)
+    subjects = [first]
+    for declaration in first.declarations[1:]:  # where no twin starts, the load says why
+        subjects.append(first.twin(declaration) or isolated(
+            spec, declared, name=declaration.name, call_seconds=call_seconds,
+            accelerators=accelerators))
+    return subjects

@@ -52,6 +52,9 @@ class LoadRequest:
     """``path/file.py::Attr`` or ``package.module:Attr``, relative to the submission (a form
     :func:`check_spec` accepts)."""
     declared: Declarations | None = None
+    name: str | None = None
+    """The one implementation wanted, where ``spec`` names several: the others are not
+    inferred (a model's other kinds of attention layer)."""
 
 
 @dataclass(frozen=True)

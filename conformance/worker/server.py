@@ -199,7 +199,7 @@ class Server:
             finally:
                 # Inference (in resolve) compares outputs here: with torch as it was.
                 self.pristine.restore()
-            found = resolve(request.spec, request.declared)
+            found = resolve(request.spec, request.declared, named=request.name)
         except ResolveError as error:
             raise _LoadFailure(_load_status(error, request.spec), str(error), names,
                                remedy_of(error)) from None

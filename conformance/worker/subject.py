@@ -44,10 +44,11 @@ from conformance.worker.process import Pending, WorkerProcess
 from conformance.worker.protocol import REQUESTS, BuildRequest, Declaration, WorkerState, check_spec
 from conformance.worker.sandbox import SandboxKind
 from conformance.worker.sandbox import available as available_sandboxes
-from conformance.worker.submission_load import Launched, failure_of, launch, read
+from conformance.worker.submission_load import FIRST, Launched, chosen, failure_of, launch, read
 
 TimeoutPolicy = Callable[[str, "Config | None"], float]
 """``(operation, config of the instance or None) -> seconds`` for one request."""
+
 
 class IsolatedSubject(Subject):
     """An implementation in a submission, checked in a sandboxed worker process.
@@ -57,7 +58,8 @@ class IsolatedSubject(Subject):
             a scratch copy of it.
         spec: ``path/file.py::Attr`` or ``package.module:Attr`` relative to the submission; an
             undeclared ``nn.Module`` class is inferred in the worker.
-        name: which implementation, when ``spec`` names several.
+        name: which implementation, when ``spec`` names several (the worker loads it alone);
+            ``FIRST``: the first of them (the others: :meth:`twin` with their declaration).
         declared: declarations overriding inference (as ``--width-arg`` etc.).
         limits: resource limits (:class:`WorkerLimits`).
         sandbox: ``"auto"`` (the strongest that works here), ``"filesystem"`` (Landlock where it
@@ -75,6 +77,8 @@ class IsolatedSubject(Subject):
     Raises :class:`LoadError` (with the status and the names the module defines) when the
     submission can't be loaded.
     """
+
+    FIRST = FIRST
 
     def __init__(self, submission: str | Path, spec: str, *, name: str | None = None,
                  declared: Declarations | None = None, limits: WorkerLimits | None = None,
@@ -94,34 +98,25 @@ class IsolatedSubject(Subject):
                                                 and file != self.submission.name):
                 raise LoadError(WorkerStatus.NOT_FOUND, f"no file {file} in the submission",
                                 fatal=False)
-        self.spec = spec
+        self.spec, self.name = spec, (None if name == self.FIRST else name)
         self._configure(limits or WorkerLimits(), sandbox, declared, timeout)
         launched = self._launch()
         try:
             # The twins' loads beside this one's: on other cores, they cost no time here.
             self._spares += [self._launch_spare() for _ in range(twins)]
             declarations = self._loaded(launched)
+            declaration = chosen(spec, declarations, name)
         except LoadError:
             self.close()
             raise
-        names = [d.name for d in declarations]
-        if name is None and len(declarations) != 1:
-            self.close()
-            raise LoadError(WorkerStatus.INTERFACE_MISMATCH,
-                            f"{spec} names {len(names)} implementations ({', '.join(names)}): "
-                            "choose one with name=", defined_names=names, fatal=False)
-        chosen = [d for d in declarations if name is None or d.name == name]
-        if not chosen:
-            self.close()
-            raise LoadError(WorkerStatus.NOT_FOUND,
-                            f"{spec} has no implementation named {name!r} ({', '.join(names)})",
-                            fatal=False)
-        self.declaration: Declaration = chosen[0]
         self.declarations: tuple[Declaration, ...] = tuple(declarations)
-        self.name = self.declaration.name
-        self.capabilities = self.declaration.capabilities
-        self.notes = self.declaration.notes
-        self.expected_failures = dict(self.declaration.expected_failures
+        self._declare(declaration, expected_failures)
+
+    def _declare(self, declaration: Declaration,
+                 expected_failures: Mapping[str, str] | None = None) -> None:
+        self.declaration, self.name = declaration, declaration.name
+        self.capabilities, self.notes = declaration.capabilities, declaration.notes
+        self.expected_failures = dict(declaration.expected_failures
                                       if expected_failures is None else expected_failures)
 
     def _configure(self, limits: WorkerLimits, sandbox: SandboxKind, declared: Declarations | None,
@@ -186,17 +181,21 @@ class IsolatedSubject(Subject):
 
     # Workers.
 
-    def twin(self) -> IsolatedSubject | None:
-        """This implementation in a worker of its own, its load sent and not waited for
-        (:meth:`ready` waits, in the process that uses it); None where none starts."""
+    def twin(self, declaration: Declaration | None = None) -> IsolatedSubject | None:
+        """This implementation (or the one ``declaration``, of those its spec names) in a worker
+        of its own, its load sent and not waited for (:meth:`ready` waits, in the process that
+        uses it); None where none starts."""
         twin = object.__new__(type(self))
         twin.submission, twin.spec, twin.in_place = self.submission, self.spec, self.in_place
         twin._configure(self.limits, self.sandbox, self._declared, self._timeout)
         for kept in ("declaration", "declarations", "name", "capabilities", "notes",
                      "_defined_names", "expected_failures", "expected_warnings"):
             setattr(twin, kept, getattr(self, kept))
+        if declaration is not None:  # another's: its worker loads that one (no spare)
+            twin._declare(declaration)
         try:
-            twin._launched = twin._launch(self._spares.pop() if self._spares else None)
+            twin._launched = twin._launch(self._spares.pop() if self._spares and not declaration
+                                          else None)
         except LoadError:
             twin.close()
             return None
@@ -217,14 +216,10 @@ class IsolatedSubject(Subject):
         again = {d.name: d for d in declarations}.get(self.name)
         return again is not None and codec.encode(again, []) == codec.encode(self.declaration, [])
 
-    def _start(self) -> tuple[Declaration, ...]:
-        """Start a worker and load the submission in it."""
-        return self._loaded(self._launch())
-
     def _launch_spare(self) -> Launched:
         """A worker loading the submission, for a twin."""
         return launch(self.submission, self.spec, self._declared, self.limits, self.sandbox,
-                      self.in_place)
+                      self.in_place, self.name)
 
     def _launch(self, launched: Launched | None = None) -> Launched:
         """``launched`` (default: a new worker loading the submission), made this subject's."""
@@ -259,7 +254,7 @@ class IsolatedSubject(Subject):
                               + (f" (last: {last})" if last else ""), fatal=True)
         self.restarts += 1
         try:
-            declarations = self._start()
+            declarations = self._loaded(self._launch())  # a new worker's
         except (LoadError, WorkerStartError) as error:
             raise WorkerError(error.status, f"restarting the worker failed: {error}",
                               fatal=True) from None

@@ -4,7 +4,7 @@ replies read, as two steps, so that one process can send a load another process 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -13,7 +13,7 @@ from conformance.model.declarations import Declarations
 from conformance.worker.errors import LoadError, WorkerError, WorkerStatus
 from conformance.worker.limits import WorkerLimits
 from conformance.worker.process import Pending, WorkerProcess
-from conformance.worker.protocol import Failure, LoadReply, LoadRequest
+from conformance.worker.protocol import Declaration, Failure, LoadReply, LoadRequest
 from conformance.worker.sandbox import SandboxKind
 from conformance.worker.wire import Frame
 
@@ -30,14 +30,35 @@ class Launched(NamedTuple):
     loading: Pending
 
 
+FIRST = "<first>"
+"""The name that asks for the first of the implementations a spec names (see :func:`chosen`)."""
+
+
+def chosen(spec: str, declarations: Sequence[Declaration], name: str | None) -> Declaration:
+    """The declaration ``name`` picks: the only one (None), the first (``FIRST``), the one of
+    that name; LoadError (with the names) where that is not one."""
+    names = [d.name for d in declarations]
+    if name is None and len(declarations) != 1:
+        raise LoadError(WorkerStatus.INTERFACE_MISMATCH,
+                        f"{spec} names {len(names)} implementations ({', '.join(names)}): "
+                        "choose one with name=", defined_names=names, fatal=False)
+    found = [d for d in declarations if name in (None, FIRST) or d.name == name]
+    if not found:
+        raise LoadError(WorkerStatus.NOT_FOUND,
+                        f"{spec} has no implementation named {name!r} ({', '.join(names)})",
+                        fatal=False)
+    return found[0]
+
+
 def launch(submission: Path, spec: str, declared: Declarations | None, limits: WorkerLimits,
-           sandbox: SandboxKind, in_place: bool) -> Launched:
-    """Start a worker and send it ``spec`` to load, without waiting."""
+           sandbox: SandboxKind, in_place: bool, named: str | None = None) -> Launched:
+    """Start a worker and send it ``spec`` to load (the implementation ``named`` only, where
+    given), without waiting."""
     try:
         worker = WorkerProcess(submission, limits=limits, sandbox=sandbox, in_place=in_place)
     except WorkerError as error:
         raise LoadError(error.status, str(error), fatal=True) from None
-    body = codec.encode(LoadRequest(spec, declared), [])
+    body = codec.encode(LoadRequest(spec, declared, named), [])
     try:
         # The names first: a submission that kills its worker while being imported still gets
         # near-miss suggestions.

@@ -60,12 +60,14 @@ def host_model(layer_class: type) -> type | None:
 def instance_implementations(instance: nn.Module, origin: str,
                              declared: Declarations | None = None,
                              built: tuple[Note, ...] = (),
-                             as_given: nn.Module | None = None) -> list[Inferred] | None:
+                             as_given: nn.Module | None = None,
+                             named: str | None = None) -> list[Inferred] | None:
     """Where ``instance`` is a model that holds attention layers (not one itself), one inferred
     implementation per kind, each checked as it is (its sizes and weights) driven through a copy
     of the model; None where no submodule of it is an attention layer (it is checked as an
     instance of a layer). ``as_given``: the instance before an attention function was set in
-    it, whose layers, sides and masks are the model's (found with its own attention)."""
+    it, whose layers, sides and masks are the model's (found with its own attention);
+    ``named``: the one kind wanted (see :func:`wanted`)."""
     probe = copy.deepcopy(as_given if as_given is not None else instance).eval()
     options = TRANSFORMERS_CALL if is_model_class(type(instance)) else {}
     ran = found_by_running(probe, options)
@@ -76,7 +78,7 @@ def instance_implementations(instance: nn.Module, origin: str,
     config = getattr(instance, "config", None)
     positions = getattr(config, "max_position_embeddings", None)
     inferred = []
-    for kind, paths in kinds(ran[1], config, _sides(fed)).items():
+    for kind, paths in wanted(kinds(ran[1], config, _sides(fed)), origin, named).items():
         first = paths[0]
         driven = driven_class(fed[first])(copy.deepcopy(instance).eval(), first,
                                           feed=fed[first], options=options)
@@ -86,6 +88,14 @@ def instance_implementations(instance: nn.Module, origin: str,
             f"the instance ({type(instance).__name__}, its own sizes and weights)"),
             positions if isinstance(positions, int) else None, fed[first]))
     return inferred
+
+
+def wanted(groups: dict[str, list[str]], origin: str, named: str | None) -> dict[str, list[str]]:
+    """Of each kind's paths, those of the kind ``named`` (``origin:first path``, as it is
+    named), where it is one: a worker that checks one kind infers no other (each inference
+    probes many models); all of them otherwise."""
+    chosen = {kind: paths for kind, paths in groups.items() if f"{origin}:{paths[0]}" == named}
+    return chosen or groups
 
 
 def _sides(fed: dict[str, Feed]) -> dict[str, str]:
@@ -140,11 +150,12 @@ def _driven(model_class: type, kind: str, path: str, feed: Feed, grouped: bool,
 def model_implementations(model_class: type, origin: str,
                           declared: Declarations | None = None,
                           only: type | None = None, attn_implementation: str | None = None,
-                          built: tuple[Note, ...] = ()) -> list[Inferred]:
+                          built: tuple[Note, ...] = (), named: str | None = None) -> list[Inferred]:
     """One inferred implementation per kind of attention layer in ``model_class`` (of class
     ``only``, where given: a layer class checked through the model it lives in), each named
     ``origin:path`` and saying the paths it stands for; built with the attention function
-    registered as ``attn_implementation`` where given (``built`` says how)."""
+    registered as ``attn_implementation`` where given (``built`` says how); ``named``: the one
+    kind wanted (see :func:`wanted`)."""
     grouped = takes_kv_heads(model_class.config_class)
     try:
         # Its layers, their sides and the masks that reach them are the model's, found with
@@ -177,7 +188,7 @@ def model_implementations(model_class: type, origin: str,
                                  f"with, holds no {only.__name__} its forward runs: pass an "
                                  "instance of the model in a file")
     inferred = []
-    for kind, paths in groups.items():
+    for kind, paths in wanted(groups, origin, named).items():
         first = paths[0]
         held, said = for_layer(declared, kind.partition(" (")[0]), built
         if attn_implementation is not None:
