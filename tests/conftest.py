@@ -76,6 +76,9 @@ MOVED_TO_SLOW = {
         "builds nine transformers models with a registered attention function and its three "
         "twins and checks each (ten minutes of one core); how the function is registered "
         "stays in make test",
+    ("test_model_attention_functions", "cached_decoding"):
+        "builds Llama and BART with a correct attention function and one that keeps as many keys "
+        "as queries, and decodes each through the model's own cache (a minute of one core)",
     ("test_real_layer_causes", "checked"):
         "infers and checks every real-layer cause's layer and twin at once (half a minute of one "
         "core); the proofs of those layers stay in make test",

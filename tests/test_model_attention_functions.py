@@ -134,3 +134,41 @@ def test_each_twin_fails_the_check_named_for_its_bug(checked, model, twin):
               and r.status is not Status.SKIPPED]  # a kind no mask reaches skips padding
     assert judged and all(r.status is Status.FAILED for r in judged), [
         (r.implementation, r.status, r.reason) for r in judged]
+
+
+CACHED = {"LlamaForCausalLM": "model.layers.0.self_attn",
+          "BartForConditionalGeneration": "model.decoder.layers.0.self_attn"}
+"""A decoder, and an encoder-decoder's decoder self-attention: each model's kind that keeps a KV
+cache, decoded through the model's own cache object."""
+
+
+@pytest.fixture(scope="module")
+def cached_decoding():
+    """kv_cache's verdict on each CACHED kind of a model built with a function (lazy)."""
+    seen: dict[tuple[str, str], object] = {}
+
+    def verdict(model: str, function) -> object:
+        if (model, function.__name__) not in seen:
+            (kind,) = [impl for impl in built_with(model, function)
+                       if impl.name.endswith(f":{CACHED[model]}")]
+            (seen[(model, function.__name__)],) = check_many(
+                [(f"transformers:{model}", kind)], declared=declared(function), devices=["cpu"],
+                checks=["kv_cache"], jobs=1)
+        return seen[(model, function.__name__)]
+    return verdict
+
+
+@pytest.mark.parametrize("model", CACHED)
+def test_decoding_through_the_models_own_cache_passes_a_correct_function(cached_decoding, model):
+    """Prefill then decode, the model handed its own cache object (the one it makes, then the
+    one it handed its layer), equals the full forward: checked, not skipped."""
+    result = cached_decoding(model, functions.through_sdpa)
+    assert result.status is Status.PASSED, result.reason
+
+
+@pytest.mark.parametrize("model", CACHED)
+def test_a_function_that_keeps_as_many_keys_as_queries_fails_kv_cache(cached_decoding, model):
+    """Right over a whole sequence, wrong in a cached decoding (fewer queries than keys): only
+    decoding through the cache shows it."""
+    result = cached_decoding(model, functions.keys_as_many_as_queries)
+    assert result.status is Status.FAILED and "decode call" in result.reason, result.reason

@@ -128,32 +128,35 @@ JUDGED = {"gpt": ("reference", "causal", "autograd", "scale"),
           "vit": ("reference", "autograd", "scale", "head_split", "permutation"),
           "encoder": ("reference", "padding", "autograd", "scale"),
           "BertModel": ("reference", "padding", "autograd", "scale", "head_split"),
-          "PhiForCausalLM": ("reference", "causal", "padding", "kv_groups", "autograd", "scale")}
+          "PhiForCausalLM": ("reference", "causal", "padding", "kv_groups", "autograd", "scale",
+                             "kv_cache")}
 """The checks each own model must be judged by (no mask in the GPT, nothing causal in the
-encoder, no grouped heads in either; BERT is not causal and has no grouped heads)."""
+encoder, no grouped heads in either; BERT is not causal and has no grouped heads). A decoder's
+KV cache is decoded through the model's own cache object."""
 
 
 ENCODER_DECODERS = {
     "BartForConditionalGeneration": {
         "model.encoder.layers.0.self_attn": ("reference", "padding", "autograd", "scale"),
         "model.decoder.layers.0.self_attn": ("reference", "padding", "causal", "autograd",
-                                             "scale"),
+                                             "scale", "kv_cache"),
         "model.decoder.layers.0.encoder_attn": ("reference", "padding", "autograd", "scale")},
     "T5ForConditionalGeneration": {
         "encoder.block.0.layer.0.SelfAttention": ("reference", "padding", "autograd",
                                                   "position_shift"),
         "decoder.block.0.layer.0.SelfAttention": ("reference", "padding", "causal", "autograd",
-                                                  "position_shift"),
+                                                  "position_shift", "kv_cache"),
         "decoder.block.0.layer.1.EncDecAttention": ("reference", "padding", "autograd")},
     "WhisperForConditionalGeneration": {
         "model.encoder.layers.0.self_attn": ("reference", "autograd", "scale"),
         "model.decoder.layers.0.self_attn": ("reference", "padding", "causal", "autograd",
-                                             "scale"),
+                                             "scale", "kv_cache"),
         "model.decoder.layers.0.encoder_attn": ("reference", "autograd", "scale")},
 }
 """Encoder-decoders, each kind of layer (encoder self, decoder self, cross) with the checks that
 must pass it: T5's relative bias is checked by position_shift (its scale of 1 warns: intent);
-Whisper passes its encoder and its cross-attention no mask."""
+Whisper passes its encoder and its cross-attention no mask; the decoder's KV cache is decoded
+through the model's own (an EncoderDecoderCache)."""
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +186,7 @@ def test_the_model_from_its_class_name_alone_passes(checked, name):
         assert not failed, path
         # Judged, each: passed, or (reference) warning that RoPE is undefined at head width 1.
         for check in JUDGED.get(name, ("reference", "causal", "padding", "kv_groups",
-                                       "autograd", "scale")):
+                                       "autograd", "scale", "kv_cache")):
             assert results[check].status in (Status.PASSED, Status.WARNED), (check, path)
         # Through the weights (RoPE found by behaviour); Qwen 3's QK-norm, and a window the
         # layer fixes itself (measured after the weight search, which doesn't apply it),
@@ -268,3 +271,29 @@ def test_declarations_apply_per_layer_class_inside_a_model():
                                    declare={"CausalSelfAttention": {"scale": "head_dim"}})
     (param,) = mark.args[1]
     assert param.id == "own_models:gpt:blocks.0.attn-scale"
+
+
+def test_a_model_is_built_from_a_declared_config_file_and_checked_as_that_instance(tmp_path):
+    """``--config FILE.json``: a config that can't be made tiny, or sizes of one's own; the
+    model is built from that file and checked as that instance is (its sizes and weights); a
+    file it can't be built from is one line naming it."""
+    from conformance.loading.registry import ResolveError
+    from conformance.model.declarations import Declarations
+
+    path = tmp_path / "config.json"
+    transformers.LlamaConfig(hidden_size=48, num_attention_heads=3, num_key_value_heads=1,
+                             intermediate_size=96, num_hidden_layers=1, vocab_size=32,
+                             max_position_embeddings=256,
+                             initializer_range=48 ** -0.5).to_json_file(str(path))
+    (impl,) = resolve("transformers:LlamaForCausalLM", Declarations(config=str(path)))
+    said = texts(impl.notes)
+    assert f"built from the declared config {path} (LlamaConfig, width 48)" in said
+    assert impl.capabilities.max_len == 256
+    results = check_many([("transformers:LlamaForCausalLM", impl)], devices=["cpu"],
+                         checks=["reference", "kv_groups"], declared=Declarations(config=str(path)))
+    assert {r.check: r.status for r in results} == {"reference": Status.PASSED,
+                                                    "kv_groups": Status.PASSED}
+    with pytest.raises(ResolveError, match=r"^transformers:LlamaForCausalLM: LlamaForCausalLM "
+                                           r"could not be built from the declared config "
+                                           r".*missing\.json \(FileNotFoundError"):
+        resolve("transformers:LlamaForCausalLM", Declarations(config=str(tmp_path / "missing.json")))

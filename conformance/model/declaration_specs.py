@@ -185,6 +185,10 @@ SPECS: tuple[DeclarationSpec, ...] = (
                     "packed sequences: cu_seqlens@ARG (tokens (1, T, D)), cu_seqlens_flat@ARG "
                     "(tokens (T, D)), or mask (a block-diagonal mask)",
                     read=lambda d: d.packing()),
+    DeclarationSpec("config", "FILE.json",
+                    "a transformers model (or a layer class built from a config) built from "
+                    "this config (its config class's JSON, as save_pretrained writes it) instead "
+                    "of the smallest model of its architecture, and checked as that instance is"),
     DeclarationSpec("attn_implementation", "NAME | module:function | FILE.py::function",
                     "a transformers model (or a layer class built from a config) built with "
                     "this attention function: a name registered with AttentionInterface (sdpa, "

@@ -133,7 +133,9 @@ def isolated_results(runner: Runner, spec: str, what: Isolated,
         raise BadInput(f"{spec}: {error}") from None
     except LoadError as error:
         if is_load_problem(error.status):
-            raise BadInput(f"{spec}: {error}", error.remedy) from None
+            said = str(error)  # where the worker's words name it already, it is not said twice
+            named = said.startswith((f"{spec}:", f"{origin(spec)}:"))
+            raise BadInput(said if named else f"{spec}: {said}", error.remedy) from None
         interfaces[origin(spec)] = ("not loaded", ())
         return not_loaded(origin(spec), error, devices, checks)
     names = list(checks) if checks is not None else list(CHECK_NAMES)

@@ -19,6 +19,7 @@ through.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from enum import Enum
 
@@ -126,7 +127,11 @@ class LayerInModel(nn.Module):
                 parameter.requires_grad_(False)
 
     def _run(self, x: torch.Tensor, context: torch.Tensor | None,
-             attention_mask: torch.Tensor | None) -> torch.Tensor:
+             attention_mask: torch.Tensor | None, past: object = None,
+             use_cache: bool = False) -> torch.Tensor | tuple[torch.Tensor, object]:
+        """The layer's output for the case; with ``use_cache``, the model called with its cache
+        (``past``, or None: the model makes its own) and the output paired with the cache
+        object the model handed the layer (None where it handed none)."""
         reached: dict[str, object] = {}
         where = self.feed.context
 
@@ -135,6 +140,8 @@ class LayerInModel(nn.Module):
             # value to a self-attention called f(h, h, h)); a cross-attention's keys' states
             # where the model passes them.
             given = args[0] if args else kwargs.get("hidden_states")
+            reached["cache"] = next((kwargs[name] for name in CACHE_KEYWORDS if name in kwargs),
+                                    None)
             args = [x if a is given else a for a in args]
             kwargs = {k: x if v is given else v for k, v in kwargs.items()}
             if given is None:
@@ -153,8 +160,10 @@ class LayerInModel(nn.Module):
         before = self.layer.register_forward_pre_hook(replace_input, with_kwargs=True)
         after = self.layer.register_forward_hook(take_output)
         args, kwargs = self.feed.arguments(x, context, attention_mask)
+        options = ({**self.options, "use_cache": True, CACHE_KEYWORDS[0]: past} if use_cache
+                   else self.options)
         try:
-            self.model(*args, **self.options, **kwargs)
+            self.model(*args, **options, **kwargs)
         except _Reached:
             pass
         finally:
@@ -163,7 +172,8 @@ class LayerInModel(nn.Module):
         if "output" not in reached:
             raise RuntimeError(f"the model's forward did not reach {self.path}")
         output = reached["output"]
-        return output[0] if isinstance(output, tuple) else output
+        output = output[0] if isinstance(output, tuple) else output
+        return (output, reached["cache"]) if use_cache else output
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         return self._run(x, None, attention_mask)
@@ -192,9 +202,45 @@ class UnmaskedCrossLayerInModel(LayerInModel):
         return self._run(x, context, None)
 
 
-def driven_class(feed: Feed) -> type[LayerInModel]:
-    """The LayerInModel whose forward takes what reaches a layer fed so."""
+class CachedLayerInModel(LayerInModel):
+    """A self-attention layer whose model keeps a KV cache: ``use_cache`` calls the model with
+    its own cache object (the one it makes on a first call, ``past_key_values`` after), handed
+    back beside the output as the model hands its ``past_key_values`` back."""
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                past_key_values=None,  # unannotated: a past handed back, not built here
+                use_cache: bool = False) -> torch.Tensor | tuple[torch.Tensor, object]:
+        return self._run(x, None, attention_mask, past_key_values, use_cache)
+
+
+class CachedUnmaskedLayerInModel(LayerInModel):
+    """A cached self-attention no mask of its model's reaches."""
+
+    def forward(self, x: torch.Tensor, past_key_values=None,
+                use_cache: bool = False) -> torch.Tensor | tuple[torch.Tensor, object]:
+        return self._run(x, None, None, past_key_values, use_cache)
+
+
+CACHE_KEYWORDS = ("past_key_values", "past_key_value")
+"""The keyword a ``transformers`` model takes its cache by (the first), and those its layers are
+handed it by (this version's and the one before)."""
+
+
+def takes_cache(forward: object) -> bool:
+    """Whether a model's ``forward`` takes a KV cache and a flag to keep one (``transformers``')."""
+    try:
+        parameters = inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return CACHE_KEYWORDS[0] in parameters and "use_cache" in parameters
+
+
+def driven_class(feed: Feed, cached: bool = False) -> type[LayerInModel]:
+    """The LayerInModel whose forward takes what reaches a layer fed so; ``cached``: a model
+    that keeps a KV cache (a self-attention's is then checked through it)."""
     cross, masked = feed.side is Side.CROSS, feed.mask is not None
+    if cached and feed.side in (Side.ONLY, Side.DECODER):  # an encoder keeps no cache
+        return CachedLayerInModel if masked else CachedUnmaskedLayerInModel
     return {(False, True): LayerInModel, (False, False): UnmaskedLayerInModel,
             (True, True): CrossLayerInModel, (True, False): UnmaskedCrossLayerInModel}[
         (cross, masked)]

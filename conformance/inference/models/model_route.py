@@ -22,7 +22,13 @@ from conformance.model.declarations import Declarations, merged
 from conformance.model.forms import LogitScale
 from conformance.model.remedies import Note, as_notes
 from conformance.model.spec import Capabilities
-from conformance.subject.layer_in_model import Feed, LayerInModel, Side, driven_class
+from conformance.subject.layer_in_model import (
+    Feed,
+    LayerInModel,
+    Side,
+    driven_class,
+    takes_cache,
+)
 
 WIDTH, HEADS, KV_HEADS = 64, 4, 2
 """The model the layers are found in: width 64, 4 heads, 2 key/value heads where it has them."""
@@ -61,13 +67,15 @@ def instance_implementations(instance: nn.Module, origin: str,
                              declared: Declarations | None = None,
                              built: tuple[Note, ...] = (),
                              as_given: nn.Module | None = None,
-                             named: str | None = None) -> list[Inferred] | None:
+                             named: str | None = None,
+                             only: type | None = None) -> list[Inferred] | None:
     """Where ``instance`` is a model that holds attention layers (not one itself), one inferred
     implementation per kind, each checked as it is (its sizes and weights) driven through a copy
     of the model; None where no submodule of it is an attention layer (it is checked as an
     instance of a layer). ``as_given``: the instance before an attention function was set in
     it, whose layers, sides and masks are the model's (found with its own attention);
-    ``named``: the one kind wanted (see :func:`wanted`)."""
+    ``named``: the one kind wanted (see :func:`wanted`); ``only``: the layers of that class
+    alone."""
     probe = copy.deepcopy(as_given if as_given is not None else instance).eval()
     options = TRANSFORMERS_CALL if is_model_class(type(instance)) else {}
     ran = found_by_running(probe, options)
@@ -78,10 +86,12 @@ def instance_implementations(instance: nn.Module, origin: str,
     config = getattr(instance, "config", None)
     positions = getattr(config, "max_position_embeddings", None)
     inferred = []
-    for kind, paths in wanted(kinds(ran[1], config, _sides(fed)), origin, named).items():
+    groups = {kind: paths for kind, paths in kinds(ran[1], config, _sides(fed)).items()
+              if only is None or kind.partition(" (")[0] == only.__name__}
+    for kind, paths in wanted(groups, origin, named).items():
         first = paths[0]
-        driven = driven_class(fed[first])(copy.deepcopy(instance).eval(), first,
-                                          feed=fed[first], options=options)
+        driven = driven_class(fed[first], takes_cache(instance.forward))(
+            copy.deepcopy(instance).eval(), first, feed=fed[first], options=options)
         one = infer(type(driven), name=f"{origin}:{first}",
                     declared=for_layer(declared, kind.partition(" (")[0]), instance=driven)
         inferred.append(_said(one, first, kind, paths, built, (
@@ -142,7 +152,7 @@ def _driven(model_class: type, kind: str, path: str, feed: Feed, grouped: bool,
     else:
         def __init__(self, d_model, num_heads, num_kv_heads=None):
             build(self, d_model, num_heads, num_kv_heads)
-    return type(kind.partition(" (")[0], (driven_class(feed),),
+    return type(kind.partition(" (")[0], (driven_class(feed, takes_cache(model_class.forward)),),
                 {"__init__": __init__, "__module__": __name__,
                  "__qualname__": f"{model_class.__name__}.{path}"})
 
@@ -156,6 +166,9 @@ def model_implementations(model_class: type, origin: str,
     ``origin:path`` and saying the paths it stands for; built with the attention function
     registered as ``attn_implementation`` where given (``built`` says how); ``named``: the one
     kind wanted (see :func:`wanted`)."""
+    if declared is not None and declared.config is not None:
+        return _built_from_file(model_class, origin, declared, only, attn_implementation, built,
+                                named)
     grouped = takes_kv_heads(model_class.config_class)
     try:
         # Its layers, their sides and the masks that reach them are the model's, found with
@@ -168,7 +181,8 @@ def model_implementations(model_class: type, origin: str,
     except Exception as error:
         raise InferenceError(f"{origin}: the smallest model of its architecture could not be "
                              f"built from {model_class.config_class.__name__} "
-                             f"({one_line(error)}): pass an instance in a file instead") from error
+                             f"({one_line(error)}): declare --config FILE.json (a config of "
+                             "its own) or pass an instance in a file") from error
     ran = found_by_running(model, TRANSFORMERS_CALL)
     if isinstance(ran, str):
         raise InferenceError(f"{origin}: the smallest model of its architecture raised on every "
@@ -201,6 +215,33 @@ def model_implementations(model_class: type, origin: str,
             f"{WIDTH}, {HEADS} heads" + (f", {KV_HEADS} key/value heads" if grouped else "")
             + f", {LAYERS} layers"), LONGEST, fed[first]))
     return inferred
+
+
+def _built_from_file(model_class: type, origin: str, declared: Declarations,
+                     only: type | None, attn_implementation: str | None,
+                     built: tuple[Note, ...], named: str | None) -> list[Inferred]:
+    """Each kind of attention layer in ``model_class`` built from the declared config file
+    (``declared.config``: the config class's JSON, as ``save_pretrained`` writes it), checked as
+    that instance is: its sizes and weights."""
+    config_class, path = model_class.config_class, declared.config
+    try:
+        config = config_class.from_json_file(path)
+        as_given = model_class(config).eval()
+    except Exception as error:  # no such file, not JSON, not a config this model builds from
+        raise InferenceError(f"{origin}: {model_class.__name__} could not be built from the "
+                             f"declared config {path} ({one_line(error)})") from error
+    instance = as_given
+    if attn_implementation is not None:  # its layers found with its own attention (as_given)
+        instance = copy.deepcopy(as_given)
+        instance.set_attn_implementation(attn_implementation)
+    said = (*built, Note(f"built from the declared config {path} ({config_class.__name__}, "
+                         f"width {getattr(config, 'hidden_size', '?')})", None))
+    found = instance_implementations(instance, origin, declared, said, as_given, named, only)
+    if not found:
+        raise InferenceError(f"{origin}: no attention layer found in {model_class.__name__} "
+                             f"built from {path}: no submodule's forward ran a softmax or "
+                             "scaled_dot_product_attention on one forward of the model")
+    return found
 
 
 _OWN: dict[tuple, Capabilities] = {}

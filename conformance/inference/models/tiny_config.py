@@ -10,7 +10,9 @@ one sets it; a sliding window (where the architecture has one) is WINDOW keys. P
 LONGEST, past the longest case. Weights are drawn with std 1/sqrt(width)
 (``initializer_range``), as a layer's own ``nn.Linear`` draws them: the library's 0.02 makes
 every logit nearly 0 in a model this narrow, so attention would be uniform and every position
-alike.
+alike. Only what the architecture's config has is set: a config keeps any keyword it is given,
+and a sliding window on one that has none (Llama's) is read by its cache, which would then keep
+the last WINDOW tokens of a layer that sees them all.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ def tiny_config(config_class: type, d_model: int, heads: int, kv_heads: int | No
                   if name.endswith("token_id") and isinstance(value, int) and value >= VOCAB})
     if kv_heads is not None:
         sizes["num_key_value_heads"] = kv_heads
+    if default is not None:  # only what the architecture has (see the module docstring)
+        sizes = {name: value for name, value in sizes.items() if hasattr(default, name)}
     if attn_implementation is not None:
         sizes["attn_implementation"] = attn_implementation
     return config_class(**sizes)
