@@ -234,7 +234,9 @@ def test_an_encoder_decoder_is_checked_on_both_sides_and_across(checked, name):
 def test_the_side_of_each_layer_is_observed_and_so_is_the_mask_that_reaches_it():
     """One forward with the encoder's input and the decoder's of different lengths tells each
     layer's side; hiding a key through the model's mask for that side tells whether a mask
-    reaches it (Whisper's encoder and cross-attention take none)."""
+    reaches it (Whisper's encoder and cross-attention take none); a call with ``use_cache``
+    whether the model hands it a KV cache (its decoder's self-attention alone; not BERT's
+    encoder, though BertModel's forward takes ``past_key_values``)."""
     from conformance.inference.models.sides import feeds, found_by_running
     from conformance.subject.layer_in_model import First, Side
 
@@ -243,15 +245,19 @@ def test_the_side_of_each_layer_is_observed_and_so_is_the_mask_that_reaches_it()
     first, found = found_by_running(model, {"use_cache": False})
     assert first.first is First.FIXED and first.shape == (8, 16)  # 8 mel bins, 16 frames
     fed = feeds(model, first, found, {"use_cache": False}, masked=True)
-    assert {path: (feed.side, feed.mask) for path, feed in fed.items()
+    assert {path: (feed.side, feed.mask, feed.cached) for path, feed in fed.items()
             if ".0." in path} == {
-        "model.encoder.layers.0.self_attn": (Side.ENCODER, None),
-        "model.decoder.layers.0.self_attn": (Side.DECODER, "decoder_attention_mask"),
-        "model.decoder.layers.0.encoder_attn": (Side.CROSS, None)}
+        "model.encoder.layers.0.self_attn": (Side.ENCODER, None, False),
+        "model.decoder.layers.0.self_attn": (Side.DECODER, "decoder_attention_mask", True),
+        "model.decoder.layers.0.encoder_attn": (Side.CROSS, None, False)}
     assert fed["model.decoder.layers.0.encoder_attn"].context == "key_value_states"
     assert list(kinds(found, model.config, {p: f.side.value for p, f in fed.items()})) == [
         "WhisperAttention (encoder self)", "WhisperAttention (decoder self)",
         "WhisperAttention (cross)"]
+    bert = transformers.BertModel(tiny_config(transformers.BertConfig, 16, 2)).eval()
+    first, found = found_by_running(bert, {"use_cache": False})
+    assert not any(feed.cached for feed in feeds(bert, first, found, {"use_cache": False},
+                                                 masked=True).values())
 
 
 def test_declarations_apply_per_layer_class_inside_a_model():

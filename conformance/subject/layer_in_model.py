@@ -60,13 +60,16 @@ class Feed:
     ``shape``: the fixed first input's shape past the batch; ``mask``: the model keyword a mask
     reaching this layer goes through (None: no mask of the model's reaches it, observed);
     ``context``: where a cross-attention layer takes the states its keys come from (a keyword
-    of its forward, or a position)."""
+    of its forward, or a position); ``cached``: see below."""
 
     side: Side = Side.ONLY
     first: First = First.IDS
     shape: tuple[int, ...] = ()
     mask: str | None = "attention_mask"
     context: str | int | None = None
+    cached: bool = False
+    """Whether the model, called with ``use_cache``, hands the layer a KV cache object (its
+    cache is then checked through the model's own, see CachedLayerInModel)."""
 
     def arguments(self, x: torch.Tensor, context: torch.Tensor | None,
                   mask: torch.Tensor | None) -> tuple[tuple, dict[str, object]]:
@@ -235,11 +238,10 @@ def takes_cache(forward: object) -> bool:
     return CACHE_KEYWORDS[0] in parameters and "use_cache" in parameters
 
 
-def driven_class(feed: Feed, cached: bool = False) -> type[LayerInModel]:
-    """The LayerInModel whose forward takes what reaches a layer fed so; ``cached``: a model
-    that keeps a KV cache (a self-attention's is then checked through it)."""
+def driven_class(feed: Feed) -> type[LayerInModel]:
+    """The LayerInModel whose forward takes what reaches a layer fed so."""
     cross, masked = feed.side is Side.CROSS, feed.mask is not None
-    if cached and feed.side in (Side.ONLY, Side.DECODER):  # an encoder keeps no cache
+    if feed.cached and not cross:
         return CachedLayerInModel if masked else CachedUnmaskedLayerInModel
     return {(False, True): LayerInModel, (False, False): UnmaskedLayerInModel,
             (True, True): CrossLayerInModel, (True, False): UnmaskedCrossLayerInModel}[

@@ -22,13 +22,7 @@ from conformance.model.declarations import Declarations, merged
 from conformance.model.forms import LogitScale
 from conformance.model.remedies import Note, as_notes
 from conformance.model.spec import Capabilities
-from conformance.subject.layer_in_model import (
-    Feed,
-    LayerInModel,
-    Side,
-    driven_class,
-    takes_cache,
-)
+from conformance.subject.layer_in_model import Feed, LayerInModel, Side, driven_class
 
 WIDTH, HEADS, KV_HEADS = 64, 4, 2
 """The model the layers are found in: width 64, 4 heads, 2 key/value heads where it has them."""
@@ -90,8 +84,8 @@ def instance_implementations(instance: nn.Module, origin: str,
               if only is None or kind.partition(" (")[0] == only.__name__}
     for kind, paths in wanted(groups, origin, named).items():
         first = paths[0]
-        driven = driven_class(fed[first], takes_cache(instance.forward))(
-            copy.deepcopy(instance).eval(), first, feed=fed[first], options=options)
+        driven = driven_class(fed[first])(copy.deepcopy(instance).eval(), first,
+                                          feed=fed[first], options=options)
         one = infer(type(driven), name=f"{origin}:{first}",
                     declared=for_layer(declared, kind.partition(" (")[0]), instance=driven)
         inferred.append(_said(one, first, kind, paths, built, (
@@ -152,7 +146,7 @@ def _driven(model_class: type, kind: str, path: str, feed: Feed, grouped: bool,
     else:
         def __init__(self, d_model, num_heads, num_kv_heads=None):
             build(self, d_model, num_heads, num_kv_heads)
-    return type(kind.partition(" (")[0], (driven_class(feed, takes_cache(model_class.forward)),),
+    return type(kind.partition(" (")[0], (driven_class(feed),),
                 {"__init__": __init__, "__module__": __name__,
                  "__qualname__": f"{model_class.__name__}.{path}"})
 

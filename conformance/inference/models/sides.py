@@ -13,6 +13,8 @@ it (:class:`conformance.subject.layer_in_model.Feed`).
   encoder and the cross-attention's keys, ``decoder_attention_mask`` for the decoder) hiding one
   key changes the layer's output, or no mask of the model's reaches it (Whisper's encoder and
   cross-attention take none).
+- **Whether it keeps a KV cache**: the model called with ``use_cache`` hands the layer a cache
+  object (a decoder's self-attention), or none (an encoder's, BERT's included).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from torch import nn
 
 from conformance.errors import one_line
 from conformance.inference.models.attention_layers import attention_paths
-from conformance.subject.layer_in_model import Feed, First, Side, driven_class
+from conformance.subject.layer_in_model import Feed, First, Side, driven_class, takes_cache
 
 ENCODER_LENGTH, DECODER_LENGTH = 5, 3
 """The lengths of the one forward that finds the layers: different, so a layer's hidden states
@@ -126,9 +128,6 @@ def feeds(model: nn.Module, first: Feed, found: dict[str, nn.Module],
           options: dict[str, object], masked: bool) -> dict[str, Feed]:
     """Each found layer's feed (see the module docstring); ``masked``: whether a layer of a
     single-stack model takes the model's ``attention_mask`` (its forward has one)."""
-    if first.side is Side.ONLY:
-        return {path: replace(first, mask="attention_mask" if masked else None)
-                for path in found}
     args, kwargs = _sample(first)
     called = _called(model, found, lambda: model(*args, **options, **kwargs))
     result = {}
@@ -137,12 +136,34 @@ def feeds(model: nn.Module, first: Feed, found: dict[str, nn.Module],
             result[path] = first
             continue
         length, width, context = called[path]
-        side = (Side.CROSS if context is not None else
-                Side.DECODER if length == DECODER_LENGTH else Side.ENCODER)
-        feed = replace(first, side=side, context=context, mask=MASK_KEYWORD[side])
-        result[path] = feed if _mask_reaches(model, path, feed, width, options) else replace(
-            feed, mask=None)
+        if first.side is Side.ONLY:
+            feed = replace(first, mask="attention_mask" if masked else None)
+        else:
+            side = (Side.CROSS if context is not None else
+                    Side.DECODER if length == DECODER_LENGTH else Side.ENCODER)
+            feed = replace(first, side=side, context=context, mask=MASK_KEYWORD[side])
+            if not _mask_reaches(model, path, feed, width, options):
+                feed = replace(feed, mask=None)
+        result[path] = replace(feed, cached=_keeps_cache(model, path, feed, width, options))
     return result
+
+
+def _keeps_cache(model: nn.Module, path: str, feed: Feed, width: int,
+                 options: dict[str, object]) -> bool:
+    """Whether the model, called with ``use_cache`` (its forward takes ``past_key_values`` and
+    it), hands the self-attention layer at ``path`` a cache object: a decoder's does; an
+    encoder's (BERT's, though its forward takes one) and a cross-attention's are not checked
+    so."""
+    if feed.side is Side.CROSS or not takes_cache(model.forward):
+        return False
+    cached = replace(feed, cached=True)
+    try:
+        with torch.no_grad():
+            _, cache = driven_class(cached)(model, path, feed=cached, options=options)(
+                torch.randn(1, 3, width), use_cache=True)
+    except Exception:  # the model's refusal to keep a cache: none is checked
+        return False
+    return cache is not None
 
 
 def _mask_reaches(model: nn.Module, path: str, feed: Feed, width: int,
