@@ -1,6 +1,7 @@
 """The GPU acceptance run: torch's kernels and the bundled Triton kernel checked bare on the
-device, in process and isolated, each broken twin failing its check, the bundled catalogue on
-the device, and bench in TFLOP/s; one table at the end.
+device, in process and isolated, each broken twin failing its check, a model's attention driven
+through the model on the device (and a twin built with a broken attention function), the bundled
+catalogue on the device, and bench in TFLOP/s; one table at the end.
 
     python benchmarks/gpu_acceptance.py [--device cuda] [--only NAME,...] [--modes ...]
     bash benchmarks/gpu_acceptance.sh          # the same, on CUDA, within 8 minutes on one GPU
@@ -33,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = "conformance.implementations.torch_kernels"
 TRITON = "conformance.implementations.triton_attention"
+FUNCTIONS = "tests/fixtures/interface_functions.py"
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,12 @@ ROWS = (
     Row("sdpa_flash_scale_dropped", f"{KERNELS}:sdpa_flash_scale_dropped", fails="kernel"),
     Row("triton_attention_tail_unmasked", f"{TRITON}:triton_attention_tail_unmasked",
         fails="reference"),
+    # Attention inside a model (issue 54): the smallest Llama driven on the device, its KV cache
+    # through the model's own; built with a function that ignores the mask, padding fails.
+    Row("llama_in_model", "transformers:LlamaForCausalLM", timeout=240),
+    Row("llama_mask_ignored", "transformers:LlamaForCausalLM", fails="padding",
+        options=("--attn-implementation", f"{FUNCTIONS}::mask_ignored", "--check", "padding"),
+        timeout=240),
 )
 MODES = {"in process": ["--no-isolate"], "isolated": []}
 

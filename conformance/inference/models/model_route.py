@@ -20,7 +20,7 @@ from conformance.inference.steps.scale import DECLARED
 from conformance.model.declaration_sources import for_layer
 from conformance.model.declarations import Declarations, merged
 from conformance.model.forms import LogitScale
-from conformance.model.remedies import Note, as_notes
+from conformance.model.remedies import Note, Remedy, as_notes
 from conformance.model.spec import Capabilities
 from conformance.subject.layer_in_model import Feed, LayerInModel, Side, driven_class
 
@@ -175,8 +175,9 @@ def model_implementations(model_class: type, origin: str,
     except Exception as error:
         raise InferenceError(f"{origin}: the smallest model of its architecture could not be "
                              f"built from {model_class.config_class.__name__} "
-                             f"({one_line(error)}): declare --config FILE.json (a config of "
-                             "its own) or pass an instance in a file") from error
+                             f"({one_line(error)}): pass an instance in a file, or a config "
+                             "of its own", Remedy.to("config", "FILE.json", "build it from that "
+                                                     "config")) from error
     ran = found_by_running(model, TRANSFORMERS_CALL)
     if isinstance(ran, str):
         raise InferenceError(f"{origin}: the smallest model of its architecture raised on every "
