@@ -6,7 +6,6 @@ An IMPL string is a registered name (``seed002-MultiHeadAttention``), ``package.
 
 from __future__ import annotations
 
-import copy
 import importlib
 import importlib.util
 import sys
@@ -192,14 +191,14 @@ def _as_implementations(obj: object, origin: str, declared: Declarations | None 
             raise ResolveError(str(error)) from error
     if isinstance(obj, torch.nn.Module):  # an instance: checked as it is
         from conformance.inference import InferenceError, infer
-        from conformance.inference.models.model_route import instance_implementations
+        from conformance.inference.models.model_route import (
+            instance_implementations,
+            with_attention,
+        )
 
         name, built = _attention_function(declared, origin,
                                           model=hasattr(obj, "set_attn_implementation"))
-        as_given = obj
-        if name is not None:  # the instance as it is, but for the attention it calls
-            obj = copy.deepcopy(obj)
-            obj.set_attn_implementation(name)
+        as_given, obj = obj, with_attention(obj, name)
         try:  # a model holding attention layers: each kind of them, driven through it
             in_model = instance_implementations(obj, origin, declared, built, as_given, named)
         except InferenceError as error:

@@ -27,6 +27,10 @@ from conformance.subject.layer_in_model import Feed, LayerInModel, Side, driven_
 WIDTH, HEADS, KV_HEADS = 64, 4, 2
 """The model the layers are found in: width 64, 4 heads, 2 key/value heads where it has them."""
 
+NO_ATTENTION = ("no submodule's forward ran a softmax or scaled_dot_product_attention on one "
+                "forward of the model")
+"""Why no attention layer was found in a model, wherever none is."""
+
 TRANSFORMERS_CALL = {"use_cache": False}
 """What every call of a ``transformers`` model passes: no cache object between the suite's calls."""
 
@@ -55,6 +59,16 @@ def host_model(layer_class: type) -> type | None:
              and obj.__module__ == layer_class.__module__] if module else []
     found.sort(key=lambda cls: (not cls.__name__.endswith("Model"), cls.__name__))
     return found[0] if found else None
+
+
+def with_attention(instance: nn.Module, name: str | None) -> nn.Module:
+    """``instance`` as it is, but for the attention function registered as ``name`` that its
+    layers call (a copy; ``instance`` itself where ``name`` is None)."""
+    if name is None:
+        return instance
+    copied = copy.deepcopy(instance)
+    copied.set_attn_implementation(name)
+    return copied
 
 
 def instance_implementations(instance: nn.Module, origin: str,
@@ -184,9 +198,7 @@ def model_implementations(model_class: type, origin: str,
                              f"input the suite makes ({ran}): pass an instance in a file instead")
     first_input, found = ran
     if not found:
-        raise InferenceError(f"{origin}: no attention layer found: no submodule's forward ran a "
-                             "softmax or scaled_dot_product_attention on one forward of the "
-                             "model")
+        raise InferenceError(f"{origin}: no attention layer found: {NO_ATTENTION}")
     fed = feeds(model, first_input, found, TRANSFORMERS_CALL, masked=True)
     groups = kinds(found, model.config, _sides(fed))
     if only is not None:
@@ -225,17 +237,13 @@ def _built_from_file(model_class: type, origin: str, declared: Declarations,
     except Exception as error:  # no such file, not JSON, not a config this model builds from
         raise InferenceError(f"{origin}: {model_class.__name__} could not be built from the "
                              f"declared config {path} ({one_line(error)})") from error
-    instance = as_given
-    if attn_implementation is not None:  # its layers found with its own attention (as_given)
-        instance = copy.deepcopy(as_given)
-        instance.set_attn_implementation(attn_implementation)
+    instance = with_attention(as_given, attn_implementation)  # its layers found in as_given
     said = (*built, Note(f"built from the declared config {path} ({config_class.__name__}, "
                          f"width {getattr(config, 'hidden_size', '?')})", None))
     found = instance_implementations(instance, origin, declared, said, as_given, named, only)
     if not found:
         raise InferenceError(f"{origin}: no attention layer found in {model_class.__name__} "
-                             f"built from {path}: no submodule's forward ran a softmax or "
-                             "scaled_dot_product_attention on one forward of the model")
+                             f"built from {path}: {NO_ATTENTION}")
     return found
 
 
