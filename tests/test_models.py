@@ -17,6 +17,7 @@ from conformance.inference.models.model_route import (
 from conformance.inference.models.tiny_config import LONGEST, takes_kv_heads, tiny_config
 from conformance.loading.registry import resolve
 from conformance.model.remedies import texts
+from conformance.model.spec import FIRST
 from conformance.run.many import check_many
 from conformance.subject.layer_in_model import LayerInModel
 
@@ -88,6 +89,10 @@ def test_a_worker_that_wants_one_kind_infers_that_kind_alone():
     assert wanted(groups, "bart", "bart:model.decoder.layers.0.encoder_attn") == {
         "BartAttention (cross)": ["model.decoder.layers.0.encoder_attn"]}
     assert wanted(groups, "bart", None) == wanted(groups, "bart", "bart:elsewhere") == groups
+    others: list[str] = []
+    assert wanted(groups, "bart", FIRST, others) == {
+        "BartAttention (encoder self)": ["model.encoder.layers.0.self_attn"]}
+    assert others == ["bart:model.decoder.layers.0.encoder_attn"]  # named, for its own worker
 
 
 def test_a_layer_class_built_from_a_config_is_driven_through_the_model_it_is_defined_with():

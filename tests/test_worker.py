@@ -645,10 +645,10 @@ def test_after_a_hang_a_request_on_cuda_gets_the_compiles_seen_not_the_whole_all
 def test_a_spec_naming_several_loads_them_all_once_and_each_other_worker_its_own(tmp_path,
                                                                                  monkeypatch):
     """Where a spec names several implementations (a model's kinds of layer, a list), the first
-    worker loads them all; each other implementation gets a worker of its own that is asked to
-    load that one alone (a model's other kinds are not inferred again there), sent at once."""
-    from conformance.worker import local
-    from conformance.worker import subject as subject_module
+    worker is asked for the first (a list's are all loaded; a model's other kinds are named, not
+    inferred); each other implementation gets a worker of its own that is asked to load that one
+    alone, sent at once, and declares what that load says."""
+    from conformance.worker import local, submission_load
 
     (tmp_path / "attention.py").write_text((SINGLE / "attention.py").read_text() + """
 
@@ -659,13 +659,16 @@ declared = [Implementation(name, lambda c: MultiHeadAttention(c.d_model, c.num_h
                            Capabilities(call="self"), LAYOUT) for name in ("first", "second")]
 """)
     asked = []
-    launch = subject_module.launch
-    monkeypatch.setattr(subject_module, "launch",
+    launch = submission_load.launch
+    monkeypatch.setattr(submission_load, "launch",
                         lambda *args: asked.append(args[-1]) or launch(*args))
     subjects = local.open_all(f"{tmp_path / 'attention.py'}::declared")
     try:
         assert [s.name for s in subjects] == ["first", "second"]
-        assert asked == [None, "second"]
+        assert asked == [local.IsolatedSubject.FIRST, "second"]
+        assert "declaration" not in vars(subjects[1])  # its load is read where first needed
+        assert subjects[1].capabilities == subjects[0].capabilities
+        assert subjects[1].declaration.name == "second"
         inputs = Inputs.self_attention(torch.randn(2, 5, 8))
         for each in subjects:
             assert each.instantiate(CONFIG, 0).forward(inputs).shape == (2, 5, 8)

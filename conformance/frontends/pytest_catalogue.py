@@ -106,12 +106,15 @@ def _isolated(config: pytest.Config, spec: str, expected: tuple[dict, dict],
     seconds = config.getoption("attention_call_timeout") or CALL_SECONDS
     try:
         subjects = open_all(spec, declared, call_seconds=seconds)
+        for subject in subjects:
+            config.add_cleanup(subject.close)
+        for subject in subjects:
+            subject.loaded()  # a model's other kinds: each loaded in its worker, in parallel
     except (LoadError, WorkerStartError) as error:
         raise pytest.UsageError(
             f"attention-conformance: {spec}: {error_words(error, 'pytest')}") from error
     failures, warnings = expected
     for subject in subjects:
-        config.add_cleanup(subject.close)
         subject.expected_failures = {**subject.expected_failures,
                                      **failures.get(subject.name, {})}
         subject.expected_warnings = {**subject.expected_warnings,

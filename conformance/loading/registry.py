@@ -149,7 +149,8 @@ def _attention_function(declared: Declarations | None, origin: str,
 
 
 def _as_implementations(obj: object, origin: str, declared: Declarations | None = None,
-                        named: str | None = None) -> list[Implementation]:
+                        named: str | None = None,
+                        others: list[str] | None = None) -> list[Implementation]:
     if isinstance(obj, Implementation):
         return [obj]
     if isinstance(obj, Iterable) and not isinstance(obj, (str, bytes)):
@@ -172,7 +173,7 @@ def _as_implementations(obj: object, origin: str, declared: Declarations | None 
             try:
                 return [found.implementation for found in model_implementations(
                     model, origin, declared, only=only, attn_implementation=name, built=built,
-                    named=named)]
+                    named=named, others=others)]
             except InferenceError as error:
                 raise ResolveError(str(error)) from error
         _attention_function(declared, origin, model=False)
@@ -200,7 +201,8 @@ def _as_implementations(obj: object, origin: str, declared: Declarations | None 
                                           model=hasattr(obj, "set_attn_implementation"))
         as_given, obj = obj, with_attention(obj, name)
         try:  # a model holding attention layers: each kind of them, driven through it
-            in_model = instance_implementations(obj, origin, declared, built, as_given, named)
+            in_model = instance_implementations(obj, origin, declared, built, as_given, named,
+                                                others=others)
         except InferenceError as error:
             raise ResolveError(str(error)) from error
         if in_model is not None:
@@ -286,11 +288,11 @@ def _load_module(name: str) -> object:
         raise _import_failed(error, f"module {name}", [Path.cwd()]) from error
 
 
-def resolve(spec: str, declared: Declarations | None = None, *,
-            named: str | None = None) -> list[Implementation]:
+def resolve(spec: str, declared: Declarations | None = None, *, named: str | None = None,
+            others: list[str] | None = None) -> list[Implementation]:
     """The implementations an IMPL argument names (where it names several, only the one
-    ``named``, if it is one of them: a model's other kinds are then not inferred). Raises
-    ResolveError with a one-line reason.
+    ``named``, if it is one of them, or ``FIRST``: a model's other kinds are then not inferred,
+    their names go into ``others``). Raises ResolveError with a one-line reason.
 
     An undeclared ``nn.Module`` class is inferred; ``declared`` (over what the current
     directory's ``pyproject.toml`` declares for ``spec``) overrides inference item by item.
@@ -308,7 +310,7 @@ def resolve(spec: str, declared: Declarations | None = None, *,
             return [known[spec]]
         raise ResolveError(f"no implementation named {spec!r} (see `attention-conformance list`; "
                            "or give package.module:Attr or path/to/file.py::Attr)")
-    return _as_implementations(_located_object(spec), origin(spec), declared, named)
+    return _as_implementations(_located_object(spec), origin(spec), declared, named, others)
 
 
 def _located_object(spec: str) -> object:

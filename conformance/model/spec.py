@@ -294,6 +294,12 @@ class Capabilities:
         return f"it takes {self.length} tokens only: {needs} can't be made"
 
 
+FIRST = "<first>"
+"""The name that asks for the first implementation a spec names, alone where the others take
+inferring: a model's other kinds of attention layer are then named, not inferred (each is inferred
+where it is checked)."""
+
+
 @dataclass(frozen=True)
 class Implementation:
     """An attention implementation under test: how to build it and what it declares.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from conformance.checks.catalogue import GATE
 from conformance.errors import ConformanceError
@@ -26,6 +27,9 @@ from conformance.model.status import is_load_problem
 from conformance.run import shared
 from conformance.run.runner import BLOCKED, Runner
 from conformance.subject.boundary import ImplementationError, Subject
+
+if TYPE_CHECKING:  # the worker's side is imported where a run isolates something
+    from conformance.worker.errors import LoadError
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,20 @@ def not_loaded(name: str, error: BaseException, devices: Sequence[str] | None,
                         remedy=remedy_of(error) if check == GATE.name else None)
             for device in (devices or available_devices())
             for check in (list(checks) if checks is not None else list(CHECK_NAMES))]
+
+
+def _not_loaded(spec: str, name: str, error: LoadError, devices: Sequence[str] | None,
+                checks: Sequence[str] | None, interfaces: Interfaces) -> list[CheckResult]:
+    """The verdicts of ``name``, one of what ``spec`` names, that its worker did not load; a load
+    problem (not found, not inferred) is the input's, said in one line (BadInput)."""
+    from conformance.loading.registry import origin
+
+    if is_load_problem(error.status):
+        said = str(error)  # where the worker's words name it already, it is not said twice
+        named = said.startswith((f"{spec}:", f"{origin(spec)}:"))
+        raise BadInput(said if named else f"{spec}: {said}", error.remedy) from None
+    interfaces[name] = ("not loaded", ())
+    return not_loaded(name, error, devices, checks)
 
 
 WORKER_DEVICES = ("cpu", "cuda")
@@ -132,16 +150,16 @@ def isolated_results(runner: Runner, spec: str, what: Isolated,
     except WorkerStartError as error:
         raise BadInput(f"{spec}: {error}") from None
     except LoadError as error:
-        if is_load_problem(error.status):
-            said = str(error)  # where the worker's words name it already, it is not said twice
-            named = said.startswith((f"{spec}:", f"{origin(spec)}:"))
-            raise BadInput(said if named else f"{spec}: {said}", error.remedy) from None
-        interfaces[origin(spec)] = ("not loaded", ())
-        return not_loaded(origin(spec), error, devices, checks)
+        return _not_loaded(spec, origin(spec), error, devices, checks, interfaces)
     names = list(checks) if checks is not None else list(CHECK_NAMES)
     results: list[CheckResult] = []
     try:
         for subject in subjects:
+            try:
+                subject.loaded()  # a model's other kind: loaded in its worker while one was checked
+            except LoadError as error:
+                results += _not_loaded(spec, subject.name, error, devices, checks, interfaces)
+                continue
             preflight(subject)
             subject.expected_failures = {**subject.expected_failures,
                                          **what.expected_failures.get(subject.name, {})}

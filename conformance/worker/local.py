@@ -18,7 +18,6 @@ from conformance.model.declarations import Declarations
 from conformance.model.spec import Config
 from conformance.worker import gpu
 from conformance.worker.limits import WorkerLimits
-from conformance.worker.protocol import Declaration
 from conformance.worker.subject import IsolatedSubject
 
 CALL_SECONDS = 10.0
@@ -105,8 +104,8 @@ class TimedSubject(IsolatedSubject):
 
     _last_worker: object = None
 
-    def twin(self, declaration: Declaration | None = None) -> TimedSubject | None:
-        twin = super().twin(declaration)
+    def twin(self, name: str | None = None) -> TimedSubject | None:
+        twin = super().twin(name)
         if twin is not None and isinstance(self._timeout, CallLimits):
             twin._timeout = CallLimits(self._timeout.seconds)  # its worker's calls, not ours
         return twin
@@ -165,15 +164,17 @@ def open_all(spec: str, declared: Declarations | None = None, *,
              call_seconds: float = CALL_SECONDS, twins: int = 0,
              accelerators: bool = False) -> list[IsolatedSubject]:
     """Every implementation ``spec`` names (a list of declared ones, or each kind of attention
-    layer in a model), each in a worker of its own (and ``twins`` more for the first); the first
-    worker loads them all, each other one loads its own only, sent at once and not waited for
-    (so they load while the first is checked); ``accelerators``: the workers may use the
-    machine's GPU. Raises the worker's LoadError when the module can't be loaded."""
+    layer in a model), each in a worker of its own (and ``twins`` more for the first). The first
+    worker loads the first (a model's first kind alone: it names the others); each other one is
+    loaded alone in its own worker, sent at once and read where first needed (so they load while
+    the first is checked: a failed one raises LoadError then, see
+    :meth:`~conformance.worker.submission_load.Loads.loaded`); ``accelerators``: the workers may
+    use the machine's GPU. Raises the worker's LoadError when the module can't be loaded."""
     first = isolated(spec, declared, name=IsolatedSubject.FIRST, call_seconds=call_seconds,
                      twins=twins, accelerators=accelerators)
     subjects = [first]
-    for declaration in first.declarations[1:]:  # where no twin starts, the load says why
-        subjects.append(first.twin(declaration) or isolated(
-            spec, declared, name=declaration.name, call_seconds=call_seconds,
-            accelerators=accelerators))
+    for name in [d.name for d in first.declarations[1:]] + list(first.others):
+        # Where no twin starts, a load of its own says why.
+        subjects.append(first.twin(name) or isolated(
+            spec, declared, name=name, call_seconds=call_seconds, accelerators=accelerators))
     return subjects

@@ -53,8 +53,8 @@ class LoadRequest:
     :func:`check_spec` accepts)."""
     declared: Declarations | None = None
     name: str | None = None
-    """The one implementation wanted, where ``spec`` names several: the others are not
-    inferred (a model's other kinds of attention layer)."""
+    """The one implementation wanted, where ``spec`` names several (or the first, ``FIRST``):
+    the others are not inferred (a model's other kinds of attention layer)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,9 @@ class LoadReply:
     implementations: tuple[Declaration, ...]
     defined_names: tuple[str, ...]
     """Classes and functions the target module defines (from its source)."""
+    others: tuple[str, ...] = ()
+    """The names of the other implementations the spec names, not loaded here (asked for the
+    ``FIRST``: a model's other kinds), each for a worker of its own to load."""
 
 
 @dataclass(frozen=True)

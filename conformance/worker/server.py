@@ -199,7 +199,8 @@ class Server:
             finally:
                 # Inference (in resolve) compares outputs here: with torch as it was.
                 self.pristine.restore()
-            found = resolve(request.spec, request.declared, named=request.name)
+            others: list[str] = []
+            found = resolve(request.spec, request.declared, named=request.name, others=others)
         except ResolveError as error:
             raise _LoadFailure(_load_status(error, request.spec), str(error), names,
                                remedy_of(error)) from None
@@ -217,7 +218,7 @@ class Server:
                 name=impl.name, capabilities=impl.capabilities, weight_layout=layout,
                 notes=tuple(impl.notes), expected_failures=dict(impl.expected_failures),
                 description=impl.description))
-        reply = LoadReply(tuple(declarations), names)
+        reply = LoadReply(tuple(declarations), names, tuple(others))
         try:
             codec.encode(reply, [])
         except codec.CodecError as error:

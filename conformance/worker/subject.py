@@ -44,13 +44,13 @@ from conformance.worker.process import Pending, WorkerProcess
 from conformance.worker.protocol import REQUESTS, BuildRequest, Declaration, WorkerState, check_spec
 from conformance.worker.sandbox import SandboxKind
 from conformance.worker.sandbox import available as available_sandboxes
-from conformance.worker.submission_load import FIRST, Launched, chosen, failure_of, launch, read
+from conformance.worker.submission_load import FIRST, Launched, Loads, chosen, failure_of
 
 TimeoutPolicy = Callable[[str, "Config | None"], float]
 """``(operation, config of the instance or None) -> seconds`` for one request."""
 
 
-class IsolatedSubject(Subject):
+class IsolatedSubject(Loads, Subject):
     """An implementation in a submission, checked in a sandboxed worker process.
 
     Args:
@@ -98,7 +98,7 @@ class IsolatedSubject(Subject):
                                                 and file != self.submission.name):
                 raise LoadError(WorkerStatus.NOT_FOUND, f"no file {file} in the submission",
                                 fatal=False)
-        self.spec, self.name = spec, (None if name == self.FIRST else name)
+        self.spec, self.name = spec, name
         self._configure(limits or WorkerLimits(), sandbox, declared, timeout)
         launched = self._launch()
         try:
@@ -179,63 +179,7 @@ class IsolatedSubject(Subject):
         layout = self.declaration.weight_layout
         return self.capabilities.describe() + (f"; {layout}" if layout is not None else "")
 
-    # Workers.
-
-    def twin(self, declaration: Declaration | None = None) -> IsolatedSubject | None:
-        """This implementation (or the one ``declaration``, of those its spec names) in a worker
-        of its own, its load sent and not waited for (:meth:`ready` waits, in the process that
-        uses it); None where none starts."""
-        twin = object.__new__(type(self))
-        twin.submission, twin.spec, twin.in_place = self.submission, self.spec, self.in_place
-        twin._configure(self.limits, self.sandbox, self._declared, self._timeout)
-        for kept in ("declaration", "declarations", "name", "capabilities", "notes",
-                     "_defined_names", "expected_failures", "expected_warnings"):
-            setattr(twin, kept, getattr(self, kept))
-        if declaration is not None:  # another's: its worker loads that one (no spare)
-            twin._declare(declaration)
-        try:
-            twin._launched = twin._launch(self._spares.pop() if self._spares and not declaration
-                                          else None)
-        except LoadError:
-            twin.close()
-            return None
-        return twin
-
-    def ready(self) -> bool:
-        launched, self._launched = self._launched, None
-        if launched is None:
-            return self._worker is not None
-        try:
-            return self._same(self._loaded(launched))
-        except LoadError:
-            return False
-
-    def _same(self, declarations: Sequence[Declaration]) -> bool:
-        """Whether ``declarations``, from a worker that loaded the submission again, declare
-        this implementation as the first did."""
-        again = {d.name: d for d in declarations}.get(self.name)
-        return again is not None and codec.encode(again, []) == codec.encode(self.declaration, [])
-
-    def _launch_spare(self) -> Launched:
-        """A worker loading the submission, for a twin."""
-        return launch(self.submission, self.spec, self._declared, self.limits, self.sandbox,
-                      self.in_place, self.name)
-
-    def _launch(self, launched: Launched | None = None) -> Launched:
-        """``launched`` (default: a new worker loading the submission), made this subject's."""
-        launched = launched or self._launch_spare()
-        self._workers.append(launched.worker)
-        self._worker = launched.worker
-        return launched
-
-    def _loaded(self, launched: Launched) -> tuple[Declaration, ...]:
-        try:
-            reply = read(launched, self.spec, self._body)
-        except LoadError:
-            self._worker = None
-            raise
-        self._defined_names = reply.defined_names
-        return reply.implementations
+    # Workers (their loads: :class:`~conformance.worker.submission_load.Loads`).
 
     def _live_worker(self) -> WorkerProcess:
         if self._launched is not None and not self.ready():

@@ -21,7 +21,7 @@ from conformance.model.declaration_sources import for_layer
 from conformance.model.declarations import Declarations, merged
 from conformance.model.forms import LogitScale
 from conformance.model.remedies import Note, Remedy, as_notes
-from conformance.model.spec import Capabilities
+from conformance.model.spec import FIRST, Capabilities
 from conformance.subject.layer_in_model import Feed, LayerInModel, Side, driven_class
 
 WIDTH, HEADS, KV_HEADS = 64, 4, 2
@@ -76,14 +76,15 @@ def instance_implementations(instance: nn.Module, origin: str,
                              built: tuple[Note, ...] = (),
                              as_given: nn.Module | None = None,
                              named: str | None = None,
-                             only: type | None = None) -> list[Inferred] | None:
+                             only: type | None = None,
+                             others: list[str] | None = None) -> list[Inferred] | None:
     """Where ``instance`` is a model that holds attention layers (not one itself), one inferred
     implementation per kind, each checked as it is (its sizes and weights) driven through a copy
     of the model; None where no submodule of it is an attention layer (it is checked as an
     instance of a layer). ``as_given``: the instance before an attention function was set in
     it, whose layers, sides and masks are the model's (found with its own attention);
-    ``named``: the one kind wanted (see :func:`wanted`); ``only``: the layers of that class
-    alone."""
+    ``named``, ``others``: the one kind wanted (see :func:`wanted`); ``only``: the layers of
+    that class alone."""
     probe = copy.deepcopy(as_given if as_given is not None else instance).eval()
     options = TRANSFORMERS_CALL if is_model_class(type(instance)) else {}
     ran = found_by_running(probe, options)
@@ -96,7 +97,7 @@ def instance_implementations(instance: nn.Module, origin: str,
     inferred = []
     groups = {kind: paths for kind, paths in kinds(ran[1], config, _sides(fed)).items()
               if only is None or kind.partition(" (")[0] == only.__name__}
-    for kind, paths in wanted(groups, origin, named).items():
+    for kind, paths in wanted(groups, origin, named, others).items():
         first = paths[0]
         driven = driven_class(fed[first])(copy.deepcopy(instance).eval(), first,
                                           feed=fed[first], options=options)
@@ -108,10 +109,16 @@ def instance_implementations(instance: nn.Module, origin: str,
     return inferred
 
 
-def wanted(groups: dict[str, list[str]], origin: str, named: str | None) -> dict[str, list[str]]:
+def wanted(groups: dict[str, list[str]], origin: str, named: str | None,
+           others: list[str] | None = None) -> dict[str, list[str]]:
     """Of each kind's paths, those of the kind ``named`` (``origin:first path``, as it is
-    named), where it is one: a worker that checks one kind infers no other (each inference
-    probes many models); all of them otherwise."""
+    named), where it is one, or of the first kind (``FIRST``; the others' names go into
+    ``others``): a worker that checks one kind infers no other (each inference probes many
+    models); all of them otherwise."""
+    if named == FIRST and groups:
+        first, *rest = groups
+        (others if others is not None else []).extend(f"{origin}:{groups[k][0]}" for k in rest)
+        return {first: groups[first]}
     chosen = {kind: paths for kind, paths in groups.items() if f"{origin}:{paths[0]}" == named}
     return chosen or groups
 
@@ -168,15 +175,16 @@ def _driven(model_class: type, kind: str, path: str, feed: Feed, grouped: bool,
 def model_implementations(model_class: type, origin: str,
                           declared: Declarations | None = None,
                           only: type | None = None, attn_implementation: str | None = None,
-                          built: tuple[Note, ...] = (), named: str | None = None) -> list[Inferred]:
+                          built: tuple[Note, ...] = (), named: str | None = None,
+                          others: list[str] | None = None) -> list[Inferred]:
     """One inferred implementation per kind of attention layer in ``model_class`` (of class
     ``only``, where given: a layer class checked through the model it lives in), each named
     ``origin:path`` and saying the paths it stands for; built with the attention function
-    registered as ``attn_implementation`` where given (``built`` says how); ``named``: the one
-    kind wanted (see :func:`wanted`)."""
+    registered as ``attn_implementation`` where given (``built`` says how); ``named``, ``others``:
+    the one kind wanted (see :func:`wanted`)."""
     if declared is not None and declared.config is not None:
         return _built_from_file(model_class, origin, declared, only, attn_implementation, built,
-                                named)
+                                named, others)
     grouped = takes_kv_heads(model_class.config_class)
     try:
         # Its layers, their sides and the masks that reach them are the model's, found with
@@ -209,7 +217,7 @@ def model_implementations(model_class: type, origin: str,
                                  f"with, holds no {only.__name__} its forward runs: pass an "
                                  "instance of the model in a file")
     inferred = []
-    for kind, paths in wanted(groups, origin, named).items():
+    for kind, paths in wanted(groups, origin, named, others).items():
         first = paths[0]
         held, said = for_layer(declared, kind.partition(" (")[0]), built
         if attn_implementation is not None:
@@ -226,7 +234,8 @@ def model_implementations(model_class: type, origin: str,
 
 def _built_from_file(model_class: type, origin: str, declared: Declarations,
                      only: type | None, attn_implementation: str | None,
-                     built: tuple[Note, ...], named: str | None) -> list[Inferred]:
+                     built: tuple[Note, ...], named: str | None,
+                     others: list[str] | None) -> list[Inferred]:
     """Each kind of attention layer in ``model_class`` built from the declared config file
     (``declared.config``: the config class's JSON, as ``save_pretrained`` writes it), checked as
     that instance is: its sizes and weights."""
@@ -240,7 +249,8 @@ def _built_from_file(model_class: type, origin: str, declared: Declarations,
     instance = with_attention(as_given, attn_implementation)  # its layers found in as_given
     said = (*built, Note(f"built from the declared config {path} ({config_class.__name__}, "
                          f"width {getattr(config, 'hidden_size', '?')})", None))
-    found = instance_implementations(instance, origin, declared, said, as_given, named, only)
+    found = instance_implementations(instance, origin, declared, said, as_given, named, only,
+                                     others)
     if not found:
         raise InferenceError(f"{origin}: no attention layer found in {model_class.__name__} "
                              f"built from {path}: {NO_ATTENTION}")
