@@ -675,3 +675,42 @@ declared = [Implementation(name, lambda c: MultiHeadAttention(c.d_model, c.num_h
     finally:
         for each in subjects:
             each.close()
+
+
+def test_a_kind_whose_own_worker_fails_to_load_it_is_said_as_a_first_load_is(monkeypatch):
+    """A model's later kind is loaded in its own worker while the first is checked: where that
+    load fails, a load problem (not inferred) is the input's one line, as the first's is, and a
+    worker that crashed while loading fails that kind's gate alone, the rest blocked."""
+    import conformance.run.isolated as isolated
+    from conformance import Status
+    from conformance.worker import local
+
+    class NotLoaded:
+        name = "model.py::model:decoder.layers.0.self_attn"
+
+        def __init__(self, status):
+            self.status = status
+
+        def loaded(self):
+            raise LoadError(self.status, "its worker says why", fatal=False)
+
+        def close(self):
+            pass
+
+    for status, raised in ((WorkerStatus.INTERFACE_MISMATCH, True),
+                           (WorkerStatus.CRASHED, False)):
+        monkeypatch.setattr(local, "open_all", lambda *args, s=status, **options: [NotLoaded(s)])
+        interfaces: dict = {}
+        if raised:
+            with pytest.raises(isolated.BadInput) as bad:
+                isolated.isolated_results(Runner("quick"), "model.py::model", isolated.Isolated(),
+                                          None, ["cpu"], ["gate", "padding"], interfaces)
+            assert str(bad.value) == "model.py::model: its worker says why"
+            continue
+        results = isolated.isolated_results(Runner("quick"), "model.py::model",
+                                            isolated.Isolated(), None, ["cpu"],
+                                            ["gate", "padding"], interfaces)
+        assert [(r.check, r.status) for r in results] == [("gate", Status.FAILED),
+                                                          ("padding", Status.SKIPPED)]
+        assert results[0].reason.startswith("crashed: loading it in the isolated worker")
+        assert interfaces == {NotLoaded.name: ("not loaded", ())}
