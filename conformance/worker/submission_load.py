@@ -128,8 +128,7 @@ class Loads:
         twin._configure(self.limits, self.sandbox, self._declared, self._timeout)
         twin._defined_names, twin.name = self._defined_names, name or self.name
         if name is None:
-            for kept in ("declaration", "declarations", "capabilities", "notes",
-                         "expected_failures", "expected_warnings"):
+            for kept in (*_DECLARED, "expected_warnings"):
                 setattr(twin, kept, getattr(self, kept))
         try:
             twin._launched = twin._launch(self._spares.pop() if self._spares and name is None
@@ -140,11 +139,10 @@ class Loads:
         return twin
 
     def ready(self) -> bool:
-        if "declaration" not in self.__dict__:
-            try:
-                self.loaded()
-            except LoadError:
-                return False
+        try:
+            self.loaded()  # a twin asked for an implementation by name: what its load declares
+        except LoadError:
+            return False
         launched, self._launched = self._launched, None
         if launched is None:
             return self._worker is not None

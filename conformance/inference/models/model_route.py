@@ -117,7 +117,8 @@ def wanted(groups: dict[str, list[str]], origin: str, named: str | None,
     models); all of them otherwise."""
     if named == FIRST and groups:
         first, *rest = groups
-        (others if others is not None else []).extend(f"{origin}:{groups[k][0]}" for k in rest)
+        if others is not None:
+            others.extend(f"{origin}:{groups[kind][0]}" for kind in rest)
         return {first: groups[first]}
     chosen = {kind: paths for kind, paths in groups.items() if f"{origin}:{paths[0]}" == named}
     return chosen or groups
