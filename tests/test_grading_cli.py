@@ -196,6 +196,8 @@ def test_the_self_test_tells_caught_mutants_from_uncovered_ones(mini):
     # A dropout bug can't occur in a class with no dropout, nor a second mask format's in one
     # that takes one format: no student could make them.
     verdict = selftest.MutantVerdict
+    not_run = [(row.mutant.name, row.not_run, row.not_run_why) for row in result.not_run]
+    assert not not_run, f"a mutant could not run: {not_run}"
     assert verdicts == {"mutant-scale-missing": verdict.CAUGHT,
                         "mutant-mask-inverted": verdict.CAUGHT,
                         "mutant-output-projection-skipped": verdict.NOT_COVERED,
@@ -257,9 +259,11 @@ def test_a_mutant_that_could_not_run_fails_the_self_test_with_its_status(mini, m
     result = selftest.run(load(rubric_path), mutants=mutants)
     (row,) = result.rows
     assert row.verdict is selftest.MutantVerdict.COULD_NOT_RUN and row.not_run == "timeout"
+    assert row.not_run_why == "it hung"
     assert result.not_run == [row] and not result.ok
     text = selftest.render(result)
     assert "COULD NOT RUN (timeout)" in text
+    assert "mutant-scale-missing as MultiHeadAttention could not run (timeout): it hung" in text
     assert text.endswith("FAILED: 1 mutant(s) could not be run: mutant-scale-missing")
 
 

@@ -90,6 +90,9 @@ class MutantRow:
     there): the mutant is told apart, once."""
     not_run: str | None = None
     """Where it could not be run (``COULD_NOT_RUN``): the run's status."""
+    not_run_why: str = ""
+    """Where it could not be run: what the run said of it (the worker's error: a bundled
+    mutant's, never a student's, so it is shown whole)."""
 
     @property
     def shown(self) -> str:
@@ -208,7 +211,8 @@ def _row(rubric: Rubric, target: Target, mutant: Mutant, sandbox: SandboxKind) -
         # Points lost to a mutant that never ran prove nothing about the rubric.
         return MutantRow(mutant, target.name, graded.total, graded.max_points,
                          item.item.key if item else None, 0.0, 0.0,
-                         MutantVerdict.COULD_NOT_RUN, not_run=outcome.status.value)
+                         MutantVerdict.COULD_NOT_RUN, not_run=outcome.status.value,
+                         not_run_why=outcome.message)
     if item is None:
         lost, item_points = 0.0, 0.0
         verdict = (MutantVerdict.CAUGHT_ELSEWHERE if graded.total < graded.max_points
@@ -339,5 +343,7 @@ def render(result: SelfTest) -> str:
         if result.not_run:
             reasons.append(f"{len(result.not_run)} mutant(s) could not be run: "
                            + ", ".join(r.mutant.name for r in result.not_run))
+        lines += [f"  {row.mutant.name} as {row.target} could not run ({row.not_run}): "
+                  f"{row.not_run_why}" for row in result.not_run if row.not_run_why]
         lines.append("FAILED: " + "; ".join(reasons))
     return "\n".join(lines)
