@@ -82,9 +82,67 @@ MOVED_TO_SLOW = {
     ("test_real_layer_causes", "checked"):
         "infers and checks every real-layer cause's layer and twin at once (half a minute of one "
         "core); the proofs of those layers stay in make test",
+    ("test_triton_kernel", "test_checked_bare_it_passes_and_its_twin_fails_reference"):
+        "runs the whole catalogue on the Triton kernel and its twin under Triton's interpreter "
+        "(a minute); the kernel against its float64 oracle and the twin's wrong last block stay "
+        "in make test",
+    ("test_kv_cache_assignment", "graded"):
+        "grades the KV-cache assignment's example class in the sandboxed worker (most of a "
+        "minute); grading a class through the worker stays in make test (test_grading_execution)",
+    ("test_kv_cache_assignment", "test_the_self_test_exercises_every_item_of_a_causal_cached_rubric"):
+        "runs the grader's self-test, every mutant, on the causal cached rubric (forty seconds)",
+    ("test_gpu_acceptance",
+     "test_the_acceptance_driver_on_the_cpu_passes_the_kernel_fails_the_twin_and_says_nowhere"):
+        "runs the GPU acceptance driver's CPU half whole (forty seconds); the script's own test "
+        "stays in make test",
+    ("test_shared_checks",
+     "test_an_isolated_implementation_gets_a_twin_worker_and_leaves_nothing_behind"):
+        "checks a whole catalogue in a sandboxed worker and its twin (25 s); sharing checks out "
+        "over two processes stays in make test",
+    ("test_shared_checks", "test_a_fork_that_dies_leaves_its_check_to_this_process"):
+        "waits for a killed fork and runs its check again here (15 s)",
+    ("test_shared_checks", "test_with_a_second_thread_no_fork_is_made"):
+        "a whole catalogue with a second thread running (10 s)",
+    ("test_shared_checks", "test_two_processes_give_what_one_gives[mutant-dropout-in-eval]"):
+        "a second implementation's catalogue in one process and in two (10 s); the first one's "
+        "stays in make test",
+    ("test_user_pytest", "test_every_failing_id_pasted_back_reruns_that_test"):
+        "runs pytest on a user's file once per failing id (20 s)",
+    ("test_user_pytest", "test_xdist_and_junitxml"):
+        "runs a user's pytest under xdist (15 s); the plugin in one process stays in make test",
+    ("test_pytest_plugin", "test_hypothesis_options_reach_the_suites_searches"):
+        "runs pytest three times with hypothesis' options (20 s)",
+    ("test_pytest_plugin", "test_a_falsifying_example_replays_from_its_one_line"):
+        "runs pytest twice, the second time replaying a falsifying example (15 s)",
+    ("test_pytest_plugin", "test_profiles_hold_under_ci_and_foreign_hypothesis_profiles"):
+        "runs pytest under three hypothesis profiles (12 s)",
+    ("test_serve", "test_a_served_check_says_and_exits_what_a_cold_one_does"):
+        "checks one file served and cold, and compares (20 s); the server's other tests stay in "
+        "make test",
+    ("test_reports", "test_pytest_writes_the_page_from_its_workers"):
+        "runs a user's pytest under xdist writing the page (17 s); the page itself stays in make "
+        "test",
+    ("test_kernels", "test_a_half_only_kernel_is_checked_in_half_precision_and_passes"):
+        "a whole catalogue in float16 and bfloat16 on a CPU (20 s)",
+    ("test_kernels", "test_a_base2_lse_is_a_warning_and_a_top_left_kernel_passes"):
+        "two kernels' whole catalogues (10 s)",
+    ("test_kernels", "test_the_flash_layout_kernel_passes_with_nothing_declared"):
+        "a whole catalogue on a half-precision kernel in FlashAttention's layout (10 s)",
+    ("test_malformed_collection", "test_every_entry_gets_a_verdict_naming_its_problem[Slow]"):
+        "waits for a slow module's time limit (13 s)",
+    ("test_bad_input_fuzzer",
+     "test_every_malformed_module_gets_a_plain_verdict_never_a_suite_error"):
+        "generates and checks malformed modules (20 s); the malformed collection stays in make "
+        "test",
+    ("test_cli", "test_matrix_failure_block_and_summary"):
+        "the command line's matrix over several implementations (15 s)",
+    ("test_declaration_parity",
+     "test_the_same_declaration_gives_the_same_verdicts_wherever_it_is_made"):
+        "one declaration made five ways, two of them through pytest runs (15 s); how each way is "
+        "read stays in make test (test_declarations)",
 }
-"""Integration tests in the slow tier, by (file, the fixture that makes them slow), each with why:
-``make test`` stays within 6 minutes."""
+"""Integration tests in the slow tier, by (file, the fixture or the test that makes them slow,
+a parametrized test by its id), each with why: ``make test`` stays within 6 minutes."""
 TIERS = {**dict.fromkeys(UNIT, "unit"), **dict.fromkeys(INTEGRATION, "integration"),
          **dict.fromkeys(E2E, "e2e")}
 
@@ -115,8 +173,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if tier is None:
             raise pytest.UsageError(f"{stem}.py has no tier: add it to tests/conftest.py")
         item.add_marker(tier)
-        for (file, fixture), why in MOVED_TO_SLOW.items():
-            if stem == file and fixture in getattr(item, "fixturenames", ()):
+        names = {*getattr(item, "fixturenames", ()), item.name, getattr(item, "originalname", "")}
+        for (file, name), why in MOVED_TO_SLOW.items():
+            if stem == file and name in names:
                 item.add_marker(pytest.mark.slow(why=why))
         if tier != "e2e":
             continue

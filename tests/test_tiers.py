@@ -35,6 +35,14 @@ def test_a_new_form_is_sampled_the_day_it_is_bundled():
     assert "newcomer" not in sample([*catalogue, replace(catalogue[0], name="newcomer")])
 
 
+def test_every_test_moved_to_the_slow_tier_is_one_of_its_files():
+    from tests.conftest import MOVED_TO_SLOW
+    for (file, name), why in MOVED_TO_SLOW.items():
+        source = (ROOT / "tests" / f"{file}.py").read_text()
+        assert f"def {name.split('[')[0]}(" in source, (file, name)
+        assert why
+
+
 def _collected(marks: str, path: str) -> set[str]:
     listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", marks,
                              path], cwd=ROOT, capture_output=True, text=True, check=True).stdout
