@@ -9,9 +9,10 @@
   the whole-catalogue proofs' tests about one bundled implementation of the sample that keeps
   every form (``tests/sample.py``): those are ``sampled`` instead.
 
-``make test`` runs ``-m "not slow"``: unit, integration and the sample (at most 6 minutes on two
-cores, from a fresh clone); ``make test-all`` runs everything (what ``.ci/run`` runs); ``-m unit``
-is the quickest. A file missing below is an error, so a new one gets a tier.
+``make test`` runs ``-m "not slow"``: unit, integration and the sample (aimed at 6 minutes on two
+cores, from a fresh clone: docs/measurements.md says what it takes); ``make test-all`` runs
+everything (what ``.ci/run`` runs); ``-m unit`` is the quickest. A file missing below is an
+error, so a new one gets a tier.
 """
 
 from __future__ import annotations
@@ -142,7 +143,8 @@ MOVED_TO_SLOW = {
         "read stays in make test (test_declarations)",
 }
 """Integration tests in the slow tier, by (file, the fixture or the test that makes them slow,
-a parametrized test by its id), each with why: ``make test`` stays within 6 minutes."""
+a parametrized test by its id), each with why: they keep ``make test`` near its 6 minutes
+(measured in docs/measurements.md)."""
 TIERS = {**dict.fromkeys(UNIT, "unit"), **dict.fromkeys(INTEGRATION, "integration"),
          **dict.fromkeys(E2E, "e2e")}
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from conformance.implementations import bundled
+from tests.conftest import MOVED_TO_SLOW
 from tests.sample import bundled_sample, forms, sample
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +37,6 @@ def test_a_new_form_is_sampled_the_day_it_is_bundled():
 
 
 def test_every_test_moved_to_the_slow_tier_is_one_of_its_files():
-    from tests.conftest import MOVED_TO_SLOW
     for (file, name), why in MOVED_TO_SLOW.items():
         source = (ROOT / "tests" / f"{file}.py").read_text()
         assert f"def {name.split('[')[0]}(" in source, (file, name)
