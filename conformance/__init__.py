@@ -32,9 +32,9 @@ _EXPORTS = {
     "conformance.model.check_names": ("CHECK_NAMES",),
     "conformance.model.declarations": ("Declarations",),
     "conformance.model.results": ("CheckResult", "Status"),
-    "conformance.model.forms": ("AlibiBias", "CacheStyle", "MaskConvention", "MaskKind",
-                                "MaskLayout", "PackedForm", "PositionEncoding", "PositionForm",
-                                "Rotary", "Setting"),
+    "conformance.model.forms": ("AlibiBias", "CacheStyle", "PackedForm", "PositionEncoding",
+                                "PositionForm", "Rotary", "Setting"),
+    "conformance.model.mask_forms": ("MaskConvention", "MaskKind", "MaskLayout"),
     "conformance.model.spec": ("Capabilities", "Config", "Implementation"),
     "conformance.model.declared_layouts": ("FusedProjection", "PackedInProjection",
                                            "PerHeadModules", "SeparateProjections"),
@@ -92,15 +92,13 @@ if TYPE_CHECKING:
     from conformance.model.forms import (
         AlibiBias,
         CacheStyle,
-        MaskConvention,
-        MaskKind,
-        MaskLayout,
         PackedForm,
         PositionEncoding,
         PositionForm,
         Rotary,
         Setting,
     )
+    from conformance.model.mask_forms import MaskConvention, MaskKind, MaskLayout
     from conformance.model.results import CheckResult, Status
     from conformance.model.spec import Capabilities, Config, Implementation
     from conformance.model.weights import HeadWeights, WeightLayout

@@ -26,8 +26,8 @@ Violation            checks.invariants.violation  a check's property does not ho
 NotApplicable        checks.invariants.violation  a check can't judge this implementation: skipped
 CheckFailed          checks.invariants.violation  a check failed: its violation and minimal case
 InferenceError       inference.plan               an interface can't be inferred; says what to declare
-ResolveError         loading.registry             an IMPL argument names nothing checkable
-MissingPackage       loading.registry             the code imports a package not installed (ResolveError)
+ResolveError         loading.resolve_errors       an IMPL argument names nothing checkable
+MissingPackage       loading.resolve_errors       the code imports a package not installed (ResolveError)
 CodecError           worker.codec                 a value on the wire does not fit its type (ValueError)
 WorkerError          worker.errors                a call to an isolated implementation failed
 LoadError            worker.errors                the worker could not load the submission (WorkerError)

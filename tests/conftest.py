@@ -52,7 +52,7 @@ INTEGRATION = {
     "test_library_held_out", "test_tiers", "test_triton_kernel",
     "test_gpu_acceptance", "test_gpu_worker", "test_kv_cache_assignment", "test_serve",
     "test_refused_lengths", "test_readme_example", "test_messages",
-    "test_model_attention_functions",
+    "test_model_attention_functions", "test_courses", "test_forward_paths",
 }
 E2E = {
     "test_containment", "test_expected_results", "test_grading_cli", "test_grading_example",
@@ -61,6 +61,10 @@ E2E = {
     "test_routes_and_profiles",
 }
 MOVED_TO_SLOW = {
+    ("test_courses", "checked"):
+        "infers and checks the six courses' forms and their students' twins at once (a minute of "
+        "one core); how each form is built and called (config objects, valid lengths, widths by "
+        "behaviour) stays in make test",
     ("test_new_architectures", "checked"):
         "infers and checks thirty hand-written layers of new architectures at once (a minute of "
         "one core); their float64 oracle proofs stay in make test",

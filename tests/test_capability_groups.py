@@ -26,7 +26,8 @@ from conformance import (
 )
 from conformance.inference.found import CapabilitiesFound
 from conformance.model.capability_groups import FLAT, GROUPS, laid_over
-from conformance.model.forms import CacheLayout, MaskConvention, MaskKind, MaskLayout
+from conformance.model.forms import CacheLayout
+from conformance.model.mask_forms import MaskConvention, MaskKind, MaskLayout
 from conformance.worker import decode, encode
 
 KEEP_INT_PADDING = MaskConvention(MaskKind.KEEP_INT, MaskLayout.KEY_PADDING)

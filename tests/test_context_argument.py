@@ -66,8 +66,9 @@ def test_short_cases_build_with_the_short_context_and_longer_ones_with_the_long_
 
 
 def test_a_block_sized_head_passes_with_its_long_case_built_long():
+    (implementation,) = implementations_of(BlockSizedHead)  # inference builds it at 4 too
     BlockSizedHead.sizes.clear()
-    results = check_target(BlockSizedHead, checks=["gate", "causal", "low_precision"])
+    results = check_target(implementation, checks=["gate", "causal", "low_precision"])
     assert {r.check: r.status for r in results} == {
         "gate": Status.PASSED, "causal": Status.PASSED, "low_precision": Status.PASSED}
     assert set(BlockSizedHead.sizes) == {SHORT_CONTEXT, CONTEXT_LENGTH}  # the long case ran
@@ -77,3 +78,29 @@ def test_a_buffer_not_cut_to_the_sequence_still_fails_the_gate():
     (gate,) = check_target(UnslicedHead, checks=["gate"])
     assert gate.status is Status.FAILED
     assert "must match the size" in " ".join([gate.reason, *gate.details])
+
+
+def test_a_context_name_is_confirmed_by_the_lengths_it_refuses():
+    from conformance.model.remedies import texts
+    from tests.fixtures.courses.nanogpt import ManualCausalSelfAttention
+
+    (implementation,) = implementations_of(ManualCausalSelfAttention)
+    assert ("config.block_size: context length (confirmed: built with 4, 4 tokens run and 6 "
+            "raise; built with 512, 6 run)") in texts(implementation.notes)
+
+
+def test_a_size_named_like_a_context_that_shapes_the_rows_is_built_small():
+    """A block-local layer's ``block_size`` (tests/fixtures/structural_sizes.py): built at 128,
+    one block covers every generated sequence and its twin, blocks off by one, passes."""
+    from conformance.model.remedies import texts
+    from tests.fixtures.structural_sizes import BlockLocalAttention, BlocksOffByOne
+
+    (implementation,) = implementations_of(BlockLocalAttention)
+    said = texts(implementation.notes)
+    assert any(note.startswith("block_size shapes what each row sees, not a length it takes")
+               for note in said), said
+    assert implementation.capabilities.chunk == 4  # measured, once built small
+    results = {r.check: r.status for r in check_target(implementation)}
+    assert Status.FAILED not in results.values() and results["chunked"] is Status.PASSED
+    (causal,) = check_target(BlocksOffByOne, checks=["causal"])
+    assert causal.status is Status.FAILED

@@ -31,8 +31,9 @@ BAD = {"call": "both", "mask": "keep_maybe:key_padding", "causal": "sometimes",
        "positions": "pos:matrix", "position_encoding": "learned", "alibi": "guessed",
        "kv_cache": "somewhere@past", "cache_layout": "lbhd", "packed": "ragged@cu",
        "sequence_first": "true", "scale": "quadratic", "layer": "LlamaAttention",
-       "batch_first": "true"}
-"""A value of each declaration that does not parse (the last two: contradicting each other)."""
+       "batch_first": "true", "paths": ["need_weights"]}
+"""A value of each declaration that does not parse (``sequence_first`` and ``batch_first``:
+contradicting each other)."""
 
 
 DUMMY = textwrap.dedent("""

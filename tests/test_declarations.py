@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 from conformance.frontends.cli import main
 from conformance.inference import Declarations, InferenceError, infer
@@ -15,12 +16,33 @@ from tests.fixtures.user_styles import EinsumAttention
 SPEC = "tests.fixtures.user_styles:OddlyNamed"
 
 
-def test_an_ambiguous_constructor_names_the_declaration_to_add(capsys):
-    with pytest.raises(ResolveError, match="no constructor argument names the model width") as caught:
-        resolve(SPEC)
+class ThreeSizes(nn.Module):
+    """Three required sizes no name explains: more than the trial fills together."""
+
+    def __init__(self, a, b, c):
+        super().__init__()
+        self.inner = EinsumAttention(a, b)
+
+    def forward(self, q, k, v, mask=None):
+        return self.inner(q, k, v, mask)
+
+
+def test_sizes_no_name_explains_are_read_from_behaviour():
+    """Was: "no constructor argument names the model width" for OddlyNamed(model_width,
+    n_attn); each role is now measured."""
+    said = texts(resolve(SPEC)[0].notes)
+    assert "constructor width = model_width, heads = n_attn" in said
+    assert any(note.startswith("n_attn: the head count (filled by trial") for note in said)
+
+
+def test_a_constructor_behaviour_cant_settle_names_the_declaration_to_add(capsys):
+    spec = "tests.test_declarations:ThreeSizes"
+    with pytest.raises(ResolveError, match="can't fill constructor argument") as caught:
+        resolve(spec)
     assert remedy_of(caught.value) == SIZES_REMEDY
+    assert "check that instance" in str(caught.value)  # the route that needs no constructor
     assert "--width-arg" not in str(caught.value)  # the command line's words are the CLI's
-    assert main(["check", SPEC, "--check", "gate"]) == 2
+    assert main(["check", spec, "--check", "gate"]) == 2
     assert "declare --width-arg NAME to name the model width's argument" in capsys.readouterr().err
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
 from conformance.model.capability_groups import CausalForm
-from conformance.model.forms import MaskConvention, MaskKind, MaskLayout
+from conformance.model.mask_forms import MaskConvention, MaskKind, MaskLayout
 from conformance.model.spec import Capabilities
 from conformance.subject.masks import encode_mask
 

@@ -24,7 +24,7 @@ from conformance.implementations.modern import IMPLEMENTATIONS, LlamaAttention, 
 from conformance.inference import Declarations, InferenceError, infer
 from conformance.model.declarations import DeclarationError
 from conformance.model.declared_layouts import FusedProjection, SeparateProjections
-from conformance.model.forms import MaskConvention, MaskKind, MaskLayout
+from conformance.model.mask_forms import MaskConvention, MaskKind, MaskLayout
 from conformance.model.remedies import texts
 from conformance.model.spec import Config
 from conformance.model.weights import HeadWeights

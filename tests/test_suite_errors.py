@@ -48,7 +48,8 @@ def _its_code():
 
 
 def test_what_a_modules_own_code_raises_while_probed_is_one_line_and_says_where():
-    from conformance.loading.registry import ResolveError, _probed
+    from conformance.loading.registry import ResolveError
+    from conformance.loading.target_kinds import _probed
 
     with pytest.raises(ResolveError, match=r"Layer: its code raised NotImplementedError: "
                                            r"FlexAttention does not support backward on CPU at "
@@ -58,7 +59,7 @@ def test_what_a_modules_own_code_raises_while_probed_is_one_line_and_says_where(
 
 def test_the_suites_own_exception_while_inferring_is_the_suites():
     from conformance.errors import clipped, raised_by_its_code
-    from conformance.loading.registry import _probed
+    from conformance.loading.target_kinds import _probed
 
     with pytest.raises(AttributeError) as raised:
         _probed(lambda: clipped(None, 3), "Layer")  # raised inside the suite: not the module's

@@ -42,6 +42,9 @@ class Mistake(Enum):
     SHOWS_NEXT = ("the causal mask lets each row see the next position too (triu diagonal off "
                   "by one: diagonal=2 where diagonal=1 is meant)")
     IGNORES_CAUSAL = "the causal mask is not applied: rows see later positions"
+    TRANSPOSED = ("the causal mask is transposed: each row sees itself and the later positions, "
+                  "not the earlier ones (an upper triangle, triu, where the lower one, tril, "
+                  "belongs)")
     REPLACES_CAUSAL = ("a given padding mask replaces the causal mask instead of being combined "
                        "with it: with a padding mask, rows see later positions")
     CAUSAL_UNDECLARED = ("a causal mask is applied, though the module is not meant to be "
@@ -103,6 +106,8 @@ def mask_mistakes(batch: int, q_len: int, kv_len: int, keep: torch.Tensor | None
         mistakes.append(MaskMistake(Mistake.SHOWS_NEXT, ahead))
         mistakes.append(MaskMistake(Mistake.IGNORES_CAUSAL, allowed_keys(
             batch, q_len, kv_len, keep, False)))
+        mistakes.append(MaskMistake(Mistake.TRANSPOSED, allowed_keys(
+            batch, q_len, kv_len, keep, False) & (cols >= rows)))
     elif q_len == kv_len and q_len > 1:
         mistakes.append(MaskMistake(Mistake.CAUSAL_UNDECLARED,
                                     allowed_keys(batch, q_len, kv_len, keep, True)))

@@ -35,13 +35,14 @@ from conformance.frontends.watch import WatchLines, watch
 from conformance.generation.cases import Case
 from conformance.generation.profiles import example_database
 from conformance.generation.strategies import available_devices
-from conformance.loading.registry import ResolveError, check_form, is_located, origin, registered
+from conformance.loading.registry import ResolveError, check_form, registered
 from conformance.model import expectations
 from conformance.model.check_names import CHECK_NAMES
 from conformance.model.declaration_sources import parse_init
 from conformance.model.declaration_specs import SPECS, DeclarationSpec, Form, validate
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.results import CheckResult, Status, checked_nowhere
+from conformance.model.target_spec import TargetSpec
 from conformance.run.isolated import BadInput, Interfaces, Isolated, Target
 from conformance.run.many import check_many
 from conformance.run.options import RunOptions, replay_case
@@ -191,9 +192,9 @@ def _check(args: argparse.Namespace) -> int:
     failures, warnings = _expected(args.expected_failures)
     targets: list[Target] = []
     for spec in args.impls or [None]:
-        if spec is not None and is_located(spec):
+        if spec is not None and TargetSpec.parse(spec).located:
             _well_formed(spec)
-        if spec is not None and isolate and is_located(spec):
+        if spec is not None and isolate and TargetSpec.parse(spec).located:
             targets.append((spec, Isolated(failures, warnings, args.call_timeout)))
         else:
             targets += resolved_targets([spec] if spec else [], (failures, warnings), declared)
@@ -227,7 +228,8 @@ def _check(args: argparse.Namespace) -> int:
         args.junit_xml.write_text(render_junit(results, seconds=seconds, reproduce=reproduce),
                                   encoding="utf-8")
     if on_github():
-        places = {origin(spec): located(spec) for spec in args.impls if is_located(spec)}
+        places = {target.origin: located(target) for target in map(TargetSpec.parse, args.impls)
+                  if target.located}
         for line in annotations(results, places.get):
             print(line)
     if args.json:
@@ -265,7 +267,7 @@ def _watch(args: argparse.Namespace, declared: Declarations, devices: Sequence[s
         return check_many([target], replace(options, checks=tuple(order)), declared=declared,
                           progress=lines)
 
-    path = Path(spec.partition("::")[0])
+    path = Path(TargetSpec.parse(spec).location)
     print(f"watching {path} (Ctrl-C to stop)", flush=True)
     return watch(check_once, [path], checks, sys.stdout)
 
@@ -318,7 +320,8 @@ def _replay(text: str | None, checks: Sequence[str] | None) -> Case | None:
 
 def _reproduction(specs: Sequence[str]):
     """How the report says to replay a falsifying example: this command line, for its check."""
-    by_name = {origin(spec): spec for spec in specs if is_located(spec)}
+    by_name = {target.origin: target.text for target in map(TargetSpec.parse, specs)
+               if target.located}
 
     def command(result: CheckResult) -> str | None:
         spec = by_name.get(result.implementation, result.implementation)

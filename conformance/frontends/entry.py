@@ -36,13 +36,12 @@ def _will_fork_workers(argv: Sequence[str]) -> bool:
         return False
     # Here, not at the top: a check a server takes never needs it (nor its 10 ms of imports).
     from conformance.frontends.run_flags import jobs_said
+    from conformance.model.target_spec import TargetSpec
 
     # A file (``path.py``, ``path.py::Attr``) or a dotted module (``pkg.mod:Attr``); an option's
     # value such as ``--mask keep_bool:broadcast`` is not one (a top-level ``mod:Attr`` is
     # missed: it is then checked as fast as before the warm start, no slower).
-    located = [arg for arg in argv[1:] if not arg.startswith("-")
-               and ("::" in arg or arg.endswith(".py") or ("." in arg.partition(":")[0]
-                    and ":" in arg))]
+    located = [arg for arg in argv[1:] if not arg.startswith("-") and TargetSpec.looks_located(arg)]
     return len(located) == 1 or (len(located) > 1 and jobs_said(argv) == "1")
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from conformance.model.results import CheckResult, Status
+from conformance.model.target_spec import TargetSpec
 
 Location = tuple[str, int]
 """A file (relative to the workspace where it is inside it) and a line."""
@@ -37,12 +38,12 @@ def annotations(results: Sequence[CheckResult],
         yield f"::{kind} {where}title={title}::{_data(message)}"
 
 
-def located(spec: str, workspace: Path | None = None) -> Location | None:
+def located(spec: str | TargetSpec, workspace: Path | None = None) -> Location | None:
     """Where ``path/file.py::Name`` defines ``Name`` (read, never run); None elsewhere."""
-    if "::" not in spec:
+    target = spec if isinstance(spec, TargetSpec) else TargetSpec.parse(spec)
+    if target.file is None:
         return None
-    file, _, name = spec.partition("::")
-    path = Path(file)
+    path, name = target.file, target.attribute
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):

@@ -18,6 +18,8 @@ import site
 import sysconfig
 from pathlib import Path
 
+from conformance.model.target_spec import TargetSpec
+
 
 def _installed(name: str) -> bool:
     """Whether top-level module ``name`` is an installed package's (in site-packages: never the
@@ -37,7 +39,8 @@ def installed_imports(argv: list[str], cwd: str) -> list[str]:
     never run), for a zygote to import ahead."""
     names: list[str] = []
     for arg in argv[1:]:
-        file = arg.partition("::")[0]
+        target = TargetSpec.parse(arg)
+        file = target.location if target.file is not None else arg
         if arg.startswith("-") or not file.endswith(".py"):
             continue
         try:

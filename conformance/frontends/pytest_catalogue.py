@@ -29,11 +29,12 @@ from conformance.frontends.pytest_options import (
 from conformance.frontends.report import Reproduction, failure_block, inferred
 from conformance.generation.cases import Case
 from conformance.generation.strategies import available_devices, fixed_features
-from conformance.loading.registry import ResolveError, is_located, registered, resolve
+from conformance.loading.registry import ResolveError, registered, resolve
 from conformance.model import expectations
 from conformance.model.declaration_sources import from_mapping
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.results import CheckResult, Status
+from conformance.model.target_spec import TargetSpec
 from conformance.run.runner import Runner
 from conformance.subject.boundary import Subject
 from conformance.subject.in_process import InProcessSubject
@@ -61,7 +62,7 @@ def _subjects(config: pytest.Config) -> list[Subject]:
             subjects: list[Subject] = []
             specs_of: dict[str, str] = {}
             for spec in specs or [None]:
-                if spec is not None and isolate and is_located(spec):
+                if spec is not None and isolate and TargetSpec.parse(spec).located:
                     found: list[Subject] = _isolated(config, spec, expected, declared)
                 else:
                     implementations = resolve(spec, declared) if spec else list(

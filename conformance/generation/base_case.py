@@ -9,7 +9,7 @@ from dataclasses import replace
 import torch
 
 from conformance.generation.cases import Case, dtype_name, own_queries
-from conformance.generation.strategies import fixed_features, shared_masks
+from conformance.generation.strategies import fixed_features, right_padding, shared_masks
 from conformance.model.spec import Capabilities
 
 
@@ -45,4 +45,6 @@ def base_case(caps: Capabilities, dtype: torch.dtype, device: str, **changes) ->
         case = replace(case, causal=False)  # causal cases have as many queries as keys
     if case.kept is not None and shared_masks(caps):
         case = replace(case, kept=(min(case.kept),) * case.batch, shared_mask=True)
+    if case.kept is not None and right_padding(caps):
+        case = replace(case, mask_seed=None)
     return case

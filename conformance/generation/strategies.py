@@ -21,7 +21,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 
 from conformance.generation.cases import MAX_LEN, Case, dtype_name
-from conformance.model.forms import MaskLayout
+from conformance.model.mask_forms import MaskLayout, right_padded
 from conformance.model.spec import Capabilities
 
 MAX_HEAD_DIM = 16
@@ -221,7 +221,7 @@ def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
             for b in empty:
                 kept_list[b] = 0
         kept = tuple(kept_list * batch if shared else kept_list)
-        mask_seed = draw(_MASK_SEEDS)
+        mask_seed = None if right_padding(caps) else draw(_MASK_SEEDS)
     case = Case(batch=batch, q_len=q_len, kv_len=kv_len, num_heads=num_heads,
                 head_dim=head_dim, dtype=dtype, device=device, seed=draw(SEEDS), kept=kept,
                 mask_seed=mask_seed, causal=causal, shared_mask=shared and kept is not None,
@@ -275,6 +275,12 @@ def shared_masks(caps: Capabilities) -> bool:
     """Whether the masks must be the same for every batch element (a shared (Lq, Lk) format)."""
     formats = ((caps.mask,) if caps.mask else ()) + tuple(caps.mask_formats)
     return any(f.layout is MaskLayout.SHARED for f in formats)
+
+
+def right_padding(caps: Capabilities) -> bool:
+    """Whether the masks must keep the first keys of each row (valid lengths say no other)."""
+    formats = ((caps.mask,) if caps.mask else ()) + tuple(caps.mask_formats)
+    return any(right_padded(f) for f in formats)
 
 
 def distinct_sizes(case: Case, *, heads_apart: bool = True) -> bool:

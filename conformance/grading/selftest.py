@@ -46,6 +46,7 @@ from conformance.grading.score.rubric import Rubric, Target
 from conformance.grading.score.scoring import State, SubmissionScore, score
 from conformance.loading.registry import resolve
 from conformance.model.spec import Capabilities
+from conformance.model.target_spec import TargetSpec
 from conformance.worker import SandboxKind
 
 
@@ -238,7 +239,8 @@ def reference_capabilities(rubric: Rubric, target: Target) -> Capabilities | Non
     if rubric.reference is None or not rubric.reference.is_file():
         return None
     try:
-        found = resolve(f"{rubric.reference}::{target.name}", target.declarations)
+        found = resolve(TargetSpec.in_file(rubric.reference, target.name).text,
+                        target.declarations)
     except ConformanceError:
         return None
     return found[0].capabilities if len(found) == 1 else None

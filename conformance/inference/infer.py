@@ -43,6 +43,9 @@ from conformance.inference.steps.features import (
 from conformance.inference.steps.fixed_length import fixed_length
 from conformance.inference.steps.fixed_sizes import fixed_width, hidden_heads
 from conformance.inference.steps.latent import latent_form
+from conformance.inference.steps.longest_length import longest_length
+from conformance.inference.steps.named_roles import confirm_context
+from conformance.inference.steps.paths import path_form
 from conformance.inference.steps.position import alibi_counting, encoding_inside, position_input
 from conformance.inference.steps.scale import keep_scale, logit_scale
 from conformance.inference.steps.state import plain_state, position_state
@@ -76,27 +79,31 @@ def infer(cls: type, *, name: str | None = None, declared: Declarations | None =
         kind = "a property" if isinstance(forward, property) else type(forward).__name__
         raise InferenceError(f"{label}.forward is {kind}, not a method: define it as "
                              "def forward(self, x, ...)")
-    roles = ConstructorRoles() if instance is not None else constructor_roles(cls, declared,
-                                                                                label)
+    roles, config = ((ConstructorRoles(), None) if instance is not None
+                     else constructor_roles(cls, declared, label))
     convention = forward_convention(cls, declared, label)
     init = dict(declared.init or ())
     if declared.causal in ("always", "never") and roles.causal and roles.causal not in init:
         init[roles.causal] = declared.causal == "always"  # declared causal: built causal
     plan = Plan(cls, roles, convention, init=tuple(init.items()),
-                positional=positional_arguments(roles, declared, label), instance=instance)
-    called = []
-    if roles.width is None:  # an instance, or a constructor that needs no arguments
+                positional=positional_arguments(roles, declared, label), instance=instance,
+                config_argument=config)
+    called: list[str | Note] = []
+    filled: list[str] = []
+    if roles.width is None and roles.unknown and convention.inputs:  # a width by trial first
+        plan, filled = fill_by_trial(plan, label)
+    if plan.roles.width is None:  # an instance, or a constructor no argument sets a width of
         plan.fixed_width = fixed_width(plan, label)
-        called.append(
-            f"an instance, checked as it is (deep copies of it: never rebuilt, never changed): "
-            f"it takes inputs {plan.fixed_width} wide (found by trial)" if instance is not None
-            else f"constructor takes no width argument: built with no arguments, it takes "
-                 f"inputs {plan.fixed_width} wide (found by trial)")
+        called.append(_width_note(plan, instance is not None))
     if not convention.inputs:  # *args / **kwargs, nothing named: how to call it, by trial
         convention, note = settle_by_trial(plan, label)
         plan = replace(plan, convention=convention)
         called.append(note)
-    plan, filled = fill_by_trial(plan, label)
+    plan, more = fill_by_trial(plan, label)
+    filled += more
+    if roles.context is not None and plan.roles.context == roles.context:  # named, not tried
+        plan, confirmed = confirm_context(plan)
+        filled += confirmed
     settled: list[str | Note] = []
     settle_call(plan, label, settled)
     one_length = fixed_length(plan)
@@ -104,6 +111,22 @@ def infer(cls: type, *, name: str | None = None, declared: Declarations | None =
         settled.append(one_length)
     with fixed_probe_length(plan.length):
         return _explored(plan, label, declared, init, [*called, *settled, *filled])
+
+
+def _width_note(plan: Plan, instance: bool) -> str:
+    """What was found of the width of a module no constructor argument sets one of."""
+    if instance:
+        return (f"an instance, checked as it is (deep copies of it: never rebuilt, never "
+                f"changed): it takes inputs {plan.fixed_width} wide (found by trial)")
+    if plan.fixed_width is None:
+        return ("no parameters and no width argument: it takes inputs of any width (found by "
+                "trial), checked as one head of that width")
+    if any(getattr(plan.roles, role) for role in ("heads", "head_dim", "output")):
+        return (f"no constructor argument sets the width: the module fixes it at "
+                f"{plan.fixed_width} (its parameters take inputs {plan.fixed_width} wide, found "
+                "by trial: a global or a fixed in_features)")
+    return (f"constructor takes no width argument: built with no arguments, it takes inputs "
+            f"{plan.fixed_width} wide (found by trial)")
 
 
 def _explored(plan: Plan, label: str, declared: Declarations, init: dict[str, object],
@@ -116,6 +139,8 @@ def _explored(plan: Plan, label: str, declared: Declarations, init: dict[str, ob
                                       else "; single head (no head-count argument), unless "
                                            "its weights show more"),
              *said]
+    if plan.config_argument is not None:
+        notes.append(plan.config_argument.describe())
     if plan.positional:
         notes.append(f"constructed positionally: {cls.__name__}({', '.join(plan.positional)}) "
                      "(declared)")
@@ -142,13 +167,14 @@ def _explored(plan: Plan, label: str, declared: Declarations, init: dict[str, ob
         return _inferred(inquiry)
     sequence_order(inquiry)
     inquiry.probe = inquiry.build()
-    for step in (causality, plain_state, position_state, logit_scale, weights_and_heads,
+    for step in (longest_length, causality, plain_state, position_state, logit_scale,
+                 weights_and_heads,
                  layout_constraint, encoding_constraint):
         step(inquiry)
     inquiry.capabilities.set(shapes=inquiry.constraint.pairs if inquiry.constraint else None)
     with declarations_read():
         for step in (encoding_inside, keep_scale, window_form, chunk_form, cache_form,
-                     dropout_form, mask_form, alibi_counting, packed_form):
+                     dropout_form, mask_form, alibi_counting, packed_form, path_form):
             step(inquiry)
     return _inferred(inquiry)
 

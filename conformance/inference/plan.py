@@ -7,12 +7,14 @@ import contextlib
 import copy
 import io
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from conformance.errors import ConformanceError
+from conformance.inference.construction.config_object import PREFIX, ConfigArgument
 from conformance.inference.names.convention import FILLABLE_POSITIONS, ForwardConvention
 from conformance.inference.names.roles import (
     CONTEXT_LENGTH,
@@ -26,6 +28,7 @@ from conformance.model.declarations import DeclarationError
 from conformance.model.remedies import Note, Option, Remedy
 from conformance.model.spec import Capabilities, Config, Implementation
 from conformance.subject.call_arguments import positions_argument
+from conformance.subject.core_trace import CoreTracer
 
 ALL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 ASSUMED_DTYPES = (torch.float16, torch.bfloat16)
@@ -60,6 +63,10 @@ CALL_REMEDY = Remedy((Option("call", "self", "call it as f(x[, mask])"),
                       Option("call", "cross", "call it as f(x, context[, mask])")))
 """Where behaviour finds no way to call it: the call conventions."""
 
+INSTANCE_ROUTE = ("; or build one yourself and check that instance (layer = Name(...) in a file, "
+                  "then FILE.py::layer as the target)")
+"""Where a class can't be built by the suite: the route that needs no constructor inferred."""
+
 SIZES_REMEDY = Remedy((Option("width_arg", None, "name the model width's argument"),
                        Option("heads_arg", None, "name the head count's"),
                        Option("head_dim_arg", None, "name each head's width's")))
@@ -93,12 +100,12 @@ class InferredModule(nn.Module):
         the present from it)."""
         convention = self.convention
         kwargs: dict[str, object] = dict(options)
-        if mask is not None:
+        if mask is not None or convention.mask_required:
             kwargs[convention.mask] = mask
         if is_causal:
             kwargs[convention.causal] = True
         if convention.need_weights:
-            kwargs["need_weights"] = False
+            kwargs.setdefault("need_weights", False)  # another path where one asks for it
         if convention.sequence_first:
             tensors = tuple(t.transpose(0, 1) for t in tensors)
         if convention.by_keyword:
@@ -109,7 +116,9 @@ class InferredModule(nn.Module):
         else:
             output = self.inner(*tensors, **kwargs)
         cached = convention.cache is not None and convention.cache in options
-        if isinstance(output, tuple) and (cached or self.tuple_output):
+        # A path that returns more (the weights beside the output): its output comes first.
+        switched = any(name in options for name, _ in convention.switches)
+        if isinstance(output, tuple) and (cached or self.tuple_output or switched):
             if convention.sequence_first and isinstance(output[0], torch.Tensor):
                 output = (output[0].transpose(0, 1), *output[1:])
             return output if cached else output[0]
@@ -172,6 +181,9 @@ class Plan:
     queries: int | None = None
     """Queries the module holds itself (its output's rows for inputs of any length): found by
     behaviour, see :mod:`conformance.inference.steps.latent`."""
+    config_argument: ConfigArgument | None = None
+    """The constructor argument that takes a config object, where one does: the roles naming
+    its fields (``config.n_embd``) are set on a config made for each build."""
 
     def head_count(self) -> int | None:
         """The head count every configuration has, None where an argument sets it."""
@@ -207,6 +219,10 @@ class Plan:
             kwargs[roles.max_batch] = MAX_BATCH_SIZE
         kwargs.update(self.init)
         kwargs.update(config.settings)  # another value of a setting, asked for by a check
+        if self.config_argument is not None:
+            fields = {name.removeprefix(PREFIX): kwargs.pop(name) for name in list(kwargs)
+                      if name.startswith(PREFIX)}
+            kwargs[self.config_argument.argument] = self.config_argument.build(fields)
         return kwargs
 
     def instantiate(self, config: Config) -> nn.Module:
@@ -215,7 +231,11 @@ class Plan:
             return copy.deepcopy(self.instance)
         kwargs = self.arguments(config)
         args = [kwargs.pop(name) for name in self.positional]
-        return self.cls(*args, **kwargs)
+        # What its constructor prints (nanoGPT's "using slow attention") is no forward's print,
+        # and the suite builds it hundreds of times: kept off every output.
+        with contextlib.redirect_stdout(io.StringIO()):
+            module = self.cls(*args, **kwargs)
+        return materialised(self, module, config)
 
     def construct(self, config: Config) -> nn.Module:
         return InferredModule(self.instantiate(config), self.convention, self.tuple_output)
@@ -254,10 +274,20 @@ class Plan:
         return Implementation(name, self.construct, Capabilities(**laid_over(declared, capabilities)))
 
 
-def first_call(plan: Plan, config: Config) -> torch.Tensor | tuple:
+def first_call(plan: Plan, config: Config,
+               tracer: CoreTracer | None = None) -> torch.Tensor | tuple:
+    """The class built for ``config`` and called once without a mask (its attention core
+    recorded by ``tracer``, where one is given)."""
     wrapper = plan.construct(config).eval()
     # A packed-only forward is called through the wrapper, which packs the batch.
-    module = wrapper if plan.convention.packed_only else wrapper.inner
+    return _called(plan, wrapper if plan.convention.packed_only else wrapper.inner, config,
+                   tracer)
+
+
+def _called(plan: Plan, module: nn.Module, config: Config,
+            tracer: CoreTracer | None = None) -> torch.Tensor | tuple:
+    """``module`` (the class's own, or the wrapper of a packed-only one) called once without a
+    mask on random inputs of ``config``'s sizes, in its own convention."""
     shape = (config.batch, config.q_len, config.d_model)
     if plan.convention.sequence_first:
         shape = (config.q_len, config.batch, config.d_model)
@@ -265,9 +295,30 @@ def first_call(plan: Plan, config: Config) -> torch.Tensor | tuple:
     inputs = [torch.randn(shape) for _ in range(count)]
     kwargs = (dict(zip(plan.convention.inputs, inputs, strict=True)) if plan.convention.by_keyword
               else {})
+    if plan.convention.mask_required and not plan.convention.packed_only:  # None: no mask
+        kwargs[plan.convention.mask] = None
     argument = plan.convention.position_argument
     if argument and plan.convention.position_required:  # a call without it can't be made
         kwargs[argument] = positions_argument(FILLABLE_POSITIONS[argument], 0, config.batch,
                                               config.q_len, "cpu")
-    with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
+    if tracer is not None:
+        tracer.taint(*inputs)
+    with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), \
+            tracer or contextlib.nullcontext():
         return module(**kwargs) if plan.convention.by_keyword else module(*inputs, **kwargs)
+
+
+def materialised(plan: Plan, module: nn.Module, config: Config) -> nn.Module:
+    """``module`` with its lazy parameters (``nn.LazyLinear``: shapes read from a first call)
+    made, by one call at ``config``'s sizes, so that its weights can be read and written; the
+    random state is kept, so a build stays reproducible. A call that fails leaves them lazy:
+    the checks report the failing call."""
+    if not any(is_lazy(p) for p in module.parameters()):
+        return module
+    # In eval mode: a dropout before a lazy layer would draw from the random state its
+    # initialisation then draws from, and builds at two rates would differ. Whatever the forward
+    # raises is the checks' to report.
+    training = module.training
+    with torch.random.fork_rng(devices=[]), contextlib.suppress(Exception):
+        _called(plan, module.eval(), replace(config, dtype=torch.float32))
+    return module.train(training)

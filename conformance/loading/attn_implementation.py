@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import zlib
 
-from conformance.model.forms import MaskKind
+from conformance.model.mask_forms import MaskKind
 from conformance.model.remedies import Note
 
 PREFIX = "attention_conformance."

@@ -15,11 +15,13 @@ from pathlib import Path
 
 import torch
 
-from conformance.errors import ConformanceError, one_line, raised_by_its_code
+from conformance.loading import target_kinds
 from conformance.loading.candidates import candidates as _candidates
+from conformance.loading.resolve_errors import MissingPackage, ResolveError
+from conformance.loading.target_kinds import Request
 from conformance.model.capability_groups import DEFAULT_DTYPES, CausalForm, Causality, Dtypes
 from conformance.model.declarations import Declarations, merged
-from conformance.model.forms import MaskConvention
+from conformance.model.mask_forms import MaskConvention
 from conformance.model.spec import (
     CallConvention,
     Capabilities,
@@ -27,6 +29,7 @@ from conformance.model.spec import (
     FullyMaskedPolicy,
     Implementation,
 )
+from conformance.model.target_spec import TargetForm, TargetSpec
 from conformance.model.weights import WeightLayout
 
 ENTRY_POINT_GROUP = "attention_conformance.implementations"
@@ -35,17 +38,6 @@ _registry: dict[str, Implementation] = {}
 _entry_points_loaded = False
 
 
-class ResolveError(ConformanceError):
-    """An IMPL argument that names nothing checkable; the message is one line for the user."""
-
-
-class MissingPackage(ResolveError):
-    """The code imports a package this environment does not have (not one of its own modules):
-    the environment's problem, to be installed, not the code's."""
-
-    def __init__(self, message: str, package: str) -> None:
-        super().__init__(message)
-        self.package = package
 
 
 def _missing_package(error: BaseException, folders: list[Path]) -> str | None:
@@ -117,109 +109,12 @@ def implementation(
     return declare
 
 
-def _probed(infer_it: Callable[[], Implementation], origin: str) -> list[Implementation]:
-    """The implementation inferred, or one line: what inference found it can't settle, or what
-    the module's own code raised while probed (never a traceback)."""
-    from conformance.inference import InferenceError
-
-    try:
-        return [infer_it()]
-    except InferenceError as error:
-        raise ResolveError(str(error)) from error
-    except Exception as error:
-        where = raised_by_its_code(error)
-        if where is None:
-            raise  # the suite's own: reported as the suite's by each front end
-        raise ResolveError(f"{origin}: its code raised {one_line(error, 160)} at {where} while "
-                           "the suite probed how to call it; declare how it is called (see "
-                           "docs/declarations.md), or fix what raised") from error
-
-
-def _attention_function(declared: Declarations | None, origin: str,
-                        model: bool = True) -> tuple[str | None, tuple]:
-    """The declared ``attn_implementation``'s registered name and how it was registered
-    (:mod:`conformance.loading.attn_implementation`); ResolveError where it can't be used."""
-    from conformance.loading.attn_implementation import AttnImplementationError, declared_function
-
-    try:
-        return declared_function(declared.attn_implementation if declared else None, origin,
-                                 model, _located_object)
-    except AttnImplementationError as error:
-        raise ResolveError(str(error)) from error
-
-
 def _as_implementations(obj: object, origin: str, declared: Declarations | None = None,
                         named: str | None = None,
                         others: list[str] | None = None) -> list[Implementation]:
-    if isinstance(obj, Implementation):
-        return [obj]
-    if isinstance(obj, Iterable) and not isinstance(obj, (str, bytes)):
-        items = list(obj)
-        if items and all(isinstance(item, Implementation) for item in items):
-            return items
-    if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
-        from conformance.inference import InferenceError, infer
-        from conformance.inference.models.model_route import (
-            host_model,
-            is_model_class,
-            model_implementations,
-        )
-
-        # A model: each kind of attention layer in it; a layer built from a config: through
-        # the model it is defined with.
-        model, only = (obj, None) if is_model_class(obj) else (host_model(obj), obj)
-        if model is not None:
-            name, built = _attention_function(declared, origin)
-            try:
-                return [found.implementation for found in model_implementations(
-                    model, origin, declared, only=only, attn_implementation=name, built=built,
-                    named=named, others=others)]
-            except InferenceError as error:
-                raise ResolveError(str(error)) from error
-        _attention_function(declared, origin, model=False)
-
-        return _probed(lambda: infer(obj, name=origin, declared=declared).implementation, origin)
-    if isinstance(obj, type):
-        raise ResolveError(f"{origin} is a class but not a torch.nn.Module: an attention layer "
-                           "subclasses torch.nn.Module (and calls super().__init__() first)")
-    if callable(obj) and not isinstance(obj, torch.nn.Module):  # a core attention function
-        from conformance.inference import infer_function
-
-        try:
-            return _probed(lambda: infer_function(obj, name=origin,
-                                                  declared=declared).implementation, origin)
-        except (ValueError, TypeError) as error:  # its signature's problem, said in one line
-            raise ResolveError(str(error)) from error
-    if isinstance(obj, torch.nn.Module):  # an instance: checked as it is
-        from conformance.inference import InferenceError, infer
-        from conformance.inference.models.model_route import (
-            instance_implementations,
-            with_attention,
-        )
-
-        name, built = _attention_function(declared, origin,
-                                          model=hasattr(obj, "set_attn_implementation"))
-        as_given, obj = obj, with_attention(obj, name)
-        try:  # a model holding attention layers: each kind of them, driven through it
-            in_model = instance_implementations(obj, origin, declared, built, as_given, named,
-                                                others=others)
-        except InferenceError as error:
-            raise ResolveError(str(error)) from error
-        if in_model is not None:
-            return [found.implementation for found in in_model]
-
-        try:
-            return _probed(lambda: infer(type(obj), name=origin, declared=declared,
-                                         instance=obj).implementation, origin)
-        except ResolveError as error:
-            raise ResolveError(f"{origin} is an instance, checked as it is: {error}") from error
-    if callable(obj):
-        raise ResolveError(
-            f"{origin} is {getattr(obj, '__name__', type(obj).__name__)}, which has no "
-            "declaration: pass its class, or wrap its construction with "
-            "@conformance.implementation(...) (see the README, 'Register your implementation')")
-    raise ResolveError(
-        f"{origin} is a {type(obj).__name__}, not an nn.Module, callable or Implementation")
+    """The implementations ``obj`` gives, by its kind (:mod:`conformance.loading.target_kinds`)."""
+    return target_kinds.implementations(obj, Request(origin, declared, named, others,
+                                                     _located_object))
 
 
 def load_entry_points() -> None:
@@ -304,20 +199,22 @@ def resolve(spec: str, declared: Declarations | None = None, *, named: str | Non
         declared = merged(from_pyproject(spec), declared or Declarations())
     except DeclarationError as error:
         raise ResolveError(str(error)) from error
-    if not is_located(spec):
+    target = TargetSpec.parse(spec)
+    if not target.located:
         known = registered()
         if spec in known:
             return [known[spec]]
         raise ResolveError(f"no implementation named {spec!r} (see `attention-conformance list`; "
                            "or give package.module:Attr or path/to/file.py::Attr)")
-    return _as_implementations(_located_object(spec), origin(spec), declared, named, others)
+    return _as_implementations(_located_object(spec), target.origin, declared, named, others)
 
 
 def _located_object(spec: str) -> object:
     """What a located IMPL string names, its file or module imported; ResolveError, one line,
     where it is not there."""
     container = load_code(spec)
-    location, attribute = _split(spec)
+    target = TargetSpec.parse(spec)
+    location, attribute = target.location, target.attribute
     if not attribute:
         raise ResolveError(f"{spec}: name the attribute after the colon")
     try:
@@ -330,11 +227,9 @@ def _located_object(spec: str) -> object:
 def check_form(spec: str) -> None:
     """ResolveError when a located IMPL string names a file with ``:`` (a module's separator)
     instead of ``::``: one line saying how to write it."""
-    location, attribute = _split(spec)
-    if "::" not in spec and (location.endswith(".py") or "/" in location or "\\" in location):
-        raise ResolveError(f"{location} is a file: name what is in it with '::' "
-                           f"({location}::{attribute or 'NAME'}); ':' follows a module "
-                           "(package.module:NAME)")
+    why = TargetSpec.parse(spec).misformed()
+    if why is not None:
+        raise ResolveError(why)
 
 
 def implementations_of(target: object, declared: Declarations | None = None,
@@ -372,27 +267,6 @@ def load_code(spec: str) -> object:
     """Import the file or module a located IMPL string names (once per process: later calls
     return the same module), running its top level. Raises ResolveError with a one-line reason."""
     check_form(spec)
-    location, _ = _split(spec)
-    return _load_file(location) if "::" in spec else _load_module(location)
-
-
-def _split(spec: str) -> tuple[str, str]:
-    separator = "::" if "::" in spec else ":"
-    location, _, attribute = spec.partition(separator)
-    return location, attribute
-
-
-def is_located(spec: str) -> bool:
-    """Whether an IMPL string names code by where it lives (a file or a module), rather than a
-    registered name: code that can be loaded in another process."""
-    return ":" in spec
-
-
-def origin(spec: str) -> str:
-    """The name an undeclared implementation gets from its IMPL string: the file's name or the
-    module's last part, and the attribute (``attention.py::MHA``, ``attention:MHA``)."""
-    if "::" in spec:
-        location, _, attribute = spec.partition("::")
-        return f"{Path(location).name}::{attribute}"
-    location, _, attribute = spec.partition(":")
-    return f"{location.rsplit('.', 1)[-1]}:{attribute}"
+    target = TargetSpec.parse(spec)
+    return (_load_file(target.location) if target.form is TargetForm.FILE
+            else _load_module(target.location))

@@ -14,8 +14,11 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from conformance._compat import tomllib
-from conformance.model.declaration_specs import validate
+from conformance.model.declaration_specs import SPECS, Form, validate
 from conformance.model.declarations import DeclarationError, Declarations, merged
+
+LISTS = tuple(spec.name for spec in SPECS if spec.form is Form.REPEATED and spec.name != "init")
+"""Declarations that repeat (a list in TOML, or one value): ``init`` aside, read as pairs."""
 
 
 def from_mapping(values: dict, origin: str) -> Declarations:
@@ -41,7 +44,7 @@ def from_mapping(values: dict, origin: str) -> Declarations:
             pairs = value.items() if isinstance(value, dict) else (
                 parse_init(item) for item in value)
             values[key] = tuple(pairs)
-        elif key in ("mask_formats", "layer"):
+        elif key in LISTS:
             values[key] = tuple([value] if isinstance(value, str) else value)
         elif key == "dtypes" and not isinstance(value, str):
             values[key] = ",".join(value)

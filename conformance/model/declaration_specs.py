@@ -89,8 +89,9 @@ SPECS: tuple[DeclarationSpec, ...] = (
                     "the padding mask: KIND keep_int, keep_int32, keep_bool, keep_float, "
                     "ignore_bool, additive (-inf), additive_min; LAYOUT key_padding (B, Lk), "
                     "broadcast (B, 1, 1, Lk), per_query (B, Lq, Lk), per_query_broadcast, "
-                    "per_head (B, H, Lq, Lk), shared (Lq, Lk); @ARG: the forward keyword, e.g. "
-                    "additive:per_head@attn_bias",
+                    "per_head (B, H, Lq, Lk), shared (Lq, Lk); or valid lengths, KIND lengths "
+                    "with LAYOUT per_sequence (B,) or per_row (B, Lq); @ARG: the forward "
+                    "keyword, e.g. additive:per_head@attn_bias, lengths:per_sequence@valid_lens",
                     read=lambda d: (d.mask_convention("mask"), d.mask_argument)),
     DeclarationSpec.one_of("causal",
                            "whether it masks the future (optional: through forward's causal argument)",
@@ -149,6 +150,11 @@ SPECS: tuple[DeclarationSpec, ...] = (
                     "another mask format it accepts (repeatable; a list in TOML)",
                     form=Form.REPEATED, flag_name="mask-format",
                     read=lambda d: d.alternative_masks("mask")),
+    DeclarationSpec("paths", "NAME=VALUE",
+                    "another way to call forward that computes the same attention, e.g. "
+                    "need_weights=true (repeatable; a list in TOML): held to the default call's "
+                    "output", form=Form.REPEATED, flag_name="path",
+                    read=lambda d: d.path_list()),
     DeclarationSpec("kv_heads_arg", "NAME",
                     "the constructor argument for the key/value heads (grouped-query)"),
     DeclarationSpec("window_arg", "NAME[:keys|left]",

@@ -17,15 +17,13 @@ import torch
 from conformance.errors import ConformanceError
 from conformance.model.declaration_specs import SPECS, Form
 from conformance.model.declared_layouts import FusedProjection, PackedInProjection, SeparateProjections
-from conformance.model.forms import (
+from conformance.model.forms import CacheLayout, CacheStyle, PackedForm, PositionForm
+from conformance.model.mask_forms import (
+    LENGTH_LAYOUTS,
     QUERY_AXIS_LAYOUTS,
-    CacheLayout,
-    CacheStyle,
     MaskConvention,
     MaskKind,
     MaskLayout,
-    PackedForm,
-    PositionForm,
 )
 from conformance.model.weights import WeightLayout
 
@@ -93,6 +91,11 @@ class Declarations(_Declared):
         if convention.carries_causality and convention.layout not in QUERY_AXIS_LAYOUTS:
             raise DeclarationError(f"mask {self.mask!r}: only a layout with a query axis can "
                                    "carry causality")
+        if (convention.kind is MaskKind.LENGTHS) != (convention.layout in LENGTH_LAYOUTS):
+            raise DeclarationError(f"mask {self.mask!r}: valid lengths take the layouts "
+                                   "per_sequence (B,) or per_row (B, Lq), and only they do")
+        if convention.kind is MaskKind.LENGTHS and convention.carries_causality:
+            raise DeclarationError(f"mask {self.mask!r}: valid lengths can't carry causality")
         return convention
 
     @property
@@ -108,6 +111,19 @@ class Declarations(_Declared):
     def alternative_masks(self, argument: str) -> tuple[MaskConvention, ...]:
         return tuple(Declarations(mask=spec).mask_convention(argument)
                      for spec in self.mask_formats or ())
+
+    def path_list(self) -> tuple[tuple[str, tuple[tuple[str, object], ...]], ...]:
+        """The declared paths, as Capabilities' ``paths`` hold them: ``("need_weights=True",
+        (("need_weights", True),))``; a value reads as a bool, an int, or else text."""
+        found = []
+        for text in self.paths or ():
+            name, equals, value = text.partition("=")
+            name = name.strip()
+            if not equals or not name.isidentifier():
+                raise DeclarationError(f"paths {text!r}: give NAME=VALUE, a forward keyword "
+                                       "and the value that opens the path")
+            found.append((f"{name}={value.strip()}", ((name, _value(value.strip())),)))
+        return tuple(found)
 
     def dtype_list(self) -> tuple[torch.dtype, ...] | None:
         """The declared dtypes, or None."""
@@ -258,3 +274,13 @@ def merged(base: Declarations, override: Declarations) -> Declarations:
     """``override``'s declared items over ``base``'s."""
     return Declarations(**{f.name: getattr(override, f.name) if getattr(override, f.name)
                            is not None else getattr(base, f.name) for f in fields(Declarations)})
+
+
+def _value(text: str) -> object:
+    """A declared keyword's value: true/false as bools, an integer as an int, else the text."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text

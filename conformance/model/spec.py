@@ -20,11 +20,8 @@ from conformance.model.capability_groups import (
     Positions,
     flat_keywords,
 )
-from conformance.model.forms import (
-    KernelArguments,
-    MaskConvention,
-    Setting,
-)
+from conformance.model.forms import KernelArguments, Setting
+from conformance.model.mask_forms import MaskConvention
 from conformance.model.remedies import Note, as_notes
 
 if TYPE_CHECKING:
@@ -129,6 +126,8 @@ class Doubts:
         window: a window argument whose value W lets each row see W + 1 keys (W before it and
             itself, FlashAttention's count), where nothing says which count its author meant
             (most layers' W keys is the other); ``sliding_window`` warns.
+        length: the longest sequence it takes differs between two of its configurations (a
+            buffer sized by a width where a context length belongs); ``contract`` fails with it.
     """
 
     mask_problem: str | None = None
@@ -139,6 +138,7 @@ class Doubts:
     encoding: str | None = None
     variant: str | None = None
     window: str | None = None
+    length: str | None = None
 
 
 @flat_keywords

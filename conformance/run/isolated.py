@@ -24,6 +24,7 @@ from conformance.model.remedies import Note, Remedy, remedy_of
 from conformance.model.results import CheckResult, Status
 from conformance.model.spec import Config, Implementation
 from conformance.model.status import is_load_problem
+from conformance.model.target_spec import TargetSpec
 from conformance.run import shared
 from conformance.run.runner import BLOCKED, Runner
 from conformance.subject.boundary import ImplementationError, Subject
@@ -85,11 +86,10 @@ def _not_loaded(spec: str, name: str, error: LoadError, devices: Sequence[str] |
                 checks: Sequence[str] | None, interfaces: Interfaces) -> list[CheckResult]:
     """The verdicts of ``name``, one of what ``spec`` names, that its worker did not load; a load
     problem (not found, not inferred) is the input's, said in one line (BadInput)."""
-    from conformance.loading.registry import origin
 
     if is_load_problem(error.status):
         said = str(error)  # where the worker's words name it already, it is not said twice
-        named = said.startswith((f"{spec}:", f"{origin(spec)}:"))
+        named = said.startswith((f"{spec}:", f"{TargetSpec.parse(spec).origin}:"))
         raise BadInput(said if named else f"{spec}: {said}", error.remedy) from None
     interfaces[name] = ("not loaded", ())
     return not_loaded(name, error, devices, checks)
@@ -134,7 +134,6 @@ def isolated_results(runner: Runner, spec: str, what: Isolated,
     """Every verdict of the implementations ``spec`` names, each in a worker of its own; what each
     declares goes into ``interfaces``."""
     # Deferred: a run that isolates nothing never loads the worker's checker side.
-    from conformance.loading.registry import origin
     from conformance.worker.errors import LoadError, WorkerStartError
     from conformance.worker.local import open_all
 
@@ -150,7 +149,7 @@ def isolated_results(runner: Runner, spec: str, what: Isolated,
     except WorkerStartError as error:
         raise BadInput(f"{spec}: {error}") from None
     except LoadError as error:
-        return _not_loaded(spec, origin(spec), error, devices, checks, interfaces)
+        return _not_loaded(spec, TargetSpec.parse(spec).origin, error, devices, checks, interfaces)
     names = list(checks) if checks is not None else list(CHECK_NAMES)
     results: list[CheckResult] = []
     try:

@@ -19,7 +19,7 @@ import torch
 
 from conformance.errors import ConformanceError
 from conformance.model.core import CoreObservation
-from conformance.model.forms import MaskConvention
+from conformance.model.mask_forms import MaskConvention
 from conformance.model.spec import Capabilities, Config
 from conformance.model.weights import HeadWeights
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from conformance.errors import ConformanceError
-from conformance.model.forms import LAYOUT_SHAPES, MaskConvention, MaskKind, MaskLayout
+from conformance.model.mask_forms import LAYOUT_SHAPES, MaskConvention, MaskKind, MaskLayout
 
 
 class MaskEncodingError(ConformanceError, ValueError):
@@ -41,6 +41,8 @@ def encode_mask(keep: torch.Tensor, convention: MaskConvention, *, num_heads: in
     """``keep`` (B, Lk) or (B, Lq, Lk) bool -> the tensor the implementation expects for
     ``convention`` (for a causal call of a convention that carries causality, with the causal
     triangle, ``window`` and ``chunk`` folded in)."""
+    if convention.kind is MaskKind.LENGTHS:
+        return valid_lengths(keep, convention.layout, q_len)
     if causal and convention.carries_causality:
         keep = with_causality(keep, q_len, window, chunk)
     if keep.dim() == 3:
@@ -62,6 +64,26 @@ def encode_mask(keep: torch.Tensor, convention: MaskConvention, *, num_heads: in
     fill = torch.finfo(dtype).min if kind is MaskKind.ADDITIVE_MIN else float("-inf")
     additive = torch.zeros(shaped.shape, dtype=dtype, device=keep.device)
     return additive.masked_fill(~shaped, fill)
+
+
+def valid_lengths(keep: torch.Tensor, layout: MaskLayout, q_len: int) -> torch.Tensor:
+    """``keep`` (B, Lk) or (B, Lq, Lk) as valid lengths: (B,) for ``PER_SEQUENCE``, (B, Lq)
+    for ``PER_ROW`` (int64); a mask that keeps a key after a masked one has none."""
+    lengths = keep.sum(dim=-1)
+    prefix = torch.arange(keep.shape[-1], device=keep.device) < lengths[..., None]
+    if not torch.equal(prefix, keep):
+        raise MaskEncodingError("valid lengths mask only the keys past a length: this mask "
+                                "keeps a key after a masked one")
+    if layout is MaskLayout.PER_SEQUENCE:
+        if lengths.dim() == 2:
+            if not bool((lengths == lengths[:, :1]).all()):
+                raise MaskEncodingError("one valid length per sequence can't give its rows "
+                                        "different keys")
+            lengths = lengths[:, 0]
+        return lengths.to(torch.int64)
+    if lengths.dim() == 1:
+        lengths = lengths[:, None].expand(-1, q_len)
+    return lengths.contiguous().to(torch.int64)
 
 
 def _key_padding(keep: torch.Tensor, layout: MaskLayout, num_heads: int,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from conformance.model.declarations import Declarations
 from conformance.model.spec import Config
+from conformance.model.target_spec import TargetSpec
 from conformance.worker import gpu
 from conformance.worker.limits import WorkerLimits
 from conformance.worker.subject import IsolatedSubject
@@ -146,10 +147,10 @@ def isolated(spec: str, declared: Declarations | None = None, *, name: str | Non
     ``twins``: how many more workers load it at once (see :meth:`IsolatedSubject.twin`);
     ``accelerators``: it may use the machine's GPU (``WorkerLimits.accelerators``).
     Raises the worker's LoadError when it can't be loaded."""
-    if "::" in spec:
-        location, _, attribute = spec.partition("::")
-        path = Path(location).resolve()
-        directory, worker_spec = path.parent, f"{path.name}::{attribute}"
+    target = TargetSpec.parse(spec)
+    if target.file is not None:
+        path = target.file.resolve()
+        directory, worker_spec = path.parent, f"{path.name}::{target.attribute}"
     else:
         directory, worker_spec = Path.cwd(), spec
     limits = WorkerLimits(request_seconds=call_seconds, load_seconds=LOAD_CALLS * call_seconds,

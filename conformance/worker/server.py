@@ -38,6 +38,7 @@ from conformance.model.core import CoreObservation
 from conformance.model.declarations import DeclarationError
 from conformance.model.remedies import Remedy, remedy_of
 from conformance.model.spec import Config, Implementation
+from conformance.model.target_spec import TargetForm, TargetSpec
 from conformance.subject.boundary import CapabilityError, ImplementationError
 from conformance.subject.in_process import ModuleInstance
 from conformance.worker.errors import WorkerStatus
@@ -108,10 +109,11 @@ class WorkerInstance(ModuleInstance):
 def defined_names(scratch: Path, spec: str) -> tuple[str, ...]:
     """Top-level classes and functions of the target module, read from its source (a file
     that does not parse is scanned line by line)."""
-    if "::" in spec:
-        candidates = [scratch / spec.partition("::")[0]]
+    target = TargetSpec.parse(spec)
+    if target.file is not None:
+        candidates = [scratch / target.file]
     else:
-        parts = spec.partition(":")[0].split(".")
+        parts = target.location.split(".")
         candidates = [scratch.joinpath(*parts).with_suffix(".py"),
                       scratch.joinpath(*parts, "__init__.py")]
     for path in candidates:
@@ -135,8 +137,9 @@ def _load_status(error: ResolveError, spec: str) -> WorkerStatus:
         return WorkerStatus.MISSING_PACKAGE
     if isinstance(cause, SyntaxError):
         return WorkerStatus.SYNTAX_ERROR
+    target = TargetSpec.parse(spec)
     if isinstance(cause, ModuleNotFoundError) and cause.name and \
-            spec.partition(":")[0].startswith(cause.name) and "::" not in spec:
+            target.form is TargetForm.MODULE and target.location.startswith(cause.name):
         return WorkerStatus.NOT_FOUND  # the named module itself is missing, not a dependency
     if isinstance(cause, (InferenceError, DeclarationError, ValueError, TypeError)):
         return WorkerStatus.INTERFACE_MISMATCH

@@ -30,6 +30,7 @@ import conformance.worker.codec as codec
 import conformance.worker.gpu as gpu
 from conformance.model.declarations import Declarations
 from conformance.model.spec import Config
+from conformance.model.target_spec import TargetSpec
 from conformance.subject.boundary import (
     CHECK_RANDOM_STATE,
     CapabilityError,
@@ -91,8 +92,9 @@ class IsolatedSubject(Loads, Subject):
         if in_place and sandbox == "auto":
             # Containment only (a user's own code): the strongest tier that runs it in place.
             sandbox = "unshare" if "unshare" in available_sandboxes() else "none"
-        if "::" in spec:  # a missing file needs no worker to say so
-            file = spec.partition("::")[0]
+        target = TargetSpec.parse(spec)
+        if target.file is not None:  # a missing file needs no worker to say so
+            file = target.location
             where = (self.submission.parent if self.submission.is_file() else self.submission)
             if not (where / file).is_file() or (self.submission.is_file()
                                                 and file != self.submission.name):

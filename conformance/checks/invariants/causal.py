@@ -73,7 +73,7 @@ def _dependence(context: CheckContext, instance: Instance, inputs: Inputs, case:
     return seen
 
 
-CAUSAL_MISTAKES = (Mistake.HIDES_CURRENT, Mistake.SHOWS_NEXT, Mistake.IGNORES_CAUSAL)
+CAUSAL_MISTAKES = (Mistake.HIDES_CURRENT, Mistake.SHOWS_NEXT, Mistake.IGNORES_CAUSAL, Mistake.TRANSPOSED)
 
 PATTERN_LENGTHS = (5, 7)
 """Lengths of the unmasked cases a causal mistake's pattern must also show without weight
@@ -124,8 +124,7 @@ def _pattern_mistake(context: CheckContext, case: Case) -> Mistake | None:
     was told apart (and fit) on two cases at least."""
     caps = context.capabilities
     tried = [case] + [replace(case, q_len=length, kv_len=length, kept=None, mask_seed=None)
-                      for length in PATTERN_LENGTHS
-                      if caps.length_near(length) == length]
+                      for length in PATTERN_LENGTHS if caps.length_near(length) == length]
     consistent, shown = set(CAUSAL_MISTAKES), dict.fromkeys(CAUSAL_MISTAKES, 0)
     for one in tried:
         measured = _pattern(context, one)
@@ -213,6 +212,11 @@ MIXES_POSITIONS = (Bug.MERGE_WITHOUT_TRANSPOSE.value, Bug.SPLIT_WITHOUT_TRANSPOS
 positions (the scale's, the projections' do not: the causal check never fails for them)."""
 
 
+def _cut(case: Case) -> int:
+    """The last position kept as the inputs after it change: 0 .. q_len - 2, by the seed."""
+    return case.seed % max(case.q_len - 1, 1)
+
+
 def causal_mistake(context: CheckContext, case: Case) -> Hint | None:
     """The likely bug that makes the module's forward not causal on ``case``, named with its
     kind: a causal-mask mistake its behaviour reproduces, else a mistake of the computation that
@@ -252,9 +256,11 @@ class Causal(Check):
                             lambda case: self.past_visible(context, case))
 
     def future_invisible(self, context: CheckContext, case: Case) -> None:
+        if case.q_len < 2:  # a replayed case of one token: no later position to change
+            return
         instance = context.build(case)
         inputs = case.inputs(context.capabilities.call)
-        cut = case.seed % (case.q_len - 1)
+        cut = _cut(case)
         before = context.run(instance, inputs, case)
         try:
             expect_finite_rows(before, context.rows(case))
@@ -294,19 +300,12 @@ class Causal(Check):
 
     def _mistake(self, context: CheckContext, case: Case, inputs: Inputs, *,
                  attention: torch.Tensor | None = None) -> str | None:
-        """The causal-mask mistake the module's behaviour reproduces, in words with its kind
-        (:func:`~conformance.checks.mask_mistakes.named`), or None.
-
-        With weight access: the weights ``attention`` measured with zero logits (when given)
-        show it, or the output matches the float64 reference under that mask, on ``case`` or,
-        where that can't tell the mistakes apart (in a sequence of two, a row that sees the next
-        key sees every key), on its revealing case (see :func:`revealing`). Without: which
-        output rows each position's inputs change (see :func:`_pattern_mistake`). A module that
-        ignores the
-        causal mask with a padding mask given (``inputs``), and is causal without one, has the
-        padding mask replacing it; one that is causal without the padding mask and not with it
-        is said to be so. Where no mask mistake is shown, a mistake of the computation that mixes
-        positions the output reproduces is named (see :func:`causal_mistake`)."""
+        """The causal-mask mistake the module's behaviour reproduces, in words with its kind,
+        or None: with weight access, shown by the weights ``attention`` at zero logits or by the
+        float64 reference under that mask (on ``case``, or its revealing case); without, by which
+        rows each position's inputs change (:func:`_pattern_mistake`). Causal without the padding
+        mask ``inputs`` gives and not with it: the padding mask replaces (or undoes) it. Where no
+        mask mistake shows, a computation mistake mixing positions (:func:`causal_mistake`)."""
         if attention is None:
             in_core = context.hint(lambda: _axis_in_core(context, case))
             if in_core is not None:
@@ -321,7 +320,7 @@ class Causal(Check):
             return words
         try:
             causal_without = self._causal_without_mask(context, context.build(case), inputs,
-                                                       case, case.seed % (case.q_len - 1))
+                                                       case, _cut(case))
         except (Violation, ImplementationError):
             return words
         if not causal_without:

@@ -58,6 +58,8 @@ class Contract(Check):
         if problems:
             raise CheckFailed(Violation(problems[0], details=problems[1:]), None)
         caps = context.capabilities
+        if caps.doubts.length is not None:  # measured by inference, at two configurations
+            raise CheckFailed(Violation(caps.doubts.length), None)
         first = caps.floats.supported[0]
         # One token (or the fewest it runs at on this device: base_case keeps to min_len).
         single = [base_case(caps, first, context.device, q_len=1, kv_len=1)]

@@ -37,7 +37,7 @@ from conformance.checks.invariants.violation import Violation
 from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
-from conformance.model.forms import MaskKind
+from conformance.model.mask_forms import MaskKind
 from conformance.model.spec import Capabilities
 from conformance.model.weights import user_path
 from conformance.numerics.tolerance import abs_error, eps, only_rows, unchanged_tolerance, worst_index

@@ -64,7 +64,8 @@ def revealing_masks(caps: Capabilities, device: str) -> tuple[Case, ...]:
     dtype = torch.float32 if torch.float32 in caps.floats.supported else caps.floats.supported[0]
     length = caps.length_near(6)
     case = base_case(caps, dtype, device, q_len=length, kv_len=length, kept=(3, 4), mask_seed=2)
-    return () if case.shared_mask or not bool(case.attendable_rows().all()) else (case,)
+    return () if (case.shared_mask or case.mask_seed is None
+                  or not bool(case.attendable_rows().all())) else (case,)
 
 
 def _positions(row: torch.Tensor) -> list[int]:

@@ -3,7 +3,9 @@
 Property: on rows with a key to attend to, the output is the same (within the reordering
 tolerance) whether forward runs under ``torch.no_grad()`` or with autograd on (fused inference
 kernels often hide behind the first), in train mode at p = 0 and in eval mode (where the dropout
-rate is configurable), and with every declared alternative path (such as ``need_weights=True``).
+rate is configurable), and with every other path to the same attention (``need_weights=True``,
+``output_attentions=True``: declared, or found in forward's switches), causal calls included
+where causality is an argument (a weights-returning path that drops the causal mask).
 A forward-only kernel (probed: no gradient, or none taken) has no autograd path to compare.
 """
 
@@ -31,6 +33,9 @@ class PathAgreement(Check):
         context.explore(cases(caps, context.device,
                               masks="auto"),
                         lambda case: self.verify(context, case))
+        if caps.causality.kind == "optional" and caps.paths:  # each path, asked to be causal
+            context.explore(cases(caps, context.device, causal=True, min_len=2, masks="auto"),
+                            lambda case: self.verify(context, case))
 
     def verify(self, context: CheckContext, case: Case) -> None:
         caps = context.capabilities
@@ -47,9 +52,23 @@ class PathAgreement(Check):
             paths.append((name, lambda options=options: instance.forward(
                 replace(inputs, options=options))))
         for name, compute in paths:
-            diff = only_rows(abs_error(compute(), output, nan_equal=True), rows)
+            computed = compute()
+            diff = only_rows(abs_error(computed, output, nan_equal=True), rows)
             if float(diff.max()) > tolerance:
                 b, row, _ = worst_index(diff)
                 raise Violation(
                     f"path '{name}' differs from the no-grad eval call (row {row} of batch {b}, "
-                    f"by {fmt(float(diff[b, row].max()))}, allowed {fmt(tolerance)})")
+                    f"by {fmt(float(diff[b, row].max()))}, allowed {fmt(tolerance)})",
+                    hint=context.hint(lambda computed=computed, name=name: _uncausal(
+                        instance, inputs, computed, tolerance, name) if case.causal else None))
+
+
+def _uncausal(instance, inputs, computed, tolerance: float, name: str) -> str | None:
+    """Where the path asked to be causal computes what the default call does when not asked
+    (every row sees the future): that it drops the causal mask, in words; else None."""
+    unmasked = instance.forward(replace(inputs, causal=False))
+    if float(abs_error(computed, unmasked, nan_equal=True).max()) > tolerance:
+        return None
+    return (f"the path '{name}' computes the attention without its causal mask (its output is "
+            "the default call's when not asked to be causal): does the path that returns the "
+            "weights skip the causal masking?")

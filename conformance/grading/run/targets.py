@@ -18,6 +18,7 @@ from pathlib import Path
 
 from conformance.grading.score.outcome import RunStatus, TargetOutcome
 from conformance.grading.score.rubric import Target
+from conformance.model.target_spec import TargetSpec
 
 
 @dataclass
@@ -141,4 +142,5 @@ def _location(relative: str, class_name: str, directory: Path, how: str) -> Loca
         paths = tuple(dict.fromkeys([root, "."]))
         return Location(relative, class_name, module, f"{module}:{class_name}", paths, how)
     paths = tuple(dict.fromkeys([path.parent.as_posix(), "."]))
-    return Location(relative, class_name, path.stem, f"{relative}::{class_name}", paths, how)
+    return Location(relative, class_name, path.stem, TargetSpec.in_file(relative, class_name).text,
+                    paths, how)

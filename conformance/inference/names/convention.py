@@ -17,6 +17,11 @@ WEAK_MASK_NAMES = ("mask",)
 attend, OpenNMT and others as True = masked. The other polarity is accepted, and doubted."""
 IGNORE_MASK_NAMES = ("key_padding_mask", "padding_mask", "src_key_padding_mask", "pad_mask")
 EITHER_MASK_NAMES = ("attn_mask",)
+LENGTH_NAMES = ("valid_lens", "valid_len", "valid_lengths", "valid_length", "lengths", "lens",
+                "seq_lens", "seq_lengths", "seqlens", "key_lengths", "kv_lens", "src_lens",
+                "input_lengths", "x_lens", "sequence_lengths")
+"""Integer lengths of the valid keys (d2l's ``valid_lens``, of shape (B,) or (B, Lq)): a mask in
+another form, read by behaviour as the other masks are."""
 BIAS_NAMES = ("attn_bias", "attention_bias", "bias", "position_bias", "mask_bias")
 CAUSAL_NAMES = ("is_causal", "causal")
 POSITION_NAMES = ("position_ids", "position_embeddings", "positions", "freqs_cis",
@@ -33,10 +38,22 @@ CACHE_NAMES = ("past_key_value", "past_key_values", "layer_past", "past", "kv_ca
 START_NAMES = ("start_pos", "start_position", "seqlen_offset")
 """An int that says where new tokens go in buffers the module keeps (Meta Llama's cache)."""
 USE_CACHE_NAMES = ("use_cache",)
+SAME_ATTENTION_SWITCHES = ("need_weights", "output_attentions", "output_attention",
+                           "return_attention", "return_attn", "return_weights",
+                           "return_attention_weights", "return_attn_weights", "return_scores",
+                           "return_attn_probs", "use_flash", "use_flash_attn", "flash", "use_sdpa",
+                           "fused", "use_fused_attn", "fast_path", "use_memory_efficient",
+                           "use_kernel")
+"""Switches of forward whose two values claim the same attention: one returns the weights
+beside the output, or runs another kernel for it. A path each value opens is held to the
+other's output (``path_agreement``); a switch of another name is a setting of its own."""
+NOT_SWITCHES = ("training", "return_dict")
+"""Boolean arguments that are no path of the attention (train mode is the dropout check's; a
+return_dict only wraps the same tensors)."""
 PACKED_NAMES = ("cu_seqlens", "cu_seq_lens", "cu_seqlens_q", "cu_seqlen")
 MAX_SEQLEN_NAMES = ("max_seqlen", "max_seqlen_q", "max_seq_len_in_batch")
 
-NOT_A_CONTEXT = (*KEEP_MASK_NAMES, *IGNORE_MASK_NAMES, *EITHER_MASK_NAMES, *BIAS_NAMES,
+NOT_A_CONTEXT = (*KEEP_MASK_NAMES, *IGNORE_MASK_NAMES, *EITHER_MASK_NAMES, *BIAS_NAMES, *LENGTH_NAMES,
                  *CAUSAL_NAMES, *POSITION_NAMES, *CACHE_NAMES, *START_NAMES, *USE_CACHE_NAMES,
                  *PACKED_NAMES, *MAX_SEQLEN_NAMES)
 """Names a second required argument has when it is no tensor of states to attend to."""
@@ -49,7 +66,8 @@ MaskFamily = str
 - ``either``: both boolean polarities are in real use under this name, or additive
   (``attn_mask``: True = attend for F.scaled_dot_product_attention, True = masked for
   nn.MultiheadAttention): the polarity is then decided by behaviour, and said so;
-- ``additive``: a float bias added to the logits (``attn_bias``).
+- ``additive``: a float bias added to the logits (``attn_bias``);
+- ``lengths``: integer valid lengths, (B,) or (B, Lq) (``valid_lens``).
 """
 
 
@@ -61,6 +79,8 @@ def mask_family(name: str) -> MaskFamily:
         return "either"
     if name in BIAS_NAMES:
         return "additive"
+    if name in LENGTH_NAMES:
+        return "lengths"
     return "keep"
 
 
@@ -77,6 +97,12 @@ class ForwardConvention:
     mask: str | None = None
     mask_family: MaskFamily | None = None
     mask_name_settles: bool = True
+    mask_required: bool = False
+    switches: tuple[tuple[str, bool], ...] = ()
+    """Optional boolean arguments no other role reads, each with the value the suite's calls
+    give it (its default; ``need_weights``: False): the paths forward offers."""
+    """The mask argument has no default: a call without a mask passes None for it (d2l's
+    ``forward(queries, keys, values, valid_lens)``, whose None means no mask)."""
     """Whether the mask's name settles its polarity (``attention_mask``, ``key_padding_mask``);
     not for ``mask`` or an unknown name ending in "mask" (see WEAK_MASK_NAMES)."""
     causal: str | None = None
@@ -166,14 +192,17 @@ def read_forward(function) -> ForwardConvention:
         named = next((n for n in rest if n.endswith("mask")), None)
     if named is None:
         named = next((n for n in rest if n in BIAS_NAMES), None)
+    if named is None:
+        named = next((n for n in rest if n in LENGTH_NAMES), None)
+    by_name = {p.name: p for p in parameters}
     if named is not None:
         convention.mask, convention.mask_family = named, mask_family(named)
         convention.mask_name_settles = named not in WEAK_MASK_NAMES and named in (
-            *known, *BIAS_NAMES)
+            *known, *BIAS_NAMES, *LENGTH_NAMES)
+        convention.mask_required = by_name[named].default is by_name[named].empty
     convention.causal = next((n for n in rest if n in CAUSAL_NAMES), None)
     convention.need_weights = "need_weights" in rest
     convention.positions = tuple(n for n in rest if n in POSITION_NAMES)
-    by_name = {p.name: p for p in parameters}
     fillable = next((n for n in rest if n in FILLABLE_POSITIONS), None)
     if fillable is not None:
         convention.position_argument = fillable
@@ -184,6 +213,11 @@ def read_forward(function) -> ForwardConvention:
         convention.cache = cache
         convention.cache_annotation = by_name[cache].annotation
     convention.use_cache = next((n for n in rest if n in USE_CACHE_NAMES), None)
+    taken = {convention.mask, convention.causal, convention.cache, convention.use_cache,
+             fillable, *convention.positions, *NOT_SWITCHES}
+    convention.switches = tuple(
+        (n, False if n == "need_weights" else by_name[n].default) for n in rest
+        if n not in taken and isinstance(by_name[n].default, bool))
     convention.packed = next((n for n in rest if n in PACKED_NAMES), None)
     convention.max_seqlen = next((n for n in rest if n in MAX_SEQLEN_NAMES), None)
     return convention

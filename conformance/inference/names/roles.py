@@ -92,23 +92,35 @@ class ConstructorRoles:
         return "constructor " + (", ".join(parts) if parts else "takes no known role")
 
 
+ROLE_NAMES = (("width", WIDTH), ("heads", HEADS), ("head_dim", HEAD_DIM), ("output", OUTPUT),
+              ("dropout", DROPOUT), ("context", CONTEXT), ("causal", CAUSAL),
+              ("batch_first", BATCH_FIRST), ("kv_heads", KV_HEADS), ("window", WINDOW),
+              ("chunk", CHUNK), ("max_batch", MAX_BATCH))
+"""Each role and the names that suggest it, in the order roles are matched."""
+
+
 def read_roles(cls: type) -> ConstructorRoles:
     """The roles of ``cls.__init__``'s parameters."""
-    roles = ConstructorRoles()
     parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
-    for parameter in parameters:
-        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-            continue
-        name = parameter.name
-        for role, names in (("width", WIDTH), ("heads", HEADS), ("head_dim", HEAD_DIM),
-                            ("output", OUTPUT),
-                            ("dropout", DROPOUT), ("context", CONTEXT), ("causal", CAUSAL),
-                            ("batch_first", BATCH_FIRST), ("kv_heads", KV_HEADS),
-                            ("window", WINDOW), ("chunk", CHUNK), ("max_batch", MAX_BATCH)):
-            if name in names and getattr(roles, role) is None:
-                setattr(roles, role, name)
-                break
-        else:
-            if parameter.default is parameter.empty:
-                roles.unknown.append(name)
+    return roles_named([(p.name, p.default is p.empty) for p in parameters
+                        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)])
+
+
+def role_of(name: str) -> str | None:
+    """The role ``name`` suggests (a config field's name, a constructor parameter's), if any."""
+    return next((role for role, names in ROLE_NAMES if name in names), None)
+
+
+def roles_named(names: list[tuple[str, bool]], prefix: str = "",
+                roles: ConstructorRoles | None = None) -> ConstructorRoles:
+    """Roles for ``names`` (each with whether it is required), the first name of each role
+    taking it; a required name no role takes is ``unknown``. ``prefix`` is put before each name
+    (``"config."``: fields of a config object), and ``roles`` are added to where given."""
+    roles = roles if roles is not None else ConstructorRoles()
+    for name, required in names:
+        role = role_of(name)
+        if role is not None and getattr(roles, role) is None:
+            setattr(roles, role, prefix + name)
+        elif required:  # no role, or one an earlier name took
+            roles.unknown.append(prefix + name)
     return roles

@@ -34,7 +34,14 @@ import torch
 from conformance.errors import clipped
 from conformance.generation.cases import Case
 from conformance.inference.observing.probe_length import fitted
-from conformance.model.forms import LAYOUT_SHAPES, QUERY_AXIS_LAYOUTS, MaskConvention, MaskKind, MaskLayout
+from conformance.model.mask_forms import (
+    LAYOUT_SHAPES,
+    QUERY_AXIS_LAYOUTS,
+    MaskConvention,
+    MaskKind,
+    MaskLayout,
+    right_padded,
+)
 from conformance.numerics.tolerance import abs_error, only_rows, reordering_tolerance, unchanged_tolerance
 from conformance.subject.boundary import CapabilityError, ImplementationError, Instance
 
@@ -45,6 +52,7 @@ KINDS = {
     "ignore": (K.IGNORE_BOOL, K.ADDITIVE_MIN, K.ADDITIVE),
     "either": (K.KEEP_BOOL, K.IGNORE_BOOL, K.ADDITIVE_MIN, K.ADDITIVE, K.KEEP_INT, K.KEEP_FLOAT),
     "additive": (K.ADDITIVE_MIN, K.ADDITIVE),
+    "lengths": (K.LENGTHS,),
 }
 """Kinds each family admits, in the order tried (the first that works is declared). Additive
 masks are tried with finfo.min first: it is what HuggingFace builds, and modules that add their
@@ -59,6 +67,7 @@ LAYOUTS = {
                L.PER_HEAD),
     "additive": (L.KEY_PADDING, L.BROADCAST, L.PER_QUERY_BROADCAST, L.PER_HEAD, L.PER_QUERY,
                  L.SHARED),
+    "lengths": (L.PER_SEQUENCE, L.PER_ROW),
 }
 """Layouts each family admits, in the order tried: of the conventions that work, (B, Lk) key
 padding is preferred, then the broadcast and per-query layouts."""
@@ -99,6 +108,8 @@ def mask_behaviour(instance: Instance, case: Case, call: str,
     changes nothing, masked keys are invisible, kept keys visible), else why not."""
     if convention.layout is MaskLayout.SHARED:
         case = replace(case, kept=(case.kept[0],) * case.batch, shared_mask=True)
+    if right_padded(convention):  # lengths say right padding alone: the first keys kept
+        case = replace(case, mask_seed=None)
     inputs = replace(case.inputs(call), mask_convention=convention)
     keep = inputs.keep
     rows = keep if inputs.is_self else torch.ones(keep.shape[0], inputs.query.shape[1],
@@ -296,6 +307,20 @@ def is_causal(instance: Instance, case: Case, call: str) -> bool:
                                                              query_too=True)), before)
     tolerance = unchanged_tolerance(before.dtype, before)
     return float(change[:, :3].max()) <= tolerance and float(change[:, 3:].max()) > tolerance
+
+
+def sees_only_later(instance: Instance, case: Case, call: str) -> bool:
+    """Whether rows 3.. ignore every input before position 3 (while rows 0..2 do change): each
+    row sees itself and the later positions alone, a causal mask transposed."""
+    inputs = case.inputs(call, use_mask=False)
+    earlier = torch.zeros(case.batch, case.kv_len, dtype=torch.bool)
+    earlier[:, :3] = True
+    before = instance.forward(inputs)
+    change = abs_error(instance.forward(case.replace_positions(inputs, earlier, stream=5,
+                                                               scale=5.0, query_too=True)),
+                       before)
+    tolerance = unchanged_tolerance(before.dtype, before)
+    return float(change[:, 3:].max()) <= tolerance and float(change[:, :3].max()) > tolerance
 
 
 def batch_independent(instance: Instance, case: Case, call: str) -> bool:

@@ -9,7 +9,7 @@ import conformance.inference.weights.weight_roles as weight_roles
 from conformance.generation.cases import dtype_name, own_queries
 from conformance.inference.inquiry import Inquiry
 from conformance.inference.names.roles import CONTEXT_LENGTH
-from conformance.inference.observing.probing import is_causal, probe_case
+from conformance.inference.observing.probing import is_causal, probe_case, sees_only_later
 from conformance.inference.plan import InferenceError, declarations_read
 from conformance.inference.weights.weight_roles import WeightOutcome
 from conformance.model.remedies import Note, Remedy
@@ -93,7 +93,9 @@ def causality(inquiry: Inquiry) -> None:
             notes.append(f"causal when {plan.convention.causal}=True")
             return
     try:
-        causal = is_causal(inquiry.build(), probe_case(heads, head_dim), plan.convention.call)
+        instance, case = inquiry.build(), probe_case(heads, head_dim)
+        causal = is_causal(instance, case, plan.convention.call)
+        transposed = not causal and sees_only_later(instance, case, plan.convention.call)
     except ImplementationError:
         notes.append("causality not probed: the unmasked call fails")
         capabilities.unprobed.add("causal")
@@ -103,6 +105,13 @@ def causality(inquiry: Inquiry) -> None:
         notes.append(Note("always causal (probed: rows ignore every later position)",
                           Remedy.to("causal", "never",
                                     "check it as an encoder, if it is meant not to be")))
+    elif transposed:  # nobody means a row to see only the future: a triangle transposed
+        capabilities.set(causality={"kind": "always"})
+        notes.append(Note("causal, its mask transposed (probed: each row ignores every earlier "
+                          "position and sees the later ones, which only a causal triangle "
+                          "transposed does): checked as causal",
+                          Remedy.to("causal", "never",
+                                    "check it as an encoder, if it is meant to see the future")))
     else:
         notes.append(Note("not causal (probed: rows see later positions)",
                           Remedy.to("causal", "always", "say it is meant to be")))

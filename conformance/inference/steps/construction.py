@@ -11,20 +11,22 @@ import torch
 
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, describe, discover
 from conformance.inference.calls.variadic_call import variadic
+from conformance.inference.construction.config_object import PREFIX, ConfigArgument, config_argument
 from conformance.inference.inquiry import Inquiry
 from conformance.inference.names.convention import ForwardConvention, mask_family, read_forward
-from conformance.inference.names.roles import ConstructorRoles, read_roles
+from conformance.inference.names.roles import ConstructorRoles, read_roles, roles_named
 from conformance.inference.observing.probe_length import probe_length
 from conformance.inference.observing.probing import probe_case, sequence_first
 from conformance.inference.plan import (
     CALL_REMEDY,
+    INSTANCE_ROUTE,
     SIZES_REMEDY,
     InferenceError,
     Plan,
     declarations_read,
     first_call,
 )
-from conformance.inference.steps.fixed_sizes import needs_no_arguments, width_constraint
+from conformance.inference.steps.fixed_sizes import width_constraint
 from conformance.inference.steps.latent import own_query_count
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import Note, Remedy
@@ -48,7 +50,10 @@ def _takes(cls: type, role: str, argument: str, label: str) -> None:
                          f"{', '.join(names) or 'none'})", SIZES_REMEDY)
 
 
-def constructor_roles(cls: type, declared: Declarations, label: str) -> ConstructorRoles:
+def constructor_roles(cls: type, declared: Declarations,
+                      label: str) -> tuple[ConstructorRoles, ConfigArgument | None]:
+    """The roles of the constructor's arguments, and of the fields of a config object it takes
+    (read by behaviour: see :mod:`conformance.inference.construction.config_object`)."""
     roles = read_roles(cls)
     with declarations_read():
         stated_window = declared.window()
@@ -62,11 +67,13 @@ def constructor_roles(cls: type, declared: Declarations, label: str) -> Construc
             if argument in roles.unknown:
                 roles.unknown.remove(argument)
             setattr(roles, role, argument)
-    if roles.width is None and (roles.unknown or not needs_no_arguments(cls)):
-        unknown = f" ({', '.join(roles.unknown)} unknown)" if roles.unknown else ""
-        raise InferenceError(f"{label}: no constructor argument names the model width (d_model, "
-                             f"hidden_dim, embed_dim, ...){unknown}", SIZES_REMEDY)
-    return roles
+    config = None
+    if roles.width is None and roles.unknown:
+        config = config_argument(cls, {})
+        if config is not None:
+            roles.unknown.remove(config.argument)
+            roles = roles_named([(field, False) for field in config.fields], PREFIX, roles)
+    return roles, config
 
 
 def forward_convention(cls: type, declared: Declarations, label: str) -> ForwardConvention:
@@ -130,9 +137,10 @@ def _built_for(plan: Plan, label: str, notes: list[str | Note]) -> Constraint | 
             plan.instantiate(config)
         except Exception as error:
             raise InferenceError(f"{label}: constructing it raised {type(error).__name__}: "
-                                 f"{error} for every generated configuration") from error
+                                 f"{error} for every generated configuration{INSTANCE_ROUTE}"
+                                 ) from error
         raise InferenceError(f"{label}: constructing it failed for every generated "
-                             "configuration") from None
+                             f"configuration{INSTANCE_ROUTE}") from None
     if constraint is not None:
         notes.append(f"{constraint.describe()} (probed)")
     return constraint

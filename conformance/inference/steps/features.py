@@ -11,10 +11,16 @@ import conformance.inference.calls.packing as packing
 import conformance.inference.calls.window as window
 from conformance.generation.cases import own_queries
 from conformance.inference.inquiry import Inquiry
-from conformance.inference.observing.probing import BOOLEAN_POLARITY, infer_mask, probe_case
+from conformance.inference.observing.probing import (
+    BOOLEAN_POLARITY,
+    infer_mask,
+    mask_behaviour,
+    probe_case,
+)
 from conformance.inference.plan import WIDE_WINDOW, InferenceError, declarations_read
 from conformance.model.declarations import DeclarationError
-from conformance.model.forms import QUERY_AXIS_LAYOUTS, CacheStyle, PackedForm
+from conformance.model.forms import CacheStyle, PackedForm
+from conformance.model.mask_forms import LENGTH_LAYOUTS, QUERY_AXIS_LAYOUTS, MaskConvention, right_padded
 from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Doubts
 from conformance.subject.boundary import ImplementationError
@@ -304,10 +310,28 @@ def mask_form(inquiry: Inquiry) -> None:
                 passed_over = search.passed_over()
                 text += f"; {passed_over})" if passed_over else ")"
             notes.append(Note(text, remedy))
+            if not formats and right_padded(search.convention):
+                probed = _other_lengths(inquiry, search.convention)
+                if probed:
+                    capabilities.set(mask_formats=probed)
     if formats:
         capabilities.set(mask_formats=formats)
         notes.append(f"{argument} also takes " + ", ".join(m.describe() for m in formats)
                      + " (declared)")
+
+
+def _other_lengths(inquiry: Inquiry, found: MaskConvention) -> tuple[MaskConvention, ...]:
+    """Valid lengths in their other shape ((B, Lq) beside (B,)), where the module takes that
+    too as a mask (d2l's ``valid_lens`` takes both): ``mask_formats`` then holds the two to
+    the same output. Said as probed."""
+    other = replace(found, layout=next(layout for layout in LENGTH_LAYOUTS
+                                       if layout is not found.layout))
+    case = own_queries(probe_case(inquiry.heads, inquiry.head_dim), inquiry.capabilities.caps)
+    if mask_behaviour(inquiry.build(), case, inquiry.plan.convention.call, other) is not None:
+        return ()
+    inquiry.notes.append(f"{inquiry.plan.convention.mask} also takes "
+                         f"{other.describe()} (probed; mask_formats holds the two to one output)")
+    return (other,)
 
 
 def opposite_polarity(spec: str) -> str:

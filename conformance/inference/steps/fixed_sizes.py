@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections import Counter
 from dataclasses import replace
 
@@ -20,7 +19,7 @@ import torch
 
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, discover
 from conformance.inference.inquiry import Inquiry
-from conformance.inference.plan import SIZES_REMEDY, InferenceError, Plan, first_call
+from conformance.inference.plan import INSTANCE_ROUTE, SIZES_REMEDY, InferenceError, Plan, first_call
 from conformance.inference.steps.behaviour import find_weights
 from conformance.model.spec import Config
 
@@ -33,47 +32,61 @@ BATCH, LENGTH = 2, 5
 """The trial call's batch and length: distinct, so the output's shape says which is which."""
 
 
-def needs_no_arguments(cls: type) -> bool:
-    """Whether ``cls()`` is a call its constructor's signature accepts."""
-    parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
-    return all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-               for p in parameters)
-
-
-def fixed_width(plan: Plan, label: str) -> int:
-    """The width of a module built with no arguments: the first of its parameters' dimensions
-    (most frequent first) at which its forward returns (batch, length, width)."""
+def fixed_width(plan: Plan, label: str) -> int | None:
+    """The width of a module no constructor argument sets one of: the first of its parameters'
+    dimensions (most frequent first) at which, built for that width (its other size arguments,
+    a head width, following it), its forward returns (batch, length, width). None for a module
+    with no parameters that takes inputs of any width (d2l's ``DotProductAttention``)."""
     try:
         module = plan.instantiate(Config(batch=BATCH, q_len=LENGTH, kv_len=LENGTH, d_model=1,
                                          num_heads=1))
     except Exception as error:  # its own constructor, whatever it raises
         raise InferenceError(f"{label}: no constructor argument names the model width, and "
-                             f"built with no arguments it raised {type(error).__name__}: "
-                             f"{error}") from error
+                             f"building it raised {type(error).__name__}: "
+                             f"{error}{INSTANCE_ROUTE}", SIZES_REMEDY) from error
+    if isinstance(module, torch.nn.Module) and not list(module.parameters()) and all(
+            _returns_width(plan, width) for width in ANY_WIDTH):
+        return None
     sizes = Counter(size for parameter in module.parameters() for size in parameter.shape)
     tried = [size for size, _ in sorted(sizes.items(), key=lambda item: (-item[1], item[0]))]
     for width in tried:
-        config = Config(batch=BATCH, q_len=LENGTH, kv_len=LENGTH, d_model=width, num_heads=1)
-        try:
-            output = first_call(plan, config)
-        except Exception:  # not this width: the forward's own error, whatever it raises
-            continue
-        if isinstance(output, tuple) and output:
-            output = output[0]
-        if isinstance(output, torch.Tensor) and tuple(output.shape) in (
-                (BATCH, LENGTH, width), (LENGTH, BATCH, width)):
+        if _returns_width(plan, width):
             return width
     sizes_words = ", ".join(str(size) for size in tried[:6]) or "none: it has no parameters"
-    raise InferenceError(f"{label}: no constructor argument names the model width, and built "
-                         f"with no arguments its forward takes none of its parameters' sizes "
-                         f"({sizes_words})", SIZES_REMEDY)
+    raise InferenceError(f"{label}: no constructor argument names the model width, and its "
+                         f"forward takes none of its parameters' sizes "
+                         f"({sizes_words}){INSTANCE_ROUTE}", SIZES_REMEDY)
+
+
+ANY_WIDTH = (4, 6)
+"""The widths a module with no parameters must take to take any width."""
+
+def _returns_width(plan: Plan, width: int) -> bool:
+    """Whether built for ``width`` (one head) its forward returns (batch, length, width) for
+    inputs that wide."""
+    config = Config(batch=BATCH, q_len=LENGTH, kv_len=LENGTH, d_model=width, num_heads=1)
+    try:
+        output = first_call(plan, config)
+    except Exception:  # not this width: the forward's own error, whatever it raises
+        return False
+    if isinstance(output, tuple) and output:
+        output = output[0]
+    return isinstance(output, torch.Tensor) and tuple(output.shape) in (
+        (BATCH, LENGTH, width), (LENGTH, BATCH, width))
 
 
 def width_constraint(plan: Plan) -> Constraint:
-    """The one configuration a module of fixed width builds for, at its head count."""
+    """The configurations a module of fixed width builds for: at its head count, or at each
+    count a head-count argument builds it for that divides the width."""
+    width = plan.fixed_width
+    if plan.roles.heads:
+        pairs = tuple((h, width // h) for h in HEAD_COUNTS if width % h == 0
+                      and plan.builds(h, width // h))
+        if pairs:
+            return Constraint(pairs, f"d_model {width}, fixed by the module, "
+                                     f"{'/'.join(str(h) for h, _ in pairs)} heads")
     heads = plan.fixed_heads
-    return Constraint(((heads, plan.fixed_width // heads),),
-                      f"d_model {plan.fixed_width}, fixed by the module")
+    return Constraint(((heads, width // heads),), f"d_model {width}, fixed by the module")
 
 
 def hidden_heads(inquiry: Inquiry) -> tuple[int, Inquiry] | None:

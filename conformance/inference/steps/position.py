@@ -15,13 +15,7 @@ from conformance.inference.observing.probing import probe_case
 from conformance.inference.weights.encoding_search import setting_arguments
 from conformance.inference.weights.weight_search import REPRODUCED_FLOAT32, relative_error
 from conformance.model.declarations import Declarations
-from conformance.model.forms import (
-    AlibiBias,
-    PositionEncoding,
-    PositionForm,
-    Rotary,
-    Setting,
-)
+from conformance.model.forms import AlibiBias, PositionEncoding, PositionForm, Rotary, Setting
 from conformance.model.remedies import Note, Option, Remedy
 from conformance.model.spec import Config
 from conformance.model.weights import WeightLayoutError

@@ -4,6 +4,10 @@ behaviour.
 A name orders nothing here: each such argument is given integer values until the class builds
 and its forward runs, and what the argument does is then measured:
 
+- **the model width**, where no argument is known to set it: built with 8 and with 16, it takes
+  inputs that wide and returns outputs that wide (d2l's ``num_hiddens``, a ``model_width``);
+- **heads**, where no argument is known to set the head count: built with 1, 2 and 4 at width
+  8, its attention core (observed inside the forward) computes that many maps per sequence;
 - **key/value heads**: with 4 query heads it builds for 1, 2 and 4 and for nothing that does not
   divide the head count, and the parameters grow with it (a count of key/value heads) or shrink
   with it (query heads per key/value head, a group size);
@@ -24,8 +28,10 @@ from dataclasses import dataclass, replace
 import torch
 
 from conformance.inference.names.roles import ConstructorRoles
-from conformance.inference.plan import SIZES_REMEDY, InferenceError, Plan, first_call
+from conformance.inference.plan import INSTANCE_ROUTE, SIZES_REMEDY, InferenceError, Plan, first_call
 from conformance.model.spec import Config
+from conformance.subject.attention_core import sites
+from conformance.subject.core_trace import CoreTracer
 
 VALUES = (4, 1, 2, 8, 16, 64, 512)
 """Integers tried, in order: the probe's head count and its divisors first, then lengths."""
@@ -70,16 +76,71 @@ def _parameters(plan: Plan, values: dict[str, int]) -> int | None:
         else None
 
 
+WIDTHS = (8, 16)
+"""The widths a width argument is tried at (both divisible by the probe's 4 heads)."""
+
+HEAD_TRIALS = (1, 2, 4)
+"""The head counts a head-count argument is tried at, at width 8."""
+
+
+def _output_width(plan: Plan, values: dict[str, int], width: int) -> int | None:
+    """The output's width when built with ``values`` and called on inputs ``width`` wide."""
+    config = Config(batch=2, q_len=3, kv_len=3, d_model=width, num_heads=HEADS)
+    try:
+        output = first_call(replace(plan, init=(*plan.init, *values.items())), config)
+    except Exception:  # whatever the constructor or forward raises: not this width
+        return None
+    if isinstance(output, tuple) and output:
+        output = output[0]
+    return int(output.shape[-1]) if isinstance(output, torch.Tensor) and output.dim() else None
+
+
+def _core_heads(plan: Plan, values: dict[str, int], width: int) -> int | None:
+    """The attention maps per sequence its core computes, built with ``values`` at ``width``
+    (None where no core is seen)."""
+    config = Config(batch=2, q_len=3, kv_len=3, d_model=width, num_heads=1)
+    tracer = CoreTracer()
+    try:
+        first_call(replace(plan, init=(*plan.init, *values.items())), config, tracer)
+        found = sites(tracer, q_len=3, kv_len=3)
+    except Exception:  # whatever the constructor or forward raises: not this count
+        return None
+    if not found or found[0].scores.shape[0] % config.batch:
+        return None
+    return int(found[0].scores.shape[0]) // config.batch
+
+
+def _sizes(plan: Plan, argument: str, others: dict[str, int], width: str | None) -> Filled | None:
+    """``argument`` as the model width (where none is known) or the head count (where none is
+    known, at the known width), by behaviour; None where it is neither."""
+    if width is None and all(_output_width(plan, {**others, argument: w}, w) == w
+                             for w in WIDTHS):
+        return Filled(argument, "width", WIDTHS[0],
+                      f"built with {WIDTHS[0]} and {WIDTHS[1]}, it takes inputs that wide and "
+                      "returns outputs that wide")
+    if width is not None and not plan.roles.heads:
+        at = {width: WIDTHS[0]} if width in others or width == argument else {}
+        counts = [_core_heads(plan, {**others, **at, argument: h}, WIDTHS[0]) for h in HEAD_TRIALS]
+        if counts == list(HEAD_TRIALS):
+            return Filled(argument, "heads", HEAD_TRIALS[-1],
+                          f"built with {', '.join(map(str, HEAD_TRIALS))}, its attention core "
+                          "computes that many maps per sequence")
+    return None
+
+
 def _classify(plan: Plan, argument: str, others: dict[str, int],
-              heads: bool) -> Filled | None:
-    """The role of ``argument`` (the other unknown ones at ``others``), or None where no value
-    tried builds and runs."""
+              heads: bool, width: str | None = None) -> Filled | None:
+    """The role of ``argument`` (the other unknown ones at ``others``; ``width`` the argument
+    known to set the width, if any), or None where no value tried builds and runs."""
     def runs(value: int, **kwargs) -> bool:
         return _runs(plan, {**others, argument: value}, **kwargs)
 
     working = [v for v in VALUES if runs(v)]
     if not working:
         return None
+    sized = _sizes(plan, argument, others, width)
+    if sized is not None:
+        return sized
     divisors = {v for v in VALUES if HEADS % v == 0}
     if heads and set(working) == divisors and runs(3, heads=6) and not runs(4, heads=6):
         small, large = (_parameters(plan, {**others, argument: v}) for v in (1, 2))
@@ -107,7 +168,6 @@ def fill_by_trial(plan: Plan, label: str) -> tuple[Plan, list[str]]:
     if not unknown:
         return plan, []
     bare = replace(plan, roles=replace(plan.roles, unknown=[]))
-    heads = bool(plan.roles.heads)
     joint = None
     if len(unknown) <= MAX_UNKNOWN:
         joint = next((dict(zip(unknown, values, strict=True))
@@ -117,18 +177,27 @@ def fill_by_trial(plan: Plan, label: str) -> tuple[Plan, list[str]]:
         raise InferenceError(
             f"{label}: can't fill constructor argument(s) {', '.join(unknown)}: no integer "
             f"tried ({', '.join(map(str, VALUES))}) builds it and runs its forward: give them "
-            "defaults, or name the argument that sets a size", SIZES_REMEDY)
+            f"defaults, or name the argument that sets a size{INSTANCE_ROUTE}", SIZES_REMEDY)
     roles: ConstructorRoles = bare.roles
     init = dict(bare.init)
     notes = []
-    for argument in unknown:
-        others = {name: value for name, value in joint.items() if name != argument}
-        filled = _classify(bare, argument, others, heads) or Filled(
+    # The width first: the head count is measured at a width.
+    width = None if roles.width else next(
+        (found for found in (_sizes(bare, name, _others(joint, name), None) for name in unknown)
+         if found is not None), None)
+    ordered = [width.argument] if width else []
+    ordered += [name for name in unknown if name not in ordered]
+    for argument in ordered:
+        others = _others(joint, argument)
+        filled = (width if width is not None and argument == width.argument else
+                  _classify(replace(bare, roles=roles), argument, others, bool(roles.heads),
+                            roles.width)) or Filled(
             argument, None, joint[argument], f"builds and runs with {joint[argument]}")
         if filled.role is not None and getattr(roles, filled.role) is None:
             roles = replace(roles, **{filled.role: argument})
             words = {"kv_heads": "key/value heads", "kv_group": "query heads per key/value "
-                     "head", "context": "context length"}[filled.role]
+                     "head", "context": "context length", "width": "the model width",
+                     "heads": "the head count"}[filled.role]
             notes.append(f"{argument}: {words} (filled by trial, no name says so: "
                          f"{filled.evidence})")
         else:
@@ -136,4 +205,8 @@ def fill_by_trial(plan: Plan, label: str) -> tuple[Plan, list[str]]:
             notes.append(f"{argument} = {filled.value} (filled by trial, no name says what it "
                          f"is: {filled.evidence})")
     return replace(bare, roles=roles, init=tuple(init.items())), notes
+
+
+def _others(joint: dict[str, int], argument: str) -> dict[str, int]:
+    return {name: value for name, value in joint.items() if name != argument}
 

@@ -1,0 +1,2 @@
+"""How a class is constructed, found by behaviour: a config object its constructor takes
+(:mod:`.config_object`)."""

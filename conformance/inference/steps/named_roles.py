@@ -1,0 +1,96 @@
+"""A role a name suggested, confirmed by behaviour or said to be unconfirmed.
+
+A context length (``block_size``, ``max_seq_len``, ...) is confirmed where built with 4 a call
+of 4 tokens runs and one of 6 raises, and built with 512 the call of 6 runs. Where instead it
+changes what 8 tokens compute (built with 4 and with 512, the same parameters and inputs give
+different outputs), it is no length the module takes but a size that shapes what each row sees
+(a block-sparse layer's blocks, a chunk): built at 4, so that its structure shows inside the
+generated lengths rather than one block covering them all. Where neither shows, the name's role
+is kept and said to be unconfirmed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import replace
+
+import torch
+
+from conformance.inference.plan import Plan, first_call
+from conformance.model.spec import Config
+from conformance.numerics.tolerance import abs_error, reordering_tolerance
+
+SMALL, LARGE = 4, 512
+"""The values a context argument is tried with: below the probes' lengths, and the longest."""
+
+STRUCTURE_LENGTH = 8
+"""The length at which a structural size of SMALL shows (two blocks of 4)."""
+
+
+def _built(plan: Plan, argument: str, value: int, heads: int) -> torch.nn.Module:
+    config = Config(batch=2, q_len=STRUCTURE_LENGTH, kv_len=STRUCTURE_LENGTH, d_model=heads * 4,
+                    num_heads=heads)
+    with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(io.StringIO()):
+        torch.manual_seed(0)
+        return replace(plan, init=(*plan.init, (argument, value))).instantiate(config)
+
+
+def _output(plan: Plan, argument: str, value: int, length: int, heads: int) -> torch.Tensor | None:
+    """The output of a build with ``argument`` = ``value`` on ``length`` tokens (seeded: two
+    values compare on the same parameters and inputs), None where it raises."""
+    config = Config(batch=2, q_len=length, kv_len=length, d_model=heads * 4, num_heads=heads)
+    trial = replace(plan, init=(*plan.init, (argument, value)))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        try:
+            output = first_call(trial, config)
+        except Exception:  # whatever it raises past its length, or for this value
+            return None
+    if isinstance(output, tuple) and output:
+        output = output[0]
+    return output if isinstance(output, torch.Tensor) else None
+
+
+def _same_parameters(plan: Plan, argument: str, heads: int) -> bool:
+    """Whether builds with SMALL and LARGE have parameters of the same shapes (so the seeded
+    builds hold the same values, and their outputs compare)."""
+    try:
+        small, large = (_built(plan, argument, value, heads) for value in (SMALL, LARGE))
+    except Exception:  # a value the constructor refuses: nothing to compare
+        return False
+    return [tuple(p.shape) for p in small.parameters()] == [tuple(p.shape)
+                                                            for p in large.parameters()]
+
+
+def confirm_context(plan: Plan) -> tuple[Plan, list[str]]:
+    """``plan`` with its name-suggested context argument confirmed, turned into a structural
+    size built small, or kept unconfirmed; a note for each."""
+    argument = plan.roles.context
+    if argument is None or plan.instance is not None:
+        return plan, []
+    heads = 2 if plan.roles.heads else plan.fixed_heads
+    if plan.fixed_width is not None and plan.fixed_width % heads:
+        heads = 1
+    if plan.fixed_width is not None and plan.fixed_width != heads * 4:
+        return plan, []  # its width is its own: the trial's sizes don't build it
+
+    def runs(value: int, length: int) -> bool:
+        return _output(plan, argument, value, length, heads) is not None
+
+    if runs(SMALL, SMALL) and not runs(SMALL, 6) and runs(LARGE, 6):
+        return plan, [f"{argument}: context length (confirmed: built with {SMALL}, {SMALL} tokens "
+                      f"run and 6 raise; built with {LARGE}, 6 run)"]
+    small = _output(plan, argument, SMALL, STRUCTURE_LENGTH, heads)
+    large = _output(plan, argument, LARGE, STRUCTURE_LENGTH, heads)
+    if (small is not None and large is not None and small.shape == large.shape
+            and _same_parameters(plan, argument, heads)
+            and float(abs_error(small, large).max()) > reordering_tolerance(small.dtype, small)):
+        roles = replace(plan.roles, context=None)
+        plan = replace(plan, roles=roles, init=(*plan.init, (argument, SMALL)))
+        return plan, [f"{argument} shapes what each row sees, not a length it takes (built with "
+                      f"{SMALL} and with {LARGE}, {STRUCTURE_LENGTH} tokens run and give different "
+                      f"outputs): built at {SMALL}, so that its structure shows in the generated "
+                      "lengths"]
+    return plan, [f"{argument}: context length by its name, unconfirmed (no length it refuses, "
+                  "nothing measured depends on it)"]
