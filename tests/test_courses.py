@@ -25,7 +25,7 @@ from conformance.loading.registry import ResolveError, resolve
 from conformance.model.declarations import DeclarationError, Declarations
 from conformance.model.mask_forms import MaskConvention, MaskKind, MaskLayout
 from conformance.model.remedies import texts
-from conformance.run.many import check_many
+from conformance.run.many import check, check_many
 from conformance.subject.masks import MaskEncodingError, encode_mask
 
 COURSES = ("d2l", "nanogpt", "mingpt", "lecture", "annotated", "cs231n")
@@ -136,3 +136,40 @@ def test_a_printed_one_token_case_replays(capsys):
     out = capsys.readouterr()
     assert code == 0, out.out + out.err
     assert "ZeroDivisionError" not in out.out + out.err
+
+
+def test_an_instance_whose_scale_is_wrong_is_judged_at_the_heads_its_core_computes():
+    """Was: a nanoGPT instance of 4 heads of 16 scaled by 1/sqrt(n_embd) read as one head of 64
+    (no weights reproduce it at any count), so its scale bug was "expected 1/sqrt(64)"."""
+    nanogpt = MODULES["nanogpt"]
+    config = nanogpt.GPTConfig(n_embd=64, n_head=4, block_size=128)
+    (scale,) = check(nanogpt.WidthScale(config), devices=["cpu"], checks=["scale"])
+    assert scale.status is Status.FAILED
+    assert "expected 1/sqrt(head_dim) = 1/sqrt(16)" in scale.reason, scale.reason
+    assert "1/sqrt(d_model) = 1/sqrt(64)" in str(scale.hint)
+    (good,) = check(nanogpt.ManualCausalSelfAttention(config), devices=["cpu"], checks=["scale"])
+    assert good.status is Status.PASSED, good
+
+
+@pytest.mark.parametrize(("name", "built"), [("HFStyle", "a TinyConfig"),
+                                             ("DictStyle", "a dict")])
+def test_a_config_object_of_any_kind_is_built_of_its_own_kind(name, built):
+    from tests.fixtures import config_forms
+
+    cls = getattr(config_forms, name)
+    assert any(f"built as {built} of those fields" in note for note in notes(cls)), notes(cls)
+    results = {r.check: r.status for r in check(cls, devices=["cpu"],
+                                                 checks=["gate", "reference", "head_split"])}
+    assert set(results.values()) == {Status.PASSED}, results
+
+
+def test_sizes_beside_a_config_are_read_by_behaviour_too():
+    """GPT-2's first port, ``Attention(nx, n_ctx, config)``: was "no constructor argument names
+    the model width"."""
+    from tests.fixtures.config_forms import GPT2Attention
+
+    said = notes(GPT2Attention)
+    assert ("constructor width = nx, heads = config.n_head, dropout = config.attn_pdrop, "
+            "context = n_ctx") in said, said
+    assert any(note.startswith("config is a config object: it reads n_head, attn_pdrop, "
+                               "resid_pdrop") for note in said), said

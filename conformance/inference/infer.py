@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from torch import nn
 
+from conformance.generation.constraints import discover
 from conformance.inference.calls.packed_call import settle_call
 from conformance.inference.calls.variadic_call import settle_by_trial
 from conformance.inference.found import CapabilitiesFound
@@ -41,7 +42,12 @@ from conformance.inference.steps.features import (
     window_form,
 )
 from conformance.inference.steps.fixed_length import fixed_length
-from conformance.inference.steps.fixed_sizes import fixed_width, hidden_heads
+from conformance.inference.steps.fixed_sizes import (
+    core_heads,
+    fixed_width,
+    hidden_heads,
+    width_constraint,
+)
 from conformance.inference.steps.latent import latent_form
 from conformance.inference.steps.longest_length import longest_length
 from conformance.inference.steps.named_roles import confirm_context
@@ -195,8 +201,32 @@ def weights_and_heads(inquiry: Inquiry) -> None:
                                     "behaviour)")
             inquiry.constraint = weighed.constraint
             probe_sizes(inquiry)
+        elif (seen := core_heads(inquiry)) is not None and seen > 1 and _at_heads(inquiry, seen):
+            weighed = replace(inquiry, notes=[f"{seen} heads, fixed by the module: its attention "
+                                              f"core computes {seen} maps per sequence "
+                                              "(observed inside its forward)"])
+            find_weights(weighed)
     inquiry.notes += weighed.notes
     inquiry.layout, inquiry.outcome = weighed.layout, weighed.outcome
+
+
+def _at_heads(inquiry: Inquiry, heads: int) -> bool:
+    """Whether the module builds at ``heads`` heads; if so, ``inquiry``'s configurations and
+    probes are set to them."""
+    plan = inquiry.plan
+    if plan.fixed_width is not None and plan.fixed_width % heads:
+        return False
+    previous = plan.fixed_heads
+    plan.fixed_heads = heads
+    try:
+        constraint = (width_constraint(plan) if plan.fixed_width is not None
+                      else discover(plan.builds, heads=heads))
+    except ValueError:  # builds for no width at this count
+        plan.fixed_heads = previous
+        return False
+    inquiry.constraint = constraint
+    probe_sizes(inquiry)
+    return True
 
 
 def _inferred(inquiry: Inquiry) -> Inferred:

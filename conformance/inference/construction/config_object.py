@@ -139,15 +139,16 @@ def _defaults(cls: type) -> dict[str, object] | None:
             made = cls()
     except Exception:  # its own validation: no defaults to read
         return None
+    found: dict[str, object] = {}
     if dataclasses.is_dataclass(made):
-        return {f.name: getattr(made, f.name) for f in dataclasses.fields(made)}
+        found.update({f.name: getattr(made, f.name) for f in dataclasses.fields(made)})
+    found.update(vars(made) if hasattr(made, "__dict__") else {})
     to_dict = getattr(made, "to_dict", None)
     if callable(to_dict):
         with contextlib.suppress(Exception):
-            found = to_dict()
-            if isinstance(found, dict):
-                return dict(found)
-    return dict(vars(made)) if hasattr(made, "__dict__") else {}
+            listed = to_dict()
+            found.update(listed if isinstance(listed, dict) else {})
+    return found
 
 
 def _takes_keywords(cls: type) -> bool:
@@ -200,16 +201,26 @@ def _guess(name: str) -> object:
     return UNNAMED[0]
 
 
-def config_argument(layer: type, others: dict[str, object]) -> ConfigArgument | None:
+OTHER_SIZE = 16
+"""What another required argument no name explains is given while a config is recorded (a size
+that divides by the few heads a config's guessed fields give)."""
+
+
+def config_argument(layer: type) -> ConfigArgument | None:
     """The constructor parameter of ``layer`` that takes a config object and what it reads from
     it, where one does: a required parameter named as a config (or annotated with a class), the
-    layer built with a recording stand-in there and ``others`` for the rest; None where none is
-    read from or no build succeeds."""
+    layer built with a recording stand-in there and each other required argument at what its
+    name's role takes (else OTHER_SIZE: GPT-2's first ``Attention(nx, n_ctx, config)``); None
+    where none is read from or no build succeeds."""
     try:
         parameters = list(inspect.signature(layer.__init__).parameters.values())[1:]
     except (TypeError, ValueError):
         return None
+    required = [p for p in parameters if p.default is p.empty
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     for parameter in parameters:
+        others = {p.name: GUESSES.get(role_of(p.name) or "", OTHER_SIZE) for p in required
+                  if p is not parameter}
         named = parameter.name in CONFIG_NAMES or parameter.name.endswith(("config", "cfg"))
         annotated = isinstance(parameter.annotation, type) and parameter.annotation not in (
             int, float, bool, str)
@@ -265,13 +276,9 @@ def _recorded(layer: type, parameter: inspect.Parameter,
 
 
 def _holds(cls: type, fields: tuple[str, ...]) -> bool:
-    """Whether ``cls`` takes every field read as a keyword and keeps it (built with them, the
-    fields read back as given)."""
-    if dataclasses.is_dataclass(cls):
-        names = {f.name for f in dataclasses.fields(cls) if f.init}
-        if not set(fields) <= names:
-            return False
-    probe = {name: object() for name in fields}
+    """Whether ``cls`` takes every field read as a keyword and keeps it: built with a
+    placeholder for each, each reads back as given."""
+    probe = {name: object() for name in fields}  # a dataclass refuses a field it lacks
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             made = cls(**probe)

@@ -69,7 +69,7 @@ def constructor_roles(cls: type, declared: Declarations,
             setattr(roles, role, argument)
     config = None
     if roles.width is None and roles.unknown:
-        config = config_argument(cls, {})
+        config = config_argument(cls)
         if config is not None:
             roles.unknown.remove(config.argument)
             roles = roles_named([(field, False) for field in config.fields], PREFIX, roles)

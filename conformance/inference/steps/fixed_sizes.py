@@ -19,9 +19,11 @@ import torch
 
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, discover
 from conformance.inference.inquiry import Inquiry
+from conformance.inference.observing.probing import probe_case
 from conformance.inference.plan import INSTANCE_ROUTE, SIZES_REMEDY, InferenceError, Plan, first_call
 from conformance.inference.steps.behaviour import find_weights
 from conformance.model.spec import Config
+from conformance.subject.boundary import CapabilityError, ImplementationError
 
 COMMON_FIRST = tuple(sorted(HEAD_COUNTS[1:], key=lambda h: (h not in (8, 4, 2), -h)))
 """The head counts tried, the common ones first (8, 4, 2, then 7, 6, 5, 3): an order only, the
@@ -119,3 +121,18 @@ def hidden_heads(inquiry: Inquiry) -> tuple[int, Inquiry] | None:
             return heads, tried
     plan.fixed_heads = 1
     return None
+
+
+def core_heads(inquiry: Inquiry) -> int | None:
+    """The attention maps per sequence the module's core computes on the probe (observed inside
+    its forward): its head count, where no weights say it (a module whose output no assignment
+    reproduces at any count, a scale bug's, still computes its heads); None where no core is
+    seen."""
+    case = probe_case(inquiry.heads, inquiry.head_dim, kept=None)
+    try:
+        seen = inquiry.probe.observe(case.inputs(inquiry.plan.convention.call))
+    except (ImplementationError, CapabilityError):
+        return None
+    if not seen.sites or seen.sites[0].scores.shape[0] % case.batch:
+        return None
+    return int(seen.sites[0].scores.shape[0]) // case.batch
