@@ -173,3 +173,37 @@ def test_sizes_beside_a_config_are_read_by_behaviour_too():
             "context = n_ctx") in said, said
     assert any(note.startswith("config is a config object: it reads n_head, attn_pdrop, "
                                "resid_pdrop") for note in said), said
+
+
+@pytest.mark.parametrize("replayed", [
+    "Case(batch=2, q_len=1, kv_len=1, num_heads=2, head_dim=4, dtype='float32', seed=5)",
+    "Case(batch=1, q_len=1, kv_len=3, num_heads=2, head_dim=4, dtype='float32', seed=2)",
+    "Case(batch=2, q_len=2, kv_len=2, num_heads=2, head_dim=4, dtype='float32', seed=0, "
+    "kept=(1, 2))",
+])
+@pytest.mark.parametrize(("course", "name"), [("mingpt", "CausalSelfAttention"),
+                                              ("d2l", "MultiHeadAttention")])
+def test_a_printed_case_replays_through_every_check(course, name, replayed):
+    """The replay of a case the suite printed runs in every check it is given to: none ends in
+    the suite's own error (a one-token case divided by zero in causal)."""
+    results = check(getattr(MODULES[course], name), devices=["cpu"], replay=replayed)
+    errors = {r.check: r.reason for r in results if r.status is Status.SUITE_ERROR}
+    assert not errors
+
+
+class IgnoresItsHeadCount(torch.nn.Module):
+    """A ``num_heads`` argument it never uses: one head whatever it is given."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.qkv = torch.nn.Linear(d_model, 3 * d_model)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+def test_a_role_a_name_gives_is_said_unconfirmed_where_behaviour_disagrees():
+    assert ("num_heads: the head count by its name, unconfirmed (built with 1, 2, 4, its "
+            "attention core computes 1, 1, 1 maps per sequence)") in notes(IgnoresItsHeadCount)
+    assert not any("unconfirmed" in note for note in notes(MODULES["cs231n"].MultiHeadAttention))

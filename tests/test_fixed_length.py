@@ -1,4 +1,4 @@
-"""A module that takes one input length (conformance.inference.steps.fixed_length): found by
+"""A module that takes one input length (conformance.inference.construction.fixed_length): found by
 trial, built small, every case and probe at that length, the checks that need another skip
 saying so; and a load that runs out of time says that the time covers the suite's probing."""
 

@@ -5,6 +5,8 @@ the same way; a switch of another name that changes the output is said, not held
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 import torch
 from torch import nn
@@ -75,5 +77,42 @@ def test_the_default_calls_value_of_need_weights_is_false():
     (the fast path), so the other path is True."""
     from conformance.inference.names.convention import read_forward
 
-    assert read_forward(nn.MultiheadAttention.forward).switches[0] == ("need_weights", False)
-    torch.manual_seed(0)
+    assert read_forward(nn.MultiheadAttention.forward).switches[0] == ("need_weights", False,
+                                                                        (True,))
+
+
+class ChoosesItsKernel(nn.Module):
+    """``attn_impl: Literal["sdpa", "eager"]``: two ways to the same attention; the eager one
+    forgets the scale when ``broken``."""
+
+    broken = False
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.heads = num_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+
+    def forward(self, x, attn_impl: Literal["sdpa", "eager"] = "sdpa"):
+        b, n, d = x.shape
+        q, k, v = (t.view(b, n, self.heads, -1).transpose(1, 2)
+                   for t in self.qkv(x).chunk(3, dim=-1))
+        if attn_impl == "sdpa":
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        else:
+            scale = 1.0 if self.broken else q.shape[-1] ** -0.5
+            y = (q @ k.transpose(-2, -1) * scale).softmax(-1) @ v
+        return y.transpose(1, 2).reshape(b, n, d)
+
+
+class EagerUnscaled(ChoosesItsKernel):
+    """BROKEN twin: the eager choice never scales its logits. Caught by: path_agreement."""
+
+    broken = True
+
+
+def test_a_choice_of_kernel_is_a_path_of_each_value():
+    caps = infer(ChoosesItsKernel).implementation.capabilities
+    assert caps.paths == (("attn_impl=eager", (("attn_impl", "eager"),)),)
+    (good,) = check(ChoosesItsKernel, devices=["cpu"], checks=["path_agreement"])
+    (bad,) = check(EagerUnscaled, devices=["cpu"], checks=["path_agreement"])
+    assert (good.status, bad.status) == (Status.PASSED, Status.FAILED), (good, bad)

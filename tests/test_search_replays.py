@@ -63,3 +63,28 @@ def test_a_case_that_passes_on_its_second_run_is_judged_by_its_first():
     with pytest.raises(CheckFailed) as failed:
         _context().explore(st.integers(1, 1000).map(_case), first_run_fails)
     assert failed.value.case.q_len == 11 and str(failed.value.error) == "failed on its first run"
+
+
+def test_a_replayed_case_runs_only_in_a_search_that_draws_such_cases():
+    """A one-token case (printed by contract) replayed into a search of two tokens or more, or a
+    masked case into a module without a mask, is not run there, and said; it runs where it
+    fits. What a filtered strategy of cases() asks for is read through the filter."""
+    from conformance.generation.replay_fit import Drawn, drawn_of, misfit
+    from conformance.generation.strategies import cases
+
+    caps = Capabilities()
+    strategy = cases(caps, "cpu", min_len=2, masks="auto").filter(lambda case: True)
+    drawn = drawn_of(strategy)
+    assert (drawn.min_len, drawn.masks) == (2, "auto")
+    assert misfit(_case(1), caps, drawn_of(strategy)) == "it has 1 token(s), fewer than 2"
+    masked = Case(batch=2, q_len=3, kv_len=3, num_heads=1, head_dim=4, seed=0, kept=(1, 2))
+    assert "a mask, where it takes none here" in misfit(masked, caps, Drawn(masks="auto"))
+    assert misfit(_case(3), caps, drawn_of(strategy)) is None
+
+    ran: Counter = Counter()
+    search = Search(profile_settings("quick"), replay=_case(1))
+    context = CheckContext(subject=None, capabilities=caps, device="cpu", search=search)
+    context.explore(strategy, _counted(0, "fail", ran))
+    assert not ran and any("not one this search draws" in note for note in search.observations)
+    context.explore(cases(caps, "cpu"), _counted(5, "fail", ran))
+    assert ran == Counter({_case(1): 1})  # where it fits, it runs

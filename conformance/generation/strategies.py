@@ -21,6 +21,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 
 from conformance.generation.cases import MAX_LEN, Case, dtype_name
+from conformance.generation.replay_fit import Drawn
 from conformance.model.mask_forms import MaskLayout, right_padded
 from conformance.model.spec import Capabilities
 
@@ -156,8 +157,16 @@ def wide_or_own_dtypes(caps: Capabilities) -> tuple[torch.dtype, ...] | None:
     return wide_dtypes(caps) or None
 
 
+def cases(caps: Capabilities, device: str, **wanted: object) -> st.SearchStrategy[Case]:
+    """A case the implementation can take (:func:`_cases`, whose keywords ``wanted`` are); the
+    strategy carries what it asks for (``drawn``), which a replayed case is held to."""
+    strategy = _cases(caps, device, **wanted)
+    strategy.drawn = Drawn.asked(wanted)
+    return strategy
+
+
 @st.composite
-def cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
+def _cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
           causal: bool = False, cross: bool = True, min_heads: int = 1, min_len: int = 1,
           probe: bool = False, min_batch: int = 1, dtypes: tuple[torch.dtype, ...] | None = None,
           max_len: int = MAX_LEN, max_batch: int = 4, max_heads: int = 8,

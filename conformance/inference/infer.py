@@ -17,13 +17,7 @@ from torch import nn
 from conformance.generation.constraints import discover
 from conformance.inference.calls.packed_call import settle_call
 from conformance.inference.calls.variadic_call import settle_by_trial
-from conformance.inference.found import CapabilitiesFound
-from conformance.inference.inquiry import Inquiry
-from conformance.inference.names.roles import ConstructorRoles
-from conformance.inference.observing.probe_length import fixed_probe_length
-from conformance.inference.plan import InferenceError, Inferred, Plan, declarations_read
-from conformance.inference.steps.behaviour import causality, dropout_form, dtypes_form, find_weights
-from conformance.inference.steps.construction import (
+from conformance.inference.construction.build_and_call import (
     build_constraint,
     constructor_roles,
     encoding_constraint,
@@ -34,6 +28,22 @@ from conformance.inference.steps.construction import (
     probe_sizes,
     sequence_order,
 )
+from conformance.inference.construction.fixed_length import fixed_length
+from conformance.inference.construction.fixed_sizes import (
+    core_heads,
+    fixed_width,
+    hidden_heads,
+    width_constraint,
+)
+from conformance.inference.construction.longest_length import longest_length
+from conformance.inference.construction.named_roles import confirm_context, confirm_sizes
+from conformance.inference.construction.trial import fill_by_trial
+from conformance.inference.found import CapabilitiesFound
+from conformance.inference.inquiry import Inquiry
+from conformance.inference.names.roles import ConstructorRoles
+from conformance.inference.observing.probe_length import fixed_probe_length
+from conformance.inference.plan import InferenceError, Inferred, Plan, declarations_read
+from conformance.inference.steps.behaviour import causality, dropout_form, dtypes_form, find_weights
 from conformance.inference.steps.features import (
     cache_form,
     chunk_form,
@@ -41,21 +51,11 @@ from conformance.inference.steps.features import (
     packed_form,
     window_form,
 )
-from conformance.inference.steps.fixed_length import fixed_length
-from conformance.inference.steps.fixed_sizes import (
-    core_heads,
-    fixed_width,
-    hidden_heads,
-    width_constraint,
-)
 from conformance.inference.steps.latent import latent_form
-from conformance.inference.steps.longest_length import longest_length
-from conformance.inference.steps.named_roles import confirm_context
 from conformance.inference.steps.paths import path_form
 from conformance.inference.steps.position import alibi_counting, encoding_inside, position_input
 from conformance.inference.steps.scale import keep_scale, logit_scale
 from conformance.inference.steps.state import plain_state, position_state
-from conformance.inference.steps.trial import fill_by_trial
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import Note, as_notes
 from conformance.numerics.threads import one_thread
@@ -115,6 +115,7 @@ def infer(cls: type, *, name: str | None = None, declared: Declarations | None =
     one_length = fixed_length(plan)
     if one_length is not None:
         settled.append(one_length)
+    settled += confirm_sizes(plan, roles)
     with fixed_probe_length(plan.length):
         return _explored(plan, label, declared, init, [*called, *settled, *filled])
 

@@ -33,7 +33,7 @@ class Inquiry:
     """The configurations it builds (and runs) for; None where every one does."""
     heads: int = 1
     head_dim: int = 4
-    """The probes' sizes (:func:`~conformance.inference.steps.construction.probe_sizes`)."""
+    """The probes' sizes (:func:`~conformance.inference.construction.build_and_call.probe_sizes`)."""
     config: Config | None = None
     """The probes' configuration, ``heads`` of ``head_dim``."""
     probe: ModuleInstance | None = None

@@ -8,13 +8,14 @@ import copy
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from enum import Enum
+from types import SimpleNamespace
 
 import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
 from conformance.errors import ConformanceError
-from conformance.inference.construction.config_object import PREFIX, ConfigArgument
 from conformance.inference.names.convention import FILLABLE_POSITIONS, ForwardConvention
 from conformance.inference.names.roles import (
     CONTEXT_LENGTH,
@@ -73,6 +74,49 @@ SIZES_REMEDY = Remedy((Option("width_arg", None, "name the model width's argumen
 """Where no constructor argument is found to set a size: the arguments that set them."""
 
 
+PREFIX = "config."
+"""How a field reads among the constructor's roles (``config.n_embd``), apart from arguments."""
+
+class ConfigKind(str, Enum):
+    """How the config for a build is made."""
+
+    KEYWORDS = "keywords"
+    """The layer's own class, called with the fields as keyword arguments (a dataclass, a
+    ``CfgNode``, a ``PretrainedConfig``)."""
+    NAMESPACE = "namespace"
+    """A ``types.SimpleNamespace`` with the fields as attributes."""
+    DICT = "dict"
+    """A dict of the fields (the layer subscripts its config)."""
+
+
+@dataclass(frozen=True)
+class ConfigArgument:
+    """The constructor parameter that takes a config object, the fields the layer reads from
+    it, and how one is made (``kind``, of class ``cls``); ``base`` holds the value of each field
+    that no role sets (its class's default, or the value it was recorded with)."""
+
+    argument: str
+    kind: ConfigKind
+    cls: type | None
+    fields: tuple[str, ...]
+    base: tuple[tuple[str, object], ...]
+
+    def build(self, values: dict[str, object]) -> object:
+        """A config with ``values`` (field: value) over ``base``."""
+        merged = {**dict(self.base), **values}
+        if self.kind is ConfigKind.DICT:
+            return merged
+        if self.kind is ConfigKind.NAMESPACE or self.cls is None:
+            return SimpleNamespace(**merged)
+        return self.cls(**merged)
+
+    def describe(self) -> str:
+        made = (f"a {self.cls.__name__}" if self.kind is ConfigKind.KEYWORDS and self.cls
+                else "a dict" if self.kind is ConfigKind.DICT else "a namespace")
+        return (f"{self.argument} is a config object: it reads {', '.join(self.fields)}; built "
+                f"as {made} of those fields (observed)")
+
+
 @dataclass(frozen=True)
 class Inferred:
     """The inferred declaration, and every inference in words (the report opens with them)."""
@@ -117,7 +161,7 @@ class InferredModule(nn.Module):
             output = self.inner(*tensors, **kwargs)
         cached = convention.cache is not None and convention.cache in options
         # A path that returns more (the weights beside the output): its output comes first.
-        switched = any(name in options for name, _ in convention.switches)
+        switched = any(switch[0] in options for switch in convention.switches)
         if isinstance(output, tuple) and (cached or self.tuple_output or switched):
             if convention.sequence_first and isinstance(output[0], torch.Tensor):
                 output = (output[0].transpose(0, 1), *output[1:])
@@ -165,7 +209,7 @@ class Plan:
     the row)."""
     fixed_heads: int = 1
     """The head count of a module no argument gives one: 1 until its weights say otherwise
-    (see :mod:`conformance.inference.steps.fixed_sizes`)."""
+    (see :mod:`conformance.inference.construction.fixed_sizes`)."""
     fixed_width: int | None = None
     """The width of a module built with no arguments (no constructor argument sets one), or of
     the instance checked as it is."""
@@ -174,7 +218,7 @@ class Plan:
     weights), never a new one, and the instance itself is never changed."""
     length: int | None = None
     """The one input length the module takes (found by trial, see
-    :mod:`conformance.inference.steps.fixed_length`); None for any."""
+    :mod:`conformance.inference.construction.fixed_length`); None for any."""
     length_window: int | None = None
     """The window argument's value it is built with where that argument sets its one length
     (Swin's ``window_size``), in place of a window wider than any sequence."""

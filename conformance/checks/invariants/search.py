@@ -27,6 +27,7 @@ from conformance.checks.invariants.violation import reports_earlier_call as _rep
 from conformance.checks.probes import ProbeUnfit
 from conformance.generation.cases import Case
 from conformance.generation.profiles import inside_a_users_search, keep_examples
+from conformance.generation.replay_fit import ANY, Drawn, drawn_of, misfit
 from conformance.generation.search_source import strategies_only
 from conformance.model.spec import Capabilities, Config
 from conformance.subject.boundary import ImplementationError, Inputs, Instance
@@ -228,7 +229,7 @@ class Search:
         self.budget.search()
         self.searches += 1
         if self.replay is not None:
-            return self._replayed(verify)
+            return self._replayed(verify, capabilities, drawn_of(strategy) or ANY)
         last: dict[str, Case] = {}
         first: dict[str, Finding] = {}
 
@@ -298,8 +299,15 @@ class Search:
             raise
         return None
 
-    def _replayed(self, verify: Callable[[Case], str | None]) -> Finding | None:
-        """``verify`` on the replayed case alone: None when the property holds there."""
+    def _replayed(self, verify: Callable[[Case], str | None], capabilities: Capabilities,
+                  drawn: Drawn) -> Finding | None:
+        """``verify`` on the replayed case alone: None when the property holds there, or where
+        the case is none this search draws (said: it is not run there)."""
+        why = misfit(self.replay, capabilities, drawn)
+        if why is not None:
+            self.observe(f"the replayed case is not one this search draws ({why}): not run "
+                         "there")
+            return None
         if self.on_example is not None:
             self.on_example()
         try:

@@ -22,20 +22,15 @@ import dataclasses
 import inspect
 import io
 import sys
-from dataclasses import dataclass
-from enum import Enum
-from types import SimpleNamespace
 
 from conformance.inference.names.roles import CONTEXT_LENGTH, role_of
+from conformance.inference.plan import ConfigArgument, ConfigKind
 
 CONFIG_NAMES = ("config", "cfg", "args", "hparams", "params", "conf", "opt", "opts",
                 "model_config", "model_args", "hp", "hps", "configs", "attn_config",
                 "attention_config", "settings")
 """Parameter names that suggest a config object: an order for the search, not a verdict (the
 stand-in must be read from for a parameter to be one)."""
-
-PREFIX = "config."
-"""How a field reads among the constructor's roles (``config.n_embd``), apart from arguments."""
 
 GUESSES = {"width": 16, "heads": 2, "head_dim": 8, "output": 16, "dropout": 0.0,
            "context": CONTEXT_LENGTH, "causal": True, "batch_first": True, "kv_heads": 2,
@@ -47,18 +42,6 @@ UNNAMED = (0.0, 4, True)
 
 ROUNDS = 40
 """Constructor calls at most while recording (each one may name a field not yet answered)."""
-
-
-class ConfigKind(str, Enum):
-    """How the config for a build is made."""
-
-    KEYWORDS = "keywords"
-    """The layer's own class, called with the fields as keyword arguments (a dataclass, a
-    ``CfgNode``, a ``PretrainedConfig``)."""
-    NAMESPACE = "namespace"
-    """A ``types.SimpleNamespace`` with the fields as attributes."""
-    DICT = "dict"
-    """A dict of the fields (the layer subscripts its config)."""
 
 
 class Recorder:
@@ -102,34 +85,6 @@ class Recorder:
 
     def __contains__(self, name: str) -> bool:
         return name in self._values
-
-
-@dataclass(frozen=True)
-class ConfigArgument:
-    """The constructor parameter that takes a config object, the fields the layer reads from
-    it, and how one is made (``kind``, of class ``cls``); ``base`` holds the value of each field
-    that no role sets (its class's default, or the value it was recorded with)."""
-
-    argument: str
-    kind: ConfigKind
-    cls: type | None
-    fields: tuple[str, ...]
-    base: tuple[tuple[str, object], ...]
-
-    def build(self, values: dict[str, object]) -> object:
-        """A config with ``values`` (field: value) over ``base``."""
-        merged = {**dict(self.base), **values}
-        if self.kind is ConfigKind.DICT:
-            return merged
-        if self.kind is ConfigKind.NAMESPACE or self.cls is None:
-            return SimpleNamespace(**merged)
-        return self.cls(**merged)
-
-    def describe(self) -> str:
-        made = (f"a {self.cls.__name__}" if self.kind is ConfigKind.KEYWORDS and self.cls
-                else "a dict" if self.kind is ConfigKind.DICT else "a namespace")
-        return (f"{self.argument} is a config object: it reads {', '.join(self.fields)}; built "
-                f"as {made} of those fields (observed)")
 
 
 def _defaults(cls: type) -> dict[str, object] | None:

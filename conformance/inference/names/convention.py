@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import enum
 import inspect
+import typing
 from dataclasses import dataclass, field
 
 from conformance.model.forms import PositionForm
@@ -47,6 +49,10 @@ SAME_ATTENTION_SWITCHES = ("need_weights", "output_attentions", "output_attentio
 """Switches of forward whose two values claim the same attention: one returns the weights
 beside the output, or runs another kernel for it. A path each value opens is held to the
 other's output (``path_agreement``); a switch of another name is a setting of its own."""
+SAME_ATTENTION_CHOICES = ("attn_implementation", "implementation", "impl", "attn_impl",
+                          "backend", "attention_backend", "sdpa_backend", "kernel", "mode")
+"""Arguments of a few values (a ``Literal``, an Enum) that choose how the same attention is
+computed (``attn_impl: Literal["eager", "sdpa"]``): each choice a path held to the default's."""
 NOT_SWITCHES = ("training", "return_dict")
 """Boolean arguments that are no path of the attention (train mode is the dropout check's; a
 return_dict only wraps the same tensors)."""
@@ -98,9 +104,10 @@ class ForwardConvention:
     mask_family: MaskFamily | None = None
     mask_name_settles: bool = True
     mask_required: bool = False
-    switches: tuple[tuple[str, bool], ...] = ()
-    """Optional boolean arguments no other role reads, each with the value the suite's calls
-    give it (its default; ``need_weights``: False): the paths forward offers."""
+    switches: tuple[tuple[str, object, tuple[object, ...]], ...] = ()
+    """Optional arguments no other role reads that switch between a few values (a bool; a
+    ``Literal`` or an Enum), each with the value the suite's calls give it (its default;
+    ``need_weights``: False) and its other values: the paths forward offers."""
     """The mask argument has no default: a call without a mask passes None for it (d2l's
     ``forward(queries, keys, values, valid_lens)``, whose None means no mask)."""
     """Whether the mask's name settles its polarity (``attention_mask``, ``key_padding_mask``);
@@ -166,6 +173,27 @@ def _qkv_roles(names: list[str]) -> tuple[str, str, str] | None:
     return found["q"], found["k"], found["v"]
 
 
+def _switch(parameter: inspect.Parameter,
+            function: object) -> tuple[str, object, tuple[object, ...]] | None:
+    """(name, the value the suite's calls give it, its other values) for an optional argument
+    that takes one of a few values: a bool, a ``Literal`` of choices, an Enum; else None."""
+    default, name = parameter.default, parameter.name
+    if isinstance(default, bool):
+        value = False if name == "need_weights" else default
+        return name, value, (not value,)
+    if isinstance(default, enum.Enum):
+        return name, default, tuple(member for member in type(default) if member != default)
+    annotation = parameter.annotation
+    if isinstance(annotation, str):  # postponed: read where forward was written
+        try:
+            annotation = typing.get_type_hints(function).get(name, annotation)
+        except Exception:  # an annotation that does not resolve: no choices read from it
+            return None
+    if typing.get_origin(annotation) is typing.Literal and default in typing.get_args(annotation):
+        return name, default, tuple(c for c in typing.get_args(annotation) if c != default)
+    return None
+
+
 def read_forward(function) -> ForwardConvention:
     """The convention of ``function`` (a bound ``forward`` or a plain function)."""
     parameters = [p for p in inspect.signature(function).parameters.values()
@@ -215,9 +243,8 @@ def read_forward(function) -> ForwardConvention:
     convention.use_cache = next((n for n in rest if n in USE_CACHE_NAMES), None)
     taken = {convention.mask, convention.causal, convention.cache, convention.use_cache,
              fillable, *convention.positions, *NOT_SWITCHES}
-    convention.switches = tuple(
-        (n, False if n == "need_weights" else by_name[n].default) for n in rest
-        if n not in taken and isinstance(by_name[n].default, bool))
+    convention.switches = tuple(found for found in (_switch(by_name[n], function)
+                                                    for n in rest if n not in taken) if found)
     convention.packed = next((n for n in rest if n in PACKED_NAMES), None)
     convention.max_seqlen = next((n for n in rest if n in MAX_SEQLEN_NAMES), None)
     return convention

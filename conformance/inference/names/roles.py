@@ -75,7 +75,7 @@ class ConstructorRoles:
     kv_heads: str | None = None
     kv_group: str | None = None
     """Query heads per key/value head (a group size), where an argument sets that instead of
-    the count (found by trial: see :mod:`conformance.inference.steps.trial`)."""
+    the count (found by trial: see :mod:`conformance.inference.construction.trial`)."""
     window: str | None = None
     chunk: str | None = None
     max_batch: str | None = None

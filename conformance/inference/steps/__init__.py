@@ -1,5 +1,6 @@
-"""The steps :func:`~conformance.inference.infer.infer` drives, each ``step(inquiry)`` on one
-:class:`~conformance.inference.inquiry.Inquiry`: building and calling the class
-(:mod:`.construction`, with :mod:`.trial` and :mod:`.fixed_sizes` settling what its constructor
-needs), what it does (:mod:`.behaviour`), positions (:mod:`.position`), the state it keeps
-(:mod:`.state`), its features (:mod:`.features`), queries of its own (:mod:`.latent`)."""
+"""The steps :func:`~conformance.inference.infer.infer` drives once the class builds and is
+called (:mod:`conformance.inference.construction`), each ``step(inquiry)`` on one
+:class:`~conformance.inference.inquiry.Inquiry`: what it does (:mod:`.behaviour`), positions
+(:mod:`.position`), the state it keeps (:mod:`.state`), its features (:mod:`.features`), the
+paths forward offers (:mod:`.paths`), the scale its design sets (:mod:`.scale`), queries of its
+own (:mod:`.latent`)."""

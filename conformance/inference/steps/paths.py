@@ -1,6 +1,6 @@
-"""Every path a forward offers: its boolean switches (``need_weights``, ``output_attentions``,
-``return_attention``, a kernel's ``use_flash``), each called the other way than the suite's calls
-call it.
+"""Every path a forward offers: its switches (a bool: ``need_weights``, ``output_attentions``,
+``return_attention``, a kernel's ``use_flash``; a ``Literal`` or Enum of choices: ``attn_impl``),
+each called with each value the suite's calls do not give it.
 
 A switch whose two values claim the same attention (its name says it returns the weights beside
 the output, or runs another kernel: :data:`~conformance.inference.names.convention.
@@ -13,12 +13,13 @@ with the declaration that would hold it. A value that raises is no path of the m
 from __future__ import annotations
 
 from dataclasses import replace
+from enum import Enum
 
 import torch
 
 from conformance.generation.cases import own_queries
 from conformance.inference.inquiry import Inquiry
-from conformance.inference.names.convention import SAME_ATTENTION_SWITCHES
+from conformance.inference.names.convention import SAME_ATTENTION_CHOICES, SAME_ATTENTION_SWITCHES
 from conformance.inference.observing.probing import probe_case
 from conformance.inference.plan import declarations_read
 from conformance.model.remedies import Note, Remedy
@@ -37,7 +38,8 @@ def path_form(inquiry: Inquiry) -> None:
         notes.append("paths " + ", ".join(name for name, _ in declared)
                      + ": held to the default call's output (declared)")
     named = {option for _, options in declared for option, _ in options}
-    switches = [(name, value) for name, value in plan.convention.switches if name not in named]
+    switches = [(name, other) for name, _, others in plan.convention.switches
+                if name not in named for other in others]
     if not switches:
         if paths:
             capabilities.set(paths=(*capabilities.caps.paths, *paths))
@@ -49,8 +51,8 @@ def path_form(inquiry: Inquiry) -> None:
     except ImplementationError:
         return  # the basic call fails: the gate's to report
     for name, value in switches:
-        options = ((name, not value),)
-        path = f"{name}={not value}"
+        options = ((name, value),)
+        path = f"{name}={value.value if isinstance(value, Enum) else value}"
         try:
             other = inquiry.probe.forward(replace(inputs, options=options))
         except ImplementationError as error:
@@ -60,7 +62,7 @@ def path_form(inquiry: Inquiry) -> None:
             notes.append(f"{path} returns no output of the default call's shape: not checked as "
                          "a path")
             continue
-        if name in SAME_ATTENTION_SWITCHES:
+        if name in SAME_ATTENTION_SWITCHES or name in SAME_ATTENTION_CHOICES:
             paths.append((path, options))
             notes.append(f"{path}: another path to the same attention (its first output), held "
                          "to the default call's by path_agreement (probed: it runs)")

@@ -1,5 +1,11 @@
 """A role a name suggested, confirmed by behaviour or said to be unconfirmed.
 
+The width a name gives is confirmed where, built with 8 and with 16, the module takes inputs
+that wide (what width it returns is the output's role); the head count, where built with 1, 2 and 4 its
+attention core (observed inside its forward) computes that many maps. Confirmed, nothing more is
+said; contradicted, the note says what behaviour showed (a core not seen confirms nothing and
+contradicts nothing).
+
 A context length (``block_size``, ``max_seq_len``, ...) is confirmed where built with 4 a call
 of 4 tokens runs and one of 6 raises, and built with 512 the call of 6 runs. Where instead it
 changes what 8 tokens compute (built with 4 and with 512, the same parameters and inputs give
@@ -17,6 +23,8 @@ from dataclasses import replace
 
 import torch
 
+from conformance.inference.construction.trial import HEAD_TRIALS, WIDTHS, maps_per_sequence, output_width
+from conformance.inference.names.roles import ConstructorRoles
 from conformance.inference.plan import Plan, first_call
 from conformance.model.spec import Config
 from conformance.numerics.tolerance import abs_error, reordering_tolerance
@@ -94,3 +102,24 @@ def confirm_context(plan: Plan) -> tuple[Plan, list[str]]:
                       "lengths"]
     return plan, [f"{argument}: context length by its name, unconfirmed (no length it refuses, "
                   "nothing measured depends on it)"]
+
+
+def confirm_sizes(plan: Plan, named: ConstructorRoles) -> list[str]:
+    """Notes where the width or head count ``named`` gives (by names, not by trial) is not what
+    the module does (see the module's docstring); none where it is."""
+    if plan.instance is not None:
+        return []
+    notes = []
+    width, heads = named.width, named.heads
+    if width and plan.roles.width == width:
+        refused = [w for w in WIDTHS if output_width(plan, {}, w) is None]
+        if refused:
+            notes.append(f"{width}: the model width by its name, unconfirmed (built with "
+                         f"{' and '.join(map(str, refused))}, inputs that wide raise)")
+    if heads and plan.roles.heads == heads and width:
+        counts = [maps_per_sequence(plan, {heads: h}, WIDTHS[0]) for h in HEAD_TRIALS]
+        if None not in counts and counts != list(HEAD_TRIALS):
+            notes.append(f"{heads}: the head count by its name, unconfirmed (built with "
+                         f"{', '.join(map(str, HEAD_TRIALS))}, its attention core computes "
+                         f"{', '.join(map(str, counts))} maps per sequence)")
+    return notes

@@ -11,7 +11,8 @@ import torch
 
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, describe, discover
 from conformance.inference.calls.variadic_call import variadic
-from conformance.inference.construction.config_object import PREFIX, ConfigArgument, config_argument
+from conformance.inference.construction.config_object import config_argument
+from conformance.inference.construction.fixed_sizes import width_constraint
 from conformance.inference.inquiry import Inquiry
 from conformance.inference.names.convention import ForwardConvention, mask_family, read_forward
 from conformance.inference.names.roles import ConstructorRoles, read_roles, roles_named
@@ -20,13 +21,14 @@ from conformance.inference.observing.probing import probe_case, sequence_first
 from conformance.inference.plan import (
     CALL_REMEDY,
     INSTANCE_ROUTE,
+    PREFIX,
     SIZES_REMEDY,
+    ConfigArgument,
     InferenceError,
     Plan,
     declarations_read,
     first_call,
 )
-from conformance.inference.steps.fixed_sizes import width_constraint
 from conformance.inference.steps.latent import own_query_count
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import Note, Remedy

@@ -83,9 +83,11 @@ HEAD_TRIALS = (1, 2, 4)
 """The head counts a head-count argument is tried at, at width 8."""
 
 
-def _output_width(plan: Plan, values: dict[str, int], width: int) -> int | None:
-    """The output's width when built with ``values`` and called on inputs ``width`` wide."""
-    config = Config(batch=2, q_len=3, kv_len=3, d_model=width, num_heads=HEADS)
+def output_width(plan: Plan, values: dict[str, int], width: int) -> int | None:
+    """The output's width when built with ``values`` and called on inputs ``width`` wide (of
+    the one length it takes, where it takes one)."""
+    length = plan.length or 3
+    config = Config(batch=2, q_len=length, kv_len=length, d_model=width, num_heads=HEADS)
     try:
         output = first_call(replace(plan, init=(*plan.init, *values.items())), config)
     except Exception:  # whatever the constructor or forward raises: not this width
@@ -95,32 +97,34 @@ def _output_width(plan: Plan, values: dict[str, int], width: int) -> int | None:
     return int(output.shape[-1]) if isinstance(output, torch.Tensor) and output.dim() else None
 
 
-def _core_heads(plan: Plan, values: dict[str, int], width: int) -> int | None:
-    """The attention maps per sequence its core computes, built with ``values`` at ``width``
-    (None where no core is seen)."""
-    config = Config(batch=2, q_len=3, kv_len=3, d_model=width, num_heads=1)
+def maps_per_sequence(plan: Plan, values: dict[str, int], width: int) -> int | None:
+    """The attention maps per sequence its core computes, built with ``values`` at ``width``,
+    over every core site (a loop over heads computes one map a site); None where none is
+    seen."""
+    length = plan.length or 3
+    config = Config(batch=2, q_len=length, kv_len=length, d_model=width, num_heads=1)
     tracer = CoreTracer()
     try:
         first_call(replace(plan, init=(*plan.init, *values.items())), config, tracer)
-        found = sites(tracer, q_len=3, kv_len=3)
+        found = sites(tracer, q_len=length, kv_len=length)
     except Exception:  # whatever the constructor or forward raises: not this count
         return None
-    if not found or found[0].scores.shape[0] % config.batch:
-        return None
-    return int(found[0].scores.shape[0]) // config.batch
+    # Two maps a head combines (differential attention) are one head's.
+    maps = sum(int(site.scores.shape[0]) // max(site.combined, 1) for site in found)
+    return maps // config.batch if found and not maps % config.batch else None
 
 
 def _sizes(plan: Plan, argument: str, others: dict[str, int], width: str | None) -> Filled | None:
     """``argument`` as the model width (where none is known) or the head count (where none is
     known, at the known width), by behaviour; None where it is neither."""
-    if width is None and all(_output_width(plan, {**others, argument: w}, w) == w
+    if width is None and all(output_width(plan, {**others, argument: w}, w) == w
                              for w in WIDTHS):
         return Filled(argument, "width", WIDTHS[0],
                       f"built with {WIDTHS[0]} and {WIDTHS[1]}, it takes inputs that wide and "
                       "returns outputs that wide")
     if width is not None and not plan.roles.heads:
         at = {width: WIDTHS[0]} if width in others or width == argument else {}
-        counts = [_core_heads(plan, {**others, **at, argument: h}, WIDTHS[0]) for h in HEAD_TRIALS]
+        counts = [maps_per_sequence(plan, {**others, **at, argument: h}, WIDTHS[0]) for h in HEAD_TRIALS]
         if counts == list(HEAD_TRIALS):
             return Filled(argument, "heads", HEAD_TRIALS[-1],
                           f"built with {', '.join(map(str, HEAD_TRIALS))}, its attention core "
