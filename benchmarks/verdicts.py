@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))
 COLLECTIONS = ("user_styles", "wild_styles", "modern_styles", "homework_styles", "new_designs",
                "new_architectures", "real_layer_causes", "chunk_forms", "padded_rows",
                "library_transformers", "library_others", "library_caches", "library_held_out",
-               "paths", "structural_sizes", "config_forms", "courses.d2l", "courses.nanogpt",
+               "paths", "structural_sizes", "structural_leaks", "config_forms", "courses.d2l",
+               "courses.nanogpt",
                "courses.mingpt", "courses.lecture", "courses.annotated", "courses.cs231n")
 """The fixture modules whose layers are checked (the hostile, slow and malformed ones are the
 worker's and the front ends' tests, not verdicts)."""

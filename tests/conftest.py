@@ -53,6 +53,7 @@ INTEGRATION = {
     "test_gpu_acceptance", "test_gpu_worker", "test_kv_cache_assignment", "test_serve",
     "test_refused_lengths", "test_readme_example", "test_messages",
     "test_model_attention_functions", "test_courses", "test_forward_paths",
+    "test_structural_leaks",
 }
 E2E = {
     "test_containment", "test_expected_results", "test_grading_cli", "test_grading_example",

@@ -19,7 +19,8 @@ from torch import nn
 from conformance import Implementation, Status
 from conformance.checks import mask_mistakes
 from conformance.checks.diagnosis import Bug
-from conformance.checks.invariants.causal import QUERY_AXIS, QUERY_AXIS_IN_CORE
+from conformance.checks.invariants.causal import QUERY_AXIS
+from conformance.checks.invariants.causal_core import QUERY_AXIS_IN_CORE
 from conformance.implementations.mutants import (
     batch_heads_mixed,
     causal_hides_current_token,

@@ -44,6 +44,7 @@ class Bug(str, Enum):
     SPLIT_WITHOUT_TRANSPOSE = "heads split without transpose"
     MERGE_WITHOUT_TRANSPOSE = "heads merged without transpose"
     CACHE_LAYOUT = "cache not in its declared layout"
+    LEAK_AROUND_WEIGHTS = "the future leaks around causal weights"
 
 
 SOFTMAX_OVER_QUERIES = Hint("the weights sum to 1 over the queries (each key's column), not over "

@@ -123,3 +123,19 @@ class CoreObservation:
 
     sites: tuple[AttentionSite, ...]
     output: torch.Tensor
+
+    def causal_weights(self) -> bool:
+        """Whether every site gives every later key exactly weight 0 (its queries as many as
+        its keys, row i weighing keys j > i by nothing: the weights that multiply the values,
+        else its probabilities, or SDPA's allowed keys), and there is a site to say so."""
+        if not self.sites:
+            return False
+        for site in self.sites:
+            weights = site.used if site.used is not None else site.probabilities
+            shown = site.allowed if site.kind is CoreKind.SDPA else weights
+            if shown is None or shown.shape[-1] != shown.shape[-2]:
+                return False
+            later = torch.ones(shown.shape[-2:], dtype=torch.bool, device=shown.device).triu(1)
+            if bool((shown[..., later] != 0).any()):
+                return False
+        return True

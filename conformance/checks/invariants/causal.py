@@ -17,9 +17,9 @@ from dataclasses import replace
 
 import torch
 
-from conformance.checks.core_route import observe
 from conformance.checks.diagnosis import Bug, explain
 from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.causal_core import axis_in_core, leak
 from conformance.checks.invariants.verify import (
     expect_finite_rows,
     fmt,
@@ -144,25 +144,6 @@ QUERY_AXIS = Hint("matches the reference with its softmax over the query axis (d
                   "dimension?", Bug.SOFTMAX_OVER_QUERIES.value)
 """Named with the kind the reference, scale and row_stochastic checks give this mistake."""
 
-QUERY_AXIS_IN_CORE = Hint("the attention core observed in its forward normalises its softmax over "
-                          "another axis than the keys (over the queries: dim=-2 where -1 is "
-                          "meant): each key's weights are normalised over every query, later ones "
-                          "included, so a row changes with later positions: softmax over the "
-                          "wrong dimension?", Bug.SOFTMAX_OVER_QUERIES.value)
-"""QUERY_AXIS where no weight layout maps the layer (no reference to match): seen at its core."""
-
-
-def _axis_in_core(context: CheckContext, case: Case) -> Hint | None:
-    """Where the reference does not apply (no weight layout maps the layer): QUERY_AXIS_IN_CORE
-    when the core observed in the forward on ``case`` has a softmax over another axis than the
-    keys (what the row_stochastic check finds there too), else None. Told before the behavioural
-    pattern, which can't tell this from a causal mask that is not applied."""
-    if reference_applies(context.capabilities):
-        return None
-    seen = observe(context.build(case), case.inputs(context.capabilities.call), case)
-    return QUERY_AXIS_IN_CORE if any(site.over_keys is False for site in seen.sites) else None
-
-
 def _mask_mistake(context: CheckContext, case: Case,
                   attention: torch.Tensor | None) -> Mistake | None:
     """The causal-mask mistake the module's behaviour reproduces on ``case`` (see
@@ -223,7 +204,7 @@ def causal_mistake(context: CheckContext, case: Case) -> Hint | None:
     mixes positions its output reproduces (:func:`_computation_mistake`); None where neither is
     shown. What the causal check names (without a
     padding mask), for a check whose failure follows from the forward not being causal."""
-    in_core = context.hint(lambda: _axis_in_core(context, case))
+    in_core = context.hint(lambda: axis_in_core(context, case))
     if in_core is not None:
         return in_core
     found = _mask_mistake(context, case, None)
@@ -306,13 +287,18 @@ class Causal(Check):
         rows each position's inputs change (:func:`_pattern_mistake`). Causal without the padding
         mask ``inputs`` gives and not with it: the padding mask replaces (or undoes) it. Where no
         mask mistake shows, a computation mistake mixing positions (:func:`causal_mistake`)."""
+        # The core's weights, where no reference says more: a leak around causal weights
+        # shows the same pattern as a causal mask not applied. Where one does, it comes last.
+        mapped = reference_applies(context.capabilities)
         if attention is None:
-            in_core = context.hint(lambda: _axis_in_core(context, case))
+            in_core = context.hint(lambda: axis_in_core(context, case)
+                                   or (None if mapped else leak(context, case, inputs)))
             if in_core is not None:
                 return in_core
         found = _mask_mistake(context, case, attention)
         if found is None:
-            axis = context.hint(lambda: _computation_mistake(context, case))
+            axis = context.hint(lambda: _computation_mistake(context, case)
+                                or (leak(context, case, inputs) if mapped else None))
             if axis is not None:
                 return axis
         words = named(found)

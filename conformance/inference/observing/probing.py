@@ -309,6 +309,15 @@ def is_causal(instance: Instance, case: Case, call: str) -> bool:
     return float(change[:, :3].max()) <= tolerance and float(change[:, 3:].max()) > tolerance
 
 
+def causal_by_structure(instance: Instance, case: Case, call: str) -> bool:
+    """Whether every attention weight on a later key is exactly 0 inside its forward (observed
+    at its core): a layer whose output then still moves with later inputs leaks around them."""
+    try:
+        return instance.observe(case.inputs(call, use_mask=False)).causal_weights()
+    except (ImplementationError, CapabilityError):
+        return False
+
+
 def sees_only_later(instance: Instance, case: Case, call: str) -> bool:
     """Whether rows 3.. ignore every input before position 3 (while rows 0..2 do change): each
     row sees itself and the later positions alone, a causal mask transposed."""

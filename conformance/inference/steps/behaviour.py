@@ -9,7 +9,12 @@ import conformance.inference.weights.weight_roles as weight_roles
 from conformance.generation.cases import dtype_name, own_queries
 from conformance.inference.inquiry import Inquiry
 from conformance.inference.names.roles import CONTEXT_LENGTH
-from conformance.inference.observing.probing import is_causal, probe_case, sees_only_later
+from conformance.inference.observing.probing import (
+    causal_by_structure,
+    is_causal,
+    probe_case,
+    sees_only_later,
+)
 from conformance.inference.plan import InferenceError, declarations_read
 from conformance.inference.weights.weight_roles import WeightOutcome
 from conformance.model.remedies import Note, Remedy
@@ -96,6 +101,8 @@ def causality(inquiry: Inquiry) -> None:
         instance, case = inquiry.build(), probe_case(heads, head_dim)
         causal = is_causal(instance, case, plan.convention.call)
         transposed = not causal and sees_only_later(instance, case, plan.convention.call)
+        leaks = not (causal or transposed) and causal_by_structure(instance, case,
+                                                                   plan.convention.call)
     except ImplementationError:
         notes.append("causality not probed: the unmasked call fails")
         capabilities.unprobed.add("causal")
@@ -112,6 +119,13 @@ def causality(inquiry: Inquiry) -> None:
                           "transposed does): checked as causal",
                           Remedy.to("causal", "never",
                                     "check it as an encoder, if it is meant to see the future")))
+    elif leaks:  # weights that never reach the future, an output that moves with it
+        capabilities.set(causality={"kind": "always"})
+        notes.append(Note("causal by structure (observed inside its forward: every attention "
+                          "weight on a later key is exactly 0), though its output moves with "
+                          "later inputs: checked as causal, where that leak fails",
+                          Remedy.to("causal", "never",
+                                    "check it as an encoder, if the future is meant to reach it")))
     else:
         notes.append(Note("not causal (probed: rows see later positions)",
                           Remedy.to("causal", "always", "say it is meant to be")))

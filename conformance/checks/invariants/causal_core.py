@@ -1,0 +1,51 @@
+"""What the attention core observed inside a forward says of a causal failure, where no weight
+layout maps the layer (no reference to match), told before the behavioural pattern of which rows
+each position moves, which can't tell these from a causal mask that is not applied: a softmax
+over the queries (:func:`axis_in_core`), and a future that leaks around weights that never
+reach it (:func:`leak`, the causal check's alone: another check's failure to be causal, a
+cache's, is no change of later inputs)."""
+
+from __future__ import annotations
+
+from conformance.checks.core_route import observe
+from conformance.checks.diagnosis import Bug
+from conformance.checks.invariants.base import CheckContext
+from conformance.checks.invariants.verify import reference_applies
+from conformance.generation.cases import Case
+from conformance.model.results import Hint
+from conformance.subject.boundary import Inputs
+
+QUERY_AXIS_IN_CORE = Hint("the attention core observed in its forward normalises its softmax over "
+                          "another axis than the keys (over the queries: dim=-2 where -1 is "
+                          "meant): each key's weights are normalised over every query, later ones "
+                          "included, so a row changes with later positions: softmax over the "
+                          "wrong dimension?", Bug.SOFTMAX_OVER_QUERIES.value)
+"""QUERY_AXIS where no weight layout maps the layer (no reference to match): seen at its core."""
+
+
+def axis_in_core(context: CheckContext, case: Case) -> Hint | None:
+    """Where the reference does not apply (no weight layout maps the layer): QUERY_AXIS_IN_CORE
+    when the core observed in the forward on ``case`` has a softmax over another axis than the
+    keys (what the row_stochastic check finds there too), else None. Told before the behavioural
+    pattern, which can't tell this from a causal mask that is not applied."""
+    if reference_applies(context.capabilities):
+        return None
+    seen = observe(context.build(case), case.inputs(context.capabilities.call), case)
+    return QUERY_AXIS_IN_CORE if any(site.over_keys is False for site in seen.sites) else None
+
+
+LEAK = Hint("its attention weights on every later key are exactly 0 (observed inside its "
+            "forward), yet the output moves with later inputs: the future leaks around the "
+            "weights (a gate, a convolution or a normalisation over positions that reads later "
+            "tokens?)", Bug.LEAK_AROUND_WEIGHTS.value)
+"""Where a layer causal by structure (inference's finding) fails: what reads the future is no
+weight of its attention."""
+
+
+def leak(context: CheckContext, case: Case, inputs: Inputs) -> Hint | None:
+    """LEAK where the core observed on ``inputs`` (as the failure gave them, a padding mask
+    included) normalises over the keys and weighs no later key: what reads the future is no
+    weight of its attention."""
+    seen = observe(context.build(case), inputs, case)
+    over_keys = all(site.over_keys is not False for site in seen.sites)
+    return LEAK if over_keys and seen.causal_weights() else None
