@@ -88,8 +88,8 @@ def misfit(case: Case, caps: Capabilities, drawn: Drawn) -> str | None:
         (case.batch < drawn.min_batch, f"a batch under {drawn.min_batch}"),
         (case.num_heads < drawn.min_heads, f"fewer than {drawn.min_heads} heads"),
         (drawn.probe and case.kv_len > case.head_dim, "keys wider than a head (the probe's)"),
-        (drawn.dtypes is not None and dtype_name(drawn.dtypes[0]) and case.dtype not in
-         {dtype_name(d) for d in drawn.dtypes}, f"dtype {case.dtype}"),
+        (drawn.dtypes is not None and case.dtype not in map(dtype_name, drawn.dtypes),
+         f"dtype {case.dtype}"),
         (drawn.grouped and case.kv_heads is None, "no grouped key/value heads"),
     ]
     found = [words for wrong, words in reasons if wrong]

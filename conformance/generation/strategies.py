@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from conformance.generation.cases import MAX_LEN, Case, dtype_name
 from conformance.generation.replay_fit import Drawn
-from conformance.model.mask_forms import MaskLayout, right_padded
+from conformance.model.mask_forms import MaskConvention, MaskLayout, right_padded
 from conformance.model.spec import Capabilities
 
 MAX_HEAD_DIM = 16
@@ -280,16 +280,19 @@ def fixed_features(caps: Capabilities) -> dict[str, int | None]:
             "window": window, "chunk": chunk}
 
 
+def _mask_formats(caps: Capabilities) -> tuple[MaskConvention, ...]:
+    """Every mask format it takes: its mask's, and each other one it accepts."""
+    return ((caps.mask,) if caps.mask else ()) + tuple(caps.mask_formats)
+
+
 def shared_masks(caps: Capabilities) -> bool:
     """Whether the masks must be the same for every batch element (a shared (Lq, Lk) format)."""
-    formats = ((caps.mask,) if caps.mask else ()) + tuple(caps.mask_formats)
-    return any(f.layout is MaskLayout.SHARED for f in formats)
+    return any(f.layout is MaskLayout.SHARED for f in _mask_formats(caps))
 
 
 def right_padding(caps: Capabilities) -> bool:
     """Whether the masks must keep the first keys of each row (valid lengths say no other)."""
-    formats = ((caps.mask,) if caps.mask else ()) + tuple(caps.mask_formats)
-    return any(right_padded(f) for f in formats)
+    return any(right_padded(f) for f in _mask_formats(caps))
 
 
 def distinct_sizes(case: Case, *, heads_apart: bool = True) -> bool:

@@ -276,7 +276,7 @@ class Plan:
         kwargs = self.arguments(config)
         args = [kwargs.pop(name) for name in self.positional]
         # What its constructor prints (nanoGPT's "using slow attention") is no forward's print,
-        # and the suite builds it hundreds of times: kept off every output.
+        # and the suite builds it hundreds of times: kept off every output, here for every build.
         with contextlib.redirect_stdout(io.StringIO()):
             module = self.cls(*args, **kwargs)
         return materialised(self, module, config)
@@ -290,8 +290,7 @@ class Plan:
         config = Config(batch=2, q_len=length, kv_len=length, d_model=heads * head_dim,
                         num_heads=heads)
         try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                self.instantiate(config)
+            self.instantiate(config)
         except Exception:  # the constructor's own validation, whatever it raises
             return False
         return True
@@ -300,13 +299,8 @@ class Plan:
         """Whether the constructor accepts ``heads`` heads of ``head_dim``, and the forward
         then runs (RoPE's even head_dim is often the forward's to find out)."""
         length = probe_length(3)
-        config = Config(batch=2, q_len=length, kv_len=length, d_model=heads * head_dim,
-                        num_heads=heads)
-        try:
-            first_call(self, config)
-        except Exception:  # the constructor's or the forward's own validation, whatever it raises
-            return False
-        return True
+        return runs(self, Config(batch=2, q_len=length, kv_len=length,
+                                 d_model=heads * head_dim, num_heads=heads))
 
     def implementation(self, name: str, **capabilities: object) -> Implementation:
         declared = dict(call=self.convention.call, heads=self.head_count(),
@@ -326,6 +320,28 @@ def first_call(plan: Plan, config: Config,
     # A packed-only forward is called through the wrapper, which packs the batch.
     return _called(plan, wrapper if plan.convention.packed_only else wrapper.inner, config,
                    tracer)
+
+
+def runs(plan: Plan, config: Config, tracer: CoreTracer | None = None) -> bool:
+    """Whether the class builds for ``config`` and its first call returns: what the constructor
+    or the forward raises, whatever it is, says it takes no such configuration."""
+    try:
+        first_call(plan, config, tracer)
+    except Exception:  # its own validation, whatever it raises
+        return False
+    return True
+
+
+def output_of(plan: Plan, config: Config) -> torch.Tensor | None:
+    """The output of its first call at ``config`` (a tuple's first element); None where building
+    or calling it raises, or no tensor comes back."""
+    try:
+        output = first_call(plan, config)
+    except Exception:  # its own validation, whatever it raises
+        return None
+    if isinstance(output, tuple) and output:
+        output = output[0]
+    return output if isinstance(output, torch.Tensor) else None
 
 
 def _called(plan: Plan, module: nn.Module, config: Config,

@@ -139,3 +139,12 @@ class CoreObservation:
             if bool((shown[..., later] != 0).any()):
                 return False
         return True
+
+
+def maps_per_sequence(sites: tuple[AttentionSite, ...], batch: int) -> int | None:
+    """The attention maps per sequence of ``batch`` these sites computed, one a head: summed over
+    the sites (a loop over heads computes one map a site), the maps a head combines (two in
+    differential attention) counted once; None where there is no site, or the count does not
+    divide by the batch."""
+    maps = sum(int(site.scores.shape[0]) // max(site.combined, 1) for site in sites)
+    return maps // batch if sites and not maps % batch else None

@@ -19,7 +19,7 @@ import torch
 
 from conformance.checks.diagnosis import Bug, explain
 from conformance.checks.invariants.base import Check, CheckContext
-from conformance.checks.invariants.causal_core import axis_in_core, leak
+from conformance.checks.invariants.causal_core import core_hint
 from conformance.checks.invariants.verify import (
     expect_finite_rows,
     fmt,
@@ -204,7 +204,8 @@ def causal_mistake(context: CheckContext, case: Case) -> Hint | None:
     mixes positions its output reproduces (:func:`_computation_mistake`); None where neither is
     shown. What the causal check names (without a
     padding mask), for a check whose failure follows from the forward not being causal."""
-    in_core = context.hint(lambda: axis_in_core(context, case))
+    in_core = context.hint(lambda: core_hint(context, case,
+                                             case.inputs(context.capabilities.call), leaks=False))
     if in_core is not None:
         return in_core
     found = _mask_mistake(context, case, None)
@@ -237,8 +238,6 @@ class Causal(Check):
                             lambda case: self.past_visible(context, case))
 
     def future_invisible(self, context: CheckContext, case: Case) -> None:
-        if case.q_len < 2:  # a replayed case of one token: no later position to change
-            return
         instance = context.build(case)
         inputs = case.inputs(context.capabilities.call)
         cut = _cut(case)
@@ -290,15 +289,15 @@ class Causal(Check):
         # The core's weights, where no reference says more: a leak around causal weights
         # shows the same pattern as a causal mask not applied. Where one does, it comes last.
         mapped = reference_applies(context.capabilities)
-        if attention is None:
-            in_core = context.hint(lambda: axis_in_core(context, case)
-                                   or (None if mapped else leak(context, case, inputs)))
+        if attention is None and not mapped:
+            in_core = context.hint(lambda: core_hint(context, case, inputs, leaks=True))
             if in_core is not None:
                 return in_core
         found = _mask_mistake(context, case, attention)
         if found is None:
             axis = context.hint(lambda: _computation_mistake(context, case)
-                                or (leak(context, case, inputs) if mapped else None))
+                                or (core_hint(context, case, inputs, leaks=True) if mapped
+                                    else None))
             if axis is not None:
                 return axis
         words = named(found)

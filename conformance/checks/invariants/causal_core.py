@@ -1,9 +1,9 @@
 """What the attention core observed inside a forward says of a causal failure, where no weight
 layout maps the layer (no reference to match), told before the behavioural pattern of which rows
 each position moves, which can't tell these from a causal mask that is not applied: a softmax
-over the queries (:func:`axis_in_core`), and a future that leaks around weights that never
-reach it (:func:`leak`, the causal check's alone: another check's failure to be causal, a
-cache's, is no change of later inputs)."""
+over the queries, and a future that leaks around weights that never reach it (the causal
+check's alone: another check's failure to be causal, a cache's, is no change of later inputs):
+:func:`core_hint`."""
 
 from __future__ import annotations
 
@@ -23,17 +23,6 @@ QUERY_AXIS_IN_CORE = Hint("the attention core observed in its forward normalises
 """QUERY_AXIS where no weight layout maps the layer (no reference to match): seen at its core."""
 
 
-def axis_in_core(context: CheckContext, case: Case) -> Hint | None:
-    """Where the reference does not apply (no weight layout maps the layer): QUERY_AXIS_IN_CORE
-    when the core observed in the forward on ``case`` has a softmax over another axis than the
-    keys (what the row_stochastic check finds there too), else None. Told before the behavioural
-    pattern, which can't tell this from a causal mask that is not applied."""
-    if reference_applies(context.capabilities):
-        return None
-    seen = observe(context.build(case), case.inputs(context.capabilities.call), case)
-    return QUERY_AXIS_IN_CORE if any(site.over_keys is False for site in seen.sites) else None
-
-
 LEAK = Hint("its attention weights on every later key are exactly 0 (observed inside its "
             "forward), yet the output moves with later inputs: the future leaks around the "
             "weights (a gate, a convolution or a normalisation over positions that reads later "
@@ -42,10 +31,18 @@ LEAK = Hint("its attention weights on every later key are exactly 0 (observed in
 weight of its attention."""
 
 
-def leak(context: CheckContext, case: Case, inputs: Inputs) -> Hint | None:
-    """LEAK where the core observed on ``inputs`` (as the failure gave them, a padding mask
-    included) normalises over the keys and weighs no later key: what reads the future is no
-    weight of its attention."""
+def core_hint(context: CheckContext, case: Case, inputs: Inputs, *, leaks: bool) -> Hint | None:
+    """The likely bug the core shows on ``inputs``, from one observation: QUERY_AXIS_IN_CORE where
+    no weight layout maps the layer (the reference says more where one does) and a softmax
+    normalises over another axis than the keys (what row_stochastic finds there too); else,
+    where ``leaks`` is asked (the causal check's own failure), LEAK where every softmax
+    normalises over the keys and no weight reaches a later key. None otherwise, and nothing is
+    observed where neither can be said."""
+    axis = not reference_applies(context.capabilities)
+    if not (axis or leaks):
+        return None
     seen = observe(context.build(case), inputs, case)
+    if axis and any(site.over_keys is False for site in seen.sites):
+        return QUERY_AXIS_IN_CORE
     over_keys = all(site.over_keys is not False for site in seen.sites)
-    return LEAK if over_keys and seen.causal_weights() else None
+    return LEAK if leaks and over_keys and seen.causal_weights() else None

@@ -111,8 +111,8 @@ def _takes_keywords(cls: type) -> bool:
         parameters = inspect.signature(cls).parameters.values()
     except (TypeError, ValueError):
         return False
-    return any(p.kind is p.VAR_KEYWORD for p in parameters) or any(
-        p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD for p in parameters)
+    return any(p.kind in (p.VAR_KEYWORD, p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+               for p in parameters)
 
 
 def _config_like(cls: object) -> bool:
@@ -173,14 +173,14 @@ def config_argument(layer: type) -> ConfigArgument | None:
         return None
     required = [p for p in parameters if p.default is p.empty
                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    for parameter in parameters:
-        others = {p.name: GUESSES.get(role_of(p.name) or "", OTHER_SIZE) for p in required
-                  if p is not parameter}
+    for parameter in required:
         named = parameter.name in CONFIG_NAMES or parameter.name.endswith(("config", "cfg"))
         annotated = isinstance(parameter.annotation, type) and parameter.annotation not in (
             int, float, bool, str)
-        if parameter.default is not parameter.empty or not (named or annotated):
+        if not (named or annotated):
             continue
+        others = {p.name: GUESSES.get(role_of(p.name) or "", OTHER_SIZE) for p in required
+                  if p is not parameter}
         found = _recorded(layer, parameter, others)
         if found is not None:
             return found
@@ -193,7 +193,6 @@ def _recorded(layer: type, parameter: inspect.Parameter,
     defaults = next((d for d in map(_defaults, classes) if d is not None), None)
     values: dict[str, object] = dict(defaults or {})
     tried: dict[str, int] = {}
-    recorder = None
     for _ in range(ROUNDS):
         recorder = Recorder(values)
         try:
@@ -216,7 +215,7 @@ def _recorded(layer: type, parameter: inspect.Parameter,
         break
     else:
         return None
-    if recorder is None or not recorder.reads:
+    if not recorder.reads:
         return None
     fields = tuple(recorder.reads)
     kind, cls = ConfigKind.NAMESPACE, None

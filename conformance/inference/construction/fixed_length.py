@@ -13,7 +13,7 @@ checks that need another length skip saying so, and the report says so.
 from __future__ import annotations
 
 from conformance.generation.cases import MAX_LEN
-from conformance.inference.plan import Plan, first_call
+from conformance.inference.plan import Plan, runs
 from conformance.model.remedies import Note
 from conformance.model.spec import Config
 
@@ -32,13 +32,9 @@ HEADS, HEAD_DIM = 2, 4
 def _runs(plan: Plan, length: int, window: int | None) -> bool:
     heads = HEADS if plan.roles.heads else plan.fixed_heads
     width = plan.fixed_width or heads * HEAD_DIM
-    config = Config(batch=2, q_len=length, kv_len=length, d_model=width, num_heads=heads,
-                    window=window)  # window_offset is 0 until window_form: the value is passed
-    try:
-        first_call(plan, config)
-    except Exception:  # whatever the constructor or the forward raises: not this length
-        return False
-    return True
+    # window_offset is 0 until window_form: the value is passed as it is.
+    return runs(plan, Config(batch=2, q_len=length, kv_len=length, d_model=width,
+                             num_heads=heads, window=window))
 
 
 def _taken(plan: Plan, window: int | None) -> list[int]:

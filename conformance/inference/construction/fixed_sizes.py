@@ -20,8 +20,9 @@ import torch
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS, Constraint, discover
 from conformance.inference.inquiry import Inquiry
 from conformance.inference.observing.probing import probe_case
-from conformance.inference.plan import INSTANCE_ROUTE, SIZES_REMEDY, InferenceError, Plan, first_call
+from conformance.inference.plan import INSTANCE_ROUTE, SIZES_REMEDY, InferenceError, Plan, output_of
 from conformance.inference.steps.behaviour import find_weights
+from conformance.model.core import maps_per_sequence
 from conformance.model.spec import Config
 from conformance.subject.boundary import CapabilityError, ImplementationError
 
@@ -66,15 +67,10 @@ ANY_WIDTH = (4, 6)
 def _returns_width(plan: Plan, width: int) -> bool:
     """Whether built for ``width`` (one head) its forward returns (batch, length, width) for
     inputs that wide."""
-    config = Config(batch=BATCH, q_len=LENGTH, kv_len=LENGTH, d_model=width, num_heads=1)
-    try:
-        output = first_call(plan, config)
-    except Exception:  # not this width: the forward's own error, whatever it raises
-        return False
-    if isinstance(output, tuple) and output:
-        output = output[0]
-    return isinstance(output, torch.Tensor) and tuple(output.shape) in (
-        (BATCH, LENGTH, width), (LENGTH, BATCH, width))
+    output = output_of(plan, Config(batch=BATCH, q_len=LENGTH, kv_len=LENGTH, d_model=width,
+                                    num_heads=1))
+    return output is not None and tuple(output.shape) in ((BATCH, LENGTH, width),
+                                                          (LENGTH, BATCH, width))
 
 
 def width_constraint(plan: Plan) -> Constraint:
@@ -133,6 +129,4 @@ def core_heads(inquiry: Inquiry) -> int | None:
         seen = inquiry.probe.observe(case.inputs(inquiry.plan.convention.call))
     except (ImplementationError, CapabilityError):
         return None
-    if not seen.sites or seen.sites[0].scores.shape[0] % case.batch:
-        return None
-    return int(seen.sites[0].scores.shape[0]) // case.batch
+    return maps_per_sequence(seen.sites, case.batch)

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from conformance.inference.inquiry import Inquiry
 from conformance.inference.names.roles import CONTEXT_LENGTH
-from conformance.inference.plan import Plan, first_call
+from conformance.inference.plan import Plan, runs
 from conformance.model.spec import Config
 
 SHORTEST = 2
@@ -23,11 +23,7 @@ SHORTEST = 2
 
 
 def _runs(plan: Plan, config: Config, length: int) -> bool:
-    try:
-        first_call(plan, replace(config, batch=1, q_len=length, kv_len=length))
-    except Exception:  # whatever its forward raises past its length
-        return False
-    return True
+    return runs(plan, replace(config, batch=1, q_len=length, kv_len=length))
 
 
 def _longest(plan: Plan, config: Config) -> int | None:

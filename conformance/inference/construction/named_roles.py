@@ -17,15 +17,13 @@ is kept and said to be unconfirmed.
 
 from __future__ import annotations
 
-import contextlib
-import io
 from dataclasses import replace
 
 import torch
 
-from conformance.inference.construction.trial import HEAD_TRIALS, WIDTHS, maps_per_sequence, output_width
+from conformance.inference.construction.trial import HEAD_TRIALS, WIDTHS, core_maps, output_width
 from conformance.inference.names.roles import ConstructorRoles
-from conformance.inference.plan import Plan, first_call
+from conformance.inference.plan import Plan, output_of
 from conformance.model.spec import Config
 from conformance.numerics.tolerance import abs_error, reordering_tolerance
 
@@ -39,7 +37,7 @@ STRUCTURE_LENGTH = 8
 def _built(plan: Plan, argument: str, value: int, heads: int) -> torch.nn.Module:
     config = Config(batch=2, q_len=STRUCTURE_LENGTH, kv_len=STRUCTURE_LENGTH, d_model=heads * 4,
                     num_heads=heads)
-    with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(io.StringIO()):
+    with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         return replace(plan, init=(*plan.init, (argument, value))).instantiate(config)
 
@@ -48,16 +46,9 @@ def _output(plan: Plan, argument: str, value: int, length: int, heads: int) -> t
     """The output of a build with ``argument`` = ``value`` on ``length`` tokens (seeded: two
     values compare on the same parameters and inputs), None where it raises."""
     config = Config(batch=2, q_len=length, kv_len=length, d_model=heads * 4, num_heads=heads)
-    trial = replace(plan, init=(*plan.init, (argument, value)))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        try:
-            output = first_call(trial, config)
-        except Exception:  # whatever it raises past its length, or for this value
-            return None
-    if isinstance(output, tuple) and output:
-        output = output[0]
-    return output if isinstance(output, torch.Tensor) else None
+        return output_of(replace(plan, init=(*plan.init, (argument, value))), config)
 
 
 def _same_parameters(plan: Plan, argument: str, heads: int) -> bool:
@@ -117,7 +108,7 @@ def confirm_sizes(plan: Plan, named: ConstructorRoles) -> list[str]:
             notes.append(f"{width}: the model width by its name, unconfirmed (built with "
                          f"{' and '.join(map(str, refused))}, inputs that wide raise)")
     if heads and plan.roles.heads == heads and width:
-        counts = [maps_per_sequence(plan, {heads: h}, WIDTHS[0]) for h in HEAD_TRIALS]
+        counts = [core_maps(plan, {heads: h}, WIDTHS[0]) for h in HEAD_TRIALS]
         if None not in counts and counts != list(HEAD_TRIALS):
             notes.append(f"{heads}: the head count by its name, unconfirmed (built with "
                          f"{', '.join(map(str, HEAD_TRIALS))}, its attention core computes "

@@ -20,15 +20,14 @@ An argument no integer fills (a vocabulary object, a config) is left to a declar
 
 from __future__ import annotations
 
-import contextlib
-import io
 import itertools
 from dataclasses import dataclass, replace
 
 import torch
 
 from conformance.inference.names.roles import ConstructorRoles
-from conformance.inference.plan import INSTANCE_ROUTE, SIZES_REMEDY, InferenceError, Plan, first_call
+from conformance.inference.plan import INSTANCE_ROUTE, SIZES_REMEDY, InferenceError, Plan, output_of, runs
+from conformance.model.core import maps_per_sequence
 from conformance.model.spec import Config
 from conformance.subject.attention_core import sites
 from conformance.subject.core_trace import CoreTracer
@@ -57,19 +56,13 @@ class Filled:
 def _runs(plan: Plan, values: dict[str, int], heads: int = HEADS, length: int = 3) -> bool:
     config = Config(batch=2, q_len=length, kv_len=length, d_model=heads * HEAD_DIM,
                     num_heads=heads)
-    trial = replace(plan, init=(*plan.init, *values.items()))
-    try:
-        first_call(trial, config)
-    except Exception:  # whatever the constructor or forward raises: not these values
-        return False
-    return True
+    return runs(replace(plan, init=(*plan.init, *values.items())), config)
 
 
 def _parameters(plan: Plan, values: dict[str, int]) -> int | None:
     config = Config(batch=2, q_len=3, kv_len=3, d_model=HEADS * HEAD_DIM, num_heads=HEADS)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            module = replace(plan, init=(*plan.init, *values.items())).instantiate(config)
+        module = replace(plan, init=(*plan.init, *values.items())).instantiate(config)
     except Exception:  # the constructor refuses these values
         return None
     return sum(p.numel() for p in module.parameters()) if isinstance(module, torch.nn.Module) \
@@ -88,30 +81,20 @@ def output_width(plan: Plan, values: dict[str, int], width: int) -> int | None:
     the one length it takes, where it takes one)."""
     length = plan.length or 3
     config = Config(batch=2, q_len=length, kv_len=length, d_model=width, num_heads=HEADS)
-    try:
-        output = first_call(replace(plan, init=(*plan.init, *values.items())), config)
-    except Exception:  # whatever the constructor or forward raises: not this width
-        return None
-    if isinstance(output, tuple) and output:
-        output = output[0]
-    return int(output.shape[-1]) if isinstance(output, torch.Tensor) and output.dim() else None
+    output = output_of(replace(plan, init=(*plan.init, *values.items())), config)
+    return int(output.shape[-1]) if output is not None and output.dim() else None
 
 
-def maps_per_sequence(plan: Plan, values: dict[str, int], width: int) -> int | None:
+def core_maps(plan: Plan, values: dict[str, int], width: int) -> int | None:
     """The attention maps per sequence its core computes, built with ``values`` at ``width``,
     over every core site (a loop over heads computes one map a site); None where none is
     seen."""
     length = plan.length or 3
     config = Config(batch=2, q_len=length, kv_len=length, d_model=width, num_heads=1)
     tracer = CoreTracer()
-    try:
-        first_call(replace(plan, init=(*plan.init, *values.items())), config, tracer)
-        found = sites(tracer, q_len=length, kv_len=length)
-    except Exception:  # whatever the constructor or forward raises: not this count
+    if not runs(replace(plan, init=(*plan.init, *values.items())), config, tracer):
         return None
-    # Two maps a head combines (differential attention) are one head's.
-    maps = sum(int(site.scores.shape[0]) // max(site.combined, 1) for site in found)
-    return maps // config.batch if found and not maps % config.batch else None
+    return maps_per_sequence(sites(tracer, q_len=length, kv_len=length), config.batch)
 
 
 def _sizes(plan: Plan, argument: str, others: dict[str, int], width: str | None) -> Filled | None:
@@ -124,7 +107,7 @@ def _sizes(plan: Plan, argument: str, others: dict[str, int], width: str | None)
                       "returns outputs that wide")
     if width is not None and not plan.roles.heads:
         at = {width: WIDTHS[0]} if width in others or width == argument else {}
-        counts = [maps_per_sequence(plan, {**others, **at, argument: h}, WIDTHS[0]) for h in HEAD_TRIALS]
+        counts = [core_maps(plan, {**others, **at, argument: h}, WIDTHS[0]) for h in HEAD_TRIALS]
         if counts == list(HEAD_TRIALS):
             return Filled(argument, "heads", HEAD_TRIALS[-1],
                           f"built with {', '.join(map(str, HEAD_TRIALS))}, its attention core "

@@ -297,16 +297,31 @@ def _drops_causality(search: MaskSearch, padding: MaskConvention, whole: MaskCon
     return search
 
 
+def _moved_apart(instance: Instance, case: Case, call: str, *, later: bool) -> bool:
+    """Whether, the inputs after position 2 (``later``) or up to it replaced, the rows on the
+    other side of position 2 stay as they were while those on the replaced side move."""
+    inputs = case.inputs(call, use_mask=False)
+    replaced = torch.zeros(case.batch, case.kv_len, dtype=torch.bool)
+    replaced[:, 3:] = later
+    replaced[:, :3] = not later
+    before = instance.forward(inputs)
+    change = abs_error(instance.forward(case.replace_positions(inputs, replaced, stream=5,
+                                                               scale=5.0, query_too=True)),
+                       before)
+    tolerance = unchanged_tolerance(before.dtype, before)
+    kept, moved = (change[:, :3], change[:, 3:]) if later else (change[:, 3:], change[:, :3])
+    return float(kept.max()) <= tolerance and float(moved.max()) > tolerance
+
+
 def is_causal(instance: Instance, case: Case, call: str) -> bool:
     """Whether rows 0..2 ignore every input after position 2 (while later rows do change)."""
-    inputs = case.inputs(call, use_mask=False)
-    later = torch.zeros(case.batch, case.kv_len, dtype=torch.bool)
-    later[:, 3:] = True
-    before = instance.forward(inputs)
-    change = abs_error(instance.forward(case.replace_positions(inputs, later, stream=5, scale=5.0,
-                                                             query_too=True)), before)
-    tolerance = unchanged_tolerance(before.dtype, before)
-    return float(change[:, :3].max()) <= tolerance and float(change[:, 3:].max()) > tolerance
+    return _moved_apart(instance, case, call, later=True)
+
+
+def sees_only_later(instance: Instance, case: Case, call: str) -> bool:
+    """Whether rows 3.. ignore every input before position 3 (while rows 0..2 do change): each
+    row sees itself and the later positions alone, a causal mask transposed."""
+    return _moved_apart(instance, case, call, later=False)
 
 
 def causal_by_structure(instance: Instance, case: Case, call: str) -> bool:
@@ -316,20 +331,6 @@ def causal_by_structure(instance: Instance, case: Case, call: str) -> bool:
         return instance.observe(case.inputs(call, use_mask=False)).causal_weights()
     except (ImplementationError, CapabilityError):
         return False
-
-
-def sees_only_later(instance: Instance, case: Case, call: str) -> bool:
-    """Whether rows 3.. ignore every input before position 3 (while rows 0..2 do change): each
-    row sees itself and the later positions alone, a causal mask transposed."""
-    inputs = case.inputs(call, use_mask=False)
-    earlier = torch.zeros(case.batch, case.kv_len, dtype=torch.bool)
-    earlier[:, :3] = True
-    before = instance.forward(inputs)
-    change = abs_error(instance.forward(case.replace_positions(inputs, earlier, stream=5,
-                                                               scale=5.0, query_too=True)),
-                       before)
-    tolerance = unchanged_tolerance(before.dtype, before)
-    return float(change[:, 3:].max()) <= tolerance and float(change[:, :3].max()) > tolerance
 
 
 def batch_independent(instance: Instance, case: Case, call: str) -> bool:

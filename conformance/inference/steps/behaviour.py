@@ -97,38 +97,39 @@ def causality(inquiry: Inquiry) -> None:
             capabilities.set(causality={"kind": "optional", "argument": "is_causal"})
             notes.append(f"causal when {plan.convention.causal}=True")
             return
+    call = plan.convention.call
     try:
         instance, case = inquiry.build(), probe_case(heads, head_dim)
-        causal = is_causal(instance, case, plan.convention.call)
-        transposed = not causal and sees_only_later(instance, case, plan.convention.call)
-        leaks = not (causal or transposed) and causal_by_structure(instance, case,
-                                                                   plan.convention.call)
+        found = next((said for measured, *said in CAUSAL_FINDINGS
+                      if measured(instance, case, call)), None)
     except ImplementationError:
         notes.append("causality not probed: the unmasked call fails")
         capabilities.unprobed.add("causal")
         return
-    if causal:
-        capabilities.set(causality={"kind": "always"})
-        notes.append(Note("always causal (probed: rows ignore every later position)",
-                          Remedy.to("causal", "never",
-                                    "check it as an encoder, if it is meant not to be")))
-    elif transposed:  # nobody means a row to see only the future: a triangle transposed
-        capabilities.set(causality={"kind": "always"})
-        notes.append(Note("causal, its mask transposed (probed: each row ignores every earlier "
-                          "position and sees the later ones, which only a causal triangle "
-                          "transposed does): checked as causal",
-                          Remedy.to("causal", "never",
-                                    "check it as an encoder, if it is meant to see the future")))
-    elif leaks:  # weights that never reach the future, an output that moves with it
-        capabilities.set(causality={"kind": "always"})
-        notes.append(Note("causal by structure (observed inside its forward: every attention "
-                          "weight on a later key is exactly 0), though its output moves with "
-                          "later inputs: checked as causal, where that leak fails",
-                          Remedy.to("causal", "never",
-                                    "check it as an encoder, if the future is meant to reach it")))
-    else:
+    if found is None:
         notes.append(Note("not causal (probed: rows see later positions)",
                           Remedy.to("causal", "always", "say it is meant to be")))
+        return
+    words, otherwise = found
+    capabilities.set(causality={"kind": "always"})
+    notes.append(Note(words, Remedy.to("causal", "never", otherwise)))
+
+
+CAUSAL_FINDINGS = (
+    (is_causal, "always causal (probed: rows ignore every later position)",
+     "check it as an encoder, if it is meant not to be"),
+    # Nobody means a row to see only the future: a triangle transposed.
+    (sees_only_later, "causal, its mask transposed (probed: each row ignores every earlier "
+     "position and sees the later ones, which only a causal triangle transposed does): "
+     "checked as causal", "check it as an encoder, if it is meant to see the future"),
+    # Weights that never reach the future, an output that moves with it: a leak around them.
+    (causal_by_structure, "causal by structure (observed inside its forward: every attention "
+     "weight on a later key is exactly 0), though its output moves with later inputs: checked "
+     "as causal, where that leak fails",
+     "check it as an encoder, if the future is meant to reach it"),
+)
+"""What makes an undeclared layer checked as causal, measured in this order (the first that
+holds): each measure, its note, and what declaring causal never would mean instead."""
 
 
 def dropout_form(inquiry: Inquiry) -> None:
