@@ -27,7 +27,8 @@ COLLECTIONS = ("user_styles", "wild_styles", "modern_styles", "homework_styles",
                "library_transformers", "library_others", "library_caches", "library_held_out",
                "paths", "structural_sizes", "structural_leaks", "config_forms", "courses.d2l",
                "courses.nanogpt",
-               "courses.mingpt", "courses.lecture", "courses.annotated", "courses.cs231n")
+               "courses.mingpt", "courses.lecture", "courses.annotated", "courses.cs231n",
+               "operators")
 """The fixture modules whose layers are checked (the hostile, slow and malformed ones are the
 worker's and the front ends' tests, not verdicts)."""
 

@@ -31,7 +31,7 @@ UNIT = {
     "test_suite_errors", "test_hint_evidence", "test_declaration_specs", "test_remedies",
     "test_tolerance", "test_attention_core", "test_errors", "test_search_replays",
     "test_weights", "test_worker_codec", "test_worker_pristine", "test_capability_groups",
-    "test_input_writes",
+    "test_input_writes", "test_normaliser", "test_partly_judged",
 }
 INTEGRATION = {
     "test_behaviour_inference", "test_bench", "test_example_database", "test_causal_hints", "test_cli",
@@ -53,7 +53,7 @@ INTEGRATION = {
     "test_gpu_acceptance", "test_gpu_worker", "test_kv_cache_assignment", "test_serve",
     "test_refused_lengths", "test_readme_example", "test_messages",
     "test_model_attention_functions", "test_courses", "test_forward_paths",
-    "test_structural_leaks",
+    "test_structural_leaks", "test_operators",
 }
 E2E = {
     "test_containment", "test_expected_results", "test_grading_cli", "test_grading_example",
@@ -62,6 +62,9 @@ E2E = {
     "test_routes_and_profiles",
 }
 MOVED_TO_SLOW = {
+    ("test_operators", "checked"):
+        "checks eleven operators and twins at once (forty seconds of one core); how each "
+        "normaliser is observed and named stays in make test",
     ("test_courses", "checked"):
         "infers and checks the six courses' forms and their students' twins at once (a minute of "
         "one core); how each form is built and called (config objects, valid lengths, widths by "

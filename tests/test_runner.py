@@ -6,8 +6,8 @@ import torch
 
 import conformance
 from conformance import Status
-from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
+from conformance.inference.observing.attention_probe import measure_attention
 from conformance.numerics.reference import reference_attention
 from tests.fixtures import user_impls
 
@@ -33,7 +33,8 @@ def test_a_correct_user_implementation_passes_everything_it_can_take():
         "chunked": "declares no causal chunks",
         "kv_cache": "declares no KV cache",
         "packed": "declares no packed sequences (cu_seqlens or a block-diagonal mask)",
-        "configuration": "no constructor setting to vary (a RoPE theta or rotated share)",
+        "configuration": "declares no constructor setting to vary (a RoPE theta or rotated "
+                         "share, a softcap)",
         "kernel": "not a kernel function",
     }
     assert all(r.status is Status.PASSED for c, r in results.items() if c not in skipped)

@@ -19,10 +19,10 @@ from conformance.checks.diagnosis import AMBIGUOUS
 from conformance.checks.invariants.base import CheckContext
 from conformance.checks.invariants.verify import expect_output, position_skip_reason
 from conformance.checks.invariants.violation import NotApplicable, Violation
-from conformance.checks.probes import ProbeUnfit
 from conformance.generation.base_case import base_case
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
+from conformance.inference.observing.attention_probe import ProbeUnfit
 from conformance.model.core import AttentionSite, CoreObservation
 from conformance.model.results import Route
 from conformance.model.spec import Capabilities

@@ -1,12 +1,13 @@
 """A finding's falsifying case drawn: what the implementation attends to, and what it should.
 
 The minimal case is run once more. Where the implementation's weights can be read and the probe
-fits (:mod:`conformance.checks.probes`), its attention probabilities are measured through its
-own forward, beside the float64 reference's for the same probe weights and inputs: softmax of
-q.k / sqrt(head_dim) (plus the position encoding's bias) over the keys the mask, causality and
-window allow, each row with no such key all zeros. Elsewhere, each query row's largest output
-error against the float64 reference (an output-only finding). One batch and head is drawn: the
-one the finding names (its reason says "batch b, head h"), else where the two differ most.
+fits (:mod:`conformance.inference.observing.attention_probe`), its attention probabilities
+are measured through its own forward, beside the float64 reference's for the same probe
+weights and inputs: softmax of q.k / sqrt(head_dim) (plus the position encoding's bias) over
+the keys the mask, causality and window allow, each row with no such key all zeros. Elsewhere,
+each query row's largest output error against the float64 reference (an output-only finding).
+One batch and head is drawn: the one the finding names (its reason says "batch b, head h"),
+else where the two differ most.
 
 A picture is evidence, never a verdict: whatever goes wrong while it is made (the probe does not
 fit, the module has no weights to read, a call fails) is said in its place.
@@ -21,8 +22,8 @@ from dataclasses import replace
 import torch
 
 from conformance.checks.core_route import second_inputs
-from conformance.checks.probes import probe, probe_unfit_reason
 from conformance.generation.cases import Case, own_queries
+from conformance.inference.observing.attention_probe import probe, probe_unfit_reason
 from conformance.model.core import CoreKind
 from conformance.model.picture import Matrix, Picture
 from conformance.model.spec import Capabilities

@@ -347,11 +347,14 @@ def _expected(path: Path | None) -> tuple[dict, dict]:
 def _list_checks() -> int:
     """Each check's name, what it asserts and when it applies, in report order."""
     from conformance.checks.catalogue import CATALOGUE, GATE
+    from conformance.checks.invariants.base import STRUCTURE_WORDS
 
     width = max(len(name) for name in CHECK_NAMES) + 2
     for check in (GATE, *CATALOGUE):
         print(f"{check.name.ljust(width)}{check.title}")
         print(f"{'':{width}}applies to: {check.applies}")
+        for need in sorted(getattr(check, "requires", ())):  # the gate requires nothing observed
+            print(f"{'':{width}}requires: {STRUCTURE_WORDS[need]}")
     print(f"\n{len(CATALOGUE) + 1} checks; each one's property, tolerance and why: docs/checks.md")
     return EXIT_OK
 

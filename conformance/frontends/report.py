@@ -15,7 +15,14 @@ import torch
 
 from conformance.frontends.interface_language import Interface, notes_words, remedy_words
 from conformance.model.remedies import Note
-from conformance.model.results import CheckResult, Route, Status, checked_nowhere, unchecked
+from conformance.model.results import (
+    CheckResult,
+    Route,
+    Status,
+    checked_nowhere,
+    partly_judged,
+    unchecked,
+)
 
 LABELS = {
     Status.PASSED: "PASS",
@@ -170,8 +177,13 @@ def summary(results: Sequence[CheckResult], seconds: float) -> str:
     if nowhere and not counts[Status.FAILED] and not counts[Status.SUITE_ERROR]:
         verdict = (f"NOTHING CHECKED: every check of {', '.join(nowhere)} skipped on every "
                    "device: no verdict, not OK (the lines above say why)")
+    partly = partly_judged(results)
+    if partly and not counts[Status.FAILED] and not counts[Status.SUITE_ERROR] and not nowhere:
+        verdict += (f"; but {len(partly)} implementation(s) had fewer than half the checks "
+                    "judged (the lines above say which and why)")
     lines = [wrap(f"Nothing checked: {u.implementation} on {u.device} ({u.why})", 0, 6)
              for u in unchecked(results)]
+    lines += [wrap(f"Partly judged: {p.words()}", 0, 6) for p in partly]
     return "\n".join([*lines, wrap(text), wrap(verdict)])
 
 

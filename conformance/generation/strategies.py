@@ -174,9 +174,10 @@ def _cases(draw, caps: Capabilities, device: str, *, masks: MaskStyle = "none",
     """A case the implementation can take.
 
     ``probe``: shapes where the attention-matrix probe fits (``kv_len <= head_dim`` and
-    ``d_model > kv_len``, see :mod:`conformance.checks.probes`). ``causal``: the case asks for causal
-    attention, with ``q_len == kv_len``. ``dtypes`` narrows the declared dtypes. ``grouped``:
-    fewer key/value heads than query heads (for grouped-query implementations).
+    ``d_model > kv_len``, see :mod:`conformance.inference.observing.attention_probe`).
+    ``causal``: the case asks for causal attention, with ``q_len == kv_len``. ``dtypes`` narrows
+    the declared dtypes. ``grouped``: fewer key/value heads than query heads (for grouped-query
+    implementations).
     """
     causal = causal or caps.causality.kind == "always"  # the case must say what the implementation does
     if masks == "auto":

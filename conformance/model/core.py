@@ -135,10 +135,21 @@ class CoreObservation:
             shown = site.allowed if site.kind is CoreKind.SDPA else weights
             if shown is None or shown.shape[-1] != shown.shape[-2]:
                 return False
-            later = torch.ones(shown.shape[-2:], dtype=torch.bool, device=shown.device).triu(1)
-            if bool((shown[..., later] != 0).any()):
+            if not unweighted_future(shown):
                 return False
         return True
+
+
+def unweighted_future(weights: torch.Tensor) -> bool:
+    """Whether square ``weights`` (…, L, L) give every later key exactly 0 on every row, a row
+    of equal weights on every key aside (a row whose every key was masked by a finite fill, as
+    a top-k row left no visible key: that fill's, not the structure's). Bool ``weights`` (the
+    keys a mask allows) have no such row."""
+    later = torch.ones(weights.shape[-2:], dtype=torch.bool, device=weights.device).triu(1)
+    weighed = (weights != 0) & later
+    if weights.dtype != torch.bool and weights.shape[-1] > 1:
+        weighed &= ~(weights.amax(-1) == weights.amin(-1))[..., None]
+    return not bool(weighed.any())
 
 
 def maps_per_sequence(sites: tuple[AttentionSite, ...], batch: int) -> int | None:

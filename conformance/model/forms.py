@@ -11,6 +11,8 @@ from typing import Literal
 
 import torch
 
+from conformance.model.normaliser import Normaliser
+
 RelativeEncoding = Literal["rotary", "alibi", "bias"]
 """A relative position encoding inside: RoPE, ALiBi, or a learned bias of j − i measured at the
 attention core (T5's buckets)."""
@@ -183,6 +185,9 @@ class PositionEncoding:
     alibi: AlibiBias | None = None
     softcap: float | None = None
     scale: LogitScale | None = None
+    normaliser: Normaliser | None = None
+    """What turns the logits into weights where it is not a softmax over the keys (observed:
+    :mod:`conformance.inference.steps.normaliser`)."""
 
     @property
     def positional(self) -> bool:
@@ -248,6 +253,8 @@ class Setting(str, Enum):
     """RoPE's base: pair i of r rotated dimensions turns by ``p * theta^(-2i / r)``."""
     ROTARY_FRACTION = "rotary_fraction"
     """The share of each head's dimensions RoPE turns."""
+    SOFTCAP = "softcap"
+    """A logit softcap c: the logits are c·tanh(s / c) before the mask (0 or less: none)."""
 
 
 class CausalAlignment(str, Enum):

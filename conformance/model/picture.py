@@ -14,7 +14,8 @@ class Picture:
     the float64 reference does.
 
     Either ``measured`` and ``reference`` (the attention probabilities, Lq x Lk, measured through
-    the implementation's own forward with probe weights: see :mod:`conformance.checks.probes`),
+    the implementation's own forward with probe weights: see
+    :mod:`conformance.inference.observing.attention_probe`),
     or ``row_error`` (each query row's largest output error against the reference: an output-
     only finding, where the probabilities can't be measured), or neither, with ``unavailable``
     saying why. ``allowed`` marks the keys each row may see (the mask, causality and window as

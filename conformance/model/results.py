@@ -97,6 +97,9 @@ class CheckResult:
     bug: str | None = None
     """The kind of bug ``hint`` names (:class:`Hint`), where it names one: two results with
     the same ``bug`` are one mistake seen by two checks (grading charges it once)."""
+    absent: bool = False
+    """Skipped because the implementation has nothing of what the check judges (no KV cache, no
+    mask): its contract, so none of what went unjudged (see :func:`partly_judged`)."""
 
     def __post_init__(self) -> None:
         if self.hint is not None and type(self.hint) is not str:  # a Hint: text, kind beside
@@ -114,6 +117,8 @@ class CheckResult:
         data["route"] = None if self.route is None else self.route.value
         if self.picture is None:
             del data["picture"]  # a report's JSON is as it was unless pictures were asked for
+        if not self.absent:
+            del data["absent"]  # said where it is so
         return data
 
 
@@ -139,6 +144,51 @@ def unchecked(results: Iterable[CheckResult]) -> list[Unchecked]:
         gate = next((r.reason for r in group if r.check == "gate"), None)
         reasons = [r.reason for r in group]
         found.append(Unchecked(name, device, gate or max(reasons, key=reasons.count)))
+    return found
+
+
+class PartlyJudged(NamedTuple):
+    """An implementation on a device where fewer than half the checks were judged."""
+
+    implementation: str
+    device: str
+    judged: int
+    total: int
+    absent: int
+    """Skipped for what it does not have (its contract)."""
+    unjudged: tuple[str, ...]
+    """The checks skipped for another reason (an instrument that did not fit it)."""
+    why: str
+    """The commonest reason of those."""
+
+    def words(self) -> str:
+        text = (f"{self.implementation} on {self.device}: {self.judged} of {self.total} checks "
+                f"judged; {self.absent} skipped for what it does not have")
+        if self.unjudged:
+            text += (f", and {', '.join(self.unjudged)} for another reason, most often: "
+                     f"{self.why}")
+        return text
+
+
+def partly_judged(results: Iterable[CheckResult]) -> list[PartlyJudged]:
+    """Each (implementation, device) of ``results`` without a failure where some check was
+    judged, yet fewer than half of them: an OK there says less than it seems to, and why is
+    said (a failure says enough)."""
+    groups: dict[tuple[str, str], list[CheckResult]] = {}
+    for result in results:
+        groups.setdefault((result.implementation, result.device), []).append(result)
+    found = []
+    for (name, device), group in groups.items():
+        judged = [r for r in group if r.status is not Status.SKIPPED]
+        failed = any(r.status in (Status.FAILED, Status.SUITE_ERROR) for r in group)
+        if failed or not judged or 2 * len(judged) >= len(group):
+            continue
+        other = [r for r in group if r.status is Status.SKIPPED and not r.absent]
+        reasons = [r.reason for r in other]
+        found.append(PartlyJudged(name, device, len(judged), len(group),
+                                  len(group) - len(judged) - len(other),
+                                  tuple(r.check for r in other),
+                                  max(reasons, key=reasons.count) if reasons else ""))
     return found
 
 

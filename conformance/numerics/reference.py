@@ -127,6 +127,11 @@ def reference_attention(
     q, k, bias = encode(q, k, encoding, keep, start,
                         heads=heads or (0, weights.num_heads, weights.num_kv_heads),
                         tables_in_dtype=tables_in_dtype)
+    normaliser = encoding.normaliser if encoding is not None else None
+    if normaliser is not None and not normaliser.modelled:
+        raise ValueError(f"the reference does not model {normaliser.describe()}")
+    if scale is None and normaliser is not None:
+        scale = normaliser.scale_at(weights.head_dim)  # its fitted slope: the layer's own
     if scale is None and encoding is not None and encoding.scale is not None:
         scale = encoding.scale.at(weights.head_dim)  # the layer's own, measured and explained
     scale = 1.0 / math.sqrt(weights.head_dim) if scale is None else scale
@@ -144,6 +149,12 @@ def reference_attention(
         allowed = allowed_keys(batch, q_len, kv_len, keep, causal, q_in.device, window=window,
                                chunk=chunk)
     allowed = allowed.to(q_in.device)
+    if normaliser is not None:  # an observed map other than softmax: empty rows weigh 0
+        attention = normaliser.weights(logits, allowed)
+        if fully_masked == "nan":
+            attention = attention.masked_fill(~allowed.any(dim=-1, keepdim=True), float("nan"))
+        return ReferenceResult(output=attention_output(attention, v, w), attention=attention,
+                               scores=logits.masked_fill(~allowed, float("-inf")), values=v)
     logits = logits.masked_fill(~allowed, float("-inf"))
     empty_rows = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, Lq, 1)
     # Softmax of a row of -inf is NaN; give those rows finite logits and apply the policy after.

@@ -204,14 +204,16 @@ class Runner:
             return CheckResult(subject.name, name, device, Status.SKIPPED,
                                reason=BLOCKED)
         effective = _without(outcome.effective, without)
-        skip = check.device_skip_reason(device) or check.skip_reason(effective)
-        if isinstance(skip, Lacking):  # said as where it comes from: a declaration or inference
+        skip = check.device_skip_reason(device) or check.why_not(effective)
+        absent = isinstance(skip, Lacking)
+        if absent:  # said as where it comes from: a declaration or inference
             skip = skip.said(inferred=bool(subject.notes))
         reports_broken = any(feature in outcome.broken for feature in check.owns)
         if skip is not None and not reports_broken:
-            if check.skip_reason(subject.capabilities) is None:
+            if check.why_not(subject.capabilities) is None:
                 skip = f"{skip} (the declared feature failed at the gate; see contract)"
-            return CheckResult(subject.name, name, device, Status.SKIPPED, reason=skip)
+            return CheckResult(subject.name, name, device, Status.SKIPPED, reason=skip,
+                               absent=absent)
         judged_as = torch.float64 if outcome.precision is None else outcome.precision.judged_as
         context = self._context(
             subject, effective, device, self.replay, broken=dict(outcome.broken),

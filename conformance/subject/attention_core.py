@@ -225,7 +225,9 @@ def _softmax_site(tracer: CoreTracer, node: Node, q_len: int, kv_len: int
     if found is not None:
         product, side = found
         weights, values, result = _weights_and_values(product, side, order, shape, q_len)
-    how = (f"{'log_softmax' if call.log else 'softmax'} over axis {call.dim} of logits "
+    kind = ("an exp over its sum (a hand-written softmax)" if call.by_hand
+            else "log_softmax" if call.log else "softmax")
+    how = (f"{kind} over axis {call.dim} of logits "
            f"{tuple(shape)} from {len(terms)} product(s) q·kᵀ"
            + ("" if found is None else ", applied to values by a product"))
     return AttentionSite(

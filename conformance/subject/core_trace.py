@@ -40,6 +40,15 @@ SHAPED_LIKE = frozenset({"to", "type_as", "view_as", "reshape_as", "expand_as"})
 """Ops whose second tensor gives only a dtype, a device or a shape: what comes out is made from
 the first alone (Swin's ``mask.to(attn)`` is the mask, not the attention weights)."""
 
+DIVISIONS = frozenset({"div", "__truediv__", "true_divide", "divide"})
+SUBTRACTIONS = frozenset({"sub", "__sub__", "subtract"})
+TOTAL_PASSING = frozenset({"clamp", "clamp_min", "add", "__add__", "maximum", "where",
+                           "masked_fill", "to", "float", "type_as"})
+"""What a hand-written softmax's denominator passes through after its sum (made safe from 0)."""
+EXP_PASSING = frozenset({"masked_fill", "where", "mul", "__mul__", "to", "float", "type_as",
+                         "nan_to_num"})
+"""What its numerator passes through after the exp (a mask applied to it, a cast)."""
+
 MAX_VISITS = 4000
 """Nodes one search of the record visits at most (a forward's record is a few hundred)."""
 
@@ -63,6 +72,11 @@ class Node:
     children: list[Node] = field(default_factory=list)
     product: Product | None = None
     softmax: SoftmaxCall | None = None
+    saved: torch.Tensor | None = None
+    """An exp's input, a subtraction's first operand: what a hand-written softmax's logits
+    are read from (see :meth:`CoreTracer._divided`)."""
+    reduced: int | None = None
+    """A sum's one axis."""
 
 
 @dataclass
@@ -111,6 +125,8 @@ class SoftmaxCall:
     dim: int
     input_node: Node
     log: bool
+    by_hand: bool = False
+    """An exp divided by its sum, not torch's softmax."""
 
 
 @dataclass
@@ -222,6 +238,12 @@ class CoreTracer(TorchFunctionMode):
                 parent.children.append(node)
             made.append(self._register(tensor, node))
         node = made[0]
+        if tainted and tensors and (name == "exp" or name in SUBTRACTIONS):
+            node.saved = tensors[0].detach().clone()
+        elif name == "sum" and tensors:
+            node.reduced = _one_axis(args, kwargs, tensors[0])
+        elif name in DIVISIONS and tainted and len(tensors) == 2 and len(outputs) == 1:
+            self._divided(tensors, outputs[0], node)
         if name in PRODUCTS and len(outputs) == 1:
             self._product(name, args, outputs[0], node)
         elif name in SOFTMAXES and len(outputs) == 1:
@@ -265,6 +287,28 @@ class CoreTracer(TorchFunctionMode):
                                    dim % logits.dim(), self.node(logits), log)
         self.softmaxes.append(node)
 
+    def _divided(self, tensors: list[torch.Tensor], output: torch.Tensor, node: Node) -> None:
+        """A hand-written softmax: an exp (of logits, less their row's max or not; masked or
+        not after it) divided by its own sum over one axis (made safe from 0 or not)."""
+        numerator, denominator = (self.node(t) for t in tensors)
+        total = _through(denominator, lambda n: n.name == "sum" and n.reduced is not None,
+                         TOTAL_PASSING)
+        if total is None or not total.parents or total.parents[0] is not numerator:
+            return
+        exp = _through(numerator, lambda n: n.name == "exp" and n.saved is not None,
+                       EXP_PASSING)
+        if exp is None or not exp.parents:
+            return
+        logits, logits_node = exp.saved, exp.parents[0]
+        shifted = exp.parents[0]
+        if (shifted.name in SUBTRACTIONS and shifted.saved is not None
+                and len(shifted.parents) == 2 and not shifted.parents[1].product
+                and shifted.saved.shape == logits.shape):
+            logits, logits_node = shifted.saved, shifted.parents[0]  # the row's max taken off
+        node.softmax = SoftmaxCall(logits, output.detach().clone(), total.reduced % logits.dim(),
+                                   logits_node, False, by_hand=True)
+        self.softmaxes.append(node)
+
     def _sdpa(self, args: tuple, kwargs: dict, output: torch.Tensor) -> None:
         arguments = dict(zip(_SDPA_PARAMETERS, args, strict=False))
         arguments.update(kwargs)
@@ -274,6 +318,27 @@ class CoreTracer(TorchFunctionMode):
         kept = {n: (v.detach().clone() if isinstance(v, torch.Tensor) else v)
                 for n, v in arguments.items()}
         self.sdpa.append(SdpaCall(kept, output.detach().clone(), nodes))
+
+
+def _through(start: Node, found, passing: frozenset[str], depth: int = 4) -> Node | None:
+    """The first node ``found`` holds of, from ``start`` up through its parents while they are
+    ops in ``passing`` (at most ``depth`` ops up)."""
+    frontier = [start]
+    for _ in range(depth + 1):
+        for node in frontier:
+            if found(node):
+                return node
+        frontier = [parent for node in frontier if node.name in passing
+                    for parent in node.parents if parent.tainted]
+    return None
+
+
+def _one_axis(args: tuple, kwargs: dict, tensor: torch.Tensor) -> int | None:
+    """The one axis a reduction's arguments name, or None (all of them, or several)."""
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    if isinstance(dim, (tuple, list)) and len(dim) == 1:
+        dim = dim[0]
+    return dim % max(tensor.dim(), 1) if isinstance(dim, int) else None
 
 
 def _scalar(name: str, args: tuple) -> float | None:

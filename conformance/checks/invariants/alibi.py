@@ -8,7 +8,8 @@ visible key j, log A[h, i, j] - log A[h, i, i] = -m_h d(i, j), with d = i - j (c
 within 1000 eps of the log-weights' size). Where the standard slopes are declared,
 m_h = 2^(-8 (h + 1) / H) for H a power of two, and the paper's interpolation otherwise (the
 slopes of the nearest smaller power of two, then every other slope of the next larger one).
-Measured in float32 / float64, on the attention-matrix probe (:mod:`conformance.checks.probes`).
+Measured in float32 / float64, on the attention-matrix probe
+(:mod:`conformance.inference.observing.attention_probe`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import torch
 from conformance.checks.invariants.base import Check, CheckContext
 from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Lacking, Violation
-from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases, wide_dtypes
+from conformance.inference.observing.attention_probe import measure_attention
 from conformance.model.spec import Capabilities
 from conformance.numerics.position_encoding import head_slopes, standard_slopes
 from conformance.numerics.reference import allowed_keys

@@ -1,6 +1,8 @@
 """Autograd: gradients exist, are right, and never reach masked keys.
 
-Property: backward runs; every parameter receives a gradient and every gradient is finite; the
+Property: backward runs; every parameter receives a gradient (where the data chooses the keys a
+query sees, a top-k's indices, a parameter that only chooses gets none by design) and every
+gradient is finite; the
 query and value inputs (and the key input where a row has two keys to weigh) receive a non-zero
 gradient wherever the output depends on them (an input the forward ignores at that size, as a
 LayerNorm over one feature does, has the zero derivative); in float64 on tiny shapes, the backward
@@ -30,6 +32,7 @@ from conformance.checks.invariants.verify import fmt, revealing
 from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
+from conformance.model.normaliser import NormaliserKind
 from conformance.model.results import Hint
 from conformance.model.spec import Capabilities
 from conformance.model.weights import user_path
@@ -185,10 +188,22 @@ class Autograd(Check):
         gradients = instance.gradients(inputs, cotangent)
 
         unused = set(gradients.unused)
-        if unused:
+        encoding = context.capabilities.position.encoding
+        if encoding is not None and encoding.normaliser is not None and (
+                encoding.normaliser.kind is NormaliserKind.SELECTED):
+            chosen = {name for name, gradient in gradients.parameters.items() if gradient is None}
+            if chosen - unused:
+                # Indices a top-k or a router picks carry no gradient: what only chooses the
+                # keys (DSA's indexer, trained by a loss of its own) gets none by design.
+                context.observe("parameters that receive no gradient while the keys each query "
+                                "sees are chosen by the data (observed): a choice carries none, "
+                                "so they only choose: " + ", ".join(sorted(
+                                    map(user_path, chosen - unused))))
+                unused |= chosen
+        if set(gradients.unused):
             context.observe("parameters of submodules the forward never calls (not part of "
                             "attention, no gradient expected): "
-                            + ", ".join(sorted(map(user_path, unused))))
+                            + ", ".join(sorted(map(user_path, gradients.unused))))
         for name, gradient in gradients.parameters.items():
             if gradient is None and name in unused:
                 continue

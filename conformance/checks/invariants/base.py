@@ -6,6 +6,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import NamedTuple
 
 import torch
@@ -160,8 +161,46 @@ class CheckContext:
         return None
 
 
+class Structure(str, Enum):
+    """What a check requires of the structure observed in an implementation (beyond what it
+    declares): where it is not observed, the check says what was, in one line, and skips."""
+
+    SOFTMAX = "softmax"
+    """A softmax over the keys turns the logits into the weights (nothing else was observed:
+    :mod:`conformance.inference.steps.normaliser`)."""
+
+
+STRUCTURE_WORDS = {Structure.SOFTMAX: "a softmax over the keys (observed; another normaliser "
+                                      "is said instead)"}
+"""Each requirement in the words of ``list --checks`` and docs/checks.md."""
+
+
+def unmet(requires: frozenset[Structure], capabilities: Capabilities, what: str) -> str | None:
+    """Why a check that requires ``requires`` of the observed structure, to judge ``what``,
+    does not apply: the structure observed instead, in one line; None where all of it holds."""
+    encoding = capabilities.position.encoding
+    normaliser = encoding.normaliser if encoding is not None else None
+    if Structure.SOFTMAX in requires and normaliser is not None:
+        return (f"its weights are {normaliser.describe()} (observed: {normaliser.evidence}): "
+                f"{what} is a property of a softmax over the keys")
+    return None
+
+
 class Check(ABC):
     """One named check of the catalogue. Its docstring states the property it checks."""
+
+    requires: frozenset[Structure] = frozenset()
+    """What it requires of the observed structure (``Structure``); said in ``list --checks``."""
+    judged: str = ""
+    """What it judges of that structure, in words, for the line that says it does not hold."""
+
+    def unmet(self, capabilities: Capabilities) -> str | None:
+        """Why the structure observed does not admit this check (see :func:`unmet`)."""
+        return unmet(self.requires, capabilities, self.judged or self.title)
+
+    def why_not(self, capabilities: Capabilities) -> str | None:
+        """Why it does not apply: the structure observed (said first), or what it declares."""
+        return self.unmet(capabilities) or self.skip_reason(capabilities)
 
     name: str
     title: str

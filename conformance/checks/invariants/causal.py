@@ -5,7 +5,9 @@ at a position > t changes, and the gradient of rows <= t with respect to every i
 > t is exactly zero, with a padding mask as without one (a mask must not replace the causal
 masking); and nothing is over-masked: every row t gives positive attention weight to every position
 s <= t (measured with the attention-matrix probe, or, without weight access, as a non-zero gradient
-of row t with respect to each position s <= t). With a sliding window of W keys, "every position s
+of row t with respect to each position s <= t), where a softmax over the keys normalises (another
+normaliser's zero on a visible key, a stick-breaking row's own token, a top-k selection, is its
+structure: the reference's). With a sliding window of W keys, "every position s
 <= t" is every position t - W + 1 <= s <= t (what lies before the window is the sliding_window
 check's); in causal chunks, what a row sees of its past is the chunked check's. Only the rows
 attention specifies are judged: a row its structure and the padding leave no key is fully_masked's.
@@ -18,7 +20,7 @@ from dataclasses import replace
 import torch
 
 from conformance.checks.diagnosis import Bug, explain
-from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.base import Check, CheckContext, Structure, unmet
 from conformance.checks.invariants.causal_core import core_hint
 from conformance.checks.invariants.verify import (
     expect_finite_rows,
@@ -34,9 +36,9 @@ from conformance.checks.mask_mistakes import (
     named,
     weights_mistake,
 )
-from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
+from conformance.inference.observing.attention_probe import measure_attention
 from conformance.model.results import Hint
 from conformance.model.spec import Capabilities
 from conformance.numerics.reference import allowed_keys
@@ -353,6 +355,11 @@ class Causal(Check):
                 f"{fmt(float(attention[b, h, row, key]))}, not 0", hint=mistake())
         if case.chunk is not None:
             return  # what a chunked row sees of its past is the chunked check's, edges exact
+        if unmet(frozenset({Structure.SOFTMAX}), context.capabilities, "") is not None:
+            # Another normaliser observed (a stick-breaking row that never weighs its own token,
+            # a top-k selection): a visible key it weighs 0 is its structure, which the
+            # reference applies; the future is what is judged here.
+            return
         # The keys the structure (causal, its window) leaves each row: what lies before the
         # window is the sliding_window check's.
         visible = allowed_keys(1, length, length, None, True, window=case.window)[0, 0]

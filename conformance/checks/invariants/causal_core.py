@@ -7,13 +7,17 @@ check's alone: another check's failure to be causal, a cache's, is no change of 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from conformance.checks.core_route import observe
 from conformance.checks.diagnosis import Bug
 from conformance.checks.invariants.base import CheckContext
 from conformance.checks.invariants.verify import reference_applies
 from conformance.generation.cases import Case
+from conformance.inference.observing.attention_probe import ProbeUnfit, measure_attention
+from conformance.model.core import unweighted_future
 from conformance.model.results import Hint
-from conformance.subject.boundary import Inputs
+from conformance.subject.boundary import ImplementationError, Inputs
 
 QUERY_AXIS_IN_CORE = Hint("the attention core observed in its forward normalises its softmax over "
                           "another axis than the keys (over the queries: dim=-2 where -1 is "
@@ -44,5 +48,16 @@ def core_hint(context: CheckContext, case: Case, inputs: Inputs, *, leaks: bool)
     seen = observe(context.build(case), inputs, case)
     if axis and any(site.over_keys is False for site in seen.sites):
         return QUERY_AXIS_IN_CORE
+    if not seen.sites and leaks and context.capabilities.weights:
+        # No softmax to observe (a stick-breaking product, a sigmoid): read through its weights.
+        # Heads as wide as the keys, where the case's are narrower: the probe reads one key a
+        # feature.
+        wide = case if case.head_dim > case.kv_len else replace(case, head_dim=case.kv_len + 1)
+        try:
+            weights = measure_attention(context.build(wide), wide, context.capabilities.call,
+                                        causal=wide.causal)
+        except (ProbeUnfit, ImplementationError):
+            return None
+        return LEAK if unweighted_future(weights) else None
     over_keys = all(site.over_keys is not False for site in seen.sites)
     return LEAK if leaks and over_keys and seen.causal_weights() else None

@@ -34,9 +34,9 @@ from conformance.checks.invariants.verify import (
     reference_applies,
 )
 from conformance.checks.invariants.violation import Violation
-from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
+from conformance.inference.observing.attention_probe import measure_attention
 from conformance.model.mask_forms import MaskKind
 from conformance.model.spec import Capabilities
 from conformance.model.weights import user_path

@@ -38,7 +38,7 @@ from conformance.checks.invariants.reference_agreement import (
     gradient_words,
 )
 from conformance.checks.invariants.verify import fmt
-from conformance.checks.invariants.violation import Violation
+from conformance.checks.invariants.violation import OtherKind, Violation
 from conformance.generation.base_case import base_pair
 from conformance.generation.cases import Case, dtype_name
 from conformance.generation.strategies import cases
@@ -80,7 +80,7 @@ class KernelCheck(Check):
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         kernel = capabilities.kernel
         if kernel is None:
-            return "not a kernel function"
+            return OtherKind("not a kernel function")
         if replace(kernel, varlen=False) == KernelArguments():
             return ("takes no argument it checks (causal=True, a softmax scale, a window, a "
                     "softcap, ALiBi slopes, a log-sum-exp returned)")

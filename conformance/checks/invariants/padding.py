@@ -25,10 +25,10 @@ from conformance.checks.invariants.likely_bug import expect_finite_or_mask_mista
 from conformance.checks.invariants.verify import fmt, reference_applies
 from conformance.checks.invariants.violation import CheckFailed, Lacking, Violation
 from conformance.checks.mask_mistakes import Mistake, named, weights_mistake
-from conformance.checks.probes import measure_attention
 from conformance.generation.base_case import base_case
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
+from conformance.inference.observing.attention_probe import measure_attention
 from conformance.model.remedies import Option, Remedy
 from conformance.model.spec import Capabilities
 from conformance.numerics.tolerance import (

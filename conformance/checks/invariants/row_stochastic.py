@@ -3,8 +3,8 @@
 Property: in eval mode, every attention weight A[b, h, i, j] >= 0, and every query row with at
 least one key to attend to sums to 1 over the keys: sum_j A[b, h, i, j] = 1 (within
 2 (Lk + 2) eps). A is measured on the implementation's own forward through the attention-matrix
-probe (:mod:`conformance.checks.probes`), whether it calls ``torch.softmax``, a hand-written exp/sum or
-SDPA.
+probe (:mod:`conformance.inference.observing.attention_probe`), whether it calls
+``torch.softmax``, a hand-written exp/sum or SDPA.
 
 Through the core (where no weight layout applies): at every attention core its forward computes,
 the softmax normalises over the keys (the axis its weights are contracted with the values over),
@@ -26,13 +26,13 @@ from conformance.checks.core_route import (
     sites_of,
 )
 from conformance.checks.diagnosis import SOFTMAX_OVER_QUERIES
-from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.base import Check, CheckContext, Structure
 from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Violation
 from conformance.checks.mask_mistakes import named
-from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
 from conformance.generation.strategies import cases
+from conformance.inference.observing.attention_probe import measure_attention
 from conformance.model.core import AttentionSite
 from conformance.model.results import Route
 from conformance.numerics.tolerance import eps, worst_index
@@ -63,6 +63,8 @@ class RowStochastic(Check):
     name = "row_stochastic"
     applies = "every implementation"
     title = "attention weights are >= 0 and every row sums to 1"
+    requires = frozenset({Structure.SOFTMAX})
+    judged = "rows summing to 1"
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities

@@ -47,12 +47,11 @@ from conformance.checks.core_route import (
     weights_skip_reason,
 )
 from conformance.checks.diagnosis import SOFTMAX_OVER_QUERIES, scale_groups
-from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.base import Check, CheckContext, Structure
 from conformance.checks.invariants.likely_bug import likely_bug
 from conformance.checks.invariants.row_stochastic import over_queries
 from conformance.checks.invariants.verify import fmt
 from conformance.checks.invariants.violation import Violation
-from conformance.checks.probes import ProbeUnfit, probe
 from conformance.generation.cases import Case
 from conformance.generation.strategies import (
     WIDE_DTYPES,
@@ -60,6 +59,7 @@ from conformance.generation.strategies import (
     heads_apart,
     wide_or_own_dtypes,
 )
+from conformance.inference.observing.attention_probe import ProbeUnfit, probe
 from conformance.model.forms import LogitScale, ScaleRelation
 from conformance.model.remedies import Option, Remedy
 from conformance.model.results import Hint, Route
@@ -165,6 +165,8 @@ class Scale(Check):
     name = "scale"
     applies = "every implementation"
     title = "logits are scaled by 1/sqrt(head_dim)"
+    requires = frozenset({Structure.SOFTMAX})
+    judged = "the scale as a softmax temperature"
 
     def run(self, context: CheckContext) -> None:
         caps = context.capabilities

@@ -24,11 +24,11 @@ from conformance.checks.invariants.budget import Budget, BudgetSpent
 from conformance.checks.invariants.limits import REFUSED, ConfigurationLimits, limit_key, unfit_words
 from conformance.checks.invariants.violation import CheckFailed, Finding, Severity, Violation, as_warning
 from conformance.checks.invariants.violation import reports_earlier_call as _repeated
-from conformance.checks.probes import ProbeUnfit
 from conformance.generation.cases import Case
 from conformance.generation.profiles import inside_a_users_search, keep_examples
 from conformance.generation.replay_fit import ANY, Drawn, drawn_of, misfit
 from conformance.generation.search_source import strategies_only
+from conformance.inference.observing.attention_probe import ProbeUnfit
 from conformance.model.spec import Capabilities, Config
 from conformance.subject.boundary import ImplementationError, Inputs, Instance
 

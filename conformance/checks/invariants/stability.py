@@ -1,7 +1,9 @@
 """Numerical stability: large logits stay finite and right; softmax ignores a shift per row.
 
 Property: with the query projection scaled so the largest logit is about 1e4 (float32 and
-float64), the output is finite and agrees with the float64 reference; adding the same constant
+float64; half the layer's own finite mask fill where it is smaller, as BERT's -10000: logits past
+its own convention are outside its normal range), the output is finite and agrees with the
+float64 reference; adding the same constant
 to every logit of a row (a shared key bias u adds q_i . u to all of row i's logits, here about
 1e3) leaves the output as the reference has it. Agreement uses the tolerance rule of
 :mod:`conformance.numerics.tolerance`. Both are in the normal range of float32 and float64: the suite's
@@ -21,7 +23,7 @@ from dataclasses import replace
 import torch
 
 from conformance.checks.diagnosis import form_hint
-from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.base import Check, CheckContext, Structure
 from conformance.checks.invariants.verify import (
     agree_with_reference,
     expect_finite_rows,
@@ -32,6 +34,7 @@ from conformance.generation.base_case import base_case, base_pair
 from conformance.generation.cases import Case
 from conformance.generation.constraints import HEAD_COUNTS, HEAD_DIMS
 from conformance.generation.strategies import cases, wide_dtypes
+from conformance.model.core import CoreKind
 from conformance.model.forms import PositionEncoding
 from conformance.model.spec import Capabilities
 from conformance.model.weights import HeadWeights
@@ -60,6 +63,33 @@ def _projections(weights: HeadWeights, inputs, case: Case,
     return q, k
 
 
+FINITE_FILL = 1e6
+"""A mask fill smaller than this in size is a convention of its own (BERT's -10000), which bounds
+the logits its layer is meant for; finfo.min or -inf bound nothing."""
+
+
+def own_fill(instance: Instance, inputs, case: Case) -> float | None:
+    """The one finite value the layer gives every masked key's logit (observed at its core:
+    the softmax's input, or an SDPA call's float mask), where it is under FINITE_FILL in size;
+    None where there is no mask, no core, or no such value."""
+    if inputs.keep is None:
+        return None
+    masked = ~inputs.keep.cpu().bool()  # (B, Lk)
+    found: set[float] = set()
+    for site in instance.observe(inputs).sites:
+        shown = site.logits if site.kind is CoreKind.SOFTMAX else site.bias
+        if shown is None or shown.shape[0] % case.batch:
+            continue
+        by_batch = shown.to(torch.float64).cpu().reshape(case.batch, -1, *shown.shape[-2:])
+        values = by_batch.permute(0, 3, 1, 2)[masked]  # (masked keys, G/B, Lq)
+        if values.numel():
+            found.update(float(v) for v in values.unique())
+    if len(found) != 1:
+        return None
+    (fill,) = found
+    return fill if fill == fill and 0 < abs(fill) < FINITE_FILL else None
+
+
 WIDEST_LENGTH = 16
 
 
@@ -83,6 +113,8 @@ class Stability(Check):
     name = "stability"
     applies = "every implementation"
     title = "logits ~1e4 (and q/k std ~80 in float16) stay finite and right; row shifts change nothing"
+    requires = frozenset({Structure.SOFTMAX})
+    judged = "invariance to a shift of a row's logits"
 
     def skip_reason(self, capabilities: Capabilities) -> str | None:
         return reference_skip_reason(capabilities, "to set the logit scale")
@@ -167,10 +199,17 @@ class Stability(Check):
         largest = float((q @ k.transpose(-1, -2)).abs().max()) / case.head_dim**0.5
         if largest == 0.0:
             return
-        factor = LARGE_LOGIT / largest
+        limit = LARGE_LOGIT
+        fill = context.hint(lambda: own_fill(instance, inputs, case))
+        if fill is not None and abs(fill) / 2 < LARGE_LOGIT:
+            # Its own convention (BERT's -10000): logits past it are outside its normal range.
+            limit = abs(fill) / 2
+            context.observe(f"logits bounded to {limit:g}, half the finite fill {fill:g} its "
+                            "masked logits are given (observed at its core)")
+        factor = limit / largest
         big = replace(weights, w_q=weights.w_q * factor, b_q=weights.b_q * factor)
-        self._agrees(context, case, instance, big, f"with logits up to {LARGE_LOGIT:g}",
-                     LARGE_LOGIT, ordinary=weights)
+        self._agrees(context, case, instance, big, f"with logits up to {limit:g}",
+                     limit, ordinary=weights)
 
         if encoding is not None and encoding.rotary is not None:
             # RoPE turns a key bias with the key's position: it no longer adds one constant to

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import torch
 
 from conformance.checks.invariants.base import CheckContext
-from conformance.checks.probes import measure_attention
 from conformance.generation.cases import Case
+from conformance.inference.observing.attention_probe import measure_attention
 from conformance.numerics.reference import allowed_keys
 from conformance.numerics.tolerance import abs_error, eps, worst_index
 

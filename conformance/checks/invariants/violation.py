@@ -67,6 +67,14 @@ class Lacking(str):
         return f"inferred: {self}" if inferred else f"declares {self}"
 
 
+class OtherKind(Lacking):
+    """A skip reason that says the target is not of the kind a check judges ("not a kernel
+    function"): absent as a feature is, said as it is."""
+
+    def said(self, inferred: bool) -> str:
+        return str(self)
+
+
 class Finding(NamedTuple):
     """A warning a check found: the violation (or implementation error) and its minimal case."""
 

@@ -115,6 +115,10 @@ def causality(inquiry: Inquiry) -> None:
     notes.append(Note(words, Remedy.to("causal", "never", otherwise)))
 
 
+STRUCTURE_NOTE = ("causal by structure (observed inside its forward: every attention weight on a "
+                  "later key is exactly 0), though its output moves with later inputs: checked as "
+                  "causal, where that leak fails")
+STRUCTURE_OTHERWISE = "check it as an encoder, if the future is meant to reach it"
 CAUSAL_FINDINGS = (
     (is_causal, "always causal (probed: rows ignore every later position)",
      "check it as an encoder, if it is meant not to be"),
@@ -123,10 +127,7 @@ CAUSAL_FINDINGS = (
      "position and sees the later ones, which only a causal triangle transposed does): "
      "checked as causal", "check it as an encoder, if it is meant to see the future"),
     # Weights that never reach the future, an output that moves with it: a leak around them.
-    (causal_by_structure, "causal by structure (observed inside its forward: every attention "
-     "weight on a later key is exactly 0), though its output moves with later inputs: checked "
-     "as causal, where that leak fails",
-     "check it as an encoder, if the future is meant to reach it"),
+    (causal_by_structure, STRUCTURE_NOTE, STRUCTURE_OTHERWISE),
 )
 """What makes an undeclared layer checked as causal, measured in this order (the first that
 holds): each measure, its note, and what declaring causal never would mean instead."""

@@ -1,0 +1,102 @@
+"""What turns an attention layer's logits into the weights that multiply its values, as observed.
+
+Softmax over the keys is the textbook's and the default (nothing observed otherwise). A layer
+whose measured weights are another map of its logits s = q·kᵀ is described by a
+:class:`Normaliser`: the float64 reference applies it (:mod:`conformance.numerics.reference`),
+and the properties of softmax alone (rows summing to 1, invariance to a shift of a row's logits,
+the scale as a softmax temperature) are not asked of it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+import torch.nn.functional as F
+
+
+class NormaliserKind(str, Enum):
+    """The map from logits to weights."""
+
+    SIGMOID = "sigmoid"
+    """``A_ij = sigmoid(a s_ij + b)`` on each visible key, 0 elsewhere; rows are not normalised
+    (Ramapuram et al. 2024, with ``b = -log n``)."""
+    STICK_BREAKING = "stick_breaking"
+    """``A_ij = beta_ij prod_{j<k visible} (1 - beta_ik)``, ``beta = sigmoid(a s + b)``: each key
+    takes a share of what the nearer keys left (Tan et al. 2024); rows sum to at most 1."""
+    SELECTED = "selected"
+    """A softmax over a subset of the visible keys that the data chooses (top-k by an indexer,
+    routing): weights 0 on visible keys that vary from input to input."""
+    UNKNOWN = "unknown"
+    """Rows not normalised, and no map tried reproduces the weights from the logits."""
+
+
+@dataclass(frozen=True)
+class Normaliser:
+    """An observed map from logits to weights other than a softmax over the keys.
+
+    ``scale`` a and ``bias`` b: the map's argument is ``a q·k + b`` (sigmoid, stick-breaking),
+    with ``log_length`` times log n added, n the number of keys (-1: Ramapuram's ``b = -log n``);
+    a = ``scale`` w ** ``power`` at the width w where q and k meet (measured at two widths).
+    ``attends_current``: whether a causal row weighs its own token (stick-breaking's choice).
+    ``evidence``: what was measured, in words ("row 0 sums to 0.446").
+    """
+
+    kind: NormaliserKind
+    scale: float | None = None
+    power: float = -0.5
+    bias: float = 0.0
+    log_length: float = 0.0
+    attends_current: bool = True
+    evidence: str = ""
+
+    @property
+    def modelled(self) -> bool:
+        """Whether the float64 reference can apply it (a fitted map, not the data's choice)."""
+        return self.kind in (NormaliserKind.SIGMOID, NormaliserKind.STICK_BREAKING)
+
+    def scale_at(self, width: int) -> float | None:
+        """The slope a on q·k at width ``width``."""
+        return None if self.scale is None else self.scale * width ** self.power
+
+    def describe(self) -> str:
+        """The map in one phrase, with its fitted numbers."""
+        argument = "q·k"
+        if self.scale is not None:
+            law = {-0.5: "/sqrt(d)", -1.0: "/d", 0.0: ""}.get(self.power, f"·d^{self.power:.3g}")
+            argument = ("q·k" + law if abs(self.scale - 1) < 1e-6
+                        else f"{self.scale:.3g}·q·k{law}")
+        if self.bias:
+            argument += f" {'+' if self.bias > 0 else '-'} {abs(self.bias):.3g}"
+        if self.log_length:
+            argument += (" - log n" if self.log_length == -1 else f" + {self.log_length:g} log n")
+        if self.kind is NormaliserKind.SIGMOID:
+            return f"sigmoid({argument}) on each visible key, not normalised over the keys"
+        if self.kind is NormaliserKind.STICK_BREAKING:
+            current = ("the current token first" if self.attends_current
+                       else "each row before its own token (row 0 sees nothing)")
+            return (f"a stick-breaking product of beta = sigmoid({argument}), from {current}: "
+                    "rows sum to at most 1")
+        if self.kind is NormaliserKind.SELECTED:
+            return ("a softmax over a subset of the visible keys that the data chooses (visible "
+                    "keys weighted 0 differ from input to input: a top-k selection or routing)")
+        return "no softmax over the keys, and no map tried reproduces the weights from q·k"
+
+    def weights(self, logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        """The weights (…, Lq, Lk) from scaled ``logits`` (the reference's ``a q·k``, any bias of
+        a position encoding added) over the ``allowed`` keys, 0 on the others."""
+        n = logits.shape[-1]
+        argument = logits + self.bias + self.log_length * math.log(n)
+        if self.kind is NormaliserKind.SIGMOID:
+            return torch.sigmoid(argument).masked_fill(~allowed, 0.0)
+        if self.kind is not NormaliserKind.STICK_BREAKING:
+            raise ValueError(f"the reference does not model {self.kind.value} weights")
+        if not self.attends_current and logits.shape[-1] == logits.shape[-2]:
+            allowed = allowed & ~torch.eye(n, dtype=torch.bool, device=allowed.device)
+        log_beta = F.logsigmoid(argument).masked_fill(~allowed, float("-inf"))
+        log_rest = F.logsigmoid(-argument).masked_fill(~allowed, 0.0)
+        # sum over visible k > j of log(1 - beta_ik): a reversed cumulative sum, key j left out
+        after = log_rest.flip(-1).cumsum(-1).flip(-1) - log_rest
+        return torch.exp(log_beta + after)

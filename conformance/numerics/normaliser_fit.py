@@ -1,0 +1,141 @@
+"""Which map turns a layer's logits into its attention weights, fitted from measured weights.
+
+Given the weights A (B, H, Lq, Lk) a layer computed and the products s = q·kᵀ behind them (both
+float64, from the attention-matrix probe), and the keys each row may see: a softmax over the
+keys (rows sum to 1, every visible key weighted), a softmax over a subset of them the data
+chooses, an elementwise sigmoid of a s + b, or a stick-breaking product of such sigmoids. The
+fit is exact arithmetic's: a float64 probe leaves residuals of ~1e-12, a wrong map ~1e-1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import torch
+
+from conformance.model.normaliser import Normaliser, NormaliserKind
+
+SUMS_TO_ONE = 1e-6
+"""How far a float64 row's sum may be from 1 for a softmax (its rounding is ~1e-15)."""
+FIT_RESIDUAL = 1e-5
+"""The largest residual of logit(weight) = a s + b over the fitted entries for a map to be
+observed (float64 weights in (1e-9, 1 - 1e-9): the logit's rounding is under 1e-6)."""
+INSIDE = 1e-9
+"""Weights this close to 0 or 1 say nothing about the logit behind them (saturated)."""
+
+
+def _row_sums(attention: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    return torch.where(rows, attention.sum(-1), torch.ones_like(attention[..., 0]))
+
+
+def _linear_fit(logit: torch.Tensor, scores: torch.Tensor) -> tuple[float, float, float] | None:
+    """(a, b, the largest residual) of logit = a scores + b by least squares; None with fewer
+    than three entries or scores that do not vary."""
+    if logit.numel() < 3 or float(scores.std()) == 0.0:
+        return None
+    design = torch.stack([scores, torch.ones_like(scores)], dim=-1)
+    solution = torch.linalg.lstsq(design, logit[:, None]).solution[:, 0]
+    residual = float((design @ solution - logit).abs().max())
+    return float(solution[0]), float(solution[1]), residual
+
+
+def _logit(p: torch.Tensor) -> torch.Tensor:
+    return torch.log(p) - torch.log1p(-p)
+
+
+def _sigmoid_fit(attention, scores, visible) -> tuple[float, float] | None:
+    if bool((attention.masked_fill(visible, 0.0) != 0).any()):
+        return None
+    inside = visible & (attention > INSIDE) & (attention < 1 - INSIDE)
+    fitted = _linear_fit(_logit(attention[inside]), scores[inside])
+    if fitted is None or fitted[2] > FIT_RESIDUAL:
+        return None
+    return fitted[0], fitted[1]
+
+
+def _stick_fit(attention, scores, visible) -> tuple[float, float] | None:
+    if bool((attention.masked_fill(visible, 0.0) != 0).any()):
+        return None
+    # What the nearer keys left of the stick: 1 - sum_{k > j} A_ik (prod (1 - beta_ik) over them)
+    later = attention.flip(-1).cumsum(-1).flip(-1) - attention
+    rest = 1 - later
+    beta = attention / rest.clamp_min(INSIDE)
+    inside = visible & (rest > 1e-6) & (beta > INSIDE) & (beta < 1 - INSIDE)
+    fitted = _linear_fit(_logit(beta[inside]), scores[inside])
+    if fitted is None or fitted[2] > FIT_RESIDUAL:
+        return None
+    return fitted[0], fitted[1]
+
+
+def fit_normaliser(attention: torch.Tensor, scores: torch.Tensor, visible: torch.Tensor,
+                   ) -> Normaliser | None:
+    """The map from ``scores`` (B, H, Lq, Lk, unscaled q·k) to ``attention`` over the
+    ``visible`` keys (broadcast to the same shape, bool), or None where it is a softmax over the
+    keys (every visible key weighted, as a structure fixed over inputs may leave some at 0).
+    Unfit rows (no visible key) are ignored."""
+    attention, scores = attention.to(torch.float64), scores.to(torch.float64)
+    visible = visible.expand(attention.shape)
+    if attention.shape[-2] > 1 and float((attention.sum(-2) - 1).abs().max()) <= SUMS_TO_ONE:
+        return None  # a softmax over the queries: a mistake row_stochastic names, no design
+    rows = visible.any(-1)
+    sums = _row_sums(attention, rows)
+    off = (sums - 1).abs()
+    b, h, row = (int(i) for i in torch.nonzero(off == off.max())[0])
+    evidence = f"row {row} sums to {float(sums[b, h, row]):.3g}"
+    if float(off.max()) <= SUMS_TO_ONE:
+        zeros = visible & (attention == 0)
+        if not bool(zeros.any()) or bool((zeros == zeros[:1]).all()):
+            return None  # every visible key weighted, or the same ones left out for every input
+        held = int(zeros.any(-1).sum())
+        return Normaliser(NormaliserKind.SELECTED,
+                          evidence=f"{held} row(s) weigh visible keys 0, and which differ "
+                                   "between inputs")
+    if (fit := _sigmoid_fit(attention, scores, visible)) is not None:
+        return Normaliser(NormaliserKind.SIGMOID, scale=fit[0], bias=fit[1], evidence=evidence)
+    # Stick-breaking may leave a row's own token out (weight exactly 0 on every row's own,
+    # where a sigmoid is never 0): then it is fitted over the keys before it.
+    seen, current = visible, True
+    if attention.shape[-1] == attention.shape[-2]:
+        own = torch.eye(attention.shape[-1], dtype=torch.bool).expand(attention.shape) & visible
+        if bool(own.any()) and bool((attention[own] == 0).all()):
+            seen, current = visible & ~own, False
+    if (fit := _stick_fit(attention, scores, seen)) is not None:
+        return Normaliser(NormaliserKind.STICK_BREAKING, scale=fit[0], bias=fit[1],
+                          attends_current=current, evidence=evidence)
+    return Normaliser(NormaliserKind.UNKNOWN, evidence=evidence)
+
+
+def _snap(value: float, choices: tuple[float, ...], within: float) -> float:
+    near = min(choices, key=lambda choice: abs(choice - value))
+    return near if abs(near - value) <= within else value
+
+
+def laws(at_lengths: tuple[Normaliser, Normaliser], lengths: tuple[int, int],
+         at_width: Normaliser | None, widths: tuple[int, int]) -> Normaliser | None:
+    """One normaliser for fits at two key counts n1, n2 (width w1) and, where the layer builds
+    there, at n1 and a second width w2: its slope a = factor w ** power (power measured between
+    w1 and w2; 1/sqrt(w) assumed without w2), its bias constant or ``c - log n`` (Ramapuram's).
+    None where the fits disagree (different maps, or a slope that moves with the length)."""
+    first, second = at_lengths
+    if first.kind is not second.kind or (at_width is not None and at_width.kind is not first.kind):
+        return None
+    if not first.modelled:
+        return first
+    a1, a2 = first.scale, second.scale
+    if a1 is None or a2 is None or abs(a1 - a2) > 1e-4 * max(abs(a1), 1e-12) or a1 <= 0:
+        return None
+    power = -0.5
+    if at_width is not None and at_width.scale is not None and at_width.scale > 0:
+        power = _snap(math.log(a1 / at_width.scale) / math.log(widths[0] / widths[1]),
+                      (-0.5, -1.0, 0.0), 0.02)
+    factor = _snap(a1 / widths[0] ** power, (1.0,), 1e-4)
+    found = replace(first, scale=factor, power=power,
+                    bias=_snap(first.bias, (0.0,), 1e-6))
+    if abs(first.bias - second.bias) <= 1e-4:
+        return found
+    drop = (first.bias - second.bias) / (math.log(lengths[0]) - math.log(lengths[1]))
+    if abs(drop + 1) <= 1e-4:
+        return replace(found, bias=_snap(first.bias + math.log(lengths[0]), (0.0,), 1e-6),
+                       log_length=-1.0)
+    return None
