@@ -159,3 +159,17 @@ def test_a_softmax_over_the_queries_is_a_mistake_left_to_the_checks():
     scores = _scores(3)
     everything = torch.ones(1, 1, LENGTH, LENGTH, dtype=torch.bool)
     assert fit_normaliser(torch.softmax(scores, dim=-2), scores, everything) is None
+
+
+def test_a_rectified_map_is_fitted_with_its_length_law():
+    at = {}
+    for n in (4, 7):
+        scores = _scores(4, n)
+        everything = torch.ones(1, 1, n, n, dtype=torch.bool)
+        at[n] = fit_normaliser(torch.relu(scores / math.sqrt(7)) / n, scores, everything)
+        assert at[n].kind is NormaliserKind.RECTIFIED
+    wide = fit_normaliser(torch.relu(_scores(4, 4) / math.sqrt(12)) / 4, _scores(4, 4),
+                          torch.ones(1, 1, 4, 4, dtype=torch.bool))
+    found = laws((at[4], at[7]), (4, 7), wide, (7, 12))
+    assert (found.scale, found.power, found.length_power) == (1.0, -0.5, -1.0)
+    assert found.describe().startswith("max(0, q·k/sqrt(d)) / n")

@@ -20,7 +20,8 @@ from tests.fixtures import operators as ops
 OBSERVED = {ops.SigmoidAttention: NormaliserKind.SIGMOID,
             ops.StickBreakingAttention: NormaliserKind.STICK_BREAKING,
             ops.StrictStickBreakingAttention: NormaliserKind.STICK_BREAKING,
-            ops.TopKIndexerAttention: NormaliserKind.SELECTED}
+            ops.TopKIndexerAttention: NormaliserKind.SELECTED,
+            ops.ReLUAttention: NormaliserKind.RECTIFIED}
 
 
 @pytest.fixture(scope="module")

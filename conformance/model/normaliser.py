@@ -26,6 +26,9 @@ class NormaliserKind(str, Enum):
     STICK_BREAKING = "stick_breaking"
     """``A_ij = beta_ij prod_{j<k visible} (1 - beta_ik)``, ``beta = sigmoid(a s + b)``: each key
     takes a share of what the nearer keys left (Tan et al. 2024); rows sum to at most 1."""
+    RECTIFIED = "rectified"
+    """``A_ij = n^lambda max(0, a s_ij + b)`` on each visible key: ReLU attention (Wortsman et al.
+    2023 divide by the sequence length, lambda = -1); weights exactly 0 below the kink."""
     SELECTED = "selected"
     """A softmax over a subset of the visible keys that the data chooses (top-k by an indexer,
     routing): weights 0 on visible keys that vary from input to input."""
@@ -50,12 +53,15 @@ class Normaliser:
     bias: float = 0.0
     log_length: float = 0.0
     attends_current: bool = True
+    length_power: float = 0.0
+    """lambda: a rectified map's weights are multiplied by n ** lambda (-1: divided by n)."""
     evidence: str = ""
 
     @property
     def modelled(self) -> bool:
         """Whether the float64 reference can apply it (a fitted map, not the data's choice)."""
-        return self.kind in (NormaliserKind.SIGMOID, NormaliserKind.STICK_BREAKING)
+        return self.kind in (NormaliserKind.SIGMOID, NormaliserKind.STICK_BREAKING,
+                             NormaliserKind.RECTIFIED)
 
     def scale_at(self, width: int) -> float | None:
         """The slope a on q·k at width ``width``."""
@@ -74,6 +80,10 @@ class Normaliser:
             argument += (" - log n" if self.log_length == -1 else f" + {self.log_length:g} log n")
         if self.kind is NormaliserKind.SIGMOID:
             return f"sigmoid({argument}) on each visible key, not normalised over the keys"
+        if self.kind is NormaliserKind.RECTIFIED:
+            over = {0.0: "", -1.0: " / n"}.get(self.length_power,
+                                                f" · n^{self.length_power:.3g}")
+            return f"max(0, {argument}){over} on each visible key (ReLU attention), not normalised"
         if self.kind is NormaliserKind.STICK_BREAKING:
             current = ("the current token first" if self.attends_current
                        else "each row before its own token (row 0 sees nothing)")
@@ -91,6 +101,8 @@ class Normaliser:
         argument = logits + self.bias + self.log_length * math.log(n)
         if self.kind is NormaliserKind.SIGMOID:
             return torch.sigmoid(argument).masked_fill(~allowed, 0.0)
+        if self.kind is NormaliserKind.RECTIFIED:
+            return (argument.clamp_min(0) * n ** self.length_power).masked_fill(~allowed, 0.0)
         if self.kind is not NormaliserKind.STICK_BREAKING:
             raise ValueError(f"the reference does not model {self.kind.value} weights")
         if not self.attends_current and logits.shape[-1] == logits.shape[-2]:

@@ -68,6 +68,26 @@ def _stick_fit(attention, scores, visible) -> tuple[float, float] | None:
     return fitted[0], fitted[1]
 
 
+def _rectified_fit(attention, scores, visible) -> tuple[float, float] | None:
+    """(a, b) of weights max(0, a s + b): linear where positive (a > 0), and a s + b <= 0 where
+    a visible weight is exactly 0; None otherwise (or with no zero to show the kink)."""
+    if bool((attention.masked_fill(visible, 0.0) != 0).any()):
+        return None
+    positive = visible & (attention > 0)
+    zero = visible & (attention == 0)
+    if not bool(zero.any()):
+        return None
+    fitted = _linear_fit(attention[positive], scores[positive])
+    if fitted is None or fitted[0] <= 0:
+        return None
+    a, b, residual = fitted
+    size = float(attention[positive].abs().max())
+    if residual > FIT_RESIDUAL * max(size, 1.0):
+        return None
+    below = a * scores[zero] + b
+    return (a, b) if float(below.max()) <= FIT_RESIDUAL * max(size, 1.0) else None
+
+
 def fit_normaliser(attention: torch.Tensor, scores: torch.Tensor, visible: torch.Tensor,
                    ) -> Normaliser | None:
     """The map from ``scores`` (B, H, Lq, Lk, unscaled q·k) to ``attention`` over the
@@ -93,6 +113,9 @@ def fit_normaliser(attention: torch.Tensor, scores: torch.Tensor, visible: torch
                                    "between inputs")
     if (fit := _sigmoid_fit(attention, scores, visible)) is not None:
         return Normaliser(NormaliserKind.SIGMOID, scale=fit[0], bias=fit[1], evidence=evidence)
+    if (fit := _rectified_fit(attention, scores, visible)) is not None:
+        return Normaliser(NormaliserKind.RECTIFIED, scale=fit[0], bias=fit[1],
+                          evidence=evidence)
     # Stick-breaking may leave a row's own token out (weight exactly 0 on every row's own,
     # where a sigmoid is never 0): then it is fitted over the keys before it.
     seen, current = visible, True
@@ -122,6 +145,8 @@ def laws(at_lengths: tuple[Normaliser, Normaliser], lengths: tuple[int, int],
         return None
     if not first.modelled:
         return first
+    if first.kind is NormaliserKind.RECTIFIED:
+        return _rectified_laws(first, second, lengths, at_width, widths)
     a1, a2 = first.scale, second.scale
     if a1 is None or a2 is None or abs(a1 - a2) > 1e-4 * max(abs(a1), 1e-12) or a1 <= 0:
         return None
@@ -139,3 +164,23 @@ def laws(at_lengths: tuple[Normaliser, Normaliser], lengths: tuple[int, int],
         return replace(found, bias=_snap(first.bias + math.log(lengths[0]), (0.0,), 1e-6),
                        log_length=-1.0)
     return None
+
+
+def _rectified_laws(first: Normaliser, second: Normaliser, lengths: tuple[int, int],
+                    at_width: Normaliser | None, widths: tuple[int, int]) -> Normaliser | None:
+    """A rectified map's weights scale as n ** lambda with the key count n (-1: divided by n):
+    lambda from the slopes at the two lengths, then the slope's width law as :func:`laws`'."""
+    a1, a2 = first.scale, second.scale
+    if a1 is None or a2 is None or a1 <= 0 or a2 <= 0:
+        return None
+    power_n = _snap(math.log(a1 / a2) / math.log(lengths[0] / lengths[1]), (0.0, -1.0, -0.5),
+                    0.02)
+    slope, bias = a1 / lengths[0] ** power_n, first.bias / lengths[0] ** power_n
+    if abs(second.bias / lengths[1] ** power_n - bias) > 1e-4 * max(abs(bias), 1.0):
+        return None
+    power = -0.5
+    if at_width is not None and at_width.scale is not None and at_width.scale > 0:
+        power = _snap(math.log(a1 / at_width.scale) / math.log(widths[0] / widths[1]),
+                      (-0.5, -1.0, 0.0), 0.02)
+    return replace(first, scale=_snap(slope / widths[0] ** power, (1.0,), 1e-4), power=power,
+                   bias=_snap(bias, (0.0,), 1e-6), length_power=power_n)
