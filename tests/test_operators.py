@@ -93,3 +93,10 @@ def test_a_finite_fill_bounds_the_logits_stability_generates():
     (stability,) = check(ops.FiniteFillAttention, devices=["cpu"], checks=["stability"])
     assert stability.status is Status.PASSED, stability.reason
     assert any("half the finite fill -10000" in note for note in stability.observations)
+
+
+def test_a_softmax_gone_wrong_is_never_excused_as_another_normaliser():
+    encoding = infer(ops.DropoutLeftOn).implementation.capabilities.position.encoding
+    assert encoding is None or encoding.normaliser is None
+    (rows,) = check(ops.DropoutLeftOn, devices=["cpu"], checks=["row_stochastic"])
+    assert rows.status is Status.FAILED, rows.reason

@@ -107,6 +107,15 @@ def normaliser_form(inquiry: Inquiry) -> None:
     found = _one(first, second, wider, widths)
     if found is None:
         return
+    if found.kind is NormaliserKind.UNKNOWN:
+        # No map fits: a design of its own or a softmax gone wrong (dropout left on, a mask
+        # after the softmax) look alike here, and excusing the softmax checks would pass the
+        # second silently: it is judged as softmax attention, and that is said.
+        inquiry.notes.append(
+            f"its weights are no softmax over the keys (observed: {found.evidence}), and no map "
+            "tried (a sigmoid, a stick-breaking product, a ReLU, a selection by the data) "
+            "reproduces them from q·k: judged as softmax attention")
+        return
     encoding = capabilities.caps.position.encoding or PositionEncoding()
     capabilities.set(position={"encoding": replace(encoding, normaliser=found)})
     if not found.modelled and not capabilities.caps.unmodelled:
