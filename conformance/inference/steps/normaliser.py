@@ -1,12 +1,16 @@
 """The normaliser step: what turns the layer's logits into its weights, measured, never assumed.
 
 With its weights mapped, the attention-matrix probe reads the weights A the layer computes and
-the products q·kᵀ behind them, at two lengths, in float64
+the products q·kᵀ behind them, at two lengths and two widths, in float64
 (:mod:`conformance.numerics.normaliser_fit`). A softmax over the keys is the default and says
-nothing. Another map (a sigmoid, a stick-breaking product) goes into the encoding the float64
-reference applies, and the checks of softmax's own properties say what was observed instead of
-judging it; a softmax over keys the data chooses (top-k, routing) is a part of the computation
-the reference does not model.
+nothing. Another map (a sigmoid, a stick-breaking product, a ReLU) goes into the encoding the
+float64 reference applies, and the checks of softmax's own properties say what was observed
+instead of judging it; a softmax over keys the data chooses (top-k, routing) is a part of the
+computation the reference does not model. Where no map fits, the layer is judged as softmax
+attention, said: a softmax gone wrong looks the same, and must not pass as a design.
+
+The same reading shows causality by structure where no softmax is there to observe: every
+weight on a later key exactly 0 while the output is not causal is a leak around the weights.
 """
 
 from __future__ import annotations
