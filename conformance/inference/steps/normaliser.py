@@ -32,7 +32,7 @@ from conformance.numerics.normaliser_fit import fit_normaliser, laws
 from conformance.numerics.reference import allowed_keys
 from conformance.subject.boundary import CapabilityError, ImplementationError
 
-LENGTHS = (4, 7)
+LENGTHS = (4, 6)
 """The key counts measured: two, so a bias that follows the length (-log n) is told from a
 constant one."""
 WIDER = 5
