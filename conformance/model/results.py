@@ -131,14 +131,19 @@ class Unchecked(NamedTuple):
     """The gate's skip reason (it says why the whole device is out), else the commonest one."""
 
 
-def unchecked(results: Iterable[CheckResult]) -> list[Unchecked]:
-    """Each (implementation, device) of ``results`` whose every check skipped, in the order they
-    first appear. A run with such a pair checked nothing there: never reported as OK for it."""
+def _by_pair(results: Iterable[CheckResult]) -> dict[tuple[str, str], list[CheckResult]]:
+    """``results`` grouped by (implementation, device), in the order each pair first appears."""
     groups: dict[tuple[str, str], list[CheckResult]] = {}
     for result in results:
         groups.setdefault((result.implementation, result.device), []).append(result)
+    return groups
+
+
+def unchecked(results: Iterable[CheckResult]) -> list[Unchecked]:
+    """Each (implementation, device) of ``results`` whose every check skipped, in the order they
+    first appear. A run with such a pair checked nothing there: never reported as OK for it."""
     found = []
-    for (name, device), group in groups.items():
+    for (name, device), group in _by_pair(results).items():
         if any(r.status is not Status.SKIPPED for r in group):
             continue
         gate = next((r.reason for r in group if r.check == "gate"), None)
@@ -174,11 +179,8 @@ def partly_judged(results: Iterable[CheckResult]) -> list[PartlyJudged]:
     """Each (implementation, device) of ``results`` without a failure where some check was
     judged, yet fewer than half of them: an OK there says less than it seems to, and why is
     said (a failure says enough)."""
-    groups: dict[tuple[str, str], list[CheckResult]] = {}
-    for result in results:
-        groups.setdefault((result.implementation, result.device), []).append(result)
     found = []
-    for (name, device), group in groups.items():
+    for (name, device), group in _by_pair(results).items():
         judged = [r for r in group if r.status is not Status.SKIPPED]
         failed = any(r.status in (Status.FAILED, Status.SUITE_ERROR) for r in group)
         if failed or not judged or 2 * len(judged) >= len(group):

@@ -44,35 +44,31 @@ def _logit(p: torch.Tensor) -> torch.Tensor:
     return torch.log(p) - torch.log1p(-p)
 
 
+def _logit_fit(p: torch.Tensor, scores: torch.Tensor, inside: torch.Tensor
+               ) -> tuple[float, float] | None:
+    """(a, b) of logit(p) = a scores + b over the ``inside`` entries, where the residual is
+    rounding's alone."""
+    fitted = _linear_fit(_logit(p[inside]), scores[inside])
+    return None if fitted is None or fitted[2] > FIT_RESIDUAL else (fitted[0], fitted[1])
+
+
 def _sigmoid_fit(attention, scores, visible) -> tuple[float, float] | None:
-    if bool((attention.masked_fill(visible, 0.0) != 0).any()):
-        return None
     inside = visible & (attention > INSIDE) & (attention < 1 - INSIDE)
-    fitted = _linear_fit(_logit(attention[inside]), scores[inside])
-    if fitted is None or fitted[2] > FIT_RESIDUAL:
-        return None
-    return fitted[0], fitted[1]
+    return _logit_fit(attention, scores, inside)
 
 
 def _stick_fit(attention, scores, visible) -> tuple[float, float] | None:
-    if bool((attention.masked_fill(visible, 0.0) != 0).any()):
-        return None
     # What the nearer keys left of the stick: 1 - sum_{k > j} A_ik (prod (1 - beta_ik) over them)
     later = attention.flip(-1).cumsum(-1).flip(-1) - attention
     rest = 1 - later
     beta = attention / rest.clamp_min(INSIDE)
     inside = visible & (rest > 1e-6) & (beta > INSIDE) & (beta < 1 - INSIDE)
-    fitted = _linear_fit(_logit(beta[inside]), scores[inside])
-    if fitted is None or fitted[2] > FIT_RESIDUAL:
-        return None
-    return fitted[0], fitted[1]
+    return _logit_fit(beta, scores, inside)
 
 
 def _rectified_fit(attention, scores, visible) -> tuple[float, float] | None:
     """(a, b) of weights max(0, a s + b): linear where positive (a > 0), and a s + b <= 0 where
     a visible weight is exactly 0; None otherwise (or with no zero to show the kink)."""
-    if bool((attention.masked_fill(visible, 0.0) != 0).any()):
-        return None
     positive = visible & (attention > 0)
     zero = visible & (attention == 0)
     if not bool(zero.any()):
@@ -111,6 +107,9 @@ def fit_normaliser(attention: torch.Tensor, scores: torch.Tensor, visible: torch
         return Normaliser(NormaliserKind.SELECTED,
                           evidence=f"{held} row(s) weigh visible keys 0, and which differ "
                                    "between inputs")
+    if bool((attention.masked_fill(visible, 0.0) != 0).any()):
+        # A weight where no key is visible: no elementwise map of q·k gives it.
+        return Normaliser(NormaliserKind.UNKNOWN, evidence=evidence)
     if (fit := _sigmoid_fit(attention, scores, visible)) is not None:
         return Normaliser(NormaliserKind.SIGMOID, scale=fit[0], bias=fit[1], evidence=evidence)
     if (fit := _rectified_fit(attention, scores, visible)) is not None:

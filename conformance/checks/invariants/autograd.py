@@ -27,7 +27,7 @@ import torch
 from hypothesis import strategies as st
 
 from conformance.checks.diagnosis import Bug
-from conformance.checks.invariants.base import Check, CheckContext
+from conformance.checks.invariants.base import Check, CheckContext, observed_normaliser
 from conformance.checks.invariants.verify import fmt, revealing
 from conformance.checks.invariants.violation import Violation
 from conformance.generation.cases import Case
@@ -187,23 +187,22 @@ class Autograd(Check):
                                 case.tensor(*shape, stream=71), 0.0)
         gradients = instance.gradients(inputs, cotangent)
 
-        unused = set(gradients.unused)
-        encoding = context.capabilities.position.encoding
-        if encoding is not None and encoding.normaliser is not None and (
-                encoding.normaliser.kind is NormaliserKind.SELECTED):
-            chosen = {name for name, gradient in gradients.parameters.items() if gradient is None}
-            if chosen - unused:
-                # Indices a top-k or a router picks carry no gradient: what only chooses the
-                # keys (DSA's indexer, trained by a loss of its own) gets none by design.
-                context.observe("parameters that receive no gradient while the keys each query "
-                                "sees are chosen by the data (observed): a choice carries none, "
-                                "so they only choose: " + ", ".join(sorted(
-                                    map(user_path, chosen - unused))))
-                unused |= chosen
-        if set(gradients.unused):
+        if gradients.unused:
             context.observe("parameters of submodules the forward never calls (not part of "
                             "attention, no gradient expected): "
                             + ", ".join(sorted(map(user_path, gradients.unused))))
+        unused = set(gradients.unused)
+        normaliser = observed_normaliser(context.capabilities)
+        if normaliser is not None and normaliser.kind is NormaliserKind.SELECTED:
+            # Indices a top-k or a router picks carry no gradient: what only chooses the keys
+            # (DSA's indexer, trained by a loss of its own) gets none by design.
+            chosen = {name for name, gradient in gradients.parameters.items()
+                      if gradient is None} - unused
+            if chosen:
+                context.observe("parameters that receive no gradient while the keys each query "
+                                "sees are chosen by the data (observed): a choice carries none, "
+                                "so they only choose: " + ", ".join(sorted(map(user_path, chosen))))
+                unused |= chosen
         for name, gradient in gradients.parameters.items():
             if gradient is None and name in unused:
                 continue

@@ -22,6 +22,7 @@ from conformance.checks.invariants.verify import (
 from conformance.checks.invariants.violation import Finding, Severity, Violation
 from conformance.checks.mask_mistakes import Mistake, output_mistake
 from conformance.generation.cases import Case
+from conformance.model.normaliser import Normaliser
 from conformance.model.remedies import Remedy
 from conformance.model.results import Route
 from conformance.model.spec import Capabilities
@@ -175,11 +176,17 @@ STRUCTURE_WORDS = {Structure.SOFTMAX: "a softmax over the keys (observed; anothe
 """Each requirement in the words of ``list --checks`` and docs/checks.md."""
 
 
+def observed_normaliser(capabilities: Capabilities) -> Normaliser | None:
+    """The map from logits to weights inference observed, where it is no softmax over the keys
+    (None where it is one)."""
+    encoding = capabilities.position.encoding
+    return encoding.normaliser if encoding is not None else None
+
+
 def unmet(requires: frozenset[Structure], capabilities: Capabilities, what: str) -> str | None:
     """Why a check that requires ``requires`` of the observed structure, to judge ``what``,
     does not apply: the structure observed instead, in one line; None where all of it holds."""
-    encoding = capabilities.position.encoding
-    normaliser = encoding.normaliser if encoding is not None else None
+    normaliser = observed_normaliser(capabilities)
     if Structure.SOFTMAX in requires and normaliser is not None:
         return (f"its weights are {normaliser.describe()} (observed: {normaliser.evidence}): "
                 f"{what} is a property of a softmax over the keys")

@@ -20,7 +20,7 @@ from dataclasses import replace
 import torch
 
 from conformance.checks.diagnosis import Bug, explain
-from conformance.checks.invariants.base import Check, CheckContext, Structure, unmet
+from conformance.checks.invariants.base import Check, CheckContext, observed_normaliser
 from conformance.checks.invariants.causal_core import core_hint
 from conformance.checks.invariants.verify import (
     expect_finite_rows,
@@ -355,7 +355,7 @@ class Causal(Check):
                 f"{fmt(float(attention[b, h, row, key]))}, not 0", hint=mistake())
         if case.chunk is not None:
             return  # what a chunked row sees of its past is the chunked check's, edges exact
-        if unmet(frozenset({Structure.SOFTMAX}), context.capabilities, "") is not None:
+        if observed_normaliser(context.capabilities) is not None:
             # Another normaliser observed (a stick-breaking row that never weighs its own token,
             # a top-k selection): a visible key it weighs 0 is its structure, which the
             # reference applies; the future is what is judged here.

@@ -107,14 +107,16 @@ def causality(inquiry: Inquiry) -> None:
         capabilities.unprobed.add("causal")
         return
     if found is None:
-        notes.append(Note("not causal (probed: rows see later positions)",
-                          Remedy.to("causal", "always", "say it is meant to be")))
+        notes.append(Note(NOT_CAUSAL, Remedy.to("causal", "always", "say it is meant to be")))
         return
     words, otherwise = found
     capabilities.set(causality={"kind": "always"})
     notes.append(Note(words, Remedy.to("causal", "never", otherwise)))
 
 
+NOT_CAUSAL = "not causal (probed: rows see later positions)"
+"""The note of a layer none of CAUSAL_FINDINGS holds for (the normaliser step may take it back:
+causal by structure, read through its weights)."""
 STRUCTURE_NOTE = ("causal by structure (observed inside its forward: every attention weight on a "
                   "later key is exactly 0), though its output moves with later inputs: checked as "
                   "causal, where that leak fails")

@@ -22,7 +22,7 @@ import torch
 from conformance.inference.inquiry import Inquiry
 from conformance.inference.observing.attention_probe import ProbeUnfit, probe
 from conformance.inference.observing.probing import probe_case
-from conformance.inference.steps.behaviour import STRUCTURE_NOTE, STRUCTURE_OTHERWISE
+from conformance.inference.steps.behaviour import NOT_CAUSAL, STRUCTURE_NOTE, STRUCTURE_OTHERWISE
 from conformance.model.core import unweighted_future
 from conformance.model.forms import PositionEncoding
 from conformance.model.normaliser import Normaliser, NormaliserKind
@@ -74,11 +74,11 @@ def _one(first: Measured, second: Measured, wider: Measured | None,
     both are a softmax; where only one is not (a selection the shorter length leaves no room
     for), that one."""
     fits = [m.normaliser for m in (first, second)]
-    if fits[0] is None or fits[1] is None:
+    if None in fits:
         found = fits[0] or fits[1]
-        return None if found is None else (found if not found.modelled else
-                                           Normaliser(NormaliserKind.UNKNOWN,
-                                                      evidence=found.evidence))
+        if found is None or not found.modelled:
+            return found
+        return Normaliser(NormaliserKind.UNKNOWN, evidence=found.evidence)  # a map at one length
     at_width = wider.normaliser if wider is not None else None
     return laws((fits[0], fits[1]), LENGTHS, at_width, widths) or Normaliser(
         NormaliserKind.UNKNOWN, evidence=fits[0].evidence)
@@ -100,7 +100,7 @@ def normaliser_form(inquiry: Inquiry) -> None:
             and capabilities.caps.causality.kind == "never"):
         capabilities.set(causality={"kind": "always"})
         inquiry.notes[:] = [note for note in inquiry.notes
-                            if not str(getattr(note, "text", note)).startswith("not causal")]
+                            if getattr(note, "text", note) != NOT_CAUSAL]
         inquiry.notes.append(Note(STRUCTURE_NOTE + " (read through its weights)",
                                   Remedy.to("causal", "never", STRUCTURE_OTHERWISE)))
         first, second = (measured(inquiry, n, widths[0]) for n in LENGTHS)  # fitted as causal
