@@ -63,8 +63,8 @@ E2E = {
 }
 MOVED_TO_SLOW = {
     ("test_operators", "checked"):
-        "checks eleven operators and twins at once (forty seconds of one core); how each "
-        "normaliser is observed and named stays in make test",
+        "checks the operators and their twins at once (about a minute of one core); how each "
+        "normaliser is observed and named, and each setting followed, stays in make test",
     ("test_courses", "checked"):
         "infers and checks the six courses' forms and their students' twins at once (a minute of "
         "one core); how each form is built and called (config objects, valid lengths, widths by "

@@ -97,3 +97,30 @@ def test_the_cycle_finder_finds_a_cycle(tmp_path):
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert import_graph.cycles(edges) == [["a", "b", "c"]]
 
+
+
+def test_a_check_is_one_module_that_names_and_orders_itself():
+    """The catalogue is found, not listed: every check class in ``checks/invariants`` sets its
+    name and order, the orders are distinct, and the names read from the modules' text (what
+    the light front ends validate against) are the checks imported, in that order."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import conformance.checks.invariants as invariants
+    from conformance.checks.catalogue import CATALOGUE, GATE
+    from conformance.checks.invariants.base import Check
+    from conformance.model.check_names import CHECK_NAMES
+
+    classes = []
+    for info in pkgutil.iter_modules(invariants.__path__):
+        module = importlib.import_module(f"{invariants.__name__}.{info.name}")
+        classes += [cls for cls in vars(module).values() if inspect.isclass(cls)
+                    and issubclass(cls, Check) and cls.__module__ == module.__name__
+                    and not inspect.isabstract(cls)]
+    assert classes and all("order" in vars(cls) for cls in classes), [
+        cls.__name__ for cls in classes if "order" not in vars(cls)]
+    orders = [check.order for check in CATALOGUE]
+    assert orders == sorted(set(orders))
+    assert {type(check) for check in CATALOGUE} == set(classes)
+    assert (GATE.name, *(check.name for check in CATALOGUE)) == CHECK_NAMES

@@ -173,3 +173,68 @@ def test_a_rectified_map_is_fitted_with_its_length_law():
     found = laws((at[4], at[7]), (4, 7), wide, (7, 12))
     assert (found.scale, found.power, found.length_power) == (1.0, -0.5, -1.0)
     assert found.describe().startswith("max(0, q·k/sqrt(d)) / n")
+
+
+def _linear_oracle(layer, x, keep, causal: bool) -> torch.Tensor:
+    """Linear attention one query and key at a time: w_ij = phi(q_i).phi(k_j) over the visible
+    keys' sum (plus the layer's eps), phi elu + 1 (or relu of q and k scaled by e^-1/4)."""
+    b, n, d = x.shape
+    heads = layer.num_heads
+    e = d // heads
+    with torch.no_grad():
+        q, k, v = (t.double() for t in layer.qkv(x.double()).chunk(3, dim=-1))
+    relu = isinstance(layer, ops.CausalLinearAttention)
+
+    def phi(t):
+        return torch.relu(t * e ** -0.25) if relu else torch.nn.functional.elu(t) + 1
+
+    out = torch.zeros(b, n, d, dtype=torch.float64)
+    for batch in range(b):
+        seen = [j for j in range(n) if keep is None or bool(keep[batch, j])]
+        for h in range(heads):
+            part = slice(h * e, (h + 1) * e)
+            for i in range(n):
+                visible = [j for j in seen if not causal or j <= i]
+                products = {j: float(phi(q[batch, i, part]) @ phi(k[batch, j, part]))
+                            for j in visible}
+                total = sum(products.values()) + getattr(layer, "eps", 0.0)
+                if total == 0:  # relu features that meet nowhere: the row weighs nothing
+                    continue
+                for j, p in products.items():
+                    out[batch, i, part] += p / total * v[batch, j, part]
+    return out @ layer.out.weight.double().T + layer.out.bias.double()
+
+
+@pytest.mark.parametrize("cls,causal", [(ops.LinearAttention, False),
+                                        (ops.CausalLinearAttention, True)],
+                         ids=["elu+1", "causal relu"])
+def test_linear_attention_is_what_its_paper_says(cls, causal):
+    torch.manual_seed(0)
+    layer = cls(8, 2).double()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    keep = torch.tensor([[1, 1, 1, 0, 1], [0, 1, 1, 1, 1]], dtype=torch.bool)
+    for mask in (None, keep):
+        assert torch.allclose(layer(x, mask), _linear_oracle(layer, x, mask, causal), atol=1e-10)
+
+
+def _qk(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(2, 2, LENGTH, 4, generator=generator, dtype=torch.float64)
+                 for _ in range(2))
+
+
+def test_linear_attention_is_told_from_a_softmax_by_its_feature_map():
+    q, k = _qk()
+    everything = torch.ones(1, 1, LENGTH, LENGTH, dtype=torch.bool)
+    products = (torch.nn.functional.elu(q) + 1) @ (torch.nn.functional.elu(k) + 1).transpose(-1, -2)
+    weights = products / (products.sum(-1, keepdim=True) + 1e-6)
+    found = fit_normaliser(weights, q @ k.transpose(-1, -2), everything, q, k)
+    assert found.kind is NormaliserKind.LINEAR and found.feature == "elu + 1"
+    assert found.epsilon == pytest.approx(1e-6, rel=1e-6)
+    causal = _causal()
+    relu = (torch.relu(q) @ torch.relu(k).transpose(-1, -2)).masked_fill(~causal, 0.0)
+    totals = relu.sum(-1, keepdim=True)
+    relu = torch.where(totals > 0, relu / totals.clamp_min(1e-300), 0.0)
+    assert fit_normaliser(relu, q @ k.transpose(-1, -2), causal, q, k).feature == "relu"
+    scores = q @ k.transpose(-1, -2)
+    assert fit_normaliser(torch.softmax(scores / 2, -1), scores, everything, q, k) is None

@@ -1,7 +1,8 @@
 """Any attention operator judged by what it is (issue 65, ``tests/fixtures/operators.py``), nothing
 declared: sigmoid attention, stick-breaking (with and without the current token), a top-k
-indexer's selection, a hand-written zero-safe softmax and a softcap setting each pass; each
-one-bug twin fails the check named for its bug. The normaliser observed is said, and the checks
+indexer's selection, a hand-written zero-safe softmax, linear attention, a softcap, a
+temperature, an encoder's window and a sink count each pass; each one-bug twin fails the check
+named for its bug. The normaliser observed is said, and the checks
 of softmax's own properties say what was observed instead of judging it."""
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ OBSERVED = {ops.SigmoidAttention: NormaliserKind.SIGMOID,
             ops.StickBreakingAttention: NormaliserKind.STICK_BREAKING,
             ops.StrictStickBreakingAttention: NormaliserKind.STICK_BREAKING,
             ops.TopKIndexerAttention: NormaliserKind.SELECTED,
-            ops.ReLUAttention: NormaliserKind.RECTIFIED}
+            ops.ReLUAttention: NormaliserKind.RECTIFIED,
+            ops.LinearAttention: NormaliserKind.LINEAR,
+            ops.CausalLinearAttention: NormaliserKind.LINEAR}
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +103,28 @@ def test_a_softmax_gone_wrong_is_never_excused_as_another_normaliser():
     assert encoding is None or encoding.normaliser is None
     (rows,) = check(ops.DropoutLeftOn, devices=["cpu"], checks=["row_stochastic"])
     assert rows.status is Status.FAILED, rows.reason
+
+
+@pytest.mark.parametrize("cls", [ops.TemperatureIgnored, ops.LocalWindowNeverApplied],
+                         ids=lambda c: c.__name__)
+def test_a_setting_that_changes_nothing_fails_configuration_named(cls):
+    (configuration,) = check(cls, devices=["cpu"], checks=["configuration"])
+    assert configuration.status is Status.FAILED
+    assert "its outputs are identical, bit for bit" in configuration.reason
+    assert "changes nothing it computes" in configuration.reason
+
+
+def test_a_sink_count_a_full_forward_never_reads_is_a_warning():
+    (configuration,) = check(ops.SinksOnlyInCache, devices=["cpu"], checks=["configuration"])
+    assert configuration.status is Status.WARNED
+    assert "the sink count changes nothing" in configuration.reason
+
+
+def test_a_setting_switched_off_by_default_is_not_varied():
+    class QwenStyle(ops.LocalEncoderAttention):
+        def __init__(self, d_model, num_heads, sliding_window=4096, use_sliding_window=False):
+            super().__init__(d_model, num_heads, window_size=sliding_window)
+
+    notes = texts(infer(QwenStyle).notes)
+    assert any("use_sliding_window is off by default, so it is not varied" in n for n in notes)
+    assert infer(QwenStyle).implementation.capabilities.configured == ()

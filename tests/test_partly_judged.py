@@ -39,3 +39,8 @@ def test_half_judged_or_a_failure_says_nothing_more():
 def test_absent_is_in_a_results_json_only_where_true():
     assert "absent" not in _results(1, 0, 1)[1].to_dict()
     assert _results(0, 1, 0)[0].to_dict()["absent"] is True
+
+
+def test_skips_for_what_it_is_or_has_alone_say_nothing_more():
+    """Linear attention lacks a KV cache and a softmax: 12 of 27 judged is all there is to it."""
+    assert partly_judged(_results(judged=12, absent=15, unfit=0)) == []

@@ -56,7 +56,7 @@ from conformance.inference.steps.normaliser import normaliser_form
 from conformance.inference.steps.paths import path_form
 from conformance.inference.steps.position import alibi_counting, encoding_inside, position_input
 from conformance.inference.steps.scale import keep_scale, logit_scale
-from conformance.inference.steps.settings import logit_settings
+from conformance.inference.steps.settings import constructor_settings
 from conformance.inference.steps.state import plain_state, position_state
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import Note, as_notes
@@ -184,7 +184,7 @@ def _explored(plan: Plan, label: str, declared: Declarations, init: dict[str, ob
     with declarations_read():
         for step in (encoding_inside, keep_scale, window_form, chunk_form, cache_form,
                      dropout_form, mask_form, alibi_counting, packed_form, path_form,
-                     normaliser_form, logit_settings):
+                     normaliser_form, constructor_settings):
             step(inquiry)
     return _inferred(inquiry)
 

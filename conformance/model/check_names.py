@@ -1,22 +1,34 @@
 """The suite's check names, in the order they run, importable without importing any check.
 
-:mod:`conformance.run.runner` holds the checks themselves and asserts that they are these, in this
-order; everything that only needs to know or validate a name (expected-failures files, rubrics,
-``parametrize_with_checks``) reads it here.
+Each check says its own name and order in its module of ``conformance/checks/invariants`` (the
+class attributes ``name`` and ``order``, one after the other, as plain literals); they are read
+here from the modules' text, so that what only needs to know or validate a name (expected-failures
+files, rubrics, ``parametrize_with_checks``, the command line's choices) imports no check.
+:mod:`conformance.checks.catalogue` imports the checks themselves and holds them to these names.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
+from pathlib import Path
 
-CHECK_NAMES: tuple[str, ...] = (
-    "gate", "contract", "padding", "fully_masked", "row_stochastic", "head_split", "causal",
-    "reference", "scale", "mask_formats", "permutation", "batch_independence", "stability",
-    "low_precision", "dropout", "autograd", "determinism", "path_agreement", "kv_groups",
-    "position_shift", "alibi", "sliding_window", "chunked", "kv_cache", "packed", "configuration",
-    "kernel",
-)
+CHECKS_DIRECTORY = Path(__file__).resolve().parent.parent / "checks" / "invariants"
+DECLARED = re.compile(r'^    name = "(\w+)"\n    order = (\d+)\n', re.MULTILINE)
+"""A check class's name and order, as its module states them."""
+
+
+def _read_names() -> tuple[str, ...]:
+    """The gate, then each check's name by its order."""
+    found = []
+    for path in sorted(CHECKS_DIRECTORY.glob("*.py")):
+        found += [(int(order), name) for name, order in DECLARED.findall(path.read_text())]
+    return ("gate", *(name for _, name in sorted(found)))
+
+
+CHECK_NAMES: tuple[str, ...] = _read_names()
+"""The gate first, then the checks in the order they run and report."""
 
 
 THROUGH_THE_CORE: tuple[str, ...] = ("row_stochastic", "reference", "scale")

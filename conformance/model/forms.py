@@ -255,6 +255,25 @@ class Setting(str, Enum):
     """The share of each head's dimensions RoPE turns."""
     SOFTCAP = "softcap"
     """A logit softcap c: the logits are c·tanh(s / c) before the mask (0 or less: none)."""
+    TEMPERATURE = "temperature"
+    """A temperature of the logits (whether they are divided or multiplied by it is not
+    assumed): another value changes what every row weights."""
+    WINDOW = "window"
+    """A window of keys around each row, on a layer not checked as causally windowed (an
+    encoder's local attention): a narrower window changes what rows see."""
+    THETA = "theta"
+    """RoPE's base where no RoPE is modelled by a rule (a rotation measured per width, or none
+    found): another base turns the positions otherwise."""
+    SINK = "sink"
+    """How many sink tokens every row keeps seeing (StreamingLLM's): it may act only where a
+    window or a cache drops the other keys, so one that changes nothing is said, not failed."""
+
+    @property
+    def modelled(self) -> bool:
+        """Whether the float64 reference computes with it (``configuration`` then holds the
+        output to the reference of the other value); the others are held to changing the
+        output at all."""
+        return self in (Setting.ROPE_THETA, Setting.ROTARY_FRACTION, Setting.SOFTCAP)
 
 
 class CausalAlignment(str, Enum):

@@ -29,6 +29,10 @@ class NormaliserKind(str, Enum):
     RECTIFIED = "rectified"
     """``A_ij = n^lambda max(0, a s_ij + b)`` on each visible key: ReLU attention (Wortsman et al.
     2023 divide by the sequence length, lambda = -1); weights exactly 0 below the kink."""
+    LINEAR = "linear"
+    """``A_ij = phi(q_i)·phi(k_j) / (sum_visible phi(q_i)·phi(k_j) + eps)``: linear attention
+    (Katharopoulos et al. 2020, phi = elu + 1), a feature map of q and k, not a map of q·k; its
+    rows sum to 1 (less eps) and it is computed without ever forming A."""
     SELECTED = "selected"
     """A softmax over a subset of the visible keys that the data chooses (top-k by an indexer,
     routing): weights 0 on visible keys that vary from input to input."""
@@ -55,13 +59,19 @@ class Normaliser:
     attends_current: bool = True
     length_power: float = 0.0
     """lambda: a rectified map's weights are multiplied by n ** lambda (-1: divided by n)."""
+    feature: str = ""
+    """Linear attention's feature map phi, a key of :data:`FEATURES`."""
+    feature_powers: tuple[float, float] = (0.0, 0.0)
+    """Linear attention's q and k are multiplied by w ** these before phi (w: their width)."""
+    epsilon: float = 0.0
+    """What linear attention adds to each row's sum before dividing by it."""
     evidence: str = ""
 
     @property
     def modelled(self) -> bool:
         """Whether the float64 reference can apply it (a fitted map, not the data's choice)."""
         return self.kind in (NormaliserKind.SIGMOID, NormaliserKind.STICK_BREAKING,
-                             NormaliserKind.RECTIFIED)
+                             NormaliserKind.RECTIFIED, NormaliserKind.LINEAR)
 
     def scale_at(self, width: int) -> float | None:
         """The slope a on q·k at width ``width``."""
@@ -89,14 +99,28 @@ class Normaliser:
                        else "each row before its own token (row 0 sees nothing)")
             return (f"a stick-breaking product of beta = sigmoid({argument}), from {current}: "
                     "rows sum to at most 1")
+        if self.kind is NormaliserKind.LINEAR:
+            scaled = {(0.0, 0.0): "", (-0.5, 0.0): ", q scaled by 1/sqrt(d)",
+                      (-0.25, -0.25): ", q and k each scaled by d^-1/4"}.get(
+                          self.feature_powers, f", q and k scaled by d^{self.feature_powers}")
+            eps = f" + {self.epsilon:.3g}" if self.epsilon else ""
+            return (f"phi(q)·phi(k) over its row's sum{eps} (linear attention, phi = "
+                    f"{self.feature}{scaled}): a feature map of q and k, not a map of q·k")
         if self.kind is NormaliserKind.SELECTED:
             return ("a softmax over a subset of the visible keys that the data chooses (visible "
                     "keys weighted 0 differ from input to input: a top-k selection or routing)")
         return "no softmax over the keys, and no map tried reproduces the weights from q·k"
 
-    def weights(self, logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    def weights(self, logits: torch.Tensor, allowed: torch.Tensor,
+                q: torch.Tensor | None = None, k: torch.Tensor | None = None) -> torch.Tensor:
         """The weights (…, Lq, Lk) from scaled ``logits`` (the reference's ``a q·k``, any bias of
-        a position encoding added) over the ``allowed`` keys, 0 on the others."""
+        a position encoding added) over the ``allowed`` keys, 0 on the others; linear
+        attention's from ``q`` (…, Lq, E) and ``k`` (…, Lk, E) instead."""
+        if self.kind is NormaliserKind.LINEAR:
+            if q is None or k is None:
+                raise ValueError("linear attention's weights are computed from q and k")
+            return linear_weights(q, k, allowed, self.feature, self.feature_powers,
+                                  self.epsilon)
         n = logits.shape[-1]
         argument = logits + self.bias + self.log_length * math.log(n)
         if self.kind is NormaliserKind.SIGMOID:
@@ -112,3 +136,22 @@ class Normaliser:
         # sum over visible k > j of log(1 - beta_ik): a reversed cumulative sum, key j left out
         after = log_rest.flip(-1).cumsum(-1).flip(-1) - log_rest
         return torch.exp(log_beta + after)
+
+
+FEATURES = {"elu + 1": lambda x: F.elu(x) + 1, "relu": F.relu}
+"""Linear attention's feature maps: Katharopoulos et al.'s elu + 1 (positive everywhere) and a
+ReLU."""
+FEATURE_POWERS = ((0.0, 0.0), (-0.5, 0.0), (-0.25, -0.25))
+"""How q and k may be scaled before the map: not at all, q by 1/sqrt(d), each by d^-1/4."""
+
+
+def linear_weights(q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor, feature: str,
+                   powers: tuple[float, float], epsilon: float) -> torch.Tensor:
+    """phi(q)·phi(k) on the ``allowed`` keys over the row's sum plus ``epsilon`` (a row with
+    nothing to weigh, and no epsilon, weighs 0)."""
+    phi = FEATURES[feature]
+    width = q.shape[-1]
+    products = phi(q * width ** powers[0]) @ phi(k * width ** powers[1]).transpose(-1, -2)
+    products = products.masked_fill(~allowed, 0.0)
+    total = products.sum(-1, keepdim=True) + epsilon
+    return torch.where(total != 0, products / torch.where(total != 0, total, 1.0), 0.0)

@@ -177,15 +177,18 @@ class PartlyJudged(NamedTuple):
 
 def partly_judged(results: Iterable[CheckResult]) -> list[PartlyJudged]:
     """Each (implementation, device) of ``results`` without a failure where some check was
-    judged, yet fewer than half of them: an OK there says less than it seems to, and why is
-    said (a failure says enough)."""
+    judged, yet fewer than half of them, and some skipped for a reason other than what it is
+    or has (an instrument that did not fit it): an OK there says less than it seems to, and
+    why is said (a failure says enough). A layer whose skips are all its own contract (no KV
+    cache; a normaliser whose weights softmax's properties do not describe) was judged in
+    full."""
     found = []
     for (name, device), group in _by_pair(results).items():
         judged = [r for r in group if r.status is not Status.SKIPPED]
         failed = any(r.status in (Status.FAILED, Status.SUITE_ERROR) for r in group)
-        if failed or not judged or 2 * len(judged) >= len(group):
-            continue
         other = [r for r in group if r.status is Status.SKIPPED and not r.absent]
+        if failed or not judged or not other or 2 * len(judged) >= len(group):
+            continue
         reasons = [r.reason for r in other]
         found.append(PartlyJudged(name, device, len(judged), len(group),
                                   len(group) - len(judged) - len(other),

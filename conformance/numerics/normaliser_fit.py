@@ -14,7 +14,13 @@ from dataclasses import replace
 
 import torch
 
-from conformance.model.normaliser import Normaliser, NormaliserKind
+from conformance.model.normaliser import (
+    FEATURE_POWERS,
+    FEATURES,
+    Normaliser,
+    NormaliserKind,
+    linear_weights,
+)
 
 SUMS_TO_ONE = 1e-6
 """How far a float64 row's sum may be from 1 for a softmax (its rounding is ~1e-15)."""
@@ -23,6 +29,9 @@ FIT_RESIDUAL = 1e-5
 observed (float64 weights in (1e-9, 1 - 1e-9): the logit's rounding is under 1e-6)."""
 INSIDE = 1e-9
 """Weights this close to 0 or 1 say nothing about the logit behind them (saturated)."""
+FEATURE_RESIDUAL = 1e-9
+"""The largest difference between measured weights (each at most 1) and a linear-attention
+fit's for the fit to be observed: float64 rounding leaves ~1e-15, a softmax ~1e-1."""
 
 
 def _row_sums(attention: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -84,12 +93,43 @@ def _rectified_fit(attention, scores, visible) -> tuple[float, float] | None:
     return (a, b) if float(below.max()) <= FIT_RESIDUAL * max(size, 1.0) else None
 
 
+def _feature_fit(attention: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                 visible: torch.Tensor) -> Normaliser | None:
+    """Linear attention where a feature map of q and k reproduces the weights: A =
+    phi(q)·phi(k) / (row sum + eps), eps fitted from the rows' sums (a number added to the
+    denominator, 0 where there is none)."""
+    rows = visible.any(-1)
+    measured_sums = attention.sum(-1)
+    for feature, phi in FEATURES.items():
+        for powers in FEATURE_POWERS:
+            width = q.shape[-1]
+            products = (phi(q * width ** powers[0]) @ phi(k * width ** powers[1])
+                        .transpose(-1, -2)).masked_fill(~visible, 0.0)
+            sums = products.sum(-1)
+            fit = rows & (sums > 0) & (measured_sums > 0)
+            if not bool(fit.any()):
+                continue
+            epsilon = float((sums[fit] * (1 / measured_sums[fit] - 1)).median())
+            epsilon = 0.0 if abs(epsilon) < 1e-13 else epsilon
+            if epsilon < 0:
+                continue
+            predicted = linear_weights(q, k, visible, feature, powers, epsilon)
+            if float((predicted - attention)[rows].abs().max()) <= FEATURE_RESIDUAL:
+                return Normaliser(NormaliserKind.LINEAR, feature=feature, feature_powers=powers,
+                                  epsilon=epsilon,
+                                  evidence=f"phi = {feature} reproduces every weight within "
+                                           f"{FEATURE_RESIDUAL:g}")
+    return None
+
+
 def fit_normaliser(attention: torch.Tensor, scores: torch.Tensor, visible: torch.Tensor,
+                   q: torch.Tensor | None = None, k: torch.Tensor | None = None,
                    ) -> Normaliser | None:
     """The map from ``scores`` (B, H, Lq, Lk, unscaled q·k) to ``attention`` over the
     ``visible`` keys (broadcast to the same shape, bool), or None where it is a softmax over the
     keys (every visible key weighted, as a structure fixed over inputs may leave some at 0).
-    Unfit rows (no visible key) are ignored."""
+    With the ``q`` and ``k`` behind the scores, linear attention (a feature map of each, rows
+    summing to 1) is told from a softmax. Unfit rows (no visible key) are ignored."""
     attention, scores = attention.to(torch.float64), scores.to(torch.float64)
     visible = visible.expand(attention.shape)
     if attention.shape[-2] > 1 and float((attention.sum(-2) - 1).abs().max()) <= SUMS_TO_ONE:
@@ -101,6 +141,10 @@ def fit_normaliser(attention: torch.Tensor, scores: torch.Tensor, visible: torch
     evidence = f"row {row} sums to {float(sums[b, h, row]):.3g}"
     if float(off.max()) <= SUMS_TO_ONE:
         zeros = visible & (attention == 0)
+        if q is not None and k is not None and (
+                found := _feature_fit(attention, q.to(torch.float64), k.to(torch.float64),
+                                      visible)) is not None:
+            return found
         if not bool(zeros.any()) or bool((zeros == zeros[:1]).all()):
             return None  # every visible key weighted, or the same ones left out for every input
         held = int(zeros.any(-1).sum())
@@ -125,6 +169,10 @@ def fit_normaliser(attention: torch.Tensor, scores: torch.Tensor, visible: torch
     if (fit := _stick_fit(attention, scores, seen)) is not None:
         return Normaliser(NormaliserKind.STICK_BREAKING, scale=fit[0], bias=fit[1],
                           attends_current=current, evidence=evidence)
+    if q is not None and k is not None and (  # a larger eps: rows sum to 1 less than it
+            found := _feature_fit(attention, q.to(torch.float64), k.to(torch.float64),
+                                  visible)) is not None:
+        return found
     return Normaliser(NormaliserKind.UNKNOWN, evidence=evidence)
 
 
@@ -144,6 +192,11 @@ def laws(at_lengths: tuple[Normaliser, Normaliser], lengths: tuple[int, int],
         return None
     if not first.modelled:
         return first
+    if first.kind is NormaliserKind.LINEAR:
+        same = (at_width is None or at_width.feature_powers == first.feature_powers) and (
+            second.feature, second.feature_powers) == (first.feature, first.feature_powers)
+        close = abs(first.epsilon - second.epsilon) <= 1e-3 * max(first.epsilon, 1e-12)
+        return first if same and (close or first.epsilon == second.epsilon) else None
     if first.kind is NormaliserKind.RECTIFIED:
         return _rectified_laws(first, second, lengths, at_width, widths)
     a1, a2 = first.scale, second.scale

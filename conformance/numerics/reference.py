@@ -150,7 +150,7 @@ def reference_attention(
                                chunk=chunk)
     allowed = allowed.to(q_in.device)
     if normaliser is not None:  # an observed map other than softmax: empty rows weigh 0
-        attention = normaliser.weights(logits, allowed)
+        attention = normaliser.weights(logits, allowed, q, k)
         if fully_masked == "nan":
             attention = attention.masked_fill(~allowed.any(dim=-1, keepdim=True), float("nan"))
         return ReferenceResult(output=attention_output(attention, v, w), attention=attention,

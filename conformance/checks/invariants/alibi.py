@@ -54,6 +54,7 @@ class Alibi(Check):
     """Position bias -m_h d(i, j) with m_h > 0 per head (the paper's slopes where declared)."""
 
     name = "alibi"
+    order = 200
     applies = "an ALiBi position bias"
     title = "ALiBi: a per-head linear distance penalty -m_h (i - j), m_h > 0 (declared slopes)"
 

@@ -155,6 +155,7 @@ class Autograd(Check):
     masked keys."""
 
     name = "autograd"
+    order = 150
     applies = "a backward (not forward only)"
     title = ("gradients reach every parameter; backward matches finite differences; masked keys "
              "get exactly zero")

@@ -19,7 +19,7 @@ from conformance.checks.invariants.verify import (
     reference_applies,
     revealing,
 )
-from conformance.checks.invariants.violation import Finding, Severity, Violation
+from conformance.checks.invariants.violation import Finding, OtherKind, Severity, Violation
 from conformance.checks.mask_mistakes import Mistake, output_mistake
 from conformance.generation.cases import Case
 from conformance.model.normaliser import Normaliser
@@ -185,11 +185,13 @@ def observed_normaliser(capabilities: Capabilities) -> Normaliser | None:
 
 def unmet(requires: frozenset[Structure], capabilities: Capabilities, what: str) -> str | None:
     """Why a check that requires ``requires`` of the observed structure, to judge ``what``,
-    does not apply: the structure observed instead, in one line; None where all of it holds."""
+    does not apply: the structure observed instead, in one line (what the layer is, as a
+    feature it lacks is: no instrument failed); None where all of it holds."""
     normaliser = observed_normaliser(capabilities)
     if Structure.SOFTMAX in requires and normaliser is not None:
-        return (f"its weights are {normaliser.describe()} (observed: {normaliser.evidence}): "
-                f"{what} is a property of a softmax over the keys")
+        return OtherKind(f"its weights are {normaliser.describe()} (observed: "
+                         f"{normaliser.evidence}): {what} is a property of a softmax over the "
+                         "keys")
     return None
 
 
@@ -210,6 +212,11 @@ class Check(ABC):
         return self.unmet(capabilities) or self.skip_reason(capabilities)
 
     name: str
+    order: int
+    """Where it runs and reports among the checks, ascending (gaps of 10 leave room): the
+    contract, the mask, softmax's and any attention's properties, numerics, training, then the
+    modern forms and the kernel's. A module of ``conformance/checks/invariants`` with a check
+    that sets it is in the catalogue (:mod:`conformance.checks.catalogue`)."""
     title: str
     applies: str = "every implementation"
     """When it runs, in words (``list --checks``): what an implementation must have for it;

@@ -45,6 +45,7 @@ class BatchIndependence(Check):
     """Batch elements never influence each other; batched equals one at a time."""
 
     name = "batch_independence"
+    order = 110
     applies = "every implementation"
     title = "batch elements never influence each other; batched equals one at a time"
 

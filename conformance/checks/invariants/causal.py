@@ -220,6 +220,7 @@ class Causal(Check):
     """Rows never see later positions and always see earlier ones."""
 
     name = "causal"
+    order = 60
     applies = "causal attention (always, or through an argument)"
     title = "no row sees a later position; every row sees itself and earlier ones"
 

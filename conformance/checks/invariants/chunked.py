@@ -47,6 +47,7 @@ class Chunked(Check):
     """Row t sees exactly its chunk's positions up to itself: C * (t // C) .. t."""
 
     name = "chunked"
+    order = 220
     applies = "causal chunks"
     title = "causal chunks: row t sees exactly C * (t // C) .. t (boundaries exact)"
 

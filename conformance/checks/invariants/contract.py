@@ -49,6 +49,7 @@ class Contract(Check):
     length 1 works; printing warned about."""
 
     name = "contract"
+    order = 10
     applies = "every implementation"
     title = "declared features work; inputs untouched; any memory layout; length 1; no prints"
     owns = ("mask", "cross_attention", "causal", "weights", "float32", "float64")

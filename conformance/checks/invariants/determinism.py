@@ -22,6 +22,7 @@ class Determinism(Check):
     """The same call twice gives bit-identical output on the CPU."""
 
     name = "determinism"
+    order = 160
     applies = "every implementation, on the CPU"
     title = "the same call twice gives bit-identical output (CPU)"
 

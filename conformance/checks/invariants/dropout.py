@@ -59,6 +59,7 @@ class Dropout(Check):
     """Eval mode is dropout-free; train mode is unbiased and respects masks and causality."""
 
     name = "dropout"
+    order = 140
     applies = "dropout"
     title = "eval is deterministic and dropout-free; train is unbiased and respects masks"
 

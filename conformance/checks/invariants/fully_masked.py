@@ -73,6 +73,7 @@ class FullyMasked(Check):
     """Rows with every key masked follow the declared policy and don't spill."""
 
     name = "fully_masked"
+    order = 30
     applies = "a padding mask (declared or inferred)"
     title = "rows with every key masked follow the declared policy and stay contained"
 

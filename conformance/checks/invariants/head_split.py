@@ -62,6 +62,7 @@ class HeadSplit(Check):
     """Output = concatenated single-head attentions; relabelling heads changes nothing."""
 
     name = "head_split"
+    order = 50
     applies = "more than one head"
     title = "output = concat of per-head attentions; relabelling heads changes nothing"
 

@@ -73,6 +73,7 @@ class KernelCheck(Check):
     """A kernel's own arguments do what FlashAttention's do."""
 
     name = "kernel"
+    order = 260
     applies = "a kernel function f(q, k, v, ...)"
     title = ("a kernel's arguments: causal with fewer queries than keys, softmax_scale, "
              "window_size, softcap, alibi_slopes, the lse it returns")

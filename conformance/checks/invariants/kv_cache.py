@@ -101,6 +101,7 @@ class KVCacheDecoding(Check):
     """Prefill then decode with the cache equals the full causal forward."""
 
     name = "kv_cache"
+    order = 230
     applies = "a KV cache"
     title = "prefill + decoding with the KV cache (token by token, in chunks) = the full forward"
 

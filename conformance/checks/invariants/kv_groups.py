@@ -39,6 +39,7 @@ class KVGroups(Check):
     """Query head h reads key/value head h // (H / Hkv), and only it."""
 
     name = "kv_groups"
+    order = 180
     applies = "grouped key/value heads"
     title = "query head h reads key/value head h // (H / Hkv), and no other (grouped-query)"
 

@@ -72,6 +72,7 @@ class LowPrecision(Check):
     """float16 / bfloat16 run where declared and agree with the reference."""
 
     name = "low_precision"
+    order = 130
     applies = "float16 or bfloat16"
     title = "float16 / bfloat16 run where declared and agree with the reference"
     owns = tuple(dtype_name(d) for d in LOW_PRECISION)

@@ -24,6 +24,7 @@ class MaskFormats(Check):
     """Every declared mask format gives the primary format's output."""
 
     name = "mask_formats"
+    order = 90
     applies = "more than one mask format"
     title = "every accepted mask format (bool/additive, each shape) gives the same output"
 

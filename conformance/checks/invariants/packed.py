@@ -43,6 +43,7 @@ class Packed(Check):
     """Packed sequences give what each gives alone; none influences another."""
 
     name = "packed"
+    order = 240
     applies = "packed sequences (cu_seqlens or a block-diagonal mask)"
     title = "packed sequences (cu_seqlens / block-diagonal mask) = each sequence alone"
 

@@ -76,6 +76,7 @@ class Padding(Check):
     """Masked keys have no influence, and their attention weight is 0."""
 
     name = "padding"
+    order = 20
     applies = "a padding mask (declared or inferred)"
     title = "masked keys have no influence and attention weight 0"
     judges = ("mask",)

@@ -25,6 +25,7 @@ class PathAgreement(Check):
     """No-grad and autograd, train at p = 0 and eval, and declared paths all agree."""
 
     name = "path_agreement"
+    order = 170
     applies = "every implementation"
     title = "no_grad vs autograd, train at p = 0 vs eval, declared paths: same output"
 

@@ -33,6 +33,7 @@ class Permutation(Check):
     """Non-causal attention is equivariant to query order and invariant to key/value order."""
 
     name = "permutation"
+    order = 100
     applies = "attention that order does not matter to by design (not always causal, no absolute positions)"
     title = "permuting tokens permutes the output (no position dependence without causality)"
 

@@ -49,6 +49,7 @@ class PositionShift(Check):
     """Shifting every position by the same offset changes nothing."""
 
     name = "position_shift"
+    order = 190
     applies = "a relative position encoding (RoPE, ALiBi)"
     title = "relative positions: shifting every position by the same offset changes nothing"
 

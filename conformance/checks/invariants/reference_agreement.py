@@ -94,6 +94,7 @@ class ReferenceAgreement(Check):
     """Output and input gradients agree with the float64 reference."""
 
     name = "reference"
+    order = 70
     applies = "every implementation"
     title = "output and input gradients agree with the float64 reference (per-example tolerance)"
 

@@ -61,6 +61,7 @@ class RowStochastic(Check):
     """Attention weights are >= 0 and each row sums to 1."""
 
     name = "row_stochastic"
+    order = 40
     applies = "every implementation"
     title = "attention weights are >= 0 and every row sums to 1"
     requires = frozenset({Structure.SOFTMAX})

@@ -163,6 +163,7 @@ class Scale(Check):
     """The logit scale fitted from the measured attention is 1/sqrt(head_dim)."""
 
     name = "scale"
+    order = 80
     applies = "every implementation"
     title = "logits are scaled by 1/sqrt(head_dim)"
     requires = frozenset({Structure.SOFTMAX})

@@ -41,6 +41,7 @@ class SlidingWindow(Check):
     """Row t sees exactly its window of W keys: t - W + 1 .. t."""
 
     name = "sliding_window"
+    order = 210
     applies = "a sliding window"
     title = "sliding window: row t sees exactly t - W + 1 .. t (W keys, edges exact)"
 

@@ -111,6 +111,7 @@ class Stability(Check):
     """Large logits and shifted rows give the reference's answer, finite."""
 
     name = "stability"
+    order = 120
     applies = "every implementation"
     title = "logits ~1e4 (and q/k std ~80 in float16) stay finite and right; row shifts change nothing"
     requires = frozenset({Structure.SOFTMAX})

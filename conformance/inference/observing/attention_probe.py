@@ -78,6 +78,11 @@ class Probe:
     attention: torch.Tensor
     logits: torch.Tensor
     bias: torch.Tensor | None = None
+    q: torch.Tensor | None = None
+    """(B, H, Lq, E) float64: the queries behind ``logits`` (a feature map of them is linear
+    attention's)."""
+    k: torch.Tensor | None = None
+    """(B, H, Lk, E) float64: the keys behind ``logits``."""
 
 
 def measure_attention(instance: Instance, case: Case, call: str, *,
@@ -145,4 +150,5 @@ def probe(instance: Instance, case: Case, call: str, *, keep: torch.Tensor | Non
             "with one-hot values and identity projections, output features past kv_len are "
             f"{float(stray.max()):.3g}, not 0: the layer computes more than its projections and "
             "attention, so the attention-matrix probe can't read its weights")
-    return Probe(attention=blocks[..., :kv_len], logits=q @ k.transpose(-1, -2), bias=bias)
+    return Probe(attention=blocks[..., :kv_len], logits=q @ k.transpose(-1, -2), bias=bias,
+                 q=q, k=k)

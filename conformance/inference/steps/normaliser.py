@@ -3,7 +3,8 @@
 With its weights mapped, the attention-matrix probe reads the weights A the layer computes and
 the products q·kᵀ behind them, at two lengths and two widths, in float64
 (:mod:`conformance.numerics.normaliser_fit`). A softmax over the keys is the default and says
-nothing. Another map (a sigmoid, a stick-breaking product, a ReLU) goes into the encoding the
+nothing. Another map (a sigmoid, a stick-breaking product, a ReLU; linear attention's feature
+map of q and k, told from a softmax whose rows also sum to 1) goes into the encoding the
 float64 reference applies, and the checks of softmax's own properties say what was observed
 instead of judging it; a softmax over keys the data chooses (top-k, routing) is a part of the
 computation the reference does not model. Where no map fits, the layer is judged as softmax
@@ -64,7 +65,7 @@ def measured(inquiry: Inquiry, length: int, head_dim: int) -> Measured | None:
     except (ProbeUnfit, ImplementationError, CapabilityError, ValueError, RuntimeError):
         return None
     visible = allowed_keys(case.batch, length, length, None, causal)
-    return Measured(fit_normaliser(seen.attention, seen.logits, visible),
+    return Measured(fit_normaliser(seen.attention, seen.logits, visible, seen.q, seen.k),
                     unweighted_future(seen.attention))
 
 
@@ -117,7 +118,8 @@ def normaliser_form(inquiry: Inquiry) -> None:
         # second silently: it is judged as softmax attention, and that is said.
         inquiry.notes.append(
             f"its weights are no softmax over the keys (observed: {found.evidence}), and no map "
-            "tried (a sigmoid, a stick-breaking product, a ReLU, a selection by the data) "
+            "tried (a sigmoid, a stick-breaking product, a ReLU, a selection by the data, a "
+            "linear attention's feature map) "
             "reproduces them from q·k: judged as softmax attention")
         return
     encoding = capabilities.caps.position.encoding or PositionEncoding()
