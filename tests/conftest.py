@@ -59,7 +59,7 @@ E2E = {
     "test_containment", "test_expected_results", "test_grading_cli", "test_grading_example",
     "test_grading_shards", "test_inference", "test_library_layers", "test_no_false_alarms",
     "test_thirdparty", "test_wheel", "test_worker", "test_worker_hostile", "test_watch",
-    "test_routes_and_profiles",
+    "test_routes_and_profiles", "test_grading_conventions",
 }
 MOVED_TO_SLOW = {
     ("test_operators", "checked"):

@@ -9,6 +9,7 @@ The package is installed for real, as ``pip install`` would leave it (a module a
 from __future__ import annotations
 
 import csv
+import importlib.util
 import shutil
 import sysconfig
 import textwrap
@@ -21,12 +22,16 @@ from conformance.grading.run import store
 from conformance.grading.score.outcome import RunStatus
 from tests.test_grading_execution import ATTENTION, CORRECT, rubric
 
-PACKAGE = "attention_conformance_test_dependency"
+PACKAGE = "natten"
+"""A package on PyPI that attention code imports (neighbourhood attention), not installed here:
+one of ``registry.KNOWN_PACKAGES``, so its absence is the environment's."""
 
 
 @pytest.fixture
 def installable():
     """Installs PACKAGE when called; whatever happened, it is removed at the end."""
+    if importlib.util.find_spec(PACKAGE) is not None:
+        pytest.skip(f"{PACKAGE} is really installed here: the test would replace it")
     site = Path(sysconfig.get_paths()["purelib"])
     module, info = site / f"{PACKAGE}.py", site / f"{PACKAGE}-1.0.dist-info"
 
@@ -69,3 +74,17 @@ def test_a_missing_package_is_the_environments_and_installing_it_regrades(tmp_pa
     assert second.graded == ["needs_it"] and not second.reused
     row = _grades(out)["needs_it"]
     assert row["status"] == "graded" and float(row["total"]) == 3
+
+
+def test_a_module_of_the_students_own_left_out_is_their_import_error(tmp_path):
+    """``from utils import ...`` with no utils.py submitted: the student's import error, said
+    so, never a package for the teacher to install."""
+    download = tmp_path / "download"
+    (download / "forgot_it").mkdir(parents=True)
+    (download / "forgot_it" / "attention.py").write_text(
+        "from utils import helper\n" + ATTENTION
+        + textwrap.indent(textwrap.dedent(CORRECT), "    "))
+    (student,) = grade_class(download, rubric(tmp_path), tmp_path / "out").students
+    assert student.status is RunStatus.IMPORT_ERROR
+    assert "utils.py not submitted" in student.outcome.message
+    assert "pip install" not in student.outcome.message

@@ -278,3 +278,51 @@ def test_an_excused_item_says_where_its_bug_is_charged(rubric):
     assert text.startswith("**excused**: 3 / 3 point(s)")
     label = graded.item("MHA.head_split").item.label
     assert f'the same mistake as "{label}", where its points were taken' in text
+
+
+def _with(graded_outcome: SubmissionOutcome, target: str, **fields: dict) -> SubmissionOutcome:
+    """``fields[check]`` set on that check's result of ``target`` (a bug, a status without the
+    mask)."""
+    for result in next(t for t in graded_outcome.targets if t.target == target).results:
+        for name, value in fields.get(result.check, {}).items():
+            setattr(result, name, value)
+    return graded_outcome
+
+
+SPLIT = {"bug": "heads split without transpose"}
+
+
+def test_the_diagnosis_charges_a_named_bug_once_to_the_item_named_for_it(rubric):
+    """Heads split without a transpose: head_split and reference name it; padding, scale and
+    two robustness checks fail naming nothing. The bug is charged to head_split alone, every
+    symptom of it excused, saying so; another class's failure is its own."""
+    failing = {**ALL_PASS, "padding": F, "head_split": F, "reference": F, "scale": F,
+               "autograd": F, "determinism": F}
+    graded = score(rubric, _with(outcome(failing, {"gate": P, "causal": F}), "MHA",
+                                 head_split=SPLIT, reference=SPLIT))
+    lost = {item.item.key: item.points for item in graded.items
+            if item.points < item.max_points}
+    assert lost == {"MHA.head_split": 0, "Causal.causal": 0}
+    for key in ("MHA.padding", "MHA.numerics", "MHA.robustness"):
+        item = graded.item(key)
+        assert (item.state, item.charged_to.key) == (State.EXCUSED, "MHA.head_split"), key
+
+
+def test_a_failure_gone_without_the_mask_is_the_masks_and_one_that_stays_is_its_own(rubric):
+    """Padding failed. reference passed when run again without the mask: the mask's, so the
+    numerics item is excused and charged to padding. head_split failed without the mask too:
+    a bug of its own, charged where it is."""
+    failing = {**ALL_PASS, "padding": F, "head_split": F, "reference": F}
+    graded = score(rubric, _with(outcome(failing, {"gate": P, "causal": P}), "MHA",
+                                 reference={"unmasked": P}, head_split={"unmasked": F}))
+    numerics = graded.item("MHA.numerics")
+    assert (numerics.state, numerics.charged_to.key) == (State.EXCUSED, "MHA.padding")
+    assert graded.item("MHA.padding").points == 0
+    assert graded.item("MHA.head_split").state is State.FAILED
+    assert graded.total == graded.max_points - 4
+
+
+def test_the_evidence_without_the_mask_survives_the_json():
+    kept = CheckResult("MHA", "reference", "cpu", F, unmasked=P)
+    assert result_from_dict(kept.to_dict()).unmasked is P
+    assert "unmasked" not in CheckResult("MHA", "reference", "cpu", F).to_dict()

@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from enum import Enum
 
 import torch
 
 from conformance.checks.mask_mistakes import named, output_mistake
+from conformance.model.bugs import Bug
 from conformance.model.forms import PositionEncoding, Rotary
 from conformance.model.results import Hint
 from conformance.model.weights import HeadWeights
@@ -27,24 +27,6 @@ distance between two different mistakes."""
 
 AMBIGUOUS = "which at this size is each of"
 """How a hint says that mistakes equal at this size can't be told apart (no single kind)."""
-
-
-class Bug(str, Enum):
-    """The kinds of bug the diagnosis names (:class:`conformance.model.results.Hint`'s
-    ``kind``): one key per mistake, whichever check names it and in whatever words."""
-
-    SCALE_D_MODEL = "scale 1/sqrt(d_model)"
-    SCALE_MISSING = "scale missing"
-    SCALE_TWICE = "scale applied twice"
-    SCALE_NUM_HEADS = "scale 1/sqrt(num_heads)"
-    SCALE_INVERTED = "scale sqrt(head_dim)"
-    SOFTMAX_OVER_QUERIES = "softmax over the query axis"
-    OUTPUT_PROJECTION_SKIPPED = "output projection skipped"
-    KEY_PROJECTION_FOR_VALUES = "key projection used for the values"
-    SPLIT_WITHOUT_TRANSPOSE = "heads split without transpose"
-    MERGE_WITHOUT_TRANSPOSE = "heads merged without transpose"
-    CACHE_LAYOUT = "cache not in its declared layout"
-    LEAK_AROUND_WEIGHTS = "the future leaks around causal weights"
 
 
 SOFTMAX_OVER_QUERIES = Hint("the weights sum to 1 over the queries (each key's column), not over "

@@ -86,6 +86,8 @@ class MutantRow:
     reference's interface: "declares no ALiBi position bias"), where it can't."""
     lost_in: tuple[str, ...] = ()
     """The items (keys) the mutant lost points in."""
+    excused_in: tuple[str, ...] = ()
+    """The items (keys) that saw the mutant's bug and were excused, charged to another item."""
     charged_to: str | None = None
     """The earlier item its check's item was excused for (charge_once: the same bug, charged
     there): the mutant is told apart, once."""
@@ -126,8 +128,8 @@ class SelfTest:
     def unexercised(self) -> list[str]:
         """The items no mutant lost points in: the self-test shows nothing about them (a
         rubric item whose bug no bundled mutant makes, or a check too weak to see it)."""
-        # An item excused for a bug charged to an earlier one saw that bug: it counts.
-        lost = {key for row in self.rows for key in row.lost_in}
+        # An item excused for a bug charged to another one saw that bug: it counts.
+        lost = {key for row in self.rows for key in (*row.lost_in, *row.excused_in)}
         lost |= {row.item for row in self.rows if row.charged_to and row.item}
         return [key for key in self.items if key not in lost]
 
@@ -229,6 +231,8 @@ def _row(rubric: Rubric, target: Target, mutant: Mutant, sandbox: SandboxKind) -
     return MutantRow(mutant, target.name, graded.total, graded.max_points,
                      item.item.key if item else None, lost, item_points, verdict,
                      lost_in=tuple(i.item.key for i in graded.items if i.points < i.max_points),
+                     excused_in=tuple(i.item.key for i in graded.items
+                                      if i.state is State.EXCUSED),
                      charged_to=charged_to if item is not None else None)
 
 

@@ -51,12 +51,31 @@ def _missing_package(error: BaseException, folders: list[Path]) -> str | None:
     return top
 
 
+KNOWN_PACKAGES = frozenset({
+    "numpy", "scipy", "einops", "einx", "opt_einsum", "transformers", "tokenizers",
+    "sentencepiece", "datasets", "accelerate", "peft", "safetensors", "huggingface_hub",
+    "flash_attn", "flashinfer", "xformers", "triton", "natten", "fla", "liger_kernel",
+    "mamba_ssm", "causal_conv1d", "bitsandbytes", "apex", "deepspeed", "torchtune",
+    "torchvision", "torchaudio", "torchtext", "timm", "rotary_embedding_torch",
+    "x_transformers", "local_attention", "lightning", "pytorch_lightning", "jax", "jaxlib",
+    "flax", "optax", "tensorflow", "keras", "sklearn", "pandas", "matplotlib", "seaborn",
+    "tqdm", "PIL", "cv2", "yaml", "requests", "wandb", "tensorboard", "hydra", "omegaconf",
+    "d2l", "IPython", "ipywidgets", "numba", "cupy", "jaxtyping", "beartype", "typeguard",
+    "torch_geometric", "dgl", "pytest", "hypothesis"})
+"""Import names of packages on PyPI that attention code imports: one of these missing is the
+environment's to install. Any other missing name that is no file of the code's is most likely a
+module of its own left out (a student's ``utils.py`` not submitted): the code's import error."""
+
+
 def _import_failed(error: Exception, what: str, folders: list[Path]) -> ResolveError:
     """The one-line ResolveError for an import of ``what`` that raised ``error``."""
     package = _missing_package(error, folders)
-    if package is not None:
+    if package is not None and package in KNOWN_PACKAGES:
         return MissingPackage(f"{what} needs package {package!r}, which is not installed here "
                               f"(pip install {package})", package)
+    if package is not None:
+        return ResolveError(f"{package}.py not submitted: {what} imports {package!r}, which is "
+                            "neither a file beside it nor a package installed here")
     return ResolveError(f"importing {what} raised {type(error).__name__}: {error}")
 
 

@@ -241,30 +241,43 @@ class PerHeadModules(WeightLayout):
 class PackedInProjection(WeightLayout):
     """``torch.nn.MultiheadAttention``'s packed ``in_proj_weight`` ([q; k; v]) and ``out_proj``.
 
-    ``path`` names the ``nn.MultiheadAttention`` submodule ("" for the module itself).
+    ``path`` names the ``nn.MultiheadAttention`` submodule ("" for the module itself); ``o``,
+    where set, the output projection's path from the root module (a layer of its own that packs
+    its in-projection so and names its output projection otherwise).
     """
 
     path: str = ""
+    o: str | None = None
 
     def _mha(self, module: nn.Module) -> nn.Module:
         mha = submodule(module, self.path) if self.path else module
         if getattr(mha, "in_proj_weight", None) is None:
             raise WeightLayoutError(
                 f"{self.path or type(module).__name__!r} has no packed in_proj_weight")
+        if self.o is None and not isinstance(getattr(mha, "out_proj", None), nn.Linear):
+            raise WeightLayoutError(
+                f"{self.path or type(module).__name__!r} has no out_proj linear")
         return mha
+
+    def _output(self, module: nn.Module, mha: nn.Module) -> tuple[nn.Module, str]:
+        if self.o is None:
+            return mha.out_proj, "out_proj"
+        return submodule(module, self.o), self.o
 
     def read(self, module: nn.Module, num_heads: int,
              num_kv_heads: int | None = None) -> HeadWeights:
         mha = self._mha(module)
         parts = _split_packed(mha.in_proj_weight, mha.in_proj_bias, num_heads, "in_proj_weight")
-        parts.update(read_output(mha.out_proj, "out_proj"))
+        parts.update(read_output(*self._output(module, mha)))
         return HeadWeights(**parts)
 
     def write(self, module: nn.Module, weights: HeadWeights) -> None:
         mha = self._mha(module)
         _write_packed(mha.in_proj_weight, mha.in_proj_bias, weights, "in_proj_weight")
-        write_output(mha.out_proj, weights, "out_proj")
+        linear, path = self._output(module, mha)
+        write_output(linear, weights, path)
 
     def describe(self) -> str:
         prefix = f"{user_path(self.path)}." if user_path(self.path) else ""
-        return f"weights from {prefix}in_proj_weight/{prefix}out_proj"
+        output = f"{prefix}out_proj" if self.o is None else user_path(self.o)
+        return f"weights from {prefix}in_proj_weight/{output}"

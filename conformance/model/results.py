@@ -100,6 +100,10 @@ class CheckResult:
     absent: bool = False
     """Skipped because the implementation has nothing of what the check judges (no KV cache, no
     mask): its contract, so none of what went unjudged (see :func:`partly_judged`)."""
+    unmasked: Status | None = None
+    """Where this check failed and the check that judges the mask failed too: its status run
+    again without the mask (grading's diagnosis: a failure that is gone without the mask is the
+    mask's); None where it was not run again."""
 
     def __post_init__(self) -> None:
         if self.hint is not None and type(self.hint) is not str:  # a Hint: text, kind beside
@@ -119,6 +123,10 @@ class CheckResult:
             del data["picture"]  # a report's JSON is as it was unless pictures were asked for
         if not self.absent:
             del data["absent"]  # said where it is so
+        if self.unmasked is None:
+            del data["unmasked"]
+        else:
+            data["unmasked"] = self.unmasked.value
         return data
 
 

@@ -29,6 +29,7 @@ from conformance.grading.run import interface
 from conformance.grading.run.targets import Location, locate, near_misses, scan
 from conformance.grading.score.outcome import RunStatus, SubmissionOutcome, TargetOutcome, overall_status
 from conformance.grading.score.rubric import Rubric, RubricLimits, Target, prerequisites
+from conformance.model.bugs import MASK_JUDGE
 from conformance.model.declarations import Declarations
 from conformance.model.remedies import texts
 from conformance.model.results import Status
@@ -198,7 +199,33 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
             if broken is not None:
                 outcome.status, outcome.message = RunStatus.INTERFACE_MISMATCH, broken
                 break  # zero for this class: nothing else is scored
+        if outcome.status is RunStatus.GRADED:
+            _without_the_mask(runner, subject, target, outcome, rubric.device, deadline)
         return _printed(outcome, subject, other_forms)
+
+
+def _without_the_mask(runner: Runner, subject: IsolatedSubject, target: Target,
+                      outcome: TargetOutcome, device: str, deadline: _Deadline) -> None:
+    """Where the check that judges the mask failed, each other failed check run again without
+    the mask, its status kept as the diagnosis's evidence (``CheckResult.unmasked``): a failure
+    gone without the mask is the mask's, charged once, where the mask is judged. A check a
+    rubric's ``requires`` already ran without it, and a run again that breaks a limit, add
+    nothing."""
+    judge = outcome.result(MASK_JUDGE)
+    if judge is None or judge.status is not Status.FAILED:
+        return
+    for result in list(outcome.results):
+        if (result.status is not Status.FAILED or result.check in (GATE.name, MASK_JUDGE)
+                or _judged_elsewhere(target, result.check, outcome)):
+            continue
+        deadline.start_check()
+        seen = len(subject.incidents)
+        try:
+            again = runner.run_check(subject, result.check, device, without={"mask"})
+        except WorkerError:
+            return
+        if len(subject.incidents) == seen:
+            result.unmasked = again.status
 
 
 def _printed(outcome: TargetOutcome, subject: IsolatedSubject, other_forms: str) -> _Ran:

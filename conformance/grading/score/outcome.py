@@ -192,6 +192,11 @@ def result_from_dict(data: dict) -> CheckResult:
         fields["reason"] = f"[{raw}] {fields.get('reason', '')}".strip()
     if fields.get("route") is not None:
         fields["route"] = Route(fields["route"])
+    if fields.get("unmasked") is not None:
+        try:
+            fields["unmasked"] = Status(fields["unmasked"])
+        except ValueError:
+            fields["unmasked"] = None  # a newer version's status: no evidence read
     known = {"implementation", "check", "device", "reason", "counterexample", "details", "hint",
-             "observations", "seconds", "remedy", "route", "bug"}
+             "observations", "seconds", "remedy", "route", "bug", "absent", "unmasked"}
     return CheckResult(status=status, **{k: v for k, v in fields.items() if k in known})

@@ -17,11 +17,18 @@ Rules (also in ``docs/grading.md``):
   where it failed) is ``partly evaluated``, and those items are listed with the reason;
 - a group scores ``points`` when every check passes (all-or-nothing), or ``points_each`` per
   passing check, at most ``cap``;
-- one mistake is charged once (``charge_once``, on by default): in rubric order, an item that
-  lost points, whose every failed check names a likely bug (its kind, else its hint's words,
-  numbers aside: :func:`bug_of`) that an earlier item lost points for, is **excused**: it keeps
-  its points and says which item the bug is charged to. A failure that names no bug is charged
-  where it is.
+- one mistake is charged once (``charge_once``, on by default), by a diagnosis of all the
+  target's failures together (:func:`diagnose`): a bug whose kind the table of
+  :mod:`conformance.model.bugs` describes is charged to the item of the check named for it (a
+  head split without a transpose to ``head_split``, a softmax over the queries to
+  ``row_stochastic``), and explains every failure in its reach that names no other bug; where
+  the check that judges the mask failed, each failure that is gone when the check runs again
+  without the mask (``CheckResult.unmasked``) is the mask's, charged to the mask's item. An item
+  whose every failed check is explained by a bug charged to another item is **excused**: it
+  keeps its points and says which item the bug is charged to. Then, in rubric order, an item
+  whose every failed check names a likely bug (its kind, else its hint's words, numbers aside:
+  :func:`bug_of`) that an earlier item lost points for is excused the same way. A failure that
+  nothing explains is charged where it is.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from conformance.grading.score.outcome import (
     status_line,
 )
 from conformance.grading.score.rubric import Item, Rubric, Target, prerequisites
+from conformance.model.bugs import MASK_JUDGE, reach
 from conformance.model.results import CheckResult, Status
 
 
@@ -216,7 +224,7 @@ def score(rubric: Rubric, outcome: SubmissionOutcome) -> SubmissionScore:
                                     for item in target.items]))
     scored = SubmissionScore(outcome.status, targets)
     if rubric.charge_once:
-        _charge_once(scored.items)
+        _charge_once(scored.targets)
     if scored.status is RunStatus.GRADED and scored.unevaluated:
         scored.status = RunStatus.PARTLY_EVALUATED
     return scored
@@ -245,9 +253,65 @@ def _bugs(item: ItemScore) -> set[str] | None:
     return None if not failed or None in bugs else bugs
 
 
-def _charge_once(items: list[ItemScore]) -> None:
-    """Excuse, in order, each item that lost points only through bugs an earlier item lost
-    points for (see the module docstring)."""
+def _lost(check: CheckScore) -> bool:
+    """Whether ``check`` failed: as scored, or run without what a failed prerequisite judges
+    (``requires``: blocked) and failed there too, evidence the diagnosis reads all the same."""
+    return check.result is not None and (
+        check.state is State.FAILED
+        or (check.blocked and check.result.status is Status.FAILED))
+
+
+def _failed(items: list[ItemScore]) -> list[tuple[ItemScore, CheckScore]]:
+    return [(item, check) for item in items if item.points < item.max_points
+            for check in item.checks if _lost(check)]
+
+
+def diagnose(items: list[ItemScore]) -> dict[int, ItemScore]:
+    """Which item each failed check of ``items`` is charged to, where a bug explains it
+    (keyed by the check's ``id``; see the module docstring): the bugs with a reach first, the
+    one that explains the most failures first; then the mask's, for the failures gone without
+    the mask."""
+    failed = _failed(items)
+    charged: dict[int, ItemScore] = {}
+
+    def explained(kind: str) -> list[CheckScore]:
+        return [check for _, check in failed if check.check in reach(kind).checks
+                and check.result.bug in (None, kind)]
+
+    kinds = [kind for kind in dict.fromkeys(check.result.bug for _, check in failed)
+             if reach(kind) is not None]
+    for kind in sorted(kinds, key=lambda kind: -len(explained(kind))):
+        home = next((item for item, check in failed if check.check == reach(kind).home),
+                    None) or next(item for item, check in failed if check.result.bug == kind)
+        for check in explained(kind):
+            charged.setdefault(id(check), home)
+    judge = next(((item, check) for item, check in failed if check.check == MASK_JUDGE), None)
+    if judge is not None:
+        home = charged.get(id(judge[1]), judge[0])
+        for _, check in failed:
+            if check.result.unmasked is not None and check.result.unmasked is not Status.FAILED:
+                charged.setdefault(id(check), home)
+    return charged
+
+
+def _charge_once(targets: list[TargetScore]) -> None:
+    """Excuse each item whose failures the diagnosis of its target charges to another item,
+    then, in order, each item that lost points only through bugs an earlier item (of any
+    target) lost points for (see the module docstring)."""
+    charged_to: dict[int, ItemScore] = {}
+    for target in targets:  # what a bug's symptoms reach is its own class's
+        charged_to.update(diagnose(target.items))
+    items = [item for target in targets for item in target.items]
+    for item in items:
+        failed = [check for check in item.checks if _lost(check)]
+        if item.points >= item.max_points or not failed or any(
+                check.state is State.NOT_EVALUATED and not _lost(check)
+                for check in item.checks):
+            continue
+        homes = [charged_to.get(id(check)) for check in failed]
+        if None not in homes and all(home is not item for home in homes):
+            item.charged_to = homes[0].item
+            item.points, item.state = item.max_points, State.EXCUSED
     charged: dict[str, Item] = {}
     for item in items:
         if item.points >= item.max_points:

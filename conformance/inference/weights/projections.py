@@ -55,11 +55,14 @@ def _find(linears: dict[str, nn.Module], role: str, prefix: str) -> str | None:
 
 def _candidates(module: nn.Module, prefix: str) -> list[WeightLayout]:
     layouts: list[WeightLayout] = []
-    if getattr(module, "in_proj_weight", None) is not None:
-        layouts.append(PackedInProjection(prefix.rstrip(".")))
     linears = _linears(module, prefix)
     q, k, v = (_find(linears, role, prefix) for role in "qkv")
     o = _find(linears, "o", prefix)
+    if getattr(module, "in_proj_weight", None) is not None:
+        if isinstance(getattr(module, "out_proj", None), nn.Linear):
+            layouts.append(PackedInProjection(prefix.rstrip(".")))
+        elif o:  # packed as nn.MultiheadAttention packs it, its output projection named otherwise
+            layouts.append(PackedInProjection(prefix.rstrip("."), o=o))
     if q and k and v:
         layouts.append(SeparateProjections(q=q, k=k, v=v, o=o))
         if o:
@@ -120,7 +123,7 @@ def fits(layout: WeightLayout, root: nn.Module, num_heads: int, d_model: int,
     the input width the model's) and accounts for every weight matrix under ``inner``."""
     try:
         weights = layout.read(root, num_heads, num_kv_heads)
-    except WeightLayoutError:
+    except (WeightLayoutError, AttributeError):  # a candidate whose parts are not there
         return False
     if not _covered(layout, root, inner):
         return False

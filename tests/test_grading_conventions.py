@@ -1,0 +1,47 @@
+"""Grading as the courses teach (issue 66): a class per convention (the Annotated Transformer's,
+d2l's valid lengths, CS231n's shared mask, nanoGPT's config), each graded with a rubric that
+lists items and points only, and every student gets the total written down before grading:
+one bug costs one item, found by diagnosis; every correct form gets full marks."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.grading import pipeline
+from conformance.grading.score.rubric_file import load
+from conformance.grading.score.scoring import State
+from tests.fixtures.grading_classes import CLASSES
+
+
+@pytest.fixture(scope="module", params=list(CLASSES))
+def graded(request, tmp_path_factory):
+    course = CLASSES[request.param]
+    folder = course.write(tmp_path_factory.mktemp(request.param))
+    result = pipeline.grade_class(folder / "submissions", load(folder / "rubric.toml"),
+                                  folder / "out", jobs=2)
+    return course, {student.id: student for student in result.students}
+
+
+def test_each_rubric_lists_items_and_points_only():
+    for course in CLASSES.values():
+        assert "requires" not in course.rubric
+
+
+def test_each_student_gets_the_total_written_down_before_grading(graded):
+    course, students = graded
+    said = {name: (s.outcome.status.value, s.outcome.message) for name, s in students.items()
+            if s.outcome is not None and s.outcome.message}
+    assert {name: s.score.total for name, s in students.items()} == course.totals, said
+
+
+def test_one_bug_costs_one_item_and_its_symptoms_say_where_it_is_charged(graded):
+    course, students = graded
+    for student in course.students:
+        score = students[student.name].score
+        lost = [item.item.key for item in score.items if item.points < item.max_points]
+        correct = student.total == score.max_points
+        assert len(lost) == (0 if correct else 1), (student.name, lost)
+        for item in score.items:
+            if item.state is State.EXCUSED:
+                assert item.charged_to is not None and item.charged_to.key in lost, (
+                    student.name, item.item.key)
