@@ -155,6 +155,23 @@ def test_a_forward_that_never_returns_is_stopped_by_the_check_limit(tmp_path):
     assert target.results[0].status is Status.PASSED          # what finished is kept
     assert any(r.status is Status.FAILED and "timeout" in r.reason for r in target.results)
     assert outcome.seconds < 30
+    # Which call hung is said, in words a student can act on.
+    assert "the forward with a mask, batch " in outcome.message
+    assert "never returned" in outcome.message
+
+
+def test_a_forward_that_never_returns_without_a_mask_is_named_while_loading(tmp_path):
+    """A loop where the mask is None: the load stops, saying which call never returned."""
+    looping = """
+    def forward(self, x, mask=None):
+        while mask is None:
+            pass
+        return self.core(x, mask)
+    """
+    outcome = run_submission(submission(tmp_path, looping), rubric(tmp_path, check=2))
+    assert outcome.status is RunStatus.TIMEOUT
+    assert "the forward with no mask, batch 2, " in outcome.message, outcome.message
+    assert "never returned" in outcome.message
 
 
 def test_a_missing_class_or_a_syntax_error_never_starts_a_worker(tmp_path, monkeypatch):

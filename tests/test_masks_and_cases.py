@@ -19,6 +19,7 @@ KEEP = torch.tensor([[True, False, True], [True, True, True]])
 
 @pytest.mark.parametrize("layout,shape", [
     (MaskLayout.KEY_PADDING, (2, 3)), (MaskLayout.BROADCAST, (2, 1, 1, 3)),
+    (MaskLayout.ROWS_BROADCAST, (2, 1, 3)),
     (MaskLayout.PER_QUERY, (2, 4, 3)), (MaskLayout.PER_HEAD, (2, 5, 4, 3)),
 ])
 def test_layouts(layout, shape):

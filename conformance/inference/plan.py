@@ -28,6 +28,7 @@ from conformance.model.capability_groups import CacheForm, Dtypes, laid_over
 from conformance.model.declarations import DeclarationError
 from conformance.model.remedies import Note, Option, Remedy
 from conformance.model.spec import Capabilities, Config, Implementation
+from conformance.subject import in_flight
 from conformance.subject.call_arguments import positions_argument
 from conformance.subject.core_trace import CoreTracer
 
@@ -363,9 +364,14 @@ def _called(plan: Plan, module: nn.Module, config: Config,
                                               config.q_len, "cpu")
     if tracer is not None:
         tracer.taint(*inputs)
-    with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), \
-            tracer or contextlib.nullcontext():
-        return module(**kwargs) if plan.convention.by_keyword else module(*inputs, **kwargs)
+    in_flight.started(f"the forward with no mask, batch {config.batch}, {config.q_len} tokens, "
+                      f"its first call at width {config.d_model}")
+    try:
+        with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), \
+                tracer or contextlib.nullcontext():
+            return module(**kwargs) if plan.convention.by_keyword else module(*inputs, **kwargs)
+    finally:
+        in_flight.started("")
 
 
 def materialised(plan: Plan, module: nn.Module, config: Config) -> nn.Module:

@@ -88,7 +88,8 @@ SPECS: tuple[DeclarationSpec, ...] = (
     DeclarationSpec("mask", "KIND:LAYOUT[+causal][@ARG]",
                     "the padding mask: KIND keep_int, keep_int32, keep_bool, keep_float, "
                     "ignore_bool, additive (-inf), additive_min; LAYOUT key_padding (B, Lk), "
-                    "broadcast (B, 1, 1, Lk), per_query (B, Lq, Lk), per_query_broadcast, "
+                    "broadcast (B, 1, 1, Lk), rows_broadcast (B, 1, Lk), per_query (B, Lq, Lk), "
+                    "per_query_broadcast, "
                     "per_head (B, H, Lq, Lk), shared (Lq, Lk); or valid lengths, KIND lengths "
                     "with LAYOUT per_sequence (B,) or per_row (B, Lq); @ARG: the forward "
                     "keyword, e.g. additive:per_head@attn_bias, lengths:per_sequence@valid_lens",

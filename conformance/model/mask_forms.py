@@ -39,6 +39,9 @@ class MaskLayout(str, Enum):
     """(batch, kv_len)."""
     BROADCAST = "broadcast"
     """(batch, 1, 1, kv_len), broadcast over heads and query rows."""
+    ROWS_BROADCAST = "rows_broadcast"
+    """(batch, 1, kv_len), broadcast over the query rows: the Annotated Transformer's source
+    mask, given its head axis inside the layer (``mask.unsqueeze(1)``)."""
     PER_QUERY = "per_query"
     """(batch, q_len, kv_len)."""
     PER_QUERY_BROADCAST = "per_query_broadcast"
@@ -100,6 +103,7 @@ KIND_WORDS = {
 LAYOUT_SHAPES = {
     MaskLayout.KEY_PADDING: "(B, Lk)",
     MaskLayout.BROADCAST: "(B, 1, 1, Lk)",
+    MaskLayout.ROWS_BROADCAST: "(B, 1, Lk)",
     MaskLayout.PER_QUERY: "(B, Lq, Lk)",
     MaskLayout.PER_QUERY_BROADCAST: "(B, 1, Lq, Lk)",
     MaskLayout.PER_HEAD: "(B, H, Lq, Lk)",

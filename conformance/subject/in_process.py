@@ -20,6 +20,7 @@ from conformance.model.core import CoreObservation
 from conformance.model.forms import PackedForm
 from conformance.model.spec import Config, Implementation
 from conformance.model.weights import HeadWeights, WeightLayoutError
+from conformance.subject import in_flight
 from conformance.subject.attention_core import sites
 from conformance.subject.boundary import (
     NOT_A_PLAIN_TENSOR,
@@ -168,11 +169,14 @@ class ModuleInstance(Instance):
                 raise ImplementationError(str(error)) from error
         if isinstance(self.module, nn.Module):
             self.module.train(training)
+        in_flight.started(in_flight.describe(inputs, training))
         try:
             with contextlib.redirect_stdout(self._printed), tracer or contextlib.nullcontext():
                 output = self.module(*args, **kwargs)
         except Exception as error:
             raise ImplementationError(f"forward raised {one_line(error)}") from error
+        finally:
+            in_flight.started("")
         if inputs.cache:
             try:
                 output = self._cache.collect(output, q_len)

@@ -94,6 +94,8 @@ def _key_padding(keep: torch.Tensor, layout: MaskLayout, num_heads: int,
         return keep
     if layout is MaskLayout.BROADCAST:
         return keep[:, None, None, :]
+    if layout is MaskLayout.ROWS_BROADCAST:
+        return keep[:, None, :]
     if layout is MaskLayout.PER_QUERY:
         return keep[:, None, :].expand(batch, q_len, kv_len).contiguous()
     if layout is MaskLayout.PER_QUERY_BROADCAST:

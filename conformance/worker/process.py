@@ -30,6 +30,7 @@ import torch
 import conformance.worker.codec as codec
 import conformance.worker.launcher as launcher
 import conformance.worker.warm_start as warm_start
+from conformance.subject import in_flight
 from conformance.worker.errors import WorkerError, WorkerStartError, WorkerStatus, how_it_ended
 from conformance.worker.launcher import SupervisorHandle, close_quietly
 from conformance.worker.limits import WorkerLimits
@@ -92,9 +93,12 @@ class WorkerProcess:
                 self.close()
                 raise WorkerError(WorkerStatus.NOT_FOUND,
                                   f"cannot copy the submission {submission}: {error}") from None
+        # Where the worker records the call under way: its writable folder, never a user's own.
+        self._in_flight_file = (self._scratch_root if in_place else scratch) / in_flight.FILE_NAME
         worker_args = ["--header-limit", str(limits.header_bytes),
                        "--message-limit", str(limits.message_bytes),
-                       "--output-keep", str(limits.output_keep)]
+                       "--output-keep", str(limits.output_keep),
+                       "--in-flight", str(self._in_flight_file)]
         self.scratch = scratch
         try:
             self.launch: Launch = plan(scratch, limits, sandbox, worker_args,
@@ -280,7 +284,9 @@ class WorkerProcess:
         if deadline >= self._lifetime_end:
             self._fail(WorkerStatus.TIMEOUT, f"the worker's lifetime of "
                        f"{self.limits.lifetime_seconds:g} s ran out during {what}")
-        self._fail(WorkerStatus.TIMEOUT, f"{what} did not return within {timeout:g} s")
+        call = in_flight.read(self._in_flight_file)
+        self._fail(WorkerStatus.TIMEOUT, f"{what} did not return within {timeout:g} s"
+                   + (f": {call}, never returned" if call else ""))
 
     # Stopping.
 

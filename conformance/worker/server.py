@@ -39,6 +39,7 @@ from conformance.model.declarations import DeclarationError
 from conformance.model.remedies import Remedy, remedy_of
 from conformance.model.spec import Config, Implementation
 from conformance.model.target_spec import TargetForm, TargetSpec
+from conformance.subject import in_flight
 from conformance.subject.boundary import CapabilityError, ImplementationError
 from conformance.subject.in_process import ModuleInstance
 from conformance.worker.errors import WorkerStatus
@@ -373,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--landlock-write", action="append", default=[], metavar="PATH")
     parser.add_argument("--landlock-device", action="append", default=[], metavar="PATH")
     parser.add_argument("--gpu-memory-bytes", type=int, default=0)
+    parser.add_argument("--in-flight", type=Path, metavar="PATH",
+                        help="record each forward call started here (subject/in_flight.py)")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)  # workers share the cores with the checker and each other
@@ -385,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         # As root still: the rules name places only root can open (the installation under /root).
         confine.restrict(args.landlock_read, args.landlock_write, args.landlock_device)
     drop_privileges(args.uid, args.gid)
+    if args.in_flight is not None:  # as the worker's own uid, before any submission runs
+        in_flight.record_to(args.in_flight)
     channel = BlockingChannel(args.request_fd, args.reply_fd, args.header_limit,
                               args.message_limit)
     Server(channel, Path.cwd(), args.output_keep, args.gpu_memory_bytes).serve()
