@@ -125,8 +125,10 @@ def test_global_monkey_patching_stays_in_the_submissions_process(tmp_path):
          return self.core(x, mask) + torch.ones(2**31)[0]  # 8 GiB
      """, "", RunStatus.OUT_OF_MEMORY, ""),
     (CORRECT, "import sys\nsys.exit(4)\n", RunStatus.CRASHED, "sys.exit(4)"),
-    (CORRECT, "import not_a_module_anyone_has\n", RunStatus.MISSING_PACKAGE,
-     "needs package 'not_a_module_anyone_has', which is not installed here"),
+    (CORRECT, "import natten\n", RunStatus.MISSING_PACKAGE,
+     "needs package 'natten', which is not installed here"),
+    (CORRECT, "import not_a_module_anyone_has\n", RunStatus.IMPORT_ERROR,
+     "not_a_module_anyone_has.py not submitted"),
     (CORRECT, "raise ImportError('cannot import name X')\n", RunStatus.IMPORT_ERROR,
      "ImportError: cannot import name X"),
 ])

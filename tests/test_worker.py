@@ -346,7 +346,8 @@ def submission(tmp_path):
 
 def test_load_failures_have_a_status_and_the_names_defined(submission, monkeypatch):
     shutil.copy(Path(__file__).parent / "fixtures" / "syntax_error.py", submission / "broken.py")
-    (submission / "needs.py").write_text("import numpyy_not_installed\n\nclass Attention:\n    pass\n")
+    (submission / "needs.py").write_text("import natten\n\nclass Attention:\n    pass\n")
+    (submission / "forgot.py").write_text("import numpyy_not_installed\n\nclass Attention:\n    pass\n")
     (submission / "raises.py").write_text("def helper():\n    pass\n\nraise RuntimeError('no')\n")
     (submission / "plain.py").write_text("VALUE = 3\n\nclass MultiHeadAttention:\n    pass\n")
     (submission / "attention.py").write_text((SINGLE / "attention.py").read_text() + """
@@ -358,7 +359,9 @@ wrong = Implementation("wrong", lambda c: MultiHeadAttention(c.d_model, c.num_he
     cases = {
         "broken.py::Attention": (WorkerStatus.SYNTAX_ERROR, "syntax error in broken.py"),
         "needs.py::Attention": (WorkerStatus.MISSING_PACKAGE,
-                                "needs package 'numpyy_not_installed', which is not installed here"),
+                                "needs package 'natten', which is not installed here"),
+        "forgot.py::Attention": (WorkerStatus.IMPORT_ERROR,
+                                 "numpyy_not_installed.py not submitted"),
         "raises.py::helper": (WorkerStatus.IMPORT_ERROR, "RuntimeError: no"),
         "plain.py::VALUE": (WorkerStatus.INTERFACE_MISMATCH, "not an nn.Module"),
         "attention.py::MultiHeadAttentoin": (WorkerStatus.NOT_FOUND, "has no attribute"),
