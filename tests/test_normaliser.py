@@ -89,8 +89,10 @@ def test_softmax_properties_are_not_asked_of_another_normaliser():
 
 
 @torch.no_grad()
-def _oracle(layer, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-    """Each operator computed from its parameters in float64, one query and key at a time."""
+def _one_pair_at_a_time(layer, x: torch.Tensor, keep: torch.Tensor | None, row) -> torch.Tensor:
+    """The layer's output computed from its parameters in float64, one query and key at a time:
+    ``row(q_i, keys, i, n)`` gives the weights {j: w} of query i over the kept keys {j: k_j}
+    (each a head's slice)."""
     qkv = layer.qkv.weight.double() @ x.double()[..., None]
     q, k, v = (t[..., 0] + b for t, b in zip(qkv.chunk(3, dim=-2), layer.qkv.bias.double().chunk(3),
                                              strict=True))
@@ -103,11 +105,19 @@ def _oracle(layer, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
         for h in range(heads):
             part = slice(h * e, (h + 1) * e)
             for i in range(n):
-                s = {j: float(q[batch, i, part] @ k[batch, j, part]) / math.sqrt(e) for j in seen}
-                weights = _weights(layer, s, i, n)
-                for j, w in weights.items():
+                keys = {j: k[batch, j, part] for j in seen}
+                for j, w in row(q[batch, i, part], keys, i, n).items():
                     out[batch, i, part] += w * v[batch, j, part]
     return out @ layer.out.weight.double().T + layer.out.bias.double()
+
+
+def _oracle(layer, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """Each operator of q.k: its weights from the scaled products, one query at a time."""
+    def row(query, keys, i, n):
+        scale = math.sqrt(query.shape[0])
+        return _weights(layer, {j: float(query @ key) / scale for j, key in keys.items()}, i, n)
+
+    return _one_pair_at_a_time(layer, x, keep, row)
 
 
 def _weights(layer, s: dict[int, float], i: int, n: int) -> dict[int, float]:
@@ -178,31 +188,19 @@ def test_a_rectified_map_is_fitted_with_its_length_law():
 def _linear_oracle(layer, x, keep, causal: bool) -> torch.Tensor:
     """Linear attention one query and key at a time: w_ij = phi(q_i).phi(k_j) over the visible
     keys' sum (plus the layer's eps), phi elu + 1 (or relu of q and k scaled by e^-1/4)."""
-    b, n, d = x.shape
-    heads = layer.num_heads
-    e = d // heads
-    with torch.no_grad():
-        q, k, v = (t.double() for t in layer.qkv(x.double()).chunk(3, dim=-1))
     relu = isinstance(layer, ops.CausalLinearAttention)
 
     def phi(t):
-        return torch.relu(t * e ** -0.25) if relu else torch.nn.functional.elu(t) + 1
+        return torch.relu(t * t.shape[0] ** -0.25) if relu else torch.nn.functional.elu(t) + 1
 
-    out = torch.zeros(b, n, d, dtype=torch.float64)
-    for batch in range(b):
-        seen = [j for j in range(n) if keep is None or bool(keep[batch, j])]
-        for h in range(heads):
-            part = slice(h * e, (h + 1) * e)
-            for i in range(n):
-                visible = [j for j in seen if not causal or j <= i]
-                products = {j: float(phi(q[batch, i, part]) @ phi(k[batch, j, part]))
-                            for j in visible}
-                total = sum(products.values()) + getattr(layer, "eps", 0.0)
-                if total == 0:  # relu features that meet nowhere: the row weighs nothing
-                    continue
-                for j, p in products.items():
-                    out[batch, i, part] += p / total * v[batch, j, part]
-    return out @ layer.out.weight.double().T + layer.out.bias.double()
+    def row(query, keys, i, n):
+        products = {j: float(phi(query) @ phi(key)) for j, key in keys.items()
+                    if not causal or j <= i}
+        total = sum(products.values()) + getattr(layer, "eps", 0.0)
+        # relu features that meet nowhere: the row weighs nothing
+        return {j: p / total for j, p in products.items()} if total else {}
+
+    return _one_pair_at_a_time(layer, x, keep, row)
 
 
 @pytest.mark.parametrize("cls,causal", [(ops.LinearAttention, False),
