@@ -45,3 +45,21 @@ def test_one_bug_costs_one_item_and_its_symptoms_say_where_it_is_charged(graded)
             if item.state is State.EXCUSED:
                 assert item.charged_to is not None and item.charged_to.key in lost, (
                     student.name, item.item.key)
+
+
+def test_the_class_report_groups_students_by_diagnosed_cause(graded):
+    """Each student with one bug is counted in one group of the class report, the one of the
+    item charged: their symptoms elsewhere (a padding leak from scrambled heads) make no group
+    of their own."""
+    from conformance.grading.report.class_report import likely_bugs
+
+    course, students = graded
+    groups = likely_bugs(list(students.values()))
+    for student in course.students:
+        if student.total == students[student.name].score.max_points:
+            assert not any(student.name in bug.students for bug in groups)
+            continue
+        (charged,) = [item for item in students[student.name].score.items
+                      if item.points < item.max_points]
+        (group,) = [bug for bug in groups if student.name in bug.students]
+        assert set(charged.item.checks) & set(group.checks), (student.name, group.checks)

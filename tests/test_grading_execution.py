@@ -299,3 +299,26 @@ def test_an_int32_mask_is_a_format_a_rubric_can_prescribe(tmp_path):
     # `~mask` on an int32 mask is a bitwise not, not a logical one: the padding check fails.
     outcome = run_submission(submission(tmp_path, CORRECT), graded_rubric)
     assert outcome.targets[0].result("padding").status is not Status.PASSED
+
+
+def test_a_class_graded_in_threads_parses_one_source_at_a_time():
+    """CPython 3.11's parser shares its recursion depth between threads: while a class is
+    graded in threads, ast.parse takes a lock (re-entrant), and is itself again after."""
+    import ast
+    import threading
+
+    from conformance.grading.run.parsing import _LOCK, one_parse_at_a_time
+
+    original = ast.parse
+    inside = []
+    with one_parse_at_a_time():
+        assert ast.parse is not original
+        assert isinstance(ast.parse("x = 1"), ast.Module)
+        with _LOCK:  # another thread's parse waits while this one holds the parser
+            worker = threading.Thread(target=lambda: inside.append(ast.parse("y = 2")))
+            worker.start()
+            worker.join(timeout=0.2)
+            assert worker.is_alive() and not inside
+        worker.join()
+        assert inside
+    assert ast.parse is original

@@ -25,6 +25,7 @@ from conformance.grading.progress import GradingProgress
 from conformance.grading.report import class_report, feedback, outputs
 from conformance.grading.report.student import Student
 from conformance.grading.run.execution import run_submission
+from conformance.grading.run.parsing import one_parse_at_a_time
 from conformance.grading.run.store import Record, Store, versions
 from conformance.grading.score.outcome import RunStatus, SubmissionOutcome
 from conformance.grading.score.rubric import Rubric, RubricError
@@ -145,24 +146,26 @@ def grade_class(folder: Path, rubric: Rubric, out: Path, *, jobs: int = 1,
     progress.total = len(todo)
     by_id = {s.id: s for s in submissions}
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
-    try:
-        futures = {pool.submit(_run_one, staged[s.id], rubric, tier): s.id for s in todo}
-        for future in as_completed(futures):
-            student = futures[future]
-            submission = by_id[student]
-            record = Record(id=student, name=submission.name, layout=submission.layout,
-                            late=submission.late, repository=submission.repository,
-                            submission_hash=staged[student].hash, execution_key=key,
-                            files=staged[student].files, notes=staged[student].notes,
-                            outcome=future.result(), versions=versions())
-            store.save(record)  # at once: an interrupted run keeps what is done
-            records[student] = record
-            result.graded.append(student)
-            progress.advance(_finished(student, score(rubric, record.outcome)))
-    finally:
-        # Interrupted (Ctrl-C, the worker missing): nothing new starts; running ones finish.
-        pool.shutdown(wait=True, cancel_futures=True)
-        progress.close()
+    # The threads share CPython's parser: one parse at a time (see the module).
+    with one_parse_at_a_time():
+        try:
+            futures = {pool.submit(_run_one, staged[s.id], rubric, tier): s.id for s in todo}
+            for future in as_completed(futures):
+                student = futures[future]
+                submission = by_id[student]
+                record = Record(id=student, name=submission.name, layout=submission.layout,
+                                late=submission.late, repository=submission.repository,
+                                submission_hash=staged[student].hash, execution_key=key,
+                                files=staged[student].files, notes=staged[student].notes,
+                                outcome=future.result(), versions=versions())
+                store.save(record)  # at once: an interrupted run keeps what is done
+                records[student] = record
+                result.graded.append(student)
+                progress.advance(_finished(student, score(rubric, record.outcome)))
+        finally:
+            # Interrupted (Ctrl-C, the worker missing): nothing new starts; running ones finish.
+            pool.shutdown(wait=True, cancel_futures=True)
+            progress.close()
 
     listed = roster if shard is None else shards.roster_part(roster, everyone, shard)
     result.students = assemble(rubric, [s for s in submissions if s.id in records], records,

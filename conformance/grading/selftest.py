@@ -41,6 +41,7 @@ from conformance.grading.intake.discovery import Submission, SubmissionSource
 from conformance.grading.intake.staging import stage
 from conformance.grading.run import variants
 from conformance.grading.run.execution import run_registered, run_submission
+from conformance.grading.run.parsing import one_parse_at_a_time
 from conformance.grading.score.outcome import RunStatus, SubmissionOutcome
 from conformance.grading.score.rubric import Rubric, Target
 from conformance.grading.score.scoring import State, SubmissionScore, score
@@ -279,7 +280,7 @@ def run(rubric: Rubric, *, jobs: int = 1, mutants: list[Mutant] | None = None,
              for target in rubric.targets if mutant.causal == target.causal]
     interfaces = {target.name: reference_capabilities(rubric, target)
                   for target in rubric.targets}
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, one_parse_at_a_time():
         futures = [pool.submit(_row, rubric, target, mutant, sandbox) for target, mutant in pairs]
         for future in futures:
             row = future.result()

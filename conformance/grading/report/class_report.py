@@ -71,15 +71,21 @@ def likely_bugs(students: list[Student]) -> list[Bug]:
     one mistake, as grading charges it once (:func:`~conformance.grading.score.scoring.bug_of`);
     where a student has exactly one named bug, their failures that name none are taken as its
     knock-ons (the same mistake seen by other checks). Failures that name no bug are grouped by
-    their reason, numbers masked, as symptoms."""
+    their reason, numbers masked, as symptoms. The failures of an item grading excused (its
+    diagnosis charged them to another item) are no mistake of their own: they join the one
+    mistake a student is charged for, where there is one, and are left out otherwise."""
     groups: dict[tuple[bool, str], dict[str, set[str]]] = defaultdict(dict)
     wording: dict[tuple[bool, str], Counter] = defaultdict(Counter)
     for student in students:
         named: dict[str, set[str]] = defaultdict(set)
         symptoms: dict[str, set[str]] = defaultdict(set)
+        excused: set[str] = set()
         for item in student.score.items:
             for check in item.checks:
                 if check.state is not State.FAILED or check.result is None:
+                    continue
+                if item.state is State.EXCUSED:  # charged to another item: its symptom
+                    excused.add(check.check)
                     continue
                 result = check.result
                 if result.hint:  # one mistake here is one in the scores (charge_once)
@@ -92,6 +98,9 @@ def likely_bugs(students: list[Student]) -> list[Bug]:
             for checks in symptoms.values():
                 only.update(checks)
             symptoms.clear()
+        charged = [*named.values(), *symptoms.values()]
+        if len(charged) == 1:
+            charged[0].update(excused)
         for is_named, found in ((True, named), (False, symptoms)):
             for masked, checks in found.items():
                 groups[(is_named, masked)].setdefault(student.id, set()).update(checks)
