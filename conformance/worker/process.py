@@ -284,7 +284,9 @@ class WorkerProcess:
         if deadline >= self._lifetime_end:
             self._fail(WorkerStatus.TIMEOUT, f"the worker's lifetime of "
                        f"{self.limits.lifetime_seconds:g} s ran out during {what}")
-        call = in_flight.read(self._in_flight_file)
+        # A forward request is the call itself (its check holds the case); any other request
+        # (a load's inference, a build) says which of its calls never returned.
+        call = in_flight.read(self._in_flight_file) if what != "forward" else ""
         self._fail(WorkerStatus.TIMEOUT, f"{what} did not return within {timeout:g} s"
                    + (f": {call}, never returned" if call else ""))
 
