@@ -364,14 +364,11 @@ def _called(plan: Plan, module: nn.Module, config: Config,
                                               config.q_len, "cpu")
     if tracer is not None:
         tracer.taint(*inputs)
-    in_flight.started(f"the forward with no mask, batch {config.batch}, {config.q_len} tokens, "
-                      f"its first call at width {config.d_model}")
-    try:
-        with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), \
-                tracer or contextlib.nullcontext():
-            return module(**kwargs) if plan.convention.by_keyword else module(*inputs, **kwargs)
-    finally:
-        in_flight.started("")
+    call = (f"the forward with no mask, batch {config.batch}, {config.q_len} tokens, its first "
+            f"call at width {config.d_model}")
+    with in_flight.under_way(call), torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), \
+            tracer or contextlib.nullcontext():
+        return module(**kwargs) if plan.convention.by_keyword else module(*inputs, **kwargs)
 
 
 def materialised(plan: Plan, module: nn.Module, config: Config) -> nn.Module:

@@ -281,3 +281,12 @@ class PackedInProjection(WeightLayout):
         prefix = f"{user_path(self.path)}." if user_path(self.path) else ""
         output = f"{prefix}out_proj" if self.o is None else user_path(self.o)
         return f"weights from {prefix}in_proj_weight/{output}"
+
+    @classmethod
+    def of(cls, path: str, mha: nn.Module, output: str | None) -> PackedInProjection | None:
+        """The layout of ``mha`` at ``path`` (it has a packed ``in_proj_weight``): with its own
+        ``out_proj`` as nn.MultiheadAttention has, else with ``output`` (the path of a layer of
+        its own that projects the output); None where it has neither."""
+        if isinstance(getattr(mha, "out_proj", None), nn.Linear):
+            return cls(path)
+        return cls(path, o=output) if output else None

@@ -145,13 +145,25 @@ FEATURE_POWERS = ((0.0, 0.0), (-0.5, 0.0), (-0.25, -0.25))
 """How q and k may be scaled before the map: not at all, q by 1/sqrt(d), each by d^-1/4."""
 
 
-def linear_weights(q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor, feature: str,
-                   powers: tuple[float, float], epsilon: float) -> torch.Tensor:
-    """phi(q)·phi(k) on the ``allowed`` keys over the row's sum plus ``epsilon`` (a row with
-    nothing to weigh, and no epsilon, weighs 0)."""
+def feature_products(q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor, feature: str,
+                     powers: tuple[float, float]) -> torch.Tensor:
+    """phi(q)·phi(k) on the ``allowed`` keys, 0 on the others (q and k first scaled by their
+    width ** ``powers``)."""
     phi = FEATURES[feature]
     width = q.shape[-1]
     products = phi(q * width ** powers[0]) @ phi(k * width ** powers[1]).transpose(-1, -2)
-    products = products.masked_fill(~allowed, 0.0)
+    return products.masked_fill(~allowed, 0.0)
+
+
+def over_row_sums(products: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """``products`` over their row's sum plus ``epsilon`` (a row with nothing to weigh, and no
+    epsilon, weighs 0)."""
     total = products.sum(-1, keepdim=True) + epsilon
     return torch.where(total != 0, products / torch.where(total != 0, total, 1.0), 0.0)
+
+
+def linear_weights(q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor, feature: str,
+                   powers: tuple[float, float], epsilon: float) -> torch.Tensor:
+    """Linear attention's weights: phi(q)·phi(k) on the ``allowed`` keys over the row's sum
+    plus ``epsilon``."""
+    return over_row_sums(feature_products(q, k, allowed, feature, powers), epsilon)

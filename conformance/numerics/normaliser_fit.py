@@ -19,7 +19,8 @@ from conformance.model.normaliser import (
     FEATURES,
     Normaliser,
     NormaliserKind,
-    linear_weights,
+    feature_products,
+    over_row_sums,
 )
 
 SUMS_TO_ONE = 1e-6
@@ -100,11 +101,9 @@ def _feature_fit(attention: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     denominator, 0 where there is none)."""
     rows = visible.any(-1)
     measured_sums = attention.sum(-1)
-    for feature, phi in FEATURES.items():
+    for feature in FEATURES:
         for powers in FEATURE_POWERS:
-            width = q.shape[-1]
-            products = (phi(q * width ** powers[0]) @ phi(k * width ** powers[1])
-                        .transpose(-1, -2)).masked_fill(~visible, 0.0)
+            products = feature_products(q, k, visible, feature, powers)
             sums = products.sum(-1)
             fit = rows & (sums > 0) & (measured_sums > 0)
             if not bool(fit.any()):
@@ -113,7 +112,7 @@ def _feature_fit(attention: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
             epsilon = 0.0 if abs(epsilon) < 1e-13 else epsilon
             if epsilon < 0:
                 continue
-            predicted = linear_weights(q, k, visible, feature, powers, epsilon)
+            predicted = over_row_sums(products, epsilon)
             if float((predicted - attention)[rows].abs().max()) <= FEATURE_RESIDUAL:
                 return Normaliser(NormaliserKind.LINEAR, feature=feature, feature_powers=powers,
                                   epsilon=epsilon,

@@ -8,7 +8,9 @@ Nothing is recorded in a process that was not asked to (the checker's own, a use
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from conformance.subject.boundary import Inputs
@@ -41,6 +43,16 @@ def started(words: str) -> None:
         os.ftruncate(_fd, len(data))
     except OSError:
         pass
+
+
+@contextlib.contextmanager
+def under_way(words: str) -> Iterator[None]:
+    """While open, ``words`` is the call under way; none once it returns or raises."""
+    started(words)
+    try:
+        yield
+    finally:
+        started("")
 
 
 def describe(inputs: Inputs, training: bool) -> str:

@@ -169,14 +169,12 @@ class ModuleInstance(Instance):
                 raise ImplementationError(str(error)) from error
         if isinstance(self.module, nn.Module):
             self.module.train(training)
-        in_flight.started(in_flight.describe(inputs, training))
         try:
-            with contextlib.redirect_stdout(self._printed), tracer or contextlib.nullcontext():
+            with in_flight.under_way(in_flight.describe(inputs, training)), \
+                    contextlib.redirect_stdout(self._printed), tracer or contextlib.nullcontext():
                 output = self.module(*args, **kwargs)
         except Exception as error:
             raise ImplementationError(f"forward raised {one_line(error)}") from error
-        finally:
-            in_flight.started("")
         if inputs.cache:
             try:
                 output = self._cache.collect(output, q_len)

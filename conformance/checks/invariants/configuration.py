@@ -189,8 +189,9 @@ class Configuration(Check):
         length = caps.length_near(LENGTH)
         modes = {"never": (False,), "always": (True,)}.get(caps.causality.kind, (False, True))
         first, second = TRIED[setting]
+        pairs = _pairs(caps)
         case = None
-        for heads, head_dim in _pairs(caps):
+        for heads, head_dim in pairs:
             for causal in modes:
                 case = base_case(caps, dtype, context.device, q_len=length, kv_len=length,
                                  causal=causal, num_heads=heads, head_dim=head_dim)
@@ -213,7 +214,7 @@ class Configuration(Check):
                                     f"{case.q_len} tokens, heads {head_dim} wide): followed")
                     return None
         ways = " and ".join("causal" if causal else "not causal" for causal in modes)
-        widths = " and ".join(str(head_dim) for _, head_dim in _pairs(caps))
+        widths = " and ".join(str(head_dim) for _, head_dim in pairs)
         violation = Violation(
             f"built with {argument}={first:g} and with {argument}={second:g}, its outputs are "
             f"identical, bit for bit ({ways}, {case.q_len} tokens, heads {widths} wide, "

@@ -59,10 +59,8 @@ def _candidates(module: nn.Module, prefix: str) -> list[WeightLayout]:
     q, k, v = (_find(linears, role, prefix) for role in "qkv")
     o = _find(linears, "o", prefix)
     if getattr(module, "in_proj_weight", None) is not None:
-        if isinstance(getattr(module, "out_proj", None), nn.Linear):
-            layouts.append(PackedInProjection(prefix.rstrip(".")))
-        elif o:  # packed as nn.MultiheadAttention packs it, its output projection named otherwise
-            layouts.append(PackedInProjection(prefix.rstrip("."), o=o))
+        packed = PackedInProjection.of(prefix.rstrip("."), module, o)
+        layouts += [packed] if packed else []
     if q and k and v:
         layouts.append(SeparateProjections(q=q, k=k, v=v, o=o))
         if o:

@@ -114,11 +114,9 @@ def candidates(found: Trace, root: nn.Module) -> list[WeightLayout]:
     outputs = [s.path for s in found.sources
                if s.gives_output and (s.reads is None or s.reads.startswith("~"))]
     o_options: list[str | None] = [outputs[-1]] if outputs else [None]
-    layouts: list[WeightLayout] = []
-    for path in found.packed:  # nn.MultiheadAttention's own out_proj, else the traced output
-        own = isinstance(getattr(root.get_submodule(path), "out_proj", None), nn.Linear)
-        layouts += ([PackedInProjection(path)] if own else
-                    [PackedInProjection(path, o=o) for o in o_options if o])
+    packed = (PackedInProjection.of(path, root.get_submodule(path), o_options[0])
+              for path in found.packed)
+    layouts: list[WeightLayout] = [layout for layout in packed if layout is not None]
     for o in o_options:
         for q, k, v in itertools.permutations(readers, 3):
             if _role_order_ok({"q": q, "k": k, "v": v}) and k.rows == v.rows:
