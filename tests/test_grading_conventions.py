@@ -5,11 +5,14 @@ one bug costs one item, found by diagnosis; every correct form gets full marks."
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from conformance.grading import pipeline
 from conformance.grading.score.rubric_file import load
 from conformance.grading.score.scoring import State
+from conformance.model.check_names import CHECK_NAMES
 from tests.fixtures.grading_classes import CLASSES
 
 
@@ -19,7 +22,7 @@ def graded(request, tmp_path_factory):
     folder = course.write(tmp_path_factory.mktemp(request.param))
     result = pipeline.grade_class(folder / "submissions", load(folder / "rubric.toml"),
                                   folder / "out", jobs=2)
-    return course, {student.id: student for student in result.students}
+    return course, {student.id: student for student in result.students}, folder / "out"
 
 
 def test_each_rubric_lists_items_and_points_only():
@@ -28,14 +31,14 @@ def test_each_rubric_lists_items_and_points_only():
 
 
 def test_each_student_gets_the_total_written_down_before_grading(graded):
-    course, students = graded
+    course, students, _ = graded
     said = {name: (s.outcome.status.value, s.outcome.message) for name, s in students.items()
             if s.outcome is not None and s.outcome.message}
     assert {name: s.score.total for name, s in students.items()} == course.totals, said
 
 
 def test_one_bug_costs_one_item_and_its_symptoms_say_where_it_is_charged(graded):
-    course, students = graded
+    course, students, _ = graded
     for student in course.students:
         score = students[student.name].score
         lost = [item.item.key for item in score.items if item.points < item.max_points]
@@ -53,7 +56,7 @@ def test_the_class_report_groups_students_by_diagnosed_cause(graded):
     of their own."""
     from conformance.grading.report.class_report import likely_bugs
 
-    course, students = graded
+    course, students, _ = graded
     groups = likely_bugs(list(students.values()))
     for student in course.students:
         if student.total == students[student.name].score.max_points:
@@ -63,3 +66,27 @@ def test_the_class_report_groups_students_by_diagnosed_cause(graded):
                       if item.points < item.max_points]
         (group,) = [bug for bug in groups if student.name in bug.students]
         assert set(charged.item.checks) & set(group.checks), (student.name, group.checks)
+
+
+SUITE_WORDS = re.compile(r"Case\(|hypothesis|assumed|probed|canonical|nn\.Module can be cast|"
+                         r"declare --|weights: |position-free|found by trial|"
+                         + "|".join(rf"\b{name}\b" for name in CHECK_NAMES if "_" in name))
+"""What the suite says of its own workings: its cases' repr, its instruments, its check names
+(those with an underscore, which no label shares)."""
+
+
+def test_student_feedback_speaks_the_course(graded):
+    """A student reads the rubric's labels, their class as the course builds and calls it, and
+    an example with its mask as the course passes it (``mask = [[[1, 0]]]``, ``valid_lens =
+    [2, 1]``), never the suite's vocabulary."""
+    course, students, out = graded
+    argument = next((line.split("@")[1].strip('"') for line in course.rubric.splitlines()
+                     if line.startswith("mask = ") and "@" in line), "mask")
+    masked = 0
+    for name in course.totals:
+        text = (out / "students" / name / "feedback.md").read_text()
+        assert not SUITE_WORDS.search(text), (name, SUITE_WORDS.search(text).group(0))
+        assert "How your class was built and called" in text
+        masked += f"{argument} = [" in text
+    if "mask = " in course.rubric:
+        assert masked, f"no example shows {argument} as the course passes it"

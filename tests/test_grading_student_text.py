@@ -16,7 +16,7 @@ import pytest
 from conformance.checks.invariants.padding import UNRESOLVED_HINT, UNRESOLVED_REMEDY
 from conformance.grading.report import feedback, outputs
 from conformance.grading.report.student import Student
-from conformance.grading.report.student_text import SUITE, for_student, hint_for_student
+from conformance.grading.report.student_text import SUITE, for_student
 from conformance.grading.run.store import Record
 from conformance.grading.score.outcome import RunStatus, SubmissionOutcome, TargetOutcome
 from conformance.grading.score.rubric_file import load
@@ -36,7 +36,6 @@ def test_a_message_without_paths_is_shown_as_it_is():
     text = ("matches the reference at scale 1/sqrt(d_model) = 1/sqrt(4): did you divide by "
             "sqrt(hidden_dim) instead of sqrt(head_dim)?")
     assert for_student(text) == text
-    assert hint_for_student(None) is None
 
 
 @pytest.mark.parametrize("text,shown", [

@@ -16,7 +16,7 @@ from conformance.implementations.mutants import MUTANT_MODULES
 from conformance.implementations.mutants.mask_inverted import MaskInverted
 from conformance.inference import Declarations, InferenceError, infer
 from conformance.loading.registry import implementations_of, resolve
-from conformance.model.remedies import Note, Remedy, texts
+from conformance.model.remedies import Note, Remedy, Topic, texts
 from conformance.numerics.platform_defects import PLATFORM_NOTE
 from conformance.run.many import check_many
 from tests.selection import wanted
@@ -142,7 +142,8 @@ def test_the_report_opens_with_what_was_inferred():
     # What would state each otherwise is data beside the words, said by each front end.
     assert Note("attention_mask: int mask, 0 = masked, shape (B, 1, 1, Lk) (probed; forms tried "
                 "before it: shape (B, Lk) raises in every form tried)",
-                Remedy.to("mask", "keep_int:broadcast@attention_mask", "state it")) in notes
+                Remedy.to("mask", "keep_int:broadcast@attention_mask", "state it"), Topic.MASK,
+                plain="attention_mask: int mask, 0 = masked, shape (B, 1, 1, Lk)") in notes
     assert Note("not causal (probed: rows see later positions)",
                 Remedy.to("causal", "always", "say it is meant to be")) in notes
 

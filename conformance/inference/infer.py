@@ -59,7 +59,7 @@ from conformance.inference.steps.scale import keep_scale, logit_scale
 from conformance.inference.steps.settings import constructor_settings
 from conformance.inference.steps.state import plain_state, position_state
 from conformance.model.declarations import Declarations
-from conformance.model.remedies import Note, as_notes
+from conformance.model.remedies import Note, Topic, as_notes
 from conformance.numerics.threads import one_thread
 
 
@@ -142,20 +142,22 @@ def _explored(plan: Plan, label: str, declared: Declarations, init: dict[str, ob
               said: list[str | Note]) -> Inferred:
     """Everything inference finds once the class builds and is called as settled."""
     cls = plan.cls
-    notes = [plan.convention.describe() + ("; cross-attention assumed from its separate q, k, v"
-                                           if plan.convention.call == "qkv" else ""),
-             plan.roles.describe() + ("" if plan.roles.heads
-                                      else "; single head (no head-count argument), unless "
-                                           "its weights show more"),
-             *said]
+    notes: list[str | Note] = [
+        Note(plan.convention.describe(), topic=Topic.CALL),
+        *(["cross-attention assumed from its separate q, k, v"] if plan.convention.call == "qkv"
+          else []),
+        Note(plan.roles.describe(), topic=Topic.CONSTRUCTOR),
+        *([] if plan.roles.heads else
+          ["single head (no head-count argument), unless its weights show more"]),
+        *said]
     if plan.config_argument is not None:
-        notes.append(plan.config_argument.describe())
+        notes.append(Note(plan.config_argument.describe(), topic=Topic.CONSTRUCTOR))
     if plan.positional:
-        notes.append(f"constructed positionally: {cls.__name__}({', '.join(plan.positional)}) "
-                     "(declared)")
+        notes.append(Note(f"constructed positionally: {cls.__name__}("
+                          f"{', '.join(plan.positional)}) (declared)", topic=Topic.CONSTRUCTOR))
     if init:
-        notes.append("constructed with " + ", ".join(f"{k}={v!r}" for k, v in init.items())
-                     + " (declared)")
+        notes.append(Note("constructed with " + ", ".join(f"{k}={v!r}" for k, v in init.items())
+                          + " (declared)", topic=Topic.CONSTRUCTOR))
     inquiry = Inquiry(plan, label, declared, CapabilitiesFound(), notes)
     build_constraint(inquiry)
     probe_sizes(inquiry)
@@ -164,7 +166,7 @@ def _explored(plan: Plan, label: str, declared: Declarations, init: dict[str, ob
         padded = declared.choice("padded_queries", ("zero", "self", "any"))
     output_form(inquiry)
     if plan.queries is not None:  # found by calling it: the convention said first is its own
-        notes[0] = plan.convention.describe()
+        notes[0] = Note(plan.convention.describe(), topic=Topic.CALL)
     inquiry.capabilities.set(shapes=inquiry.constraint.pairs if inquiry.constraint else None,
                              returns_tensor=returns == "tensor", padded_queries=padded)
     if padded is not None:

@@ -6,6 +6,7 @@ for the command line, a declaration for pytest and the Python API, nothing for a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 
 @dataclass(frozen=True)
@@ -38,17 +39,37 @@ class Remedy:
         return cls(tuple(Option(**option) for option in data.get("options", [])))
 
 
+class Topic(str, Enum):
+    """What a note says, where it says how the implementation is called: the words a student
+    is shown of how their class was built and called (their interface is the assignment's);
+    a note without a topic is the suite's own finding, for the teacher."""
+
+    CALL = "call"
+    """The forward's call: its inputs and its mask argument."""
+    CONSTRUCTOR = "constructor"
+    """How it is built: which argument sets the width, the heads, a config."""
+    MASK = "mask"
+    """The mask argument and how it is read."""
+
+
 @dataclass(frozen=True)
 class Note:
-    """One thing inference found rather than was told, in words, and the declaration that
-    states it otherwise (None where none would change it)."""
+    """One thing inference found rather than was told, in words, the declaration that states
+    it otherwise (None where none would change it), and its topic where it says how the
+    implementation is called."""
 
     text: str
     remedy: Remedy | None = None
+    topic: Topic | None = None
+    plain: str | None = None
+    """The note in the words of someone who wrote the code, where ``text`` says how it was
+    found (a probe, what was passed over): what a student is shown."""
 
     def to_dict(self) -> dict:
         return {"text": self.text,
-                "remedy": self.remedy.to_dict() if self.remedy is not None else None}
+                "remedy": self.remedy.to_dict() if self.remedy is not None else None,
+                "topic": self.topic.value if self.topic is not None else None,
+                "plain": self.plain}
 
 
 def as_notes(notes: tuple[str | Note, ...] | list[str | Note]) -> tuple[Note, ...]:
@@ -68,6 +89,11 @@ def remedy_of(error: BaseException) -> Remedy | None:
             return remedy
         current = current.__cause__
     return None
+
+
+def on(topics: tuple[Topic, ...], notes: tuple[Note, ...] | list[Note]) -> list[str]:
+    """The plain words of the ``notes`` on any of ``topics``."""
+    return [note.plain or note.text for note in notes if note.topic in topics]
 
 
 def texts(notes: tuple[Note, ...] | list[Note]) -> list[str]:

@@ -30,9 +30,10 @@ from conformance.grading.report.document import (
     render_html,
     render_markdown,
 )
-from conformance.grading.report.student_text import for_student, hint_for_student
+from conformance.grading.report.course_words import Wording
+from conformance.grading.report.student_text import for_student
 from conformance.grading.score.outcome import RunStatus, status_line
-from conformance.grading.score.rubric import Rubric
+from conformance.grading.score.rubric import Item, Rubric
 from conformance.grading.score.scoring import CheckScore, ItemScore, State
 from conformance.model.results import Status
 
@@ -56,53 +57,63 @@ def points(value: float) -> str:
     return f"{value:g}"
 
 
-def _check_lines(check: CheckScore, files: tuple[str, ...] = ()) -> list[Block]:
-    """What a student needs to fix one check: why, the likely bug, the numbers, the example
-    (``files``: the student's, as submitted, for the paths in messages)."""
+def _check_lines(check: CheckScore, words: Wording) -> list[Block]:
+    """What a student needs to fix one check: why, the likely bug, the numbers, the example,
+    in the course's ``words``."""
     blocks: list[Block] = []
     result = check.result
     if check.state is State.NOT_EVALUATED:
-        blocks.append(Paragraph(f"Not evaluated: {for_student(check.why, files).rstrip('.')}."))
+        blocks.append(Paragraph(f"Not evaluated: {words.say(check.why).rstrip('.')}."))
         if not check.blocked and result is not None:
             blocks.append(ReportNote("This could not be checked automatically: your teacher will "
                                      "look at it."))
         return blocks
-    hint = None if result is None else hint_for_student(result.hint, files)
+    hint = None if result is None or not result.hint else words.say(result.hint) or None
     if result is not None and check.state is State.PASSED and result.status is Status.WARNED:
         blocks.append(ReportNote("Passed, with a warning (no points lost): "
-                                 + for_student(result.reason, files)))
+                                 + words.say(result.reason)))
         if hint:
             blocks.append(ReportNote(f"Worth knowing: {hint}"))
         return blocks
     if check.state is State.PASSED or result is None:
         return blocks
-    blocks.append(Paragraph(f"What went wrong: {for_student(result.reason, files)}"))
+    blocks.append(Paragraph(f"What went wrong: {words.say(result.reason)}"))
     if hint:
         blocks.append(ReportNote(f"Likely bug: {hint}"))
     if result.details:
         blocks.append(Paragraph("Numbers seen:"))
-        blocks.append(Bullets([for_student(d, files) for d in result.details]))
+        blocks.append(Bullets([words.say(d) for d in result.details]))
     if result.counterexample:
-        blocks.append(Paragraph("Smallest failing example (found and shrunk by hypothesis):"))
-        blocks.append(Preformatted(for_student(result.counterexample, files)))
+        blocks.append(Paragraph("The smallest input found that shows it:"))
+        blocks.append(Preformatted(words.example(result.counterexample)))
     return blocks
 
 
-def item_blocks(score: ItemScore, files: tuple[str, ...] = ()) -> list[Block]:
-    """The detail of one item (checks that did not pass), as blocks (``files``: the
-    student's, for the paths in messages)."""
-    blocks: list[Block] = [Paragraph(f"Rule: {score.item.rule}.")]
+def rule(item: Item) -> str:
+    """How ``item`` scores, in the words of its feedback (the properties are listed under it)."""
+    if not item.is_group:
+        return f"{points(item.points)} point(s) when the property below holds"
+    if item.points_each is None:
+        return f"{points(item.points)} point(s) when every property below holds"
+    capped = f", at most {points(item.cap)}" if item.cap is not None else ""
+    return f"{points(item.points_each)} point(s) for each property below that holds{capped}"
+
+
+def item_blocks(score: ItemScore, words: Wording = Wording()) -> list[Block]:
+    """The detail of one item (checks that did not pass), as blocks, in the course's
+    ``words``."""
+    blocks: list[Block] = [Paragraph(f"Rule: {rule(score.item)}.")]
     if score.charged_to is not None:
         blocks.append(ReportNote(f"Not charged again: this is the same mistake as "
                                  f"\"{score.charged_to.label}\", where its points were taken; fixing "
                                  "it there fixes it here too."))
     for check in score.checks:
         if score.item.is_group:
-            blocks.append(Paragraph(f"{check.check}: {check.label} — {TITLES.get(check.check, '')}",
-                                tone=Tone(check.state.value)))
+            blocks.append(Paragraph(f"{TITLES.get(check.check, check.check)}: {check.label}",
+                                    tone=Tone(check.state.value)))
         elif check.check in TITLES:
             blocks.append(Paragraph(f"Property: {TITLES[check.check]}."))
-        blocks += _check_lines(check, files)
+        blocks += _check_lines(check, words)
     return blocks
 
 
@@ -150,11 +161,11 @@ def document(rubric: Rubric, student: Student, as_of: datetime) -> list[Block]:
             blocks.append(ReportNote(_outcome_line(target_outcome.status,
                                                             target_outcome.message, files),
                                       tone=Tone.BAD))
-        if target_outcome is not None and target_outcome.interface:
-            blocks.append(Paragraph("How your class was called (inferred from its code, or "
-                                     "prescribed by the assignment where marked declared):"))
-            blocks.append(Bullets([for_student(line, files)
-                                               for line in target_outcome.interface]))
+        if target_outcome is not None and target_outcome.called:
+            blocks.append(Paragraph("How your class was built and called (as the assignment "
+                                     "prescribes where marked declared, else as its code "
+                                     "reads):"))
+            blocks.append(Bullets([for_student(line, files) for line in target_outcome.called]))
         rows, classes, details = [], [], []
         for item in target_score.items:
             visibility = shown(item.item.visibility, rubric, as_of)
@@ -182,7 +193,7 @@ def document(rubric: Rubric, student: Student, as_of: datetime) -> list[Block]:
             blocks.append(Heading(3, f"{item.item.label}: {item.state.value} "
                                       f"({points(item.points)} / {points(item.max_points)})",
                                 tone=Tone(item.state.value)))
-            blocks += item_blocks(item, files)
+            blocks += item_blocks(item, Wording.of(target_score, files))
     omitted = [i for i in items if shown(i.item.visibility, rubric, as_of) == "nothing"]
     if omitted:
         blocks.append(Paragraph(f"{len(omitted)} further item(s) are graded but not shown "
@@ -201,12 +212,12 @@ def markdown(rubric: Rubric, student: Student, as_of: datetime) -> str:
     return render_markdown(document(rubric, student, as_of))
 
 
-def item_markdown(score: ItemScore, files: tuple[str, ...] = ()) -> str:
-    """One item's detail as Markdown (Gradescope test output: it applies visibility itself;
-    ``files``: the student's, for the paths in messages)."""
+def item_markdown(score: ItemScore, words: Wording = Wording()) -> str:
+    """One item's detail as Markdown (Gradescope test output: it applies visibility itself),
+    in the course's ``words``."""
     head = (f"**{score.state.value}**: {points(score.points)} / {points(score.max_points)} "
             "point(s)")
-    return head + "\n\n" + render_markdown(item_blocks(score, files))
+    return head + "\n\n" + render_markdown(item_blocks(score, words))
 
 
 def html(rubric: Rubric, student: Student, as_of: datetime) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conformance.grading.report import feedback
+from conformance.grading.report.course_words import Wording
 from conformance.grading.report.document import md_escape
 from conformance.grading.report.student_text import for_student
 from conformance.grading.run.store import versions
@@ -122,9 +123,9 @@ def _target_test(target_score, index: int, files: tuple[str, ...] = ()) -> dict:
     lines = [status_line(outcome.status, message)]
     if outcome.near_misses:
         lines.append("Close names in your code: " + ", ".join(outcome.near_misses))
-    if outcome.interface:
-        lines.append("How your class was called:\n" + "\n".join(
-            f"- {md_escape(for_student(n, files))}" for n in outcome.interface))
+    if outcome.called:
+        lines.append("How your class was built and called:\n" + "\n".join(
+            f"- {md_escape(for_student(n, files))}" for n in outcome.called))
     return {"name": f"{name}: found and loaded", "number": f"{index}.0",
             "status": "passed" if outcome.status is RunStatus.GRADED else "failed",
             "output": md_escape(lines[0]) + "\n\n" + "\n\n".join(lines[1:]),
@@ -145,7 +146,7 @@ def gradescope_results(rubric: Rubric, student: Student) -> dict:
                 "max_score": item.max_points,
                 "status": ("passed" if item.state in (State.PASSED, State.EXCUSED)
                            else "failed"),
-                "output": feedback.item_markdown(item, files),
+                "output": feedback.item_markdown(item, Wording.of(target_score, files)),
                 "output_format": "md",
                 "visibility": item.item.visibility,
                 "tags": list(item.item.checks),

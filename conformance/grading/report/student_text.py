@@ -71,13 +71,6 @@ def _bounded(text: str) -> str:
     return "\n".join(cut(line, LINE_CHARS + len(_CUT)) for line in text.split("\n"))
 
 
-def hint_for_student(hint: str | None, files: Sequence[str] = ()) -> str | None:
-    """A hint as :func:`for_student` gives it, or None where nothing is left of it."""
-    if not hint:
-        return None
-    return for_student(hint, files) or None
-
-
 # --------------------------------------------------------------------------------------------
 # Paths.
 

@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from conformance.checks.catalogue import GATE, by_name
 from conformance.grading.run import interface
+from conformance.grading.run.called import called, mask_spec
 from conformance.grading.run.targets import Location, locate, near_misses, scan
 from conformance.grading.score.outcome import RunStatus, SubmissionOutcome, TargetOutcome, overall_status
 from conformance.grading.score.rubric import Rubric, RubricLimits, Target, prerequisites
@@ -163,7 +164,8 @@ def _run_target(directory: Path, spec: str, target: Target, declared: Declaratio
     with subject:
         outcome = TargetOutcome(target.name, RunStatus.GRADED,
                                 _found(located) if located else spec, class_name, file,
-                                interface=texts(subject.notes))
+                                interface=texts(subject.notes), called=called(subject),
+                                mask=mask_spec(subject))
         other_forms = ""
         if declared is not None:
             broken, other_forms = _other_forms(directory, spec, target, worker_limits, sandbox,

@@ -79,7 +79,11 @@ class TargetOutcome:
         found_as: the class name that matched (the target's or an alias).
         location: the file (relative to the submission) that defines it.
         near_misses: class names that look like the target (difflib), for "did you mean".
-        interface: what was inferred or declared about the class, in words.
+        interface: what was inferred or declared about the class, in words (the teacher's).
+        called: how the class was built and called, in the course's words (the student's:
+            see :mod:`conformance.grading.run.called`).
+        mask: the mask convention it was called with, as declared (``keep_int:rows_broadcast``;
+            None: no mask), for examples shown with their mask as the course passes it.
         results: one CheckResult per check run (fewer when the run stopped early).
     """
 
@@ -90,6 +94,8 @@ class TargetOutcome:
     location: str | None = None
     near_misses: list[str] = field(default_factory=list)
     interface: list[str] = field(default_factory=list)
+    called: list[str] = field(default_factory=list)
+    mask: str | None = None
     results: list[CheckResult] = field(default_factory=list)
 
     def result(self, check: str) -> CheckResult | None:
@@ -102,6 +108,7 @@ class TargetOutcome:
         return {"target": self.target, "status": self.status.value, "message": self.message,
                 "found_as": self.found_as, "location": self.location,
                 "near_misses": list(self.near_misses), "interface": list(self.interface),
+                "called": list(self.called), "mask": self.mask,
                 "results": [result.to_dict() for result in self.results]}
 
     @classmethod
@@ -110,6 +117,7 @@ class TargetOutcome:
                    message=data.get("message", ""), found_as=data.get("found_as"),
                    location=data.get("location"), near_misses=list(data.get("near_misses", [])),
                    interface=list(data.get("interface", [])),
+                   called=list(data.get("called", [])), mask=data.get("mask"),
                    results=[result_from_dict(r) for r in data.get("results", [])])
 
 

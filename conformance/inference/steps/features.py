@@ -21,7 +21,7 @@ from conformance.inference.plan import WIDE_WINDOW, InferenceError, declarations
 from conformance.model.declarations import DeclarationError
 from conformance.model.forms import CacheStyle, PackedForm
 from conformance.model.mask_forms import LENGTH_LAYOUTS, QUERY_AXIS_LAYOUTS, MaskConvention, right_padded
-from conformance.model.remedies import Note, Remedy
+from conformance.model.remedies import Note, Remedy, Topic
 from conformance.model.spec import Doubts
 from conformance.subject.boundary import ImplementationError
 
@@ -277,7 +277,7 @@ def mask_form(inquiry: Inquiry) -> None:
                                  Remedy.to("mask", "KIND:LAYOUT@ARGUMENT",
                                            "name the argument it is passed through"))
         capabilities.set(mask=declared_mask)
-        notes.append(f"{argument}: {declared_mask.describe()} (declared)")
+        notes.append(Note(f"{argument}: {declared_mask.describe()} (declared)", topic=Topic.MASK))
     elif argument:
         causal = capabilities.caps.causality.kind == "always"
         search = infer_mask(inquiry.build(), own_queries(probe_case(heads, head_dim, causal=causal),
@@ -309,7 +309,8 @@ def mask_form(inquiry: Inquiry) -> None:
             else:
                 passed_over = search.passed_over()
                 text += f"; {passed_over})" if passed_over else ")"
-            notes.append(Note(text, remedy))
+            notes.append(Note(text, remedy, Topic.MASK,
+                              plain=f"{argument}: {search.convention.describe()}"))
             if not formats and right_padded(search.convention):
                 probed = _other_lengths(inquiry, search.convention)
                 if probed:
