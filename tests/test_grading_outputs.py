@@ -116,15 +116,17 @@ def test_grades_csv_has_a_points_possible_row_and_one_row_per_student(rubric, st
     outputs.write_grades_csv(path, rubric, students)
     rows = list(csv.reader(path.open()))
     assert rows[0] == ["id", "name", "late", "MHA.gate", "MHA.padding", "MHA.scale", "MHA.autograd",
-                       "total", "percent", "status", "not_evaluated", "submission_hash"]
-    assert rows[1] == ["Points Possible", "", "", "0", "2", "1", "1", "4", "100", "", "", ""]
+                       "total", "percent", "status", "not_evaluated", "provisional_total",
+                       "submission_hash"]
+    assert rows[1] == ["Points Possible", "", "", "0", "2", "1", "1", "4", "100", "", "", "", ""]
     assert rows[2] == ["1001", "Ada Lovelace", "", "0", "2", "1", "1", "4", "100.0", "graded", "",
-                       "hash-1001"]
-    assert rows[3][:2] == ["1002", ""] and rows[3][2] == "yes" and rows[3][-5:-2] == ["0", "0.0", "graded"]
-    assert [r[-3] for r in rows[5:]] == ["not found", "unreadable", "timeout", "partly evaluated"]
+                       "", "hash-1001"]
+    assert rows[3][:2] == ["1002", ""] and rows[3][2] == "yes" and rows[3][-6:-3] == ["0", "0.0", "graded"]
+    assert [r[-4] for r in rows[5:]] == ["not found", "unreadable", "timeout", "partly evaluated"]
     assert rows[7][7] == "0"                                  # the timeout kept nothing else
-    # An item that could not be run is never a silent zero: its own status, per item and student.
-    assert rows[8][3:] == ["0", "2", "0", "1", "3", "75.0", "partly evaluated", "MHA.scale",
+    # An item that could not be run is never a silent zero, and the points so far never look
+    # final: the item and the total empty, the points so far provisional, the item named.
+    assert rows[8][3:] == ["0", "2", "", "1", "", "", "partly evaluated", "MHA.scale", "3",
                            "hash-1007"]
 
 
@@ -169,7 +171,7 @@ def test_results_json_follows_the_gradescope_specification(rubric, students):
     by_name = {t["name"]: t for t in payload["tests"]}
     padding = by_name["MHA: padding mask"]
     assert padding["score"] == 0 and padding["max_score"] == 2 and padding["status"] == "failed"
-    assert "is the mask inverted?" in padding["output"] and "Case(batch=1" in padding["output"]
+    assert "is the mask inverted?" in padding["output"] and "batch 1, 2 queries and 2 keys" in padding["output"]
     assert by_name["MHA: scale"]["visibility"] == "after_due_date"
     assert by_name["MHA: autograd"]["visibility"] == "hidden"
     assert by_name["MHA: found and loaded"]["status"] == "passed"
@@ -188,7 +190,7 @@ def test_feedback_shows_each_item_as_its_visibility_allows(rubric, students):
     assert "0 / 2 on the items shown here; 2 more item(s) worth 2 point(s) are not shown here" \
         in before
     assert "Likely bug: output is independent of the kept keys: is the mask inverted?" in before
-    assert "Case(batch=1, q_len=2, kv_len=2, num_heads=1, head_dim=1)" in before
+    assert "batch 1, 2 queries and 2 keys per sequence, 1 head of width 1" in before
     assert "batch 0 keeps keys \\[0\\], masks \\[1\\]" in before
     after = feedback.markdown(rubric, students[1], AFTER)
     assert "| scale | failed | 0 / 1 |" in after and "did you divide by sqrt(d\\_model)?" not in after

@@ -4,7 +4,10 @@
 LMS naming carries), ``email`` (with a roster that has them), ``late``, one column per rubric
 item (``Target.check`` or ``Target.group``), ``total``, ``percent``, ``status``,
 ``not_evaluated`` (the items that could not be evaluated through no failure of the student's,
-with status ``partly evaluated``: never a silent zero), ``submission_hash``. The first row under
+with status ``partly evaluated``: never a silent zero), ``provisional_total``,
+``submission_hash``. A partly evaluated row has no final total: its ``total``, ``percent`` and
+the items not evaluated are empty, and ``provisional_total`` holds the points of the items that
+were (a person decides the rest). The first row under
 the header is ``Points Possible`` (as in a Canvas grade export). Nothing in it depends on time
 or on the order of grading.
 
@@ -30,7 +33,7 @@ from conformance.grading.report.course_words import Wording
 from conformance.grading.report.document import md_escape
 from conformance.grading.report.student_text import for_student
 from conformance.grading.run.store import versions
-from conformance.grading.score.outcome import WITHHELD, RunStatus, status_line
+from conformance.grading.score.outcome import PROVISIONAL, WITHHELD, RunStatus, status_line
 from conformance.grading.score.rubric import Rubric
 from conformance.grading.score.scoring import State
 
@@ -50,22 +53,27 @@ def grades_rows(rubric: Rubric, students: list[Student], *, with_email: bool) ->
     """``grades.csv`` as rows, header and points-possible row first."""
     keys = [item.key for item in rubric.items]
     header = ["id", "name", *(["email"] if with_email else []), "late", *keys, "total",
-              "percent", "status", "not_evaluated", "submission_hash"]
+              "percent", "status", "not_evaluated", "provisional_total", "submission_hash"]
     possible = ["Points Possible", "", *([""] if with_email else []), "",
                 *(number(item.max_points) for item in rubric.items),
-                number(rubric.max_points), "100", "", "", ""]
+                number(rubric.max_points), "100", "", "", "", ""]
     rows = [header, possible]
     for student in students:
         unevaluated = dict.fromkeys(key for key, _ in student.score.unevaluated)
-        # Withheld (the grader's or its environment's doing): no grade, never a 0.
+        # Withheld (the grader's or its environment's doing): no grade, never a 0. Provisional
+        # (an item a person decides): no final total, the points so far beside it.
         withheld = student.status in WITHHELD
+        provisional = student.status in PROVISIONAL
+        final = not (withheld or provisional)
         rows.append([student.id, student.name, *([student.email] if with_email else []),
                      "yes" if student.late else "",
-                     *("" if withheld else number(student.score.item(key).points)
-                       for key in keys),
-                     "" if withheld else number(student.score.total),
-                     "" if withheld else f"{student.score.percent:.1f}",
-                     student.status.value, " ".join(unevaluated), student.submission_hash])
+                     *("" if withheld or key in unevaluated
+                       else number(student.score.item(key).points) for key in keys),
+                     number(student.score.total) if final else "",
+                     f"{student.score.percent:.1f}" if final else "",
+                     student.status.value, " ".join(unevaluated),
+                     number(student.score.total) if provisional else "",
+                     student.submission_hash])
     return rows
 
 
@@ -86,7 +94,8 @@ def write_classroom_csv(path: Path, rubric: Rubric, students: list[Student]) -> 
         github = student.id if student.layout == "github-classroom" else ""
         rows.append([rubric.name, "", "", github, student.roster_identifier or student.id,
                      student.repository or "", "", "",
-                     "" if student.status in WITHHELD else number(student.score.total),
+                     "" if student.status in WITHHELD | PROVISIONAL
+                     else number(student.score.total),
                      number(student.score.max_points)])
     _write_csv(path, rows)
 

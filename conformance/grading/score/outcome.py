@@ -49,6 +49,11 @@ WITHHELD = frozenset({RunStatus.GRADER_ERROR, RunStatus.MISSING_PACKAGE})
 """Statuses where the grader or its environment, not the submission, stopped the grading: no
 grade is given (an empty total, not a 0) until the teacher has fixed it and regraded."""
 
+PROVISIONAL = frozenset({RunStatus.PARTLY_EVALUATED})
+"""Statuses whose points so far are not a grade: an item could not be evaluated through no
+failure of the student's, and a person decides it. The grade books give no final total (an empty
+one, never a number that looks final) and carry the points so far as provisional."""
+
 
 def status_line(status: RunStatus, message: str) -> str:
     """``status: message`` for a reader, the status said once: a message that already begins
