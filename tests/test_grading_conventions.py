@@ -90,3 +90,24 @@ def test_student_feedback_speaks_the_course(graded):
         masked += f"{argument} = [" in text
     if "mask = " in course.rubric:
         assert masked, f"no example shows {argument} as the course passes it"
+
+
+def test_a_reference_the_rubric_cannot_build_says_why_in_one_line(tmp_path):
+    """d2l's own code as the reference, with the width declared under a name its constructor
+    swallows in ``**kwargs`` (``d_model`` for ``num_hiddens``): the self-test says so in one
+    line, naming the class, the status and what the constructor takes, not 0 points per item."""
+    from conformance.grading import selftest
+
+    course = CLASSES["d2l"]
+    folder = course.write(tmp_path)
+    (folder / "reference.py").write_text(course.base())
+    text = (folder / "rubric.toml").read_text().replace(
+        'width-arg = "num_hiddens"', 'width-arg = "d_model"').replace(
+        "seed = 66\n", 'seed = 66\nreference = "reference.py"\n', 1)
+    assert 'width-arg = "d_model"' in text
+    (folder / "rubric.toml").write_text(text)
+    graded, _, problems = selftest.grade_reference(load(folder / "rubric.toml"))
+    assert graded.total == 0
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("MultiHeadAttention: interface mismatch: ")
+    assert "'d_model', sets no width" in problems[0] and "num_hiddens" in problems[0]

@@ -240,3 +240,37 @@ def test_an_instance_is_checked_as_it_is():
     results = check_target(instance, devices=["cpu"], checks=["gate", "reference", "kv_groups"])
     assert {r.status for r in results} == {Status.PASSED}, results
     assert all(torch.equal(before[n], p) for n, p in instance.state_dict().items())
+
+
+class _WidthThroughKwargs(torch.nn.Module):
+    """A constructor that reads its width from ``**kwargs``: the declared argument sets it."""
+
+    def __init__(self, num_heads, **kwargs):
+        super().__init__()
+        width = kwargs["d_model"]
+        self.heads, self.qkv = num_heads, torch.nn.Linear(width, 3 * width)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = (t.view(b, n, self.heads, -1).transpose(1, 2)
+                   for t in self.qkv(x).chunk(3, dim=-1))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2)\
+            .reshape(b, n, d)
+
+
+class _WidthSwallowed(_WidthThroughKwargs):
+    """d2l's form: the width is ``num_hiddens``; anything else goes to ``**kwargs`` unread."""
+
+    def __init__(self, num_hiddens, num_heads, **kwargs):
+        super().__init__(num_heads, d_model=num_hiddens)
+
+
+def test_a_declared_width_swallowed_by_kwargs_is_said_in_one_line():
+    """A declared width argument that only ``**kwargs`` takes, and that sets no width (the
+    output is as wide whatever it is), is a declaration that does not fit; one the constructor
+    reads from ``**kwargs`` is followed."""
+    infer(_WidthThroughKwargs, declared=Declarations(width_arg="d_model", heads_arg="num_heads"))
+    with pytest.raises(InferenceError, match=r"'d_model', sets no width: the constructor has no "
+                                             r"argument 'd_model', only \*\*kwargs.*its arguments: "
+                                             r"num_hiddens, num_heads"):
+        infer(_WidthSwallowed, declared=Declarations(width_arg="d_model", heads_arg="num_heads"))

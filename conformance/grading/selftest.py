@@ -44,7 +44,7 @@ from conformance.grading.run.execution import run_registered, run_submission
 from conformance.grading.run.parsing import one_parse_at_a_time
 from conformance.grading.score.outcome import RunStatus, SubmissionOutcome
 from conformance.grading.score.rubric import Rubric, Target
-from conformance.grading.score.scoring import State, SubmissionScore, score
+from conformance.grading.score.scoring import ItemScore, State, SubmissionScore, score
 from conformance.loading.registry import resolve
 from conformance.model.spec import Capabilities
 from conformance.model.target_spec import TargetSpec
@@ -170,8 +170,28 @@ def bundled_mutants() -> list[Mutant]:
 
 
 def _problems(graded: SubmissionScore) -> list[str]:
+    """Why a correct solution falls short of full marks: one line per class that did not run
+    (its status and why), then one per item short of its points (each check and its message)."""
     problems = []
-    for item in graded.items:
+    stopped = set()
+    for target in graded.targets:
+        outcome = target.outcome
+        if outcome is not None and outcome.status is not RunStatus.GRADED:
+            stopped.add(target.target.name)
+            problems.append(f"{target.target.name}: {outcome.status.value}: {outcome.message}")
+    for target in graded.targets:
+        if target.target.name in stopped:
+            continue
+        problems += _short_items(target.items)
+    if not problems and graded.total < graded.max_points:
+        problems.append(f"{graded.total:g} / {graded.max_points:g} ({graded.status.value})")
+    return problems
+
+
+def _short_items(items: list[ItemScore]) -> list[str]:
+    """One line per item short of its points: each check that did not pass, and why."""
+    problems = []
+    for item in items:
         if item.points < item.max_points:
             reasons = []
             for check in item.checks:
@@ -180,8 +200,6 @@ def _problems(graded: SubmissionScore) -> list[str]:
                     reasons.append(f"{check.check} {check.label}" + (f" ({why})" if why else ""))
             problems.append(f"{item.item.key}: {item.points:g} / {item.max_points:g}: "
                             + "; ".join(reasons))
-    if not problems and graded.total < graded.max_points:
-        problems.append(f"{graded.total:g} / {graded.max_points:g} ({graded.status.value})")
     return problems
 
 

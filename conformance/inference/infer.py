@@ -117,7 +117,7 @@ def infer(cls: type, *, name: str | None = None, declared: Declarations | None =
     one_length = fixed_length(plan)
     if one_length is not None:
         settled.append(one_length)
-    settled += confirm_sizes(plan, roles)
+    settled += confirm_sizes(plan, roles, declared.width_arg, label)
     with fixed_probe_length(plan.length):
         return _explored(plan, label, declared, init, [*called, *settled, *filled])
 

@@ -17,13 +17,15 @@ is kept and said to be unconfirmed.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 
 import torch
 
 from conformance.inference.construction.trial import HEAD_TRIALS, WIDTHS, core_maps, output_width
 from conformance.inference.names.roles import ConstructorRoles
-from conformance.inference.plan import Plan, output_of
+from conformance.inference.plan import InferenceError, Plan, output_of
+from conformance.model.remedies import Remedy
 from conformance.model.spec import Config
 from conformance.numerics.tolerance import abs_error, reordering_tolerance
 
@@ -95,14 +97,27 @@ def confirm_context(plan: Plan) -> tuple[Plan, list[str]]:
                   "nothing measured depends on it)"]
 
 
-def confirm_sizes(plan: Plan, named: ConstructorRoles) -> list[str]:
+def confirm_sizes(plan: Plan, named: ConstructorRoles, declared_width: str | None = None,
+                  label: str = "") -> list[str]:
     """Notes where the width or head count ``named`` gives (by names, not by trial) is not what
-    the module does (see the module's docstring); none where it is."""
+    the module does (see the module's docstring); none where it is. A ``declared_width`` that
+    the constructor takes only through ``**kwargs`` and that sets no width it takes is a
+    declaration that does not fit: InferenceError, in one line."""
     if plan.instance is not None:
         return []
     notes = []
     width, heads = named.width, named.heads
     if width and plan.roles.width == width:
+        if width == declared_width and swallowed(plan.cls, width):
+            outputs = [output_width(plan, {}, w) for w in SWALLOWED_WIDTHS]
+            ignored = _ignored(outputs)
+            if ignored:
+                raise InferenceError(
+                    f"{label}: the width argument declared, {width!r}, sets no width: the "
+                    f"constructor has no argument {width!r}, only **kwargs, which takes it and "
+                    f"ignores it (built with {width}={', '.join(map(str, SWALLOWED_WIDTHS))}, "
+                    f"{ignored}); its arguments: {', '.join(named_parameters(plan.cls))}",
+                    Remedy.to("width_arg", None, "name the argument that sets the width"))
         refused = [w for w in WIDTHS if output_width(plan, {}, w) is None]
         if refused:
             notes.append(f"{width}: the model width by its name, unconfirmed (built with "
@@ -114,3 +129,41 @@ def confirm_sizes(plan: Plan, named: ConstructorRoles) -> list[str]:
                          f"{', '.join(map(str, HEAD_TRIALS))}, its attention core computes "
                          f"{', '.join(map(str, counts))} maps per sequence)")
     return notes
+
+
+SWALLOWED_WIDTHS = (8, 16, 32)
+"""The widths a declared width argument that only ``**kwargs`` takes is built with: one that
+sets the width runs at each (a module refuses some widths, but not all of three doublings)."""
+
+
+def _ignored(outputs: list[int | None]) -> str | None:
+    """How the outputs at each of SWALLOWED_WIDTHS show that the width was not set, in words:
+    no build runs, or those that run all give one width; None where the outputs follow it."""
+    ran = [(width, out) for width, out in zip(SWALLOWED_WIDTHS, outputs, strict=True)
+           if out is not None]
+    if not ran:
+        return "inputs that wide raise"
+    if len({out for _, out in ran}) > 1:
+        return None
+    if len(ran) == 1:
+        return f"it runs at {ran[0][0]} only"
+    return f"its output is {ran[0][1]} wide at each"
+
+
+def named_parameters(cls: type) -> list[str]:
+    """The constructor's named parameters (not ``*args`` nor ``**kwargs``)."""
+    try:
+        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def swallowed(cls: type, argument: str) -> bool:
+    """Whether the constructor takes ``argument`` only through ``**kwargs``."""
+    try:
+        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return False
+    return (argument not in named_parameters(cls)
+            and any(p.kind is p.VAR_KEYWORD for p in parameters))
