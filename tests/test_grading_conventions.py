@@ -79,7 +79,7 @@ def test_student_feedback_speaks_the_course(graded):
     """A student reads the rubric's labels, their class as the course builds and calls it, and
     an example with its mask as the course passes it (``mask = [[[1, 0]]]``, ``valid_lens =
     [2, 1]``), never the suite's vocabulary."""
-    course, students, out = graded
+    course, _, out = graded
     argument = next((line.split("@")[1].strip('"') for line in course.rubric.splitlines()
                      if line.startswith("mask = ") and "@" in line), "mask")
     masked = 0

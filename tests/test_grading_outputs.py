@@ -171,7 +171,8 @@ def test_results_json_follows_the_gradescope_specification(rubric, students):
     by_name = {t["name"]: t for t in payload["tests"]}
     padding = by_name["MHA: padding mask"]
     assert padding["score"] == 0 and padding["max_score"] == 2 and padding["status"] == "failed"
-    assert "is the mask inverted?" in padding["output"] and "batch 1, 2 queries and 2 keys" in padding["output"]
+    assert "is the mask inverted?" in padding["output"]
+    assert "batch 1, 2 queries and 2 keys" in padding["output"]
     assert by_name["MHA: scale"]["visibility"] == "after_due_date"
     assert by_name["MHA: autograd"]["visibility"] == "hidden"
     assert by_name["MHA: found and loaded"]["status"] == "passed"

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from conformance.errors import ConformanceError
 from conformance.generation.cases import DTYPES as CASE_DTYPES
 from conformance.generation.cases import Case
-from conformance.model.declarations import Declarations
 from conformance.grading.report.student_text import for_student
+from conformance.model.declarations import Declarations
 from conformance.subject.masks import encode_mask
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from conformance.checks.catalogue import CATALOGUE, GATE
+from conformance.grading.report.course_words import Wording
 from conformance.grading.report.document import (
     Block,
     Bullets,
@@ -30,7 +31,6 @@ from conformance.grading.report.document import (
     render_html,
     render_markdown,
 )
-from conformance.grading.report.course_words import Wording
 from conformance.grading.report.student_text import for_student
 from conformance.grading.score.outcome import RunStatus, status_line
 from conformance.grading.score.rubric import Item, Rubric
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 TITLES = {GATE.name: GATE.title, **{check.name: check.title for check in CATALOGUE}}
 """Each check's property in one line."""
+
+PLAIN = Wording()
+"""The wording of an item shown with no class around it: no files, no mask, no labels."""
 
 
 def shown(visibility: str, rubric: Rubric, as_of: datetime) -> str:
@@ -99,7 +102,7 @@ def rule(item: Item) -> str:
     return f"{points(item.points_each)} point(s) for each property below that holds{capped}"
 
 
-def item_blocks(score: ItemScore, words: Wording = Wording()) -> list[Block]:
+def item_blocks(score: ItemScore, words: Wording = PLAIN) -> list[Block]:
     """The detail of one item (checks that did not pass), as blocks, in the course's
     ``words``."""
     blocks: list[Block] = [Paragraph(f"Rule: {rule(score.item)}.")]
@@ -212,7 +215,7 @@ def markdown(rubric: Rubric, student: Student, as_of: datetime) -> str:
     return render_markdown(document(rubric, student, as_of))
 
 
-def item_markdown(score: ItemScore, words: Wording = Wording()) -> str:
+def item_markdown(score: ItemScore, words: Wording = PLAIN) -> str:
     """One item's detail as Markdown (Gradescope test output: it applies visibility itself),
     in the course's ``words``."""
     head = (f"**{score.state.value}**: {points(score.points)} / {points(score.max_points)} "
