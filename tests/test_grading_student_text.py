@@ -127,7 +127,7 @@ def graded(tmp_path):
                            interface=["self-attention forward(x, mask)",
                                       "float16 assumed: what breaks there is a warning",
                                       "weights: q, k, v (probed)"],
-                           results=results)
+                           called=["self-attention forward(x, mask)"], results=results)
     outcome = SubmissionOutcome(RunStatus.GRADED, "", [target], isolation="worker")
     record = Record("1001", "", "canvas", False, None, "hash", rubric.execution_key(),
                     ["attention.py"], ["attention.ipynb: 3 statement(s) not run"], outcome, {})
@@ -150,7 +150,9 @@ def test_feedback_and_results_json_carry_no_command_line_advice_and_no_grader_pa
         assert "torch/nn/functional.py:200" in text, name
         assert "the mask is not applied as it should be" in text, name
     page = texts["feedback.md"]
-    assert "(probed)" in page and "float16 assumed: what breaks there is a warning" in page
+    # How the class was called is the student's; what inference found besides is the teacher's.
+    assert "- self-attention forward(x, mask)" in page
+    assert "(probed)" not in page and "float16 assumed" not in page
     # The hint is shown, the remedy beside it never is.
     assert "Worth knowing: inference can't know which pairing was meant" in page
     assert "HuggingFace" not in page and "keep_bool:per_query" not in page
