@@ -24,10 +24,11 @@ from conformance.subject.layer_in_model import LayerInModel
 transformers = pytest.importorskip("transformers")
 
 PASSING = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "PhiForCausalLM",
-           "BertModel", "Gemma2ForCausalLM")
+           "BertModel", "Gemma2ForCausalLM", "GPT2LMHeadModel")
 """Models whose attention passes driven through them, nothing declared (Phi: RoPE on half its
 head width; BERT: an encoder over token ids, its output projection a sibling module; Gemma 2:
-RoPE with a logit softcap, and a scale set by query_pre_attn_scalar)."""
+RoPE with a logit softcap, and a scale set by query_pre_attn_scalar; GPT-2: a fused Conv1D
+projection whose ``view`` needs the contiguous states its model hands it)."""
 
 QWEN3 = "transformers.models.qwen3.modeling_qwen3:Qwen3Attention"
 """An attention class built from a config, whose forward takes the position embeddings its model
@@ -134,7 +135,9 @@ JUDGED = {"gpt": ("reference", "causal", "autograd", "scale"),
           "encoder": ("reference", "padding", "autograd", "scale"),
           "BertModel": ("reference", "padding", "autograd", "scale", "head_split"),
           "PhiForCausalLM": ("reference", "causal", "padding", "kv_groups", "autograd", "scale",
-                             "kv_cache")}
+                             "kv_cache"),
+          "GPT2LMHeadModel": ("contract", "reference", "causal", "padding", "autograd", "scale",
+                              "kv_cache")}
 """The checks each own model must be judged by (no mask in the GPT, nothing causal in the
 encoder, no grouped heads in either; BERT is not causal and has no grouped heads). A decoder's
 KV cache is decoded through the model's own cache object."""
@@ -199,6 +202,19 @@ def test_the_model_from_its_class_name_alone_passes(checked, name):
         through_core = (name == "Qwen3Attention"
                         or results["sliding_window"].status is Status.PASSED)
         assert results["reference"].route.value == ("core" if through_core else "weights")
+
+
+def test_what_its_model_never_hands_a_layer_is_stated_not_judged(checked):
+    """GPT-2's attention reshapes its states with ``view``, which raises on non-contiguous
+    ones; its model hands it a norm's contiguous output only (observed), so ``contract`` says
+    those layouts are outside its domain and passes, where the layer alone is held to them."""
+    from conformance.checks.invariants.contract import OUTSIDE_ITS_DOMAIN
+
+    (results,) = _kinds(checked, "GPT2LMHeadModel").values()
+    assert results["contract"].status is Status.PASSED
+    assert OUTSIDE_ITS_DOMAIN in results["contract"].observations
+    llama = next(iter(_kinds(checked, "LlamaForCausalLM").values()))
+    assert OUTSIDE_ITS_DOMAIN in llama["contract"].observations
 
 
 def test_sliding_layers_are_a_kind_of_their_own_and_their_window_is_checked(checked):

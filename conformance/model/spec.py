@@ -205,6 +205,9 @@ class Capabilities:
             autograd, or a backward that raises NotImplementedError), probed: the checks'
             gradient parts skip, ``autograd`` skips; a backward that crashes otherwise is a bug
             and fails.
+        contiguous_only: it is a layer whose model hands it contiguous inputs only (observed
+            on the model's own forward): non-contiguous layouts are outside its domain, said and
+            never judged.
         unmodelled: a part of its computation the float64 reference from its weights does not
             model (a per-head QK-norm), in words: the checks that need that reference judge it
             through its attention core or skip; those that only read or write its weights run.
@@ -240,6 +243,7 @@ class Capabilities:
     kernel: KernelArguments | None = None
     forward_only: bool = False
     refused_devices: tuple[tuple[str, str], ...] = ()
+    contiguous_only: bool = False
     unmodelled: str | None = None
     doubts: Doubts = Doubts()
 

@@ -70,6 +70,9 @@ class Feed:
     cached: bool = False
     """Whether the model, called with ``use_cache``, hands the layer a KV cache object (its
     cache is then checked through the model's own, see CachedLayerInModel)."""
+    contiguous: bool = False
+    """Whether the model hands the layer contiguous hidden states (observed on its own
+    forward: a norm's output is): non-contiguous ones are then outside the layer's domain."""
 
     def arguments(self, x: torch.Tensor, context: torch.Tensor | None,
                   mask: torch.Tensor | None) -> tuple[tuple, dict[str, object]]:

@@ -144,7 +144,7 @@ def _said(one: Inferred, first: str, kind: str, paths: list[str], built: tuple[N
     said = as_notes([Note(f"{first}: {kind}{also}: driven by its model ({model}); {replaced}, "
                           f"everything else it receives is what the model computes{unmasked}",
                           None), *built]) + one.notes
-    caps = one.implementation.capabilities
+    caps = replace(one.implementation.capabilities, contiguous_only=feed.contiguous)
     if positions is not None and caps.max_len is None:
         caps = replace(caps, max_len=positions)
     return Inferred(replace(one.implementation, notes=said, capabilities=caps), said)

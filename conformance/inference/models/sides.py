@@ -93,10 +93,11 @@ def found_by_running(model: nn.Module, options: dict[str, object]
 
 
 def _called(model: nn.Module, found: dict[str, nn.Module], run: Callable[[], object]
-            ) -> dict[str, tuple[int, int, str | int | None]]:
-    """Each layer's hidden states' (length, width) as the model calls it, and where it takes a
-    second tensor as wide (a cross-attention's keys' states), from one ``run()``."""
-    seen: dict[str, tuple[int, int, str | int | None]] = {}
+            ) -> dict[str, tuple[int, int, str | int | None, bool]]:
+    """Each layer's hidden states' (length, width) as the model calls it, where it takes a
+    second tensor as wide (a cross-attention's keys' states), and whether the states are
+    contiguous, from one ``run()``."""
+    seen: dict[str, tuple[int, int, str | int | None, bool]] = {}
     handles = []
 
     def hook(path):
@@ -110,7 +111,8 @@ def _called(model: nn.Module, found: dict[str, nn.Module], run: Callable[[], obj
             where = next((i for i, a in enumerate(args) if other(a)), None)
             if where is None:
                 where = next((k for k, v in kwargs.items() if other(v)), None)
-            seen.setdefault(path, (given.shape[1], given.shape[-1], where))
+            seen.setdefault(path, (given.shape[1], given.shape[-1], where,
+                                   given.is_contiguous()))
         return record
 
     for path, module in found.items():
@@ -135,13 +137,15 @@ def feeds(model: nn.Module, first: Feed, found: dict[str, nn.Module],
         if path not in called:  # not called on hidden states: driven as the model is first fed
             result[path] = first
             continue
-        length, width, context = called[path]
+        length, width, context, contiguous = called[path]
         if first.side is Side.ONLY:
-            feed = replace(first, mask="attention_mask" if masked else None)
+            feed = replace(first, mask="attention_mask" if masked else None,
+                           contiguous=contiguous)
         else:
             side = (Side.CROSS if context is not None else
                     Side.DECODER if length == DECODER_LENGTH else Side.ENCODER)
-            feed = replace(first, side=side, context=context, mask=MASK_KEYWORD[side])
+            feed = replace(first, side=side, context=context, mask=MASK_KEYWORD[side],
+                           contiguous=contiguous)
             if not _mask_reaches(model, path, feed, width, options):
                 feed = replace(feed, mask=None)
         result[path] = replace(feed, cached=_keeps_cache(model, path, feed, width, options))
