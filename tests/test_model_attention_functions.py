@@ -87,7 +87,7 @@ def _checked(model: str, function) -> list:
     its sliding and its full layers; BART: encoder self, decoder self, cross), each computed
     once."""
     if (model, function.__name__) not in _CHECKED:
-        checks = sorted(set(functions.IN_MODELS.values()))
+        checks = sorted({*functions.IN_MODELS.values(), "causal"})
         kinds = built_with(model, function)
         # In this process, the kinds resolved above: three checks are quick, resolving the model
         # again in each worker is not. Gemma 2's two kinds run in two processes, each resolving
@@ -134,6 +134,21 @@ def test_each_twin_fails_the_check_named_for_its_bug(checked, model, twin):
               and r.status is not Status.SKIPPED]  # a kind no mask reaches skips padding
     assert judged and all(r.status is Status.FAILED for r in judged), [
         (r.implementation, r.status, r.reason) for r in judged]
+
+
+@pytest.mark.parametrize("model", ["LlamaForCausalLM", "Gemma2ForCausalLM",
+                                   "BartForConditionalGeneration"])
+def test_a_function_that_drops_the_mask_fails_causal_in_every_causal_layer(checked, model):
+    """Causality is the model's convention (its own attention's, probed), held to whatever mask
+    the model hands a function: one that drops the mask sees the future in every causal layer
+    (a decoder's, each kind of Gemma 2's) and fails ``causal``, where it passed before as a
+    layer no causal mask reaches."""
+    judged = [r for r in checked(model, functions.mask_ignored) if r.check == "causal"
+              and r.status is not Status.SKIPPED]  # an encoder's and a cross-attention's
+    assert judged and all(r.status is Status.FAILED for r in judged), [
+        (r.implementation, r.status, r.reason) for r in judged]
+    assert all(r.status is Status.PASSED for r in checked(model, functions.through_sdpa)
+               if r.check == "causal" and r.implementation in {j.implementation for j in judged})
 
 
 CACHED = {"LlamaForCausalLM": "model.layers.0.self_attn",

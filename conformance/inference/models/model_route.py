@@ -283,14 +283,17 @@ def _own_conventions(model_class: type, kind: str, path: str, feed: Feed, groupe
                      declared: Declarations | None,
                      built: tuple[Note, ...]) -> tuple[Declarations, tuple[Note, ...]]:
     """``declared`` with the conventions the model's own attention has (the layer at ``path``
-    built with the model's default implementation, inferred): its key/value grouping and its
-    logit scale, where not declared. A function registered in a model is held to the model's
-    conventions, which its checkpoints are in, not asked for intent; and the note that says
-    so."""
+    built with the model's default implementation, inferred): its causality, its key/value
+    grouping and its logit scale, where not declared. A function registered in a model is held
+    to the model's conventions, which its checkpoints are in, not asked for intent (a function
+    the model hands no mask still owes its causal LM causality); and the note that says so."""
     own = _own_capabilities(model_class, kind, path, feed, grouped,
                             replace(declared or Declarations(), attn_implementation=None))
     held = Declarations()
     said = []
+    if own.causality.kind == "always" and (declared is None or declared.causal is None):
+        held = merged(held, Declarations(causal="always"))
+        said.append("causal attention")
     if grouped and (declared is None or declared.kv_grouping is None):
         grouping = "tiled" if own.doubts.kv_grouping is not None else "interleaved"
         held = merged(held, Declarations(kv_grouping=grouping))
