@@ -24,11 +24,12 @@ from conformance.subject.layer_in_model import LayerInModel
 transformers = pytest.importorskip("transformers")
 
 PASSING = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "PhiForCausalLM",
-           "BertModel", "Gemma2ForCausalLM", "GPT2LMHeadModel")
+           "BertModel", "Gemma2ForCausalLM", "GPT2LMHeadModel", "BloomForCausalLM")
 """Models whose attention passes driven through them, nothing declared (Phi: RoPE on half its
 head width; BERT: an encoder over token ids, its output projection a sibling module; Gemma 2:
 RoPE with a logit softcap, and a scale set by query_pre_attn_scalar; GPT-2: a fused Conv1D
-projection whose ``view`` needs the contiguous states its model hands it)."""
+projection whose ``view`` needs the contiguous states its model hands it; BLOOM: ALiBi, and a
+residual its attention's forward adds, measured and kept out)."""
 
 QWEN3 = "transformers.models.qwen3.modeling_qwen3:Qwen3Attention"
 """An attention class built from a config, whose forward takes the position embeddings its model
@@ -137,7 +138,9 @@ JUDGED = {"gpt": ("reference", "causal", "autograd", "scale"),
           "PhiForCausalLM": ("reference", "causal", "padding", "kv_groups", "autograd", "scale",
                              "kv_cache"),
           "GPT2LMHeadModel": ("contract", "reference", "causal", "padding", "autograd", "scale",
-                              "kv_cache")}
+                              "kv_cache"),
+          "BloomForCausalLM": ("reference", "causal", "padding", "autograd", "scale", "alibi",
+                               "position_shift")}
 """The checks each own model must be judged by (no mask in the GPT, nothing causal in the
 encoder, no grouped heads in either; BERT is not causal and has no grouped heads). A decoder's
 KV cache is decoded through the model's own cache object."""
@@ -215,6 +218,19 @@ def test_what_its_model_never_hands_a_layer_is_stated_not_judged(checked):
     assert OUTSIDE_ITS_DOMAIN in results["contract"].observations
     llama = next(iter(_kinds(checked, "LlamaForCausalLM").values()))
     assert OUTSIDE_ITS_DOMAIN in llama["contract"].observations
+
+
+def test_what_a_layers_forward_adds_besides_attention_is_measured_and_kept_out(checked):
+    """BLOOM's attention adds its ``residual`` argument to its output inside its forward: the
+    output moves by exactly it (measured), so the layer is driven with zeros there, its weights
+    and ALiBi are found, and the reference holds (before: no weights found, half the checks
+    skipped)."""
+    (results,) = _kinds(checked, "BloomForCausalLM").values()
+    (implementation,) = [impl for impl in resolve("transformers:BloomForCausalLM")]
+    assert "its forward adds its argument at position 1 to its output unchanged" in texts(
+        implementation.notes)[0]
+    assert results["reference"].status is Status.PASSED
+    assert results["alibi"].status is Status.PASSED
 
 
 def test_sliding_layers_are_a_kind_of_their_own_and_their_window_is_checked(checked):

@@ -73,6 +73,10 @@ class Feed:
     contiguous: bool = False
     """Whether the model hands the layer contiguous hidden states (observed on its own
     forward: a norm's output is): non-contiguous ones are then outside the layer's domain."""
+    residual: str | int | None = None
+    """Where a self-attention layer takes a tensor it adds to its output unchanged (BLOOM's
+    ``residual``: measured, see :mod:`conformance.inference.models.sides`): given zeros, so that
+    its output is its attention's alone."""
 
     def arguments(self, x: torch.Tensor, context: torch.Tensor | None,
                   mask: torch.Tensor | None) -> tuple[tuple, dict[str, object]]:
@@ -157,6 +161,11 @@ class LayerInModel(nn.Module):
                     args[where] = context
                 elif isinstance(where, str):
                     kwargs[where] = context
+            added = self.feed.residual
+            if isinstance(added, int) and added < len(args):
+                args[added] = torch.zeros_like(args[added])
+            elif isinstance(added, str) and added in kwargs:
+                kwargs[added] = torch.zeros_like(kwargs[added])
             return tuple(args), kwargs
 
         def take_output(module, args, output):

@@ -141,9 +141,15 @@ def _said(one: Inferred, first: str, kind: str, paths: list[str], built: tuple[N
     unmasked = (f"; no mask of the model's reaches it (its {MASK_KEYWORD[feed.side]} hiding a key "
                 "changes nothing), so it is checked unmasked"
                 if feed.mask is None and feed.side is not Side.ONLY else "")
+    added = feed.residual
+    where = f"argument {added!r}" if isinstance(added, str) else f"argument at position {added}"
+    residual = ("" if added is None else
+                f"; its forward adds its {where} to its output unchanged (a residual, measured: "
+                "the output moves by exactly it), so it is given zeros there and its output is "
+                "its attention's alone")
     said = as_notes([Note(f"{first}: {kind}{also}: driven by its model ({model}); {replaced}, "
-                          f"everything else it receives is what the model computes{unmasked}",
-                          None), *built]) + one.notes
+                          f"everything else it receives is what the model computes{unmasked}"
+                          f"{residual}", None), *built]) + one.notes
     caps = replace(one.implementation.capabilities, contiguous_only=feed.contiguous)
     if positions is not None and caps.max_len is None:
         caps = replace(caps, max_len=positions)

@@ -15,6 +15,10 @@ it (:class:`conformance.subject.layer_in_model.Feed`).
   cross-attention take none).
 - **Whether it keeps a KV cache**: the model called with ``use_cache`` hands the layer a cache
   object (a decoder's self-attention), or none (an encoder's, BERT's included).
+- **What its forward adds besides attention**: a self-attention layer called with a second
+  tensor as wide as its hidden states whose output moves by exactly that tensor (BLOOM's
+  ``residual``, added inside its forward): measured by running the model with the tensor as the
+  model computes it and as zeros, and kept out (the layer is then driven with zeros there).
 """
 
 from __future__ import annotations
@@ -140,7 +144,10 @@ def feeds(model: nn.Module, first: Feed, found: dict[str, nn.Module],
         length, width, context, contiguous = called[path]
         if first.side is Side.ONLY:
             feed = replace(first, mask="attention_mask" if masked else None,
-                           contiguous=contiguous)
+                           contiguous=contiguous,
+                           residual=context if context is not None and _adds(
+                               model, path, context, lambda: model(*args, **options, **kwargs))
+                           else None)
         else:
             side = (Side.CROSS if context is not None else
                     Side.DECODER if length == DECODER_LENGTH else Side.ENCODER)
@@ -150,6 +157,52 @@ def feeds(model: nn.Module, first: Feed, found: dict[str, nn.Module],
                 feed = replace(feed, mask=None)
         result[path] = replace(feed, cached=_keeps_cache(model, path, feed, width, options))
     return result
+
+
+RESIDUAL_TOLERANCE = 1e-5
+"""How closely the output's move must match the tensor zeroed (float32 sums of a few terms)."""
+
+
+def _adds(model: nn.Module, path: str, where: str | int, run: Callable[[], object]) -> bool:
+    """Whether the layer at ``path`` adds the tensor it takes at ``where`` to its output
+    unchanged: one ``run()`` with the tensor as the model computes it, one with zeros there,
+    their outputs differing by the tensor itself (and it is not all zeros)."""
+    layer = model.get_submodule(path)
+    seen: dict[str, torch.Tensor] = {}
+
+    def replace_it(zero: bool):
+        def hook(module, args, kwargs):
+            args = list(args)
+            given = args[where] if isinstance(where, int) else kwargs[where]
+            seen.setdefault("given", given.detach().clone())
+            if zero:
+                if isinstance(where, int):
+                    args[where] = torch.zeros_like(given)
+                else:
+                    kwargs[where] = torch.zeros_like(given)
+            return tuple(args), kwargs
+        return hook
+
+    outputs = []
+    for zero in (False, True):
+        before = layer.register_forward_pre_hook(replace_it(zero), with_kwargs=True)
+        after = layer.register_forward_hook(
+            lambda m, a, out: outputs.append((out[0] if isinstance(out, tuple) else out).detach()))
+        try:
+            with torch.no_grad():
+                run()
+        except Exception:  # the model's refusal of zeros there: nothing measured
+            return False
+        finally:
+            before.remove()
+            after.remove()
+    if len(outputs) < 2 or "given" not in seen or not float(seen["given"].abs().max()):
+        return False
+    moved = outputs[0] - outputs[-1]
+    given = seen["given"]
+    return (moved.shape == given.shape
+            and float((moved - given).abs().max()) <= RESIDUAL_TOLERANCE
+            * max(1.0, float(given.abs().max())))
 
 
 def _keeps_cache(model: nn.Module, path: str, feed: Feed, width: int,
