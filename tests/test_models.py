@@ -340,3 +340,45 @@ def test_a_model_is_built_from_a_declared_config_file_and_checked_as_that_instan
                                            r"could not be built from the declared config "
                                            r".*missing\.json \(FileNotFoundError"):
         resolve("transformers:LlamaForCausalLM", Declarations(config=str(tmp_path / "missing.json")))
+
+
+class _Router(torch.nn.Module):
+    """Each token's weights over the experts: a softmax over logits a parameter makes."""
+
+    def __init__(self, width: int, experts: int) -> None:
+        super().__init__()
+        self.gate = torch.nn.Linear(width, experts)
+
+    def forward(self, h):
+        return self.gate(h.reshape(-1, h.shape[-1])).softmax(dim=-1)
+
+
+class _Routed(torch.nn.Module):
+    """Attention, then a mixture of experts routed by a softmax over its experts' logits."""
+
+    def __init__(self, width: int = 8, experts: int = 8) -> None:
+        super().__init__()
+        self.attention = torch.nn.MultiheadAttention(width, 2, batch_first=True)
+        self.router = _Router(width, experts)
+
+    def forward(self, x):
+        h = self.attention(x, x, x)[0]
+        return h * self.router(h).max(dim=-1).values.view(*h.shape[:-1], 1)
+
+
+def test_a_softmax_over_what_a_module_holds_is_no_attention():
+    """Attention normalises over tokens: a router's softmax over its experts (an axis none of
+    its inputs has) is seen and skipped, named with the size it normalised over."""
+    skipped: dict[str, int] = {}
+    found = attention_paths(_Routed(), lambda m: m(torch.randn(1, 5, 8)), skipped)
+    assert list(found) == ["attention"] and skipped == {"router": 8}
+
+
+@pytest.mark.parametrize("name", ["MixtralForCausalLM", "GptOssForCausalLM"])
+def test_a_mixture_of_experts_router_is_not_taken_for_attention(name):
+    """Mixtral's gate and gpt-oss's router are listed as seen and skipped; their attention
+    layers (gpt-oss's with a sink logit beside the keys, sliding and full) are the kinds."""
+    implementations = resolve(f"transformers:{name}")
+    assert implementations and all(i.name.endswith("self_attn") for i in implementations)
+    said = " ".join(texts(implementations[0].notes))
+    assert "seen and skipped, not attention: model.layers.0.mlp." in said

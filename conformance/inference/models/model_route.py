@@ -12,7 +12,7 @@ from torch import nn
 
 from conformance.errors import one_line
 from conformance.inference.infer import infer
-from conformance.inference.models.attention_layers import kinds
+from conformance.inference.models.attention_layers import kinds, seen_not_attention
 from conformance.inference.models.sides import MASK_KEYWORD, feeds, found_by_running
 from conformance.inference.models.tiny_config import LAYERS, LONGEST, takes_kv_heads, tiny_config
 from conformance.inference.plan import InferenceError, Inferred
@@ -207,13 +207,18 @@ def model_implementations(model_class: type, origin: str,
                              f"({one_line(error)}): pass an instance in a file, or a config "
                              "of its own", Remedy.to("config", "FILE.json", "build it from that "
                                                      "config")) from error
-    ran = found_by_running(model, TRANSFORMERS_CALL)
+    skipped: dict[str, int] = {}
+    ran = found_by_running(model, TRANSFORMERS_CALL, skipped)
     if isinstance(ran, str):
         raise InferenceError(f"{origin}: the smallest model of its architecture raised on every "
                              f"input the suite makes ({ran}): pass an instance in a file instead")
     first_input, found = ran
+    seen = seen_not_attention(skipped)
     if not found:
-        raise InferenceError(f"{origin}: no attention layer found: {NO_ATTENTION}")
+        raise InferenceError(f"{origin}: no attention layer found: {NO_ATTENTION}"
+                             + (f"; {seen}" if seen else ""))
+    if seen:
+        built = (*built, Note(seen, None))
     fed = feeds(model, first_input, found, TRANSFORMERS_CALL, masked=True)
     groups = kinds(found, model.config, _sides(fed))
     if only is not None:

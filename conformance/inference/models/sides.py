@@ -82,15 +82,18 @@ def _sample(feed: Feed, length: int = ENCODER_LENGTH) -> tuple[tuple, dict[str, 
     return args, kwargs
 
 
-def found_by_running(model: nn.Module, options: dict[str, object]
+def found_by_running(model: nn.Module, options: dict[str, object],
+                     skipped: dict[str, int] | None = None
                      ) -> tuple[Feed, dict[str, nn.Module]] | str:
     """(the first input its forward runs on, its attention layers) from one forward; where no
-    input runs, what the first try raised, in one line."""
+    input runs, what the first try raised, in one line. ``skipped``: see
+    :func:`~conformance.inference.models.attention_layers.attention_paths`."""
     raised = []
     for feed in _first_inputs(model):
         args, kwargs = _sample(feed)
         try:
-            return feed, attention_paths(model, lambda m, a=args, k=kwargs: m(*a, **options, **k))
+            return feed, attention_paths(model, lambda m, a=args, k=kwargs: m(*a, **options, **k),
+                                         skipped)
         except Exception as error:  # the model's own refusal of this input: the next form
             raised.append(one_line(error, 200))
     return raised[0]
