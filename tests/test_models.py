@@ -170,11 +170,17 @@ Whisper passes its encoder and its cross-attention no mask; the decoder's KV cac
 through the model's own (an EncoderDecoderCache)."""
 
 
+DESIGNED = {"GraniteForCausalLM": Status.PASSED, "GPTNeoForCausalLM": Status.WARNED}
+"""Models whose scale their architecture sets, and the scale check's verdict: Granite's layer
+declares its (``scaling``, its config's ``attention_multiplier``), and is held to it; GPT-Neo's
+logits are unscaled, which nothing declares: a warning, once (the reference computes with it)."""
+
+
 @pytest.fixture(scope="module")
 def checked():
     targets = [(QWEN3, impl) for impl in resolve(QWEN3)]
     targets += [(spec, impl) for spec in OWN for impl in resolve(spec)]
-    for name in (*PASSING, *ENCODER_DECODERS):
+    for name in (*PASSING, *ENCODER_DECODERS, *DESIGNED):
         targets += [(f"transformers:{name}", impl) for impl in resolve(f"transformers:{name}")]
     by_kind: dict[str, dict] = {}
     for result in check_many(targets, devices=["cpu"], jobs=2):
@@ -231,6 +237,20 @@ def test_what_a_layers_forward_adds_besides_attention_is_measured_and_kept_out(c
         implementation.notes)[0]
     assert results["reference"].status is Status.PASSED
     assert results["alibi"].status is Status.PASSED
+
+
+@pytest.mark.parametrize("name", list(DESIGNED))
+def test_a_scale_the_architecture_sets_is_judged_once_against_what_its_model_declares(
+        checked, name):
+    """No FAIL: the scale is judged by ``scale`` alone, against the layer's own ``scaling``
+    where its model declares one (Granite), else a warning naming it (GPT-Neo, both its global
+    and its local kinds, built from a tiny config whose layer pattern covers its layers)."""
+    kinds = _kinds(checked, name)
+    assert len(kinds) == (2 if name == "GPTNeoForCausalLM" else 1), list(kinds)
+    for path, results in kinds.items():
+        assert not [c for c, r in results.items() if r.status is Status.FAILED], path
+        assert results["scale"].status is DESIGNED[name], results["scale"].reason
+        assert results["reference"].status in (Status.PASSED, Status.WARNED), path
 
 
 def test_sliding_layers_are_a_kind_of_their_own_and_their_window_is_checked(checked):

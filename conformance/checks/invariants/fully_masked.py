@@ -226,7 +226,10 @@ class FullyMasked(Check):
             dtype = context.judged(case.config.dtype)
             seen = {(b, h, row): classify_row(attention[b, h, row], dtype, row)
                     for b, row in fully_masked for h in range(case.num_heads)}
+            rounding = all(_uniform_on_support(attention[b, h, row], dtype)
+                           for b, row in fully_masked for h in range(case.num_heads))
         else:
+            rounding = False
             output = context.run(instance, case.inputs(caps.call), case)
             seen = {(b, 0, row): "NaN" if bool(torch.isnan(output[b, row]).any()) else FINITE
                     for b, row in fully_masked}
@@ -236,11 +239,33 @@ class FullyMasked(Check):
             for behaviour in behaviours:
                 b, h, row = next(k for k, v in seen.items() if v == behaviour)
                 examples.append(f"batch {b}, head {h}, row {row}: {behaviour}")
-            rounded = _rounded_fill(caps, case)
+            rounded = _rounded_fill(caps, case) or (_ROUNDED_TRIANGLE if rounding and case.causal
+                                                    else None)
             raise Violation("rows with every key masked do not all behave the same way: "
                             + "; ".join(examples) + (f" ({rounded})" if rounded else ""),
                             severity="warn" if rounded else "fail")
         return behaviours[0]
+
+
+_ROUNDED_TRIANGLE = (
+    "each row uniform over the keys whose masked logits rounded alike: a causal fill of the "
+    "dtype's most negative value with the padding mask added to it makes a row with every key "
+    "masked a softmax of rounding, beyond the normal range")
+"""Why a causal layer's fully masked rows may differ by rounding alone, each uniform over the
+keys whose logits rounded alike (the causal triangle filled with the dtype's most negative value
+and the padding mask's added to it: the later keys overflow to -inf, the row's own logits vanish
+into the fill), so one row sees its own key alone, another its visible keys, another all of them
+(GPT-Neo's eager attention in its model)."""
+
+
+def _uniform_on_support(weights: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether a row's weights are equal wherever they are not 0 (a softmax of equal logits
+    over some keys, -inf elsewhere)."""
+    if not bool(torch.isfinite(weights).all()):
+        return False
+    support = weights[weights.abs() > eps(dtype)]
+    return bool(support.numel()) and float((support - 1.0 / support.numel()).abs().max()) <= (
+        16 * eps(dtype))
 
 
 def _rounded_fill(caps, case: Case) -> str | None:

@@ -110,11 +110,12 @@ def kinds(found: dict[str, nn.Module], config: object = None,
     """The layers grouped by class, by their side of an encoder-decoder where ``sides`` gives
     one (encoder self, decoder self, cross: one class serves all three in BART) and, where the
     model's config gives its layers types that differ (``layer_types``: Gemma 2's alternating
-    sliding and full layers), by type too; each group's paths in the forward's order."""
-    types = getattr(config, "layer_types", None)
+    sliding and full layers; GPT-Neo's ``attention_layers``), by type too; each group's paths
+    in the forward's order."""
+    types = getattr(config, "layer_types", None) or getattr(config, "attention_layers", None)
     labels = {}
     for path, module in found.items():
-        index = getattr(module, "layer_idx", None)
+        index = getattr(module, "layer_idx", getattr(module, "layer_id", None))
         labels[path] = (types[index] if isinstance(types, (list, tuple)) and
                         isinstance(index, int) and 0 <= index < len(types) else None)
     split = len(set(labels.values())) > 1

@@ -50,6 +50,19 @@ def _default(config_class: type):
         return None
 
 
+def _layer_patterns(default) -> dict[str, object]:
+    """Per-layer lists a config validates against its layer count, cut to LAYERS layers with
+    their pattern kept: GPT-Neo's ``attention_types`` ([[["global", "local"], 12]] for 24
+    layers: one repeat of the pattern per two layers)."""
+    types = getattr(default, "attention_types", None)
+    if (isinstance(types, list) and types and all(isinstance(t, list) and len(t) == 2
+                                                  and isinstance(t[0], list) for t in types)):
+        pattern = types[0][0]
+        if pattern and LAYERS % len(pattern) == 0:
+            return {"attention_types": [[list(pattern), LAYERS // len(pattern)]]}
+    return {}
+
+
 def takes_kv_heads(config_class: type) -> bool:
     """Whether the architecture has grouped key/value heads (its config holds a count of its
     own, not another name for the heads' count: Whisper maps it to its encoder's heads)."""
@@ -65,7 +78,8 @@ def tiny_config(config_class: type, d_model: int, heads: int, kv_heads: int | No
     sizes = dict(hidden_size=d_model, num_attention_heads=heads, head_dim=d_model // heads,
                  intermediate_size=2 * d_model, num_hidden_layers=LAYERS, vocab_size=VOCAB,
                  max_position_embeddings=LONGEST, initializer_range=d_model ** -0.5,
-                 query_pre_attn_scalar=d_model // heads, sliding_window=WINDOW)
+                 query_pre_attn_scalar=d_model // heads, sliding_window=WINDOW,
+                 window_size=WINDOW)
     default = _default(config_class)
     for size, value in (("heads", heads), ("layers", LAYERS), ("feed_forward", 2 * d_model)):
         sizes.update({name: value for name in SIDES[size] if hasattr(default, name)})
@@ -76,6 +90,7 @@ def tiny_config(config_class: type, d_model: int, heads: int, kv_heads: int | No
                   if name.endswith("token_id") and isinstance(value, int) and value >= VOCAB})
     if kv_heads is not None:
         sizes["num_key_value_heads"] = kv_heads
+    sizes.update(_layer_patterns(default))
     if default is not None:  # only what the architecture has (see the module docstring)
         sizes = {name: value for name, value in sizes.items() if hasattr(default, name)}
     if attn_implementation is not None:

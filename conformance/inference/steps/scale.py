@@ -26,6 +26,7 @@ from conformance.model.forms import LogitScale, PositionEncoding, ScaleRelation
 from conformance.model.remedies import Note, Remedy
 from conformance.model.spec import Config
 from conformance.subject.boundary import ImplementationError
+from conformance.subject.layer_in_model import LayerInModel
 
 SETTLED = {"attention_multiplier": ScaleRelation.MULTIPLIER,
            "softmax_scale": ScaleRelation.MULTIPLIER, "sm_scale": ScaleRelation.MULTIPLIER,
@@ -39,6 +40,9 @@ TRIED = {ScaleRelation.MULTIPLIER: 0.3, ScaleRelation.INVERSE_SQRT: 2.0}
 """The value a setting is built with: far from every textbook scale at the widths measured."""
 WIDTHS = (4, 9)
 """The head widths the law is measured at (2 heads each)."""
+SECOND_WIDTHS = (9, 16)
+"""The second width tried, in order: a layer that takes even head widths only (RoPE pairs the
+dimensions) is measured at 16."""
 TOLERANCE = 0.01
 """Relative agreement of a fitted scale with a law or a setting's value (the scale check's)."""
 LAWS = (-0.5, -1.0, 0.0)
@@ -54,12 +58,38 @@ def _fitted(inquiry: Inquiry, head_dim: int,
             settings: tuple[tuple[str, float], ...] = ()) -> tuple[float, tuple[int, ...]] | None:
     """The scale at the first core of the layer built with 2 heads of ``head_dim`` (and
     ``settings``), with the widths where q and k meet; None where none is measured."""
-    config = Config(batch=2, q_len=6, kv_len=6, d_model=2 * head_dim, num_heads=2,
-                    dtype=torch.float64, settings=settings)
+    found = _fitted_and_declared(inquiry, head_dim, settings)
+    return None if found is None else found[:2]
+
+
+def _fitted_and_declared(inquiry: Inquiry, head_dim: int | None,
+                         settings: tuple[tuple[str, float], ...] = ()
+                         ) -> tuple[float, tuple[int, ...], float | None] | None:
+    """:func:`_fitted`'s scale and widths, and the scale its layer declares (``scaling``, for
+    a layer its model builds; None where it declares none); ``head_dim`` None: at the sizes the
+    probes use (an instance's own)."""
+    config = (replace(inquiry.config, batch=2, q_len=6, kv_len=6, dtype=torch.float64)
+              if head_dim is None else
+              Config(batch=2, q_len=6, kv_len=6, d_model=2 * head_dim, num_heads=2,
+                     dtype=torch.float64, settings=settings))
     try:
-        return core_scale(inquiry.build(config), config, inquiry.plan.convention.call)
+        instance = inquiry.build(config)
+        found = core_scale(instance, config, inquiry.plan.convention.call)
     except ImplementationError:
         return None
+    return None if found is None else (*found, declared_scaling(instance.module))
+
+
+def declared_scaling(module: torch.nn.Module) -> float | None:
+    """The logit scale the attention layer a model builds declares: its ``scaling`` attribute
+    (what ``transformers``' layers compute from their config, ``attention_multiplier``,
+    ``query_pre_attn_scalar`` or 1/sqrt(head_dim), and pass their attention function); None
+    where the module is no layer in a model or declares none."""
+    layer = next((m.layer for m in module.modules() if isinstance(m, LayerInModel)), None)
+    value = getattr(layer, "scaling", None)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        return None
+    return float(value)
 
 
 def _law(measured: list[tuple[float, int]]) -> tuple[float, float] | None:
@@ -94,18 +124,23 @@ def logit_scale(inquiry: Inquiry) -> None:
         inquiry.logit_scale = LogitScale(power=DECLARED[stated], declared=True)
         notes.append(f"{inquiry.logit_scale.describe()}: scale holds it to that")
         return
-    if plan.instance is not None:
-        return  # an instance checked as it is is never rebuilt: one width, no setting to vary
-    measured = []
-    for head_dim in WIDTHS:
-        found = _fitted(inquiry, head_dim)
+    if plan.instance is not None:  # never rebuilt: its one width, no setting to vary
+        _instance_scale(inquiry)
+        return
+    measured, declared = [], []
+    for head_dims in ((WIDTHS[0],), SECOND_WIDTHS):
+        found = next(filter(None, (_fitted_and_declared(inquiry, head_dim)
+                                   for head_dim in head_dims)), None)
         if found is None:
             return
         measured.append((found[0], found[1][0]))
+        declared.append(found[2])
     law = _law(measured)
     if law is None:
         return
     factor, power = law
+    if None not in declared and _by_its_model(inquiry, measured, declared):
+        return
     scale = None
     for name, relations, settled in _arguments(plan.cls):
         for relation in relations:
@@ -149,6 +184,58 @@ def logit_scale(inquiry: Inquiry) -> None:
                           "attention core), not 1/sqrt(w): muP's and Granite's default, or "
                           "1/sqrt(w) applied twice; the reference computes with it, scale warns",
                           Remedy.to("scale", "head_dim", "make it part of its contract")))
+
+
+def _by_its_model(inquiry: Inquiry, measured: list[tuple[float, int]],
+                  declared: list[float]) -> bool:
+    """Where the layer's model declares its scale (its ``scaling`` at each width measured): the
+    layer is held to that (the reference computes with it; measured otherwise, ``scale`` fails
+    it, both values said); True where that was settled so."""
+    law = (_law([(value, width) for value, (_, width) in zip(declared, measured, strict=True)])
+           if len(measured) > 1 else (declared[0], 0.0))  # an instance: its one width
+    if law is None:
+        return False
+    said = LogitScale(*law, declared=True)
+    measured_words = ", ".join(f"{s:.4g} at width {w}" for s, w in measured)
+    declared_words = ", ".join(f"{d:.4g}" for d in declared)
+    agrees = all(_close(s, said.at(w)) for s, w in measured)
+    if said.textbook and agrees:
+        return True  # the textbook scale, declared and measured: nothing to say
+    inquiry.logit_scale = said
+    if agrees:
+        inquiry.notes.append(Note(f"a logit scale of {said.law()}, as its layer's scaling "
+                                  f"declares ({declared_words}; measured at its attention core: "
+                                  f"{measured_words}): its model's setting, the reference "
+                                  "computes with it", None))
+    else:
+        inquiry.notes.append(Note(f"its layer's scaling declares a logit scale of {said.law()} "
+                                  f"({declared_words}), and its attention core measures "
+                                  f"{measured_words}: scale fails it", None))
+    return True
+
+
+def _instance_scale(inquiry: Inquiry) -> None:
+    """An instance's scale, at its one width: held to what its layer declares (its
+    ``scaling``), where it declares one; otherwise, a layer its model builds whose scale is not
+    1/sqrt(w) has its model's constant (GPT-Neo's 1: the architecture's, or a missing 1/sqrt(w);
+    ``scale`` warns once and the reference computes with it)."""
+    found = _fitted_and_declared(inquiry, None)
+    if found is None:
+        return
+    scale, widths, declared = found
+    width = widths[0]
+    if declared is not None:
+        _by_its_model(inquiry, [(scale, width)], [declared])
+        return
+    if _close(scale, width ** -0.5) or not getattr(inquiry.plan.cls, "built_by_its_model",
+                                                   False):
+        return
+    inquiry.logit_scale = LogitScale(scale, 0.0, fixed_by_model=True)
+    inquiry.notes.append(Note(
+        f"a logit scale of {scale:.4g} at its width {width} (measured at its attention core), "
+        f"not 1/sqrt({width}) = {width ** -0.5:.4g}: its model's architecture fixes it, or "
+        "1/sqrt(w) is missing; the reference computes with it, scale warns",
+        Remedy.to("scale", "none", "make it part of its contract")))
 
 
 def keep_scale(inquiry: Inquiry) -> None:
