@@ -402,3 +402,24 @@ def test_a_mixture_of_experts_router_is_not_taken_for_attention(name):
     assert implementations and all(i.name.endswith("self_attn") for i in implementations)
     said = " ".join(texts(implementations[0].notes))
     assert "seen and skipped, not attention: model.layers.0.mlp." in said
+
+
+@pytest.mark.parametrize("name", ["GPTJForCausalLM", "CodeGenForCausalLM", "FalconForCausalLM",
+                                  "GPTNeoForCausalLM"])
+def test_a_tiny_config_fills_what_its_config_asks_for(name):
+    """GPT-J's and CodeGen's rotated width in proportion to the head (their 64 is wider than a
+    tiny head), Falcon's ``head_dim`` left to the property that computes it, GPT-Neo's
+    ``attention_types`` covering two layers: each smallest model builds and runs."""
+    model_class = getattr(transformers, name)
+    model = model_class(tiny_config(model_class.config_class, 64, 4)).eval()
+    with torch.no_grad():
+        assert model(torch.zeros(1, 5, dtype=torch.long)).logits.shape == (1, 5, 32)
+
+
+def test_a_weight_layout_that_holds_at_one_head_count_only_is_not_used():
+    """CodeGen reads its fused projection in groups whose layout depends on the head count: the
+    layout found at 4 heads does not reproduce its output at 8, so it is said and the checks
+    that need weights skip (they would fail a correct model at every other head count)."""
+    (implementation,) = resolve("transformers:CodeGenForCausalLM")
+    assert any("the layout holds at 4 heads only" in note for note in texts(implementation.notes))
+    assert not implementation.capabilities.weights

@@ -63,6 +63,26 @@ def _layer_patterns(default) -> dict[str, object]:
     return {}
 
 
+def _read_only(config_class: type, name: str) -> bool:
+    """Whether the config computes ``name`` itself (a property without a setter: Falcon's
+    ``head_dim``), so that it can't be given."""
+    found = getattr(config_class, name, None)
+    return isinstance(found, property) and found.fset is None
+
+
+def _rotary_dims(default, head_dim: int) -> dict[str, int]:
+    """A rotated width (GPT-J's and CodeGen's ``rotary_dim``) in the same proportion to the
+    head width as the config's defaults, even and at least 2: the library's 64 is wider than a
+    tiny model's heads."""
+    rotary = getattr(default, "rotary_dim", None)
+    width = getattr(default, "hidden_size", None)
+    heads = getattr(default, "num_attention_heads", None)
+    if not all(isinstance(v, int) and v > 0 for v in (rotary, width, heads)):
+        return {}
+    share = rotary / (width / heads)
+    return {"rotary_dim": max(2, 2 * round(share * head_dim / 2))}
+
+
 def takes_kv_heads(config_class: type) -> bool:
     """Whether the architecture has grouped key/value heads (its config holds a count of its
     own, not another name for the heads' count: Whisper maps it to its encoder's heads)."""
@@ -91,8 +111,10 @@ def tiny_config(config_class: type, d_model: int, heads: int, kv_heads: int | No
     if kv_heads is not None:
         sizes["num_key_value_heads"] = kv_heads
     sizes.update(_layer_patterns(default))
+    sizes.update(_rotary_dims(default, d_model // heads))
     if default is not None:  # only what the architecture has (see the module docstring)
-        sizes = {name: value for name, value in sizes.items() if hasattr(default, name)}
+        sizes = {name: value for name, value in sizes.items() if hasattr(default, name)
+                 and not _read_only(config_class, name)}
     if attn_implementation is not None:
         sizes["attn_implementation"] = attn_implementation
     return config_class(**sizes)
