@@ -423,3 +423,29 @@ def test_a_weight_layout_that_holds_at_one_head_count_only_is_not_used():
     (implementation,) = resolve("transformers:CodeGenForCausalLM")
     assert any("the layout holds at 4 heads only" in note for note in texts(implementation.notes))
     assert not implementation.capabilities.weights
+
+
+def test_a_pattern_names_every_model_class_the_library_lists():
+    """``transformers:PATTERN`` matches the class names of the library's own auto mappings
+    (causal LMs, base models, encoder-decoders, masked LMs, image classifiers)."""
+    from conformance.loading.model_names import is_pattern, model_names
+
+    assert is_pattern("transformers:*ForCausalLM") and not is_pattern("transformers:GPT2Model")
+    assert model_names("transformers:Bloom*") == ["transformers:BloomForCausalLM",
+                                                  "transformers:BloomModel"]
+    causal = model_names("transformers:*ForCausalLM")
+    assert len(causal) > 100 and "transformers:LlamaForCausalLM" in causal
+
+
+def test_a_sweep_checks_each_model_and_says_each_it_could_not(monkeypatch, capsys):
+    """Each model a pattern names is a target; one that can't be built or run is one line and
+    the others are checked (DeepSeek-V3's tiny config can't be run)."""
+    from conformance.frontends import cli
+
+    monkeypatch.setattr(cli, "model_names", lambda spec: ["transformers:BloomForCausalLM",
+                                                          "transformers:DeepseekV3ForCausalLM"])
+    assert cli.main(["check", "transformers:Sweep*", "--check", "gate"]) == 0
+    out = capsys.readouterr().out
+    assert "transformers:BloomForCausalLM:transformer.h.0.self_attention  PASS" in out
+    assert "not checked: transformers:DeepseekV3ForCausalLM: the smallest model" in out
+    assert "1 model(s) the pattern names not checked (each said above)" in out
