@@ -66,7 +66,7 @@ def test_grade_writes_every_output_and_says_so(mini, tmp_path, capsys):
     assert "graded 2, reused 0" in stdout and "statuses: graded 2" in stdout
     assert stdout.startswith(f"sandbox: {tier}\nreference solution: 3 / 3 (full marks)\n")
     rows = (out / "grades.csv").read_text().splitlines()
-    assert rows[1] == "Points Possible,,,0,2,1,3,100,,,"
+    assert rows[1] == "Points Possible,,,0,2,1,3,100,,,,"
     assert rows[2].startswith("1001,lovelaceada,,0,2,1,3,100.0,graded,")
     assert rows[3].startswith("1003,turingalan,yes,0,2,0,2,66.7,graded,")
     results = json.loads((out / "students" / "1003" / "results.json").read_text())
