@@ -440,12 +440,12 @@ def test_a_pattern_names_every_model_class_the_library_lists():
 def test_a_sweep_checks_each_model_and_says_each_it_could_not(monkeypatch, capsys):
     """Each model a pattern names is a target; one that can't be built or run is one line and
     the others are checked (DeepSeek-V3's tiny config can't be run)."""
-    from conformance.frontends import cli
+    from conformance.frontends import cli, command_targets
 
-    monkeypatch.setattr(cli, "model_names", lambda spec: ["transformers:BloomForCausalLM",
-                                                          "transformers:DeepseekV3ForCausalLM"])
+    monkeypatch.setattr(command_targets, "model_names", lambda spec: [
+        "transformers:BloomForCausalLM", "transformers:DeepseekV3ForCausalLM"])
     assert cli.main(["check", "transformers:Sweep*", "--check", "gate"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "transformers:BloomForCausalLM:transformer.h.0.self_attention  PASS" in out
-    assert "not checked: transformers:DeepseekV3ForCausalLM: the smallest model" in out
-    assert "1 model(s) the pattern names not checked (each said above)" in out
+    assert "not checked: transformers:DeepseekV3ForCausalLM: the smallest model" in err
+    assert "1 of the 2 model(s) transformers:Sweep* names not checked (each said above)" in err

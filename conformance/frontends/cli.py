@@ -35,7 +35,6 @@ from conformance.frontends.watch import WatchLines, watch
 from conformance.generation.cases import Case
 from conformance.generation.profiles import example_database
 from conformance.generation.strategies import available_devices
-from conformance.loading.model_names import is_pattern, model_names
 from conformance.loading.registry import ResolveError, check_form, registered
 from conformance.model import expectations
 from conformance.model.check_names import CHECK_NAMES
@@ -192,11 +191,7 @@ def _check(args: argparse.Namespace) -> int:
     isolate = args.isolate is not False  # files and modules: isolated unless --no-isolate
     failures, warnings = _expected(args.expected_failures)
     targets: list[Target] = []
-    unchecked: list[str] = []
     for spec in args.impls or [None]:
-        if spec is not None and is_pattern(spec):
-            targets += _each_model(spec, (failures, warnings), declared, unchecked)
-            continue
         if spec is not None and TargetSpec.parse(spec).located:
             _well_formed(spec)
         if spec is not None and isolate and TargetSpec.parse(spec).located:
@@ -246,37 +241,12 @@ def _check(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         else:
             args.json.write_text(text)
-    for line in unchecked:
-        print(line, file=sys.stderr if json_to_stdout else sys.stdout)
-    if unchecked:
-        print(f"{len(unchecked)} model(s) the pattern names not checked (each said above)",
-              file=sys.stderr if json_to_stdout else sys.stdout)
     if any(r.status is Status.SUITE_ERROR for r in results):
         return EXIT_USAGE  # the suite's own error: no verdict, as for bad input (exit 2)
     if any(r.is_failure for r in results):
         return EXIT_FAILED
     # An implementation no device checked anything of has no verdict: never OK (exit 2).
     return EXIT_USAGE if checked_nowhere(results) else EXIT_OK
-
-
-def _each_model(spec: str, expected: tuple[dict, dict], declared: Declarations,
-                unchecked: list[str]) -> list[Target]:
-    """The targets of every model class the pattern ``spec`` names; a model that can't be
-    checked (built, run, found attention in) is one line in ``unchecked``, and the others go on."""
-    names = model_names(spec)
-    if not names:
-        raise UsageError(f"{spec}: the pattern names no transformers model class (its causal "
-                         "LMs, base models, encoder-decoders, masked LMs, image classifiers)")
-    targets: list[Target] = []
-    for name in names:
-        try:
-            targets += resolved_targets([name], expected, declared)
-        except UsageError as error:
-            unchecked.append(f"not checked: {error}")
-    if not targets:
-        raise UsageError(f"{spec}: none of the {len(names)} model(s) it names could be checked: "
-                         + "; ".join(unchecked))
-    return targets
 
 
 def _watch(args: argparse.Namespace, declared: Declarations, devices: Sequence[str],

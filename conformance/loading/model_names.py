@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import fnmatch
 
+from conformance.model.target_spec import TargetSpec
+
 PREFIX = "transformers:"
-WILDCARDS = frozenset("*?[")
 
 MAPPINGS = ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_MAPPING_NAMES",
             "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
@@ -18,7 +19,7 @@ MAPPINGS = ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_MAPPING_NAMES",
 
 def is_pattern(spec: str) -> bool:
     """Whether ``spec`` names ``transformers`` model classes by a wildcard pattern."""
-    return spec.startswith(PREFIX) and bool(WILDCARDS & set(spec))
+    return spec.startswith(PREFIX) and TargetSpec.parse(spec).pattern
 
 
 def model_names(spec: str) -> list[str]:

@@ -27,6 +27,10 @@ class TargetForm(str, Enum):
     """A name registered with ``@conformance.implementation`` or an entry point."""
 
 
+WILDCARDS = frozenset("*?[")
+"""The shell-style wildcards of a pattern (see :attr:`TargetSpec.pattern`)."""
+
+
 @dataclass(frozen=True)
 class TargetSpec:
     """One target: the ``text`` as written, its ``form``, where its code is (``location``: the
@@ -56,9 +60,16 @@ class TargetSpec:
         return cls.parse(f"{path}::{attribute}")
 
     @property
+    def pattern(self) -> bool:
+        """Whether it names several classes of a module by wildcards
+        (``transformers:*ForCausalLM``): each is a target of its own."""
+        return self.form is TargetForm.MODULE and bool(WILDCARDS & set(self.attribute))
+
+    @property
     def located(self) -> bool:
-        """Whether it names code by where it lives (loadable again in another process)."""
-        return self.form is not TargetForm.REGISTERED
+        """Whether it names code by where it lives (loadable again in another process); a
+        pattern names several, each resolved on its own."""
+        return self.form is not TargetForm.REGISTERED and not self.pattern
 
     @property
     def file(self) -> Path | None:
